@@ -1,0 +1,1 @@
+//! `gen-diagnostics`: placeholder, filled by the diagnostics work.
