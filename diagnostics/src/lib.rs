@@ -1,1 +1,33 @@
-//! `gen-diagnostics`: placeholder, filled by the diagnostics work.
+//! `gen-diagnostics`: turns what the supervisor saw of a dead worker into a verdict.
+//!
+//! Pure and synchronous: no I/O, no clock, no processes. The supervisor in `gen-pipeline`
+//! collects an [`Observation`] (wait status, cgroup counters, RSS, kernel log text, stderr) and
+//! calls [`classify`]; inference-server logs go to [`classify_server_log`]. Both return a
+//! [`Verdict`] with evidence lines and advice for `gen status` / `gen diagnose`.
+//!
+//! Crate map:
+//! * [`observation`]: the input, with its JSON schema.
+//! * [`verdict`]: the output and its one-line renderings.
+//! * [`classify`](mod@classify): the ordered rules (field notes §3.5), in one function.
+//! * [`kmsg`], [`oom`]: kernel log formats and OOM lines of every kernel era.
+//! * [`traceback`], [`panic`], [`native`]: Python tracebacks, Rust panics, aborts and symptoms.
+//! * [`server`]: SGLang, vLLM and llama.cpp crash signatures.
+//!
+//! Policy (rerun, keep outputs, quarantine) is not decided here.
+
+pub mod classify;
+mod evidence;
+pub mod kmsg;
+pub mod native;
+pub mod observation;
+pub mod oom;
+pub mod panic;
+pub mod server;
+pub mod text;
+pub mod traceback;
+pub mod verdict;
+
+pub use classify::classify;
+pub use observation::{Exit, KernelLog, Observation, RssSample};
+pub use server::classify_server_log;
+pub use verdict::{Class, Confidence, ErrorReport, Language, Location, Raised, Subtype, Verdict};

@@ -1,0 +1,342 @@
+//! `Verdict`: the classifier's answer, with the evidence it used and the next action for people.
+//!
+//! Holds data and its one-line renderings (`headline`, `next_action`); deciding which verdict
+//! applies is `classify`'s job, and what to do about it (rerun, keep, quarantine) is policy that
+//! lives in `gen-pipeline`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::observation::Exit;
+use crate::text::{basename, human_bytes, limit_setting, truncate};
+
+/// Top-level outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Class {
+    /// Exit 0 with verified outputs.
+    Success,
+    /// Killed for memory (kernel, cgroup counter, userspace killer, or suspected), or a server
+    /// that ran out of GPU memory.
+    Oom,
+    /// The program reported an error: Python exception, Rust panic, or a last stderr line.
+    Traceback,
+    /// Outputs were verified complete; the process died afterwards (teardown crash or hang).
+    CleanupAfterCompletion,
+    /// Anything else: signals, aborts, segfaults, timeouts, external kills, bare exit codes.
+    Other,
+}
+
+/// Finer label within a [`Class`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Subtype {
+    /// Kernel `Killed process` line inside a memory cgroup limit.
+    KernelMemcg,
+    /// Kernel `Killed process` line from a system-wide OOM.
+    KernelGlobal,
+    /// The worker cgroup's `oom_kill` counter rose, no kernel line found.
+    CgroupCounter,
+    /// SIGKILL near the memory limit with the kernel evidence missing.
+    SuspectedFromRss,
+    /// earlyoom or systemd-oomd killed it.
+    UserspaceKiller,
+    /// Python exception.
+    Python,
+    /// Rust panic or allocation failure.
+    Rust,
+    /// A last stderr line without a traceback (e.g. `sys.exit("message")`).
+    LastLine,
+    /// Died by a signal not otherwise classified (SIGBUS, SIGILL, SIGFPE, ...).
+    Signal,
+    /// SIGABRT: glibc heap check, C++ terminate, `Fatal Python error`.
+    Abort,
+    /// SIGSEGV.
+    Segfault,
+    /// `gen`'s watchdog fired and `gen` killed it.
+    Timeout,
+    /// `gen` stopped it for a cancel or shutdown.
+    Cancelled,
+    /// SIGKILL/SIGTERM/SIGINT from outside `gen`, no OOM evidence.
+    ExternalKill,
+    /// Non-zero exit code with nothing on stderr (or exit 0 without complete outputs).
+    ExitCode,
+    /// Server: CUDA OOM while capturing CUDA graphs (SGLang).
+    CudaGraphCapture,
+    /// Server: no memory left for the KV cache (vLLM).
+    KvCache,
+    /// Server: the GPU's free memory is below the requested utilization (shared GPU).
+    GpuMemoryInUse,
+    /// Server: a device/host buffer allocation failed (llama.cpp, CUDA OOM at run time).
+    GpuAllocation,
+    /// Server: the model could not be opened or loaded.
+    ModelLoad,
+    /// Server: the HTTP port was already in use.
+    PortInUse,
+}
+
+/// How sure the classifier is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Confidence {
+    /// Direct evidence (counter, matching kernel line, parsed traceback).
+    High,
+    /// Indirect but consistent evidence.
+    Medium,
+    /// A guess; the evidence names what was missing.
+    Low,
+}
+
+/// Language of a parsed error report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Language {
+    /// CPython traceback.
+    Python,
+    /// Rust panic or allocation failure.
+    Rust,
+}
+
+/// Where an exception was raised.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Location {
+    /// File as printed (full path).
+    pub file: String,
+    /// 1-based line.
+    pub line: u32,
+    /// Function name, when printed (`<module>` for top level).
+    #[serde(default)]
+    pub function: Option<String>,
+}
+
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", basename(&self.file), self.line)?;
+        if let Some(function) = &self.function {
+            write!(f, " in {function}")?;
+        }
+        Ok(())
+    }
+}
+
+/// One raised exception or panic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Raised {
+    /// `KeyError`, `json.decoder.JSONDecodeError`, `panic`, `allocation failure`.
+    pub exception_type: String,
+    /// Message as printed, possibly multi-line; empty for a bare `MemoryError`.
+    pub message: String,
+    /// Innermost frame of its traceback, or the panic location.
+    #[serde(default)]
+    pub location: Option<Location>,
+}
+
+impl std::fmt::Display for Raised {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let first_line = self.message.lines().next().unwrap_or("");
+        if first_line.is_empty() {
+            write!(f, "{}", self.exception_type)
+        } else {
+            write!(f, "{}: {first_line}", self.exception_type)
+        }
+    }
+}
+
+/// A parsed error report (Python traceback or Rust panic).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorReport {
+    /// Python or Rust.
+    pub language: Language,
+    /// The failure to report: the last block's exception (Python) or the first panic (Rust).
+    pub exception: Raised,
+    /// First block of a chained exception ("direct cause" / "during handling"), if chained.
+    #[serde(default)]
+    pub root_cause: Option<Raised>,
+    /// Leaf exceptions of an exception group, outermost first.
+    #[serde(default)]
+    pub group_leaves: Vec<Raised>,
+    /// `MemoryError`, CUDA OOM or a Rust allocation failure: memory, but not an OOM kill.
+    pub memory_related: bool,
+}
+
+impl ErrorReport {
+    /// The exception people should fix: a group's first leaf, else the exception itself.
+    pub fn primary(&self) -> &Raised {
+        self.group_leaves.first().unwrap_or(&self.exception)
+    }
+}
+
+/// The classifier's answer for one worker (or one server log).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    /// Top-level outcome.
+    pub class: Class,
+    /// Finer label; `None` only for `success`.
+    #[serde(default)]
+    pub subtype: Option<Subtype>,
+    /// How sure the classifier is.
+    pub confidence: Confidence,
+    /// Human-readable lines quoting the log lines and numbers used.
+    #[serde(default)]
+    pub evidence: Vec<String>,
+    /// Concrete next steps, most useful first.
+    #[serde(default)]
+    pub advice: Vec<String>,
+    /// Outputs were verified complete (policy may keep them even after an OOM).
+    #[serde(default)]
+    pub outputs_complete: bool,
+    /// The wait status; `None` for server logs.
+    #[serde(default)]
+    pub exit: Option<Exit>,
+    /// Parsed traceback or panic, when one was found.
+    #[serde(default)]
+    pub error: Option<ErrorReport>,
+    /// Distinctive line for aborts, crashes and server errors (`Fatal Python error: ...`).
+    #[serde(default)]
+    pub signature: Option<String>,
+    /// Memory limit that was hit (OOM verdicts), bytes.
+    #[serde(default)]
+    pub limit_bytes: Option<u64>,
+    /// Peak memory observed (OOM verdicts), bytes.
+    #[serde(default)]
+    pub peak_bytes: Option<u64>,
+}
+
+impl Verdict {
+    /// An empty verdict of a class; rules fill in the rest.
+    pub fn new(class: Class, subtype: Option<Subtype>, confidence: Confidence) -> Self {
+        Verdict {
+            class,
+            subtype,
+            confidence,
+            evidence: Vec::new(),
+            advice: Vec::new(),
+            outputs_complete: false,
+            exit: None,
+            error: None,
+            signature: None,
+            limit_bytes: None,
+            peak_bytes: None,
+        }
+    }
+
+    /// One line (≤ 60 chars) for `gen status`, e.g. `oom (kernel memcg): killed at 96 MiB limit`.
+    pub fn headline(&self) -> String {
+        let line = match (self.class, self.subtype) {
+            (Class::Success, _) => "success".to_string(),
+            (Class::Oom, Some(subtype)) if is_server(subtype) => {
+                format!(
+                    "oom ({}): {}",
+                    subtype_label(subtype),
+                    self.signature_or("GPU memory")
+                )
+            }
+            (Class::Oom, subtype) => {
+                let label = subtype.map(subtype_label).unwrap_or("unknown");
+                match (self.limit_bytes, self.peak_bytes) {
+                    (Some(limit), _) => {
+                        format!("oom ({label}): killed at {} limit", human_bytes(limit))
+                    }
+                    (None, Some(peak)) => format!("oom ({label}): killed at {}", human_bytes(peak)),
+                    (None, None) => format!("oom ({label})"),
+                }
+            }
+            (Class::Traceback, _) => match &self.error {
+                Some(error) => format!("traceback: {}", error.primary()),
+                None => format!("error: {}", self.signature_or("non-zero exit")),
+            },
+            (Class::CleanupAfterCompletion, _) => "cleanup crash after complete output".to_string(),
+            (Class::Other, Some(Subtype::Timeout)) => "timeout: killed by gen".to_string(),
+            (Class::Other, Some(Subtype::Cancelled)) => "cancelled by gen".to_string(),
+            (Class::Other, Some(subtype)) => match (&self.signature, self.exit) {
+                (Some(signature), _) => format!("{}: {signature}", subtype_label(subtype)),
+                (None, Some(exit)) => format!("{}: {exit}", subtype_label(subtype)),
+                (None, None) => subtype_label(subtype).to_string(),
+            },
+            (Class::Other, None) => "failed".to_string(),
+        };
+        truncate(&line, 60)
+    }
+
+    /// A short next step, e.g. `raise memory_limit to 192M`.
+    pub fn next_action(&self) -> String {
+        match (self.class, self.subtype) {
+            (Class::Success, _) => "none".to_string(),
+            (Class::CleanupAfterCompletion, _) => "none: output kept".to_string(),
+            (Class::Oom, Some(Subtype::KernelGlobal)) => {
+                "free host memory or run fewer workers at once".to_string()
+            }
+            (Class::Oom, Some(Subtype::CudaGraphCapture)) => {
+                "lower --mem-fraction-static (e.g. 0.85)".to_string()
+            }
+            (Class::Oom, Some(Subtype::KvCache)) => {
+                "lower --max-model-len or raise --gpu-memory-utilization".to_string()
+            }
+            (Class::Oom, Some(Subtype::GpuMemoryInUse)) => {
+                "free the GPU or lower --gpu-memory-utilization".to_string()
+            }
+            (Class::Oom, Some(Subtype::GpuAllocation)) => "lower -c, -ngl or slots".to_string(),
+            (Class::Oom, _) => match self.limit_bytes.or(self.peak_bytes) {
+                Some(bytes) => format!(
+                    "raise memory_limit to {}",
+                    limit_setting(bytes.saturating_mul(2))
+                ),
+                None => "raise memory_limit, then rerun with --only-failed".to_string(),
+            },
+            (Class::Traceback, _) if self.error.as_ref().is_some_and(|e| e.memory_related) => {
+                "reduce memory use, then rerun with --only-failed".to_string()
+            }
+            (Class::Traceback, _) => "fix the error, then rerun with --only-failed".to_string(),
+            (Class::Other, Some(Subtype::Timeout)) => {
+                "find the hang or raise the timeout; rerun --only-failed".to_string()
+            }
+            (Class::Other, Some(Subtype::Cancelled)) => "rerun with --only-failed".to_string(),
+            (Class::Other, Some(Subtype::ExternalKill)) => {
+                "find who killed it, then rerun with --only-failed".to_string()
+            }
+            (Class::Other, Some(Subtype::PortInUse)) => "pick a free port".to_string(),
+            (Class::Other, Some(Subtype::ModelLoad)) => "check the model path and file".to_string(),
+            (Class::Other, _) => "rerun with --only-failed; report if it repeats".to_string(),
+        }
+    }
+
+    fn signature_or<'a>(&'a self, fallback: &'a str) -> &'a str {
+        self.signature.as_deref().unwrap_or(fallback)
+    }
+}
+
+fn is_server(subtype: Subtype) -> bool {
+    matches!(
+        subtype,
+        Subtype::CudaGraphCapture
+            | Subtype::KvCache
+            | Subtype::GpuMemoryInUse
+            | Subtype::GpuAllocation
+    )
+}
+
+/// Words for a subtype in headlines (`kernel memcg`).
+pub fn subtype_label(subtype: Subtype) -> &'static str {
+    match subtype {
+        Subtype::KernelMemcg => "kernel memcg",
+        Subtype::KernelGlobal => "kernel global",
+        Subtype::CgroupCounter => "cgroup counter",
+        Subtype::SuspectedFromRss => "suspected",
+        Subtype::UserspaceKiller => "userspace killer",
+        Subtype::Python => "python",
+        Subtype::Rust => "rust",
+        Subtype::LastLine => "last line",
+        Subtype::Signal => "signal",
+        Subtype::Abort => "abort",
+        Subtype::Segfault => "segfault",
+        Subtype::Timeout => "timeout",
+        Subtype::Cancelled => "cancelled",
+        Subtype::ExternalKill => "external kill",
+        Subtype::ExitCode => "exit code",
+        Subtype::CudaGraphCapture => "cuda graph capture",
+        Subtype::KvCache => "kv cache",
+        Subtype::GpuMemoryInUse => "gpu in use",
+        Subtype::GpuAllocation => "allocation",
+        Subtype::ModelLoad => "model load",
+        Subtype::PortInUse => "port in use",
+    }
+}
