@@ -2,20 +2,26 @@
 //! [`Prompt`].
 //!
 //! - [`spec`]: the raw `[[source]]` table of `datasets.toml` and its checks.
-//! - [`read`]: streaming row readers; a malformed row is a counted [`read::RowError`], never a
-//!   crash.
+//! - [`hub`]: Hub dataset files, listed, selected by glob and cached as `huggingface_hub` does.
+//! - [`read`]: streaming row readers (JSONL, JSON arrays, Parquet; `.zst`/`.gz`); a malformed row
+//!   is a counted [`read::RowError`], never a crash.
 //! - [`normalize`]: one dataset row → OpenAI-style messages, with a reason when a row is dropped.
 //! - [`prepare`]: the whole preparation of one source, writing prompts to a sink and returning a
 //!   [`Manifest`] of what was read, kept and dropped.
+//! - [`env`]: the environment variables read (only by [`hub::HubSettings::from_env`]).
 //!
-//! This crate is synchronous and knows nothing of processes, servers or run directories.
+//! This crate is synchronous (a Hub download runs on a private current-thread runtime) and knows
+//! nothing of processes, servers or run directories.
 
+pub mod env;
+pub mod hub;
 pub mod normalize;
 pub mod prepare;
 pub mod prompt;
 pub mod read;
 pub mod spec;
 
-pub use prepare::{Manifest, SourceError, prepare};
+pub use hub::{HubError, HubSettings};
+pub use prepare::{Manifest, PrepareOptions, SourceError, prepare, prepare_with};
 pub use prompt::{Message, Prompt, Role};
 pub use spec::SourceSpec;

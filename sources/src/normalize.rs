@@ -1,19 +1,32 @@
 //! One dataset row → OpenAI-style messages.
 //!
-//! Rules (field-notes §1.2): roles are mapped ([`Role::parse`]); leading assistant turns are
-//! dropped; empty turns are skipped; a system turn is kept only before the first user turn and
-//! only if the policy says so; `first` keeps the first user turn, `all` keeps every user turn
-//! (dataset answers are dropped: the model writes its own).
+//! Rules (field-notes §1.2): row filters first (`include`, `exclude`, `languages`); roles are
+//! mapped ([`Role::parse`]); leading assistant turns are dropped; empty turns are skipped; a
+//! system turn is kept only before the first user turn and only if the policy says so; `first`
+//! keeps the first user turn, `all` every user turn (dataset answers are dropped: the model
+//! writes its own), `history` every turn up to the last user turn. A plain prompt may be
+//! unwrapped (`strip-tags`) and wrapped in a `prompt-template`, but only when it is non-empty.
+
+mod filters;
+#[cfg(test)]
+mod tests;
+mod turns;
+
+use std::collections::BTreeSet;
 
 use serde_json::{Map, Value};
 
 use crate::prompt::{Message, Role};
 use crate::spec::{SourceSpec, SystemPolicy, TurnMode};
+use filters::RowFilter;
+use turns::{parse_turns, strip_wrappers, text_of};
 
 const PROMPT_FIELDS: [&str; 4] = ["prompt", "instruction", "question", "problem"];
 const MESSAGES_FIELDS: [&str; 3] = ["messages", "conversations", "conversation"];
 const ROLE_KEYS: [&str; 2] = ["role", "from"];
 const CONTENT_KEYS: [&str; 2] = ["content", "value"];
+/// Alpaca-style rows: the instruction's optional `input` belongs to the prompt.
+const ALPACA_INPUT: &str = "input";
 
 /// Why a readable row yields no prompt. Counted per reason in the manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,6 +41,18 @@ pub enum DropReason {
     NoUserTurn,
     TooShort,
     TooLong,
+    /// A field holds a value listed in `exclude` (Magpie's poor quality, OpenCodeReasoning's `-`).
+    Excluded {
+        field: String,
+        value: String,
+    },
+    /// A field lacks every value listed in `include`.
+    NotIncluded {
+        field: String,
+        value: Option<String>,
+    },
+    /// The row's language is not in `languages`.
+    Language(Option<String>),
 }
 
 impl DropReason {
@@ -39,6 +64,20 @@ impl DropReason {
             DropReason::NoUserTurn => "no_user_turn",
             DropReason::TooShort => "too_short",
             DropReason::TooLong => "too_long",
+            DropReason::Excluded { .. } => "excluded",
+            DropReason::NotIncluded { .. } => "not_included",
+            DropReason::Language(_) => "language",
+        }
+    }
+
+    /// The manifest's counter key: [`DropReason::reason`], plus the field for value filters
+    /// (`excluded:input_quality`), so each rule is counted on its own.
+    pub fn key(&self) -> String {
+        match self {
+            DropReason::Excluded { field, .. } | DropReason::NotIncluded { field, .. } => {
+                format!("{}:{field}", self.reason())
+            }
+            _ => self.reason().to_owned(),
         }
     }
 
@@ -50,6 +89,17 @@ impl DropReason {
             DropReason::NoUserTurn => "no non-empty user turn".to_owned(),
             DropReason::TooShort => "prompt shorter than `min-chars`".to_owned(),
             DropReason::TooLong => "prompt longer than `max-chars`".to_owned(),
+            DropReason::Excluded { field, value } => {
+                format!("`{field}` is `{value}`, listed in `exclude`")
+            }
+            DropReason::NotIncluded { field, value } => match value {
+                Some(value) => format!("`{field}` is `{value}`, not listed in `include`"),
+                None => format!("`{field}` is missing, `include` needs it"),
+            },
+            DropReason::Language(Some(language)) => {
+                format!("language `{language}` is not in `languages`")
+            }
+            DropReason::Language(None) => "no language field, `languages` needs it".to_owned(),
         }
     }
 }
@@ -59,9 +109,16 @@ impl DropReason {
 pub struct Normalizer {
     prompt_field: Option<String>,
     messages_field: Option<String>,
+    role_keys: Vec<String>,
+    content_keys: Vec<String>,
     turns: TurnMode,
+    max_turns: usize,
     system: SystemPolicy,
     system_text: Option<String>,
+    template: Option<String>,
+    strip_tags: Vec<String>,
+    filter: RowFilter,
+    id_field: Option<String>,
     min_chars: usize,
     max_chars: usize,
 }
@@ -69,25 +126,56 @@ pub struct Normalizer {
 impl Normalizer {
     pub fn new(spec: &SourceSpec) -> Normalizer {
         let bound = |v: &Option<toml::Spanned<i64>>, default: usize| {
-            v.as_ref()
-                .map_or(default, |v| usize::try_from(*v.get_ref()).unwrap_or(default))
+            v.as_ref().map_or(default, |v| {
+                usize::try_from(*v.get_ref()).unwrap_or(default)
+            })
+        };
+        let keys = |key: &Option<String>, defaults: [&str; 2]| match key {
+            Some(key) => vec![key.clone()],
+            None => defaults.iter().map(|k| (*k).to_owned()).collect(),
         };
         Normalizer {
             prompt_field: spec.prompt_field.clone(),
             messages_field: spec.messages_field.clone(),
+            role_keys: keys(&spec.role_key, ROLE_KEYS),
+            content_keys: keys(&spec.content_key, CONTENT_KEYS),
             turns: spec.turns,
+            max_turns: bound(&spec.max_turns, usize::MAX).max(1),
             system: spec.system_prompt,
             system_text: spec
                 .system_prompt_text
                 .as_ref()
                 .map(|t| t.get_ref().clone()),
+            template: spec.prompt_template.as_ref().map(|t| t.get_ref().clone()),
+            strip_tags: spec.strip_tags.clone().unwrap_or_default(),
+            filter: RowFilter::new(spec),
+            id_field: spec.id_field.clone(),
             min_chars: bound(&spec.min_chars, 1),
             max_chars: bound(&spec.max_chars, usize::MAX),
         }
     }
 
+    /// The top-level fields normalization may read; readers that can skip columns (Parquet)
+    /// decode only these.
+    pub fn columns(&self) -> BTreeSet<String> {
+        let mut columns: BTreeSet<String> = self.filter.fields().cloned().collect();
+        columns.extend(self.id_field.iter().cloned());
+        match (&self.messages_field, &self.prompt_field) {
+            (Some(field), _) | (None, Some(field)) => {
+                columns.insert(field.clone());
+            }
+            (None, None) => {
+                let defaults = MESSAGES_FIELDS.iter().chain(&PROMPT_FIELDS);
+                columns.extend(defaults.map(|f| (*f).to_owned()));
+                columns.insert(ALPACA_INPUT.to_owned());
+            }
+        }
+        columns
+    }
+
     /// Normalizes one row object.
     pub fn normalize(&self, row: &Map<String, Value>) -> Result<Vec<Message>, DropReason> {
+        self.filter.check(row)?;
         let turns = self.turns_of(row)?;
         let messages = self.select(turns)?;
         let chars: usize = messages
@@ -106,39 +194,41 @@ impl Normalizer {
 
     /// The row's turns, before any policy.
     fn turns_of(&self, row: &Map<String, Value>) -> Result<Vec<Message>, DropReason> {
+        let turns = |field: &str, value: &Value| {
+            parse_turns(field, value, &self.role_keys, &self.content_keys)
+        };
         if let Some(field) = &self.messages_field {
             let value = row
                 .get(field)
                 .ok_or_else(|| DropReason::MissingField(field.clone()))?;
-            return parse_turns(field, value);
+            return turns(field, value);
         }
         if let Some(field) = &self.prompt_field {
             let value = row
                 .get(field)
                 .ok_or_else(|| DropReason::MissingField(field.clone()))?;
-            return Ok(vec![Message::new(Role::User, text_of(field, value)?)]);
+            return self.plain(text_of(field, value)?);
         }
         if let Some((field, value)) = MESSAGES_FIELDS
             .iter()
             .find_map(|f| row.get(*f).map(|v| (*f, v)))
         {
-            return parse_turns(field, value);
+            return turns(field, value);
         }
         if let Some((field, value)) = PROMPT_FIELDS
             .iter()
             .find_map(|f| row.get(*f).map(|v| (*f, v)))
         {
             let mut text = text_of(field, value)?;
-            // Alpaca-style rows: the instruction's optional `input` belongs to the prompt.
             if field == "instruction"
-                && let Some(input) = row.get("input")
+                && let Some(input) = row.get(ALPACA_INPUT)
             {
-                let input = text_of("input", input)?;
+                let input = text_of(ALPACA_INPUT, input)?;
                 if !input.trim().is_empty() {
                     text = format!("{text}\n\n{input}");
                 }
             }
-            return Ok(vec![Message::new(Role::User, text)]);
+            return self.plain(text);
         }
         Err(DropReason::MissingField(format!(
             "one of {}",
@@ -151,23 +241,58 @@ impl Normalizer {
         )))
     }
 
-    /// Applies the system, leading-assistant, empty-turn and turn-mode rules.
+    /// A plain prompt as one user turn: unwrapped, then templated when it has any text.
+    fn plain(&self, text: String) -> Result<Vec<Message>, DropReason> {
+        let text = if self.strip_tags.is_empty() {
+            text
+        } else {
+            strip_wrappers(&text, &self.strip_tags)
+        };
+        if text.trim().is_empty() {
+            return Err(DropReason::NoUserTurn);
+        }
+        let text = match &self.template {
+            Some(template) => template.replace("{prompt}", text.trim()),
+            None => text,
+        };
+        Ok(vec![Message::new(Role::User, text)])
+    }
+
+    /// Applies the system, leading-assistant, empty-turn, turn-mode and `max-turns` rules.
     fn select(&self, turns: Vec<Message>) -> Result<Vec<Message>, DropReason> {
         let mut system = None;
-        let mut users = Vec::new();
+        let mut kept: Vec<Message> = Vec::new();
+        let mut users = 0usize;
         for turn in turns {
             if turn.content.trim().is_empty() {
                 continue;
             }
             match turn.role {
                 // A system turn counts only before the first user turn.
-                Role::System if users.is_empty() && system.is_none() => system = Some(turn),
-                Role::System | Role::Assistant => {}
-                Role::User => users.push(turn),
+                Role::System if users == 0 && system.is_none() => system = Some(turn),
+                Role::System => {}
+                // Leading assistant turns (ShareGPT's `_N` chunks) have nothing to answer.
+                Role::Assistant if users == 0 => {}
+                Role::Assistant => {
+                    if self.turns == TurnMode::History {
+                        kept.push(turn);
+                    }
+                }
+                Role::User => {
+                    if users == self.max_turns || (self.turns == TurnMode::First && users == 1) {
+                        break;
+                    }
+                    users += 1;
+                    kept.push(turn);
+                }
             }
         }
-        if users.is_empty() {
+        if users == 0 {
             return Err(DropReason::NoUserTurn);
+        }
+        // A prompt ends on a user turn: the model writes what follows.
+        while kept.last().is_some_and(|m| m.role != Role::User) {
+            kept.pop();
         }
         let system = match self.system {
             SystemPolicy::Keep => system,
@@ -178,152 +303,6 @@ impl Normalizer {
                 .filter(|t| !t.trim().is_empty())
                 .map(|t| Message::new(Role::System, t)),
         };
-        if self.turns == TurnMode::First {
-            users.truncate(1);
-        }
-        Ok(system.into_iter().chain(users).collect())
-    }
-}
-
-fn parse_turns(field: &str, value: &Value) -> Result<Vec<Message>, DropReason> {
-    let list = value
-        .as_array()
-        .ok_or_else(|| DropReason::WrongType(field.to_owned()))?;
-    let mut turns = Vec::with_capacity(list.len());
-    for turn in list {
-        let turn = turn
-            .as_object()
-            .ok_or_else(|| DropReason::WrongType(field.to_owned()))?;
-        let role = ROLE_KEYS
-            .iter()
-            .find_map(|k| turn.get(*k))
-            .ok_or_else(|| DropReason::MissingField(format!("{field}[].role")))?;
-        let role = role
-            .as_str()
-            .ok_or_else(|| DropReason::WrongType(format!("{field}[].role")))?;
-        let role = Role::parse(role).ok_or_else(|| DropReason::UnknownRole(role.to_owned()))?;
-        let content = match CONTENT_KEYS.iter().find_map(|k| turn.get(*k)) {
-            Some(content) => text_of(&format!("{field}[].content"), content)?,
-            None => String::new(),
-        };
-        turns.push(Message::new(role, content));
-    }
-    Ok(turns)
-}
-
-/// A string field, or OpenAI content parts (`[{"type":"text","text":…}]`) joined; `null` is
-/// empty.
-fn text_of(field: &str, value: &Value) -> Result<String, DropReason> {
-    match value {
-        Value::String(s) => Ok(s.clone()),
-        Value::Null => Ok(String::new()),
-        Value::Array(parts) => {
-            let mut text = String::new();
-            for part in parts {
-                match part.get("text").and_then(Value::as_str) {
-                    Some(t) => text.push_str(t),
-                    None => return Err(DropReason::WrongType(field.to_owned())),
-                }
-            }
-            Ok(text)
-        }
-        _ => Err(DropReason::WrongType(field.to_owned())),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn spec(extra: &str) -> SourceSpec {
-        toml::from_str(&format!("name = \"t\"\npath = \"x.jsonl\"\n{extra}")).expect("spec")
-    }
-
-    fn run(extra: &str, row: Value) -> Result<Vec<(Role, String)>, &'static str> {
-        let normalizer = Normalizer::new(&spec(extra));
-        let row = row.as_object().expect("object").clone();
-        normalizer
-            .normalize(&row)
-            .map(|m| m.into_iter().map(|m| (m.role, m.content)).collect())
-            .map_err(|e| e.reason())
-    }
-
-    fn u(s: &str) -> (Role, String) {
-        (Role::User, s.to_owned())
-    }
-
-    fn s(s: &str) -> (Role, String) {
-        (Role::System, s.to_owned())
-    }
-
-    #[test]
-    fn table() {
-        let sharegpt = json!({"conversations": [
-            {"from": "gpt", "value": "leading answer"},
-            {"from": "human", "value": "  "},
-            {"from": "human", "value": "q1"},
-            {"from": "gpt", "value": "a1"},
-            {"from": "human", "value": "q2"}]});
-        let with_system = json!({"messages": [
-            {"role": "system", "content": "detailed thinking on"},
-            {"role": "user", "content": "q"}]});
-        let cases: Vec<(&str, &str, Value, Result<Vec<(Role, String)>, &str>)> = vec![
-            ("plain prompt", "", json!({"prompt": "hi"}), Ok(vec![u("hi")])),
-            (
-                "instruction + input",
-                "",
-                json!({"instruction": "sum", "input": "1 2"}),
-                Ok(vec![u("sum\n\n1 2")]),
-            ),
-            ("empty input ignored", "", json!({"instruction": "x", "input": ""}), Ok(vec![u("x")])),
-            ("sharegpt first turn", "", sharegpt.clone(), Ok(vec![u("q1")])),
-            ("sharegpt all turns", "turns = \"all\"", sharegpt, Ok(vec![u("q1"), u("q2")])),
-            ("system kept", "", with_system.clone(), Ok(vec![s("detailed thinking on"), u("q")])),
-            ("system dropped", "system-prompt = \"drop\"", with_system.clone(), Ok(vec![u("q")])),
-            (
-                "system replaced",
-                "system-prompt = \"replace\"\nsystem-prompt-text = \"be brief\"",
-                with_system,
-                Ok(vec![s("be brief"), u("q")]),
-            ),
-            (
-                "late system turn ignored",
-                "",
-                json!({"messages": [{"role": "user", "content": "q"}, {"role": "system", "content": "x"}]}),
-                Ok(vec![u("q")]),
-            ),
-            (
-                "content parts",
-                "",
-                json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}),
-                Ok(vec![u("ab")]),
-            ),
-            ("empty conversation", "", json!({"conversations": []}), Err("no_user_turn")),
-            (
-                "only assistant",
-                "",
-                json!({"messages": [{"role": "assistant", "content": "a"}]}),
-                Err("no_user_turn"),
-            ),
-            ("empty prompt", "", json!({"prompt": ""}), Err("no_user_turn")),
-            ("null prompt", "", json!({"prompt": null}), Err("no_user_turn")),
-            ("numeric prompt", "", json!({"prompt": 5}), Err("wrong_type")),
-            ("messages not a list", "", json!({"messages": "x"}), Err("wrong_type")),
-            (
-                "unknown role",
-                "",
-                json!({"messages": [{"role": "wizard", "content": "x"}]}),
-                Err("unknown_role"),
-            ),
-            ("no known field", "", json!({"text": "x"}), Err("missing_field")),
-            ("mapped field", "prompt-field = \"text\"", json!({"text": "x"}), Ok(vec![u("x")])),
-            ("mapped field missing", "prompt-field = \"text\"", json!({"prompt": "x"}), Err("missing_field")),
-            ("too short", "min-chars = 3", json!({"prompt": "ab"}), Err("too_short")),
-            ("too long", "max-chars = 3", json!({"prompt": "abcd"}), Err("too_long")),
-        ];
-        for (name, extra, row, expected) in cases {
-            assert_eq!(run(extra, row), expected, "case `{name}`");
-        }
+        Ok(system.into_iter().chain(kept).collect())
     }
 }

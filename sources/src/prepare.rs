@@ -1,93 +1,65 @@
-//! The preparation of one source: files → rows → normalized, deduplicated, sampled prompts.
+//! The preparation of one source: files (local or from the Hub) → rows → normalized,
+//! deduplicated, sampled prompts, and a [`Manifest`] of all of it.
 //!
-//! Sampling is bottom-k on a seeded hash of each prompt's id: deterministic, independent of
-//! file order, and bounded to `limit` prompts in memory however large the source is.
+//! Memory is bounded by the readers (one row or one Parquet batch), the sample (`limit`
+//! prompts) and one 8-byte hash per distinct prompt for deduplication.
 
-use std::collections::{BTreeMap, BinaryHeap, HashSet};
-use std::io;
+mod error;
+mod manifest;
+mod sample;
+
+use std::collections::{BTreeMap, HashSet};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-use xxhash_rust::xxh3::xxh3_64_with_seed;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
 
+pub use error::SourceError;
+pub use manifest::{MAX_EXAMPLES, Manifest, RowExample};
+
+use crate::hub::{self, HubSettings};
 use crate::normalize::Normalizer;
 use crate::prompt::{Prompt, content_hash, prompt_id};
-use crate::read::JsonlRows;
-use crate::spec::{Format, SourceSpec};
+use crate::read::{Row, for_each_row, format_of};
+use crate::spec::SourceSpec;
+use manifest::etag_checksum;
+use sample::Sample;
 
-/// How many malformed or dropped rows are quoted in the manifest.
-const MAX_EXAMPLES: usize = 5;
-
-/// A failure that stops a source's preparation (a bad row never does).
-#[derive(Debug, thiserror::Error)]
-pub enum SourceError {
-    #[error("source `{source_name}`: `{pattern}` matches no file")]
-    NoFiles {
-        source_name: String,
-        pattern: String,
-    },
-    #[error("source `{source_name}`: invalid glob `{pattern}`: {message}")]
-    BadPattern {
-        source_name: String,
-        pattern: String,
-        message: String,
-    },
-    #[error("failed to read `{}`", path.display())]
-    Read {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    #[error("source `{source_name}`: format `{format:?}` of `{}` is not supported yet", path.display())]
-    Unsupported {
-        source_name: String,
-        path: PathBuf,
-        format: Format,
-    },
-    #[error("failed to write prompts")]
-    Sink(#[source] io::Error),
+/// Everything `prepare` needs beyond the spec: how to reach the Hub, and the prompts earlier
+/// sources already kept (cross-source deduplication: the earlier source wins).
+#[derive(Debug)]
+pub struct PrepareOptions<'a> {
+    pub hub: HubSettings,
+    /// Content hashes ([`content_hash`]) kept by earlier sources; this source skips them and
+    /// adds the ones it keeps. `None`: no cross-source deduplication.
+    pub seen_across: Option<&'a mut HashSet<u64>>,
 }
 
-/// A row that was skipped, quoted so the user can find it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RowExample {
-    pub file: PathBuf,
-    pub row: u64,
-    pub reason: String,
-}
-
-/// What preparation read, kept and dropped. Written next to the prompts file.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Manifest {
-    pub source: String,
-    pub files: Vec<PathBuf>,
-    pub rows_read: u64,
-    /// Prompts written to the prompts file.
-    pub kept: u64,
-    /// Rows dropped, per reason (`bad_json`, `no_user_turn`, …).
-    pub dropped: BTreeMap<String, u64>,
-    pub duplicates_within: u64,
-    /// Valid prompts left out by the sample (`limit`).
-    pub sampled_out: u64,
-    pub examples: Vec<RowExample>,
-}
-
-impl Manifest {
-    fn drop_row(&mut self, file: &Path, row: u64, reason: &'static str, detail: String) {
-        *self.dropped.entry(reason.to_owned()).or_default() += 1;
-        if self.examples.len() < MAX_EXAMPLES {
-            self.examples.push(RowExample {
-                file: file.to_path_buf(),
-                row,
-                reason: detail,
-            });
+impl PrepareOptions<'_> {
+    /// Hub settings from the environment, no cross-source deduplication.
+    pub fn from_env() -> PrepareOptions<'static> {
+        PrepareOptions {
+            hub: HubSettings::from_env(),
+            seen_across: None,
         }
     }
 }
 
-/// The files a source reads, in a stable order.
+/// A file to read: where it is, how the manifest names it, and its checksum when known.
+struct Input {
+    local: PathBuf,
+    name: PathBuf,
+    checksum: Option<String>,
+}
+
+/// The files a local source reads, in a stable order.
 pub fn resolve_files(spec: &SourceSpec, base_dir: &Path) -> Result<Vec<PathBuf>, SourceError> {
-    let pattern = spec.path.as_ref().map(|p| p.get_ref().as_str()).unwrap_or("");
+    let pattern = spec
+        .path
+        .as_ref()
+        .map(|p| p.get_ref().as_str())
+        .unwrap_or("");
     let full = base_dir.join(pattern);
     let full = full.to_string_lossy();
     let bad = |message: String| SourceError::BadPattern {
@@ -109,146 +81,215 @@ pub fn resolve_files(spec: &SourceSpec, base_dir: &Path) -> Result<Vec<PathBuf>,
     Ok(files)
 }
 
-fn format_of(spec: &SourceSpec, path: &Path) -> Format {
-    if let Some(format) = spec.format {
-        return format;
+fn sha256_of(path: &Path) -> io::Result<String> {
+    let mut file = fs_err::File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buffer)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
     }
-    let name = path.to_string_lossy();
-    let name = name
-        .strip_suffix(".zst")
-        .or_else(|| name.strip_suffix(".gz"))
-        .unwrap_or(&name);
-    if name.ends_with(".parquet") {
-        Format::Parquet
-    } else if name.ends_with(".json") {
-        Format::Json
-    } else {
-        Format::Jsonl
-    }
+    let digest = hasher.finalize();
+    Ok(digest.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// A kept candidate in the bottom-k sample, ordered by its sampling key.
-#[derive(PartialEq, Eq, PartialOrd, Ord)]
-struct Candidate {
-    key: u64,
-    order: u64,
-    prompt: PromptOrd,
+/// The inputs of a source, fetching Hub files first; fills the manifest's provenance.
+fn inputs(
+    spec: &SourceSpec,
+    base_dir: &Path,
+    hub_settings: &HubSettings,
+    manifest: &mut Manifest,
+) -> Result<Vec<Input>, SourceError> {
+    if let Some(repo) = &spec.repo {
+        let download = hub::fetch(
+            repo.get_ref(),
+            spec.revision(),
+            &spec.file_patterns(),
+            hub_settings,
+        )
+        .map_err(|source| SourceError::Hub {
+            source_name: spec.name().to_owned(),
+            source,
+        })?;
+        manifest.repo = Some(download.repo);
+        manifest.revision = Some(download.revision);
+        manifest.commit = Some(download.commit);
+        return Ok(download
+            .files
+            .into_iter()
+            .map(|file| Input {
+                checksum: file.etag.as_deref().map(etag_checksum),
+                name: PathBuf::from(file.path),
+                local: file.local,
+            })
+            .collect());
+    }
+    if spec.path.is_none() {
+        return Err(SourceError::NoInput {
+            source_name: spec.name().to_owned(),
+        });
+    }
+    resolve_files(spec, base_dir)?
+        .into_iter()
+        .map(|local| {
+            let checksum = sha256_of(&local).map_err(|source| SourceError::Read {
+                path: local.clone(),
+                source,
+            })?;
+            Ok(Input {
+                checksum: Some(format!("sha256:{checksum}")),
+                name: local.clone(),
+                local,
+            })
+        })
+        .collect()
 }
 
-/// `Prompt` does not need an order of its own; candidates are ordered by key and arrival.
-struct PromptOrd(Prompt);
-
-impl PartialEq for PromptOrd {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-impl Eq for PromptOrd {}
-impl PartialOrd for PromptOrd {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-impl Ord for PromptOrd {
-    fn cmp(&self, _: &Self) -> std::cmp::Ordering {
-        std::cmp::Ordering::Equal
-    }
-}
-
-/// Prepares one source: every kept prompt is passed to `sink` in input order.
+/// Prepares one source with settings from the environment: every kept prompt is passed to
+/// `sink` in input order.
 pub fn prepare(
     spec: &SourceSpec,
     base_dir: &Path,
     sink: &mut dyn FnMut(&Prompt) -> io::Result<()>,
 ) -> Result<Manifest, SourceError> {
-    let files = resolve_files(spec, base_dir)?;
-    let normalizer = Normalizer::new(spec);
-    let limit = usize::try_from(spec.limit()).unwrap_or(usize::MAX);
-    let mut manifest = Manifest {
-        source: spec.name().to_owned(),
-        files: files.clone(),
-        ..Manifest::default()
-    };
-    let mut seen: HashSet<u64> = HashSet::new();
-    let mut occurrences: BTreeMap<u64, u32> = BTreeMap::new();
-    let mut sample: BinaryHeap<Candidate> = BinaryHeap::new();
-    let mut order = 0u64;
-    for file in &files {
-        let format = format_of(spec, file);
-        if format != Format::Jsonl {
-            return Err(SourceError::Unsupported {
-                source_name: spec.name().to_owned(),
-                path: file.clone(),
-                format,
-            });
-        }
-        let read_err = |source| SourceError::Read {
-            path: file.clone(),
-            source,
-        };
-        for row in JsonlRows::open(file).map_err(read_err)? {
-            let (row, parsed) = row.map_err(read_err)?;
-            manifest.rows_read += 1;
-            let object = match parsed {
-                Ok(serde_json::Value::Object(object)) => object,
-                Ok(_) => unreachable!("the reader only yields objects"),
-                Err(e) => {
-                    manifest.drop_row(file, row, e.reason(), e.to_string());
-                    continue;
-                }
-            };
-            let messages = match normalizer.normalize(&object) {
-                Ok(messages) => messages,
-                Err(reason) => {
-                    manifest.drop_row(file, row, reason.reason(), reason.detail());
-                    continue;
-                }
-            };
-            let hash = content_hash(&messages);
-            let occurrence = if spec.dedup() {
-                if !seen.insert(hash) {
-                    manifest.duplicates_within += 1;
-                    continue;
-                }
-                0
-            } else {
-                let n = occurrences.entry(hash).or_default();
-                *n += 1;
-                *n - 1
-            };
-            let id = prompt_id(spec.name(), hash, occurrence);
-            let source_key = spec
-                .id_field
-                .as_ref()
-                .and_then(|f| object.get(f))
-                .map(|v| match v {
-                    serde_json::Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                });
-            let key = xxh3_64_with_seed(id.as_bytes(), spec.seed());
-            let candidate = Candidate {
-                key,
-                order,
-                prompt: PromptOrd(Prompt {
-                    id,
-                    source: spec.name().to_owned(),
-                    messages,
-                    source_key,
+    prepare_with(spec, base_dir, &mut PrepareOptions::from_env(), sink)
+}
+
+/// The per-row state of one preparation.
+struct Collector<'a> {
+    spec: &'a SourceSpec,
+    normalizer: Normalizer,
+    manifest: Manifest,
+    seen: HashSet<u64>,
+    seen_across: Option<&'a HashSet<u64>>,
+    occurrences: BTreeMap<u64, u32>,
+    sample: Sample,
+}
+
+impl Collector<'_> {
+    fn row(&mut self, file: &Path, (row, parsed): Row) {
+        self.manifest.rows_read += 1;
+        let object = match parsed {
+            Ok(Value::Object(object)) => object,
+            Ok(_) => {
+                self.manifest.drop_row(
+                    file,
                     row,
-                }),
-            };
-            order += 1;
-            sample.push(candidate);
-            if sample.len() > limit {
-                sample.pop();
-                manifest.sampled_out += 1;
+                    "not_an_object",
+                    "row is not a JSON object".to_owned(),
+                );
+                return;
             }
+            Err(e) => {
+                self.manifest.drop_row(file, row, e.reason(), e.to_string());
+                return;
+            }
+        };
+        let messages = match self.normalizer.normalize(&object) {
+            Ok(messages) => messages,
+            Err(reason) => {
+                self.manifest
+                    .drop_row(file, row, &reason.key(), reason.detail());
+                return;
+            }
+        };
+        let hash = content_hash(&messages);
+        if self.seen_across.is_some_and(|seen| seen.contains(&hash)) {
+            self.manifest.duplicates_across += 1;
+            return;
+        }
+        let occurrence = if self.spec.dedup() {
+            if !self.seen.insert(hash) {
+                self.manifest.duplicates_within += 1;
+                return;
+            }
+            0
+        } else {
+            let n = self.occurrences.entry(hash).or_default();
+            *n += 1;
+            *n - 1
+        };
+        let source_key = self
+            .spec
+            .id_field
+            .as_ref()
+            .and_then(|f| object.get(f))
+            .filter(|v| !v.is_null())
+            .map(|v| match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            });
+        let prompt = Prompt {
+            id: prompt_id(self.spec.name(), hash, occurrence),
+            source: self.spec.name().to_owned(),
+            messages,
+            source_key,
+            row,
+        };
+        if self.sample.offer(prompt, hash) {
+            self.manifest.sampled_out += 1;
         }
     }
-    let mut kept: Vec<Candidate> = sample.into_vec();
-    kept.sort_by_key(|c| c.order);
-    for candidate in &kept {
-        sink(&candidate.prompt.0).map_err(SourceError::Sink)?;
+}
+
+/// Prepares one source: every kept prompt is passed to `sink` in input order.
+pub fn prepare_with(
+    spec: &SourceSpec,
+    base_dir: &Path,
+    options: &mut PrepareOptions<'_>,
+    sink: &mut dyn FnMut(&Prompt) -> io::Result<()>,
+) -> Result<Manifest, SourceError> {
+    let mut manifest = Manifest {
+        source: spec.name().to_owned(),
+        ..Manifest::default()
+    };
+    let inputs = inputs(spec, base_dir, &options.hub, &mut manifest)?;
+    for input in &inputs {
+        manifest.files.push(input.name.clone());
+        if let Some(checksum) = &input.checksum {
+            manifest
+                .checksums
+                .insert(input.name.to_string_lossy().into_owned(), checksum.clone());
+        }
+    }
+    let normalizer = Normalizer::new(spec);
+    let columns = normalizer.columns();
+    let mut collector = Collector {
+        spec,
+        normalizer,
+        manifest,
+        seen: HashSet::new(),
+        seen_across: options.seen_across.as_deref(),
+        occurrences: BTreeMap::new(),
+        sample: Sample::new(
+            usize::try_from(spec.limit()).unwrap_or(usize::MAX),
+            spec.seed(),
+        ),
+    };
+    for input in &inputs {
+        let format = format_of(spec.format, &input.local);
+        for_each_row(&input.local, format, Some(&columns), &mut |row| {
+            collector.row(&input.name, row);
+        })
+        .map_err(|source| SourceError::Read {
+            path: input.local.clone(),
+            source,
+        })?;
+    }
+    let Collector {
+        mut manifest,
+        sample,
+        ..
+    } = collector;
+    let kept = sample.into_kept();
+    for (prompt, _) in &kept {
+        sink(prompt).map_err(SourceError::Sink)?;
+    }
+    if let Some(seen) = options.seen_across.as_deref_mut() {
+        seen.extend(kept.iter().map(|(_, hash)| *hash));
     }
     manifest.kept = kept.len() as u64;
     Ok(manifest)
@@ -261,8 +302,8 @@ mod tests {
     fn write_source(rows: &[&str], extra: &str) -> (tempfile::TempDir, SourceSpec) {
         let dir = tempfile::tempdir().expect("tempdir");
         fs_err::write(dir.path().join("data.jsonl"), rows.join("\n")).expect("write");
-        let spec = toml::from_str(&format!("name = \"t\"\npath = \"data.jsonl\"\n{extra}"))
-            .expect("spec");
+        let spec =
+            toml::from_str(&format!("name = \"t\"\npath = \"data.jsonl\"\n{extra}")).expect("spec");
         (dir, spec)
     }
 
@@ -289,7 +330,10 @@ mod tests {
             "",
         );
         let (prompts, manifest) = collect(&spec, dir.path());
-        let texts: Vec<_> = prompts.iter().map(|p| p.messages[0].content.as_str()).collect();
+        let texts: Vec<_> = prompts
+            .iter()
+            .map(|p| p.messages[0].content.as_str())
+            .collect();
         assert_eq!(texts, ["a", "b"]);
         assert_eq!(manifest.rows_read, 5);
         assert_eq!(manifest.kept, 2);
@@ -301,7 +345,10 @@ mod tests {
 
     #[test]
     fn repeats_get_distinct_ids_without_dedup() {
-        let (dir, spec) = write_source(&[r#"{"prompt": "a"}"#, r#"{"prompt": "a"}"#], "dedup = false");
+        let (dir, spec) = write_source(
+            &[r#"{"prompt": "a"}"#, r#"{"prompt": "a"}"#],
+            "dedup = false",
+        );
         let (prompts, _) = collect(&spec, dir.path());
         assert_eq!(prompts.len(), 2);
         assert_eq!(prompts[1].id, format!("{}-1", prompts[0].id));
@@ -309,7 +356,9 @@ mod tests {
 
     #[test]
     fn sample_is_deterministic_bounded_and_seeded() {
-        let rows: Vec<String> = (0..200).map(|i| format!(r#"{{"prompt": "p{i}"}}"#)).collect();
+        let rows: Vec<String> = (0..200)
+            .map(|i| format!(r#"{{"prompt": "p{i}"}}"#))
+            .collect();
         let rows: Vec<&str> = rows.iter().map(String::as_str).collect();
         let (dir, spec) = write_source(&rows, "limit = 10");
         let (first, manifest) = collect(&spec, dir.path());
@@ -317,7 +366,10 @@ mod tests {
         assert_eq!(first.len(), 10);
         assert_eq!(manifest.sampled_out, 190);
         assert_eq!(first, second);
-        assert!(first.windows(2).all(|w| w[0].row < w[1].row), "kept in input order");
+        assert!(
+            first.windows(2).all(|w| w[0].row < w[1].row),
+            "kept in input order"
+        );
         let (dir2, reseeded) = write_source(&rows, "limit = 10\nseed = 7");
         let (third, _) = collect(&reseeded, dir2.path());
         assert_ne!(first, third);
@@ -326,7 +378,8 @@ mod tests {
     #[test]
     fn missing_files_name_the_pattern() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let spec: SourceSpec = toml::from_str("name = \"t\"\npath = \"nope/*.jsonl\"").expect("spec");
+        let spec: SourceSpec =
+            toml::from_str("name = \"t\"\npath = \"nope/*.jsonl\"").expect("spec");
         let err = prepare(&spec, dir.path(), &mut |_| Ok(())).expect_err("no files");
         assert!(err.to_string().contains("nope/*.jsonl"), "{err}");
     }

@@ -4,6 +4,9 @@
 //! reported as `file:line:column`. Parsing (types, unknown keys) is serde's job; [`SourceSpec::check`]
 //! finds everything else, all at once.
 
+mod check;
+
+use std::collections::BTreeMap;
 use std::ops::Range;
 
 use serde::Deserialize;
@@ -13,8 +16,13 @@ use toml::Spanned;
 pub const DEFAULT_LIMIT: u64 = 10_000;
 /// Seed of the deterministic sample unless `seed` says otherwise.
 pub const DEFAULT_SEED: u64 = 0;
+/// Revision of a Hub source unless `revision` says otherwise.
+pub const DEFAULT_REVISION: &str = "main";
 
 /// One `[[source]]` entry.
+///
+/// A source reads either local files (`path`) or a Hugging Face dataset repository (`repo`,
+/// with `revision`, `files` and the `config`/`split` placeholders those patterns may use).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct SourceSpec {
@@ -22,6 +30,16 @@ pub struct SourceSpec {
     pub name: Spanned<String>,
     /// A local file or glob, relative to the config file.
     pub path: Option<Spanned<String>>,
+    /// A Hub dataset repository id (`owner/name`).
+    pub repo: Option<Spanned<String>>,
+    /// Branch, tag or commit of `repo` (default `main`; `refs/convert/parquet` works too).
+    pub revision: Option<Spanned<String>>,
+    /// The dataset config; fills `{config}` in `files`.
+    pub config: Option<String>,
+    /// The dataset split; fills `{split}` in `files`.
+    pub split: Option<String>,
+    /// Glob patterns selecting files of `repo` at `revision` (`*` stays within a folder).
+    pub files: Option<Spanned<Vec<String>>>,
     /// Row format; inferred from the file extension when absent.
     pub format: Option<Format>,
     /// How many prompts to keep (a seeded sample when the source has more).
@@ -31,16 +49,34 @@ pub struct SourceSpec {
     pub prompt_field: Option<String>,
     /// Field holding a list of turns (default: `messages`, `conversations`, `conversation`).
     pub messages_field: Option<String>,
+    /// Key of a turn's role (default: `role`, then `from`).
+    pub role_key: Option<String>,
+    /// Key of a turn's text (default: `content`, then `value`).
+    pub content_key: Option<String>,
     /// Field holding the dataset's own row key, kept for tracing.
     pub id_field: Option<String>,
-    /// Which user turns to keep.
+    /// Which turns to keep.
     #[serde(default)]
     pub turns: TurnMode,
+    /// Keep at most this many user turns (later ones are cut, the row is kept).
+    pub max_turns: Option<Spanned<i64>>,
     /// What to do with a dataset's system prompt.
     #[serde(default)]
     pub system_prompt: SystemPolicy,
     /// Replacement system prompt, with `system-prompt = "replace"`.
     pub system_prompt_text: Option<Spanned<String>>,
+    /// Wraps a plain prompt: `{prompt}` is replaced by the (non-empty) prompt text.
+    pub prompt_template: Option<Spanned<String>>,
+    /// Tags whose `[TAG]`…`[/TAG]` wrapper is stripped from a plain prompt (R2E-Gym's `ISSUE`).
+    pub strip_tags: Option<Vec<String>>,
+    /// Keep only rows whose field has one of the listed values (compared as text).
+    pub include: Option<Spanned<BTreeMap<String, Vec<String>>>>,
+    /// Drop rows whose field has one of the listed values (compared as text).
+    pub exclude: Option<Spanned<BTreeMap<String, Vec<String>>>>,
+    /// Keep only rows whose `language-field` is one of these (case-insensitive).
+    pub languages: Option<Spanned<Vec<String>>>,
+    /// Field holding a row's language (default `language`).
+    pub language_field: Option<String>,
     /// Drop exact duplicates after normalization (default on).
     pub dedup: Option<bool>,
     pub min_chars: Option<Spanned<i64>>,
@@ -56,12 +92,15 @@ pub enum Format {
 }
 
 /// `first`: the first user turn only. `all`: every user turn, for multi-turn regeneration.
+/// `history`: every turn up to the last user turn, the dataset's assistant turns kept as context
+/// (Nemotron's `input`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum TurnMode {
     #[default]
     First,
     All,
+    History,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -102,73 +141,37 @@ impl SourceSpec {
         self.dedup.unwrap_or(true)
     }
 
+    /// The Hub revision to resolve (`main` unless set).
+    pub fn revision(&self) -> &str {
+        self.revision
+            .as_ref()
+            .map_or(DEFAULT_REVISION, |r| r.get_ref().as_str())
+    }
+
+    /// `files` with `{config}` and `{split}` filled in.
+    pub fn file_patterns(&self) -> Vec<String> {
+        let Some(files) = &self.files else {
+            return Vec::new();
+        };
+        files
+            .get_ref()
+            .iter()
+            .map(|pattern| {
+                let mut pattern = pattern.clone();
+                if let Some(config) = &self.config {
+                    pattern = pattern.replace("{config}", config);
+                }
+                if let Some(split) = &self.split {
+                    pattern = pattern.replace("{split}", split);
+                }
+                pattern
+            })
+            .collect()
+    }
+
     /// Every semantic problem of this entry (types and unknown keys were already checked by
     /// serde).
     pub fn check(&self) -> Vec<SpecProblem> {
-        let mut problems = Vec::new();
-        let name = self.name.get_ref();
-        let valid_name = !name.is_empty()
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-        if !valid_name {
-            problems.push(SpecProblem {
-                span: self.name.span(),
-                message: format!(
-                    "source name `{name}` must be non-empty and use only letters, digits, `_` and `-`"
-                ),
-            });
-        }
-        match &self.path {
-            None => problems.push(SpecProblem {
-                span: self.name.span(),
-                message: format!("source `{name}` needs `path` (a local file or glob)"),
-            }),
-            Some(path) if path.get_ref().trim().is_empty() => problems.push(SpecProblem {
-                span: path.span(),
-                message: format!("source `{name}`: `path` is empty"),
-            }),
-            Some(_) => {}
-        }
-        if let Some(limit) = &self.limit
-            && *limit.get_ref() < 1
-        {
-            problems.push(SpecProblem {
-                span: limit.span(),
-                message: format!("source `{name}`: `limit` must be at least 1"),
-            });
-        }
-        for field in [&self.min_chars, &self.max_chars].into_iter().flatten() {
-            if *field.get_ref() < 0 {
-                problems.push(SpecProblem {
-                    span: field.span(),
-                    message: format!("source `{name}`: character bounds must not be negative"),
-                });
-            }
-        }
-        if let (Some(min), Some(max)) = (&self.min_chars, &self.max_chars)
-            && min.get_ref() > max.get_ref()
-        {
-            problems.push(SpecProblem {
-                span: max.span(),
-                message: format!("source `{name}`: `max-chars` is below `min-chars`"),
-            });
-        }
-        match (self.system_prompt, &self.system_prompt_text) {
-            (SystemPolicy::Replace, None) => problems.push(SpecProblem {
-                span: self.name.span(),
-                message: format!(
-                    "source `{name}`: `system-prompt = \"replace\"` needs `system-prompt-text`"
-                ),
-            }),
-            (SystemPolicy::Keep | SystemPolicy::Drop, Some(text)) => problems.push(SpecProblem {
-                span: text.span(),
-                message: format!(
-                    "source `{name}`: `system-prompt-text` is only used with `system-prompt = \"replace\"`"
-                ),
-            }),
-            _ => {}
-        }
-        problems
+        check::check(self)
     }
 }

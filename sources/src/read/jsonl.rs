@@ -1,42 +1,11 @@
-//! Streaming row readers. Files are never loaded whole; each row is parsed on its own so one
-//! malformed row becomes a [`RowError`] for that row and reading goes on.
+//! JSON Lines: one object per line, each parsed on its own so one bad line is one bad row.
 
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-/// Why a single row could not be read; counted and reported, never fatal.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RowError {
-    #[error("invalid JSON: {0}")]
-    BadJson(String),
-    #[error("row is not a JSON object")]
-    NotAnObject,
-}
-
-impl RowError {
-    /// A short stable key for manifests and counters.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            RowError::BadJson(_) => "bad_json",
-            RowError::NotAnObject => "not_an_object",
-        }
-    }
-}
-
-/// A row read from a file: its zero-based index and either the parsed object or why not.
-pub type Row = (u64, Result<Value, RowError>);
-
-/// Opens `path`, transparently decompressing `.zst`.
-fn open_decoded(path: &Path) -> io::Result<Box<dyn Read + Send>> {
-    let file = fs_err::File::open(path)?;
-    if path.extension().is_some_and(|e| e == "zst") {
-        Ok(Box::new(zstd::stream::read::Decoder::new(file)?))
-    } else {
-        Ok(Box::new(file))
-    }
-}
+use super::open::{Row, RowError, open_decoded};
 
 /// Reads JSON Lines: one object per line; blank lines are skipped, not counted as rows.
 pub struct JsonlRows {
@@ -93,6 +62,30 @@ impl Iterator for JsonlRows {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_gzip_compressed_jsonl() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("rows.jsonl.gz");
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        encoder
+            .write_all(b"{\"a\":1}\n{\"a\":2}\n{\"a\":3}\n")
+            .expect("gzip");
+        fs_err::write(&path, encoder.finish().expect("gzip")).expect("write");
+        assert_eq!(JsonlRows::open(&path).expect("open").count(), 3);
+    }
+
+    #[test]
+    fn truncated_zstd_is_an_error_not_a_silent_end() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("rows.jsonl.zst");
+        let rows: String = (0..2000).map(|i| format!("{{\"a\":{i}}}\n")).collect();
+        let compressed = zstd::encode_all(rows.as_bytes(), 3).expect("zstd");
+        fs_err::write(&path, &compressed[..compressed.len() / 2]).expect("write");
+        let result: io::Result<Vec<Row>> = JsonlRows::open(&path).expect("open").collect();
+        assert!(result.is_err(), "a truncated frame must fail");
+    }
 
     #[test]
     fn malformed_rows_are_reported_and_reading_goes_on() {

@@ -1,0 +1,14 @@
+//! Hugging Face Hub datasets: list a repository's files at a revision, select them by glob and
+//! download them into the standard hub cache with hf-hub 0.5 (shared with Python's
+//! `huggingface_hub`), or resolve them from that cache alone when offline.
+
+mod cache;
+mod download;
+mod error;
+mod select;
+mod settings;
+
+pub use download::{HubDownload, HubFile, fetch};
+pub use error::HubError;
+pub use select::select_files;
+pub use settings::{DEFAULT_ENDPOINT, HubSettings, MAX_BACKOFF};

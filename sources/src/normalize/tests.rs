@@ -1,0 +1,356 @@
+//! Table tests for every normalization rule.
+
+use super::*;
+use serde_json::json;
+
+fn spec(extra: &str) -> SourceSpec {
+    toml::from_str(&format!("name = \"t\"\npath = \"x.jsonl\"\n{extra}")).expect("spec")
+}
+
+fn run(extra: &str, row: Value) -> Result<Vec<(Role, String)>, &'static str> {
+    let normalizer = Normalizer::new(&spec(extra));
+    let row = row.as_object().expect("object").clone();
+    normalizer
+        .normalize(&row)
+        .map(|m| m.into_iter().map(|m| (m.role, m.content)).collect())
+        .map_err(|e| e.reason())
+}
+
+fn u(s: &str) -> (Role, String) {
+    (Role::User, s.to_owned())
+}
+
+fn s(s: &str) -> (Role, String) {
+    (Role::System, s.to_owned())
+}
+
+fn a(s: &str) -> (Role, String) {
+    (Role::Assistant, s.to_owned())
+}
+
+#[test]
+fn table() {
+    let sharegpt = json!({"conversations": [
+        {"from": "gpt", "value": "leading answer"},
+        {"from": "human", "value": "  "},
+        {"from": "human", "value": "q1"},
+        {"from": "gpt", "value": "a1"},
+        {"from": "human", "value": "q2"}]});
+    let with_system = json!({"messages": [
+        {"role": "system", "content": "detailed thinking on"},
+        {"role": "user", "content": "q"}]});
+    let cases: Vec<(&str, &str, Value, Result<Vec<(Role, String)>, &str>)> = vec![
+        (
+            "plain prompt",
+            "",
+            json!({"prompt": "hi"}),
+            Ok(vec![u("hi")]),
+        ),
+        (
+            "instruction + input",
+            "",
+            json!({"instruction": "sum", "input": "1 2"}),
+            Ok(vec![u("sum\n\n1 2")]),
+        ),
+        (
+            "empty input ignored",
+            "",
+            json!({"instruction": "x", "input": ""}),
+            Ok(vec![u("x")]),
+        ),
+        (
+            "sharegpt first turn",
+            "",
+            sharegpt.clone(),
+            Ok(vec![u("q1")]),
+        ),
+        (
+            "sharegpt all turns",
+            "turns = \"all\"",
+            sharegpt,
+            Ok(vec![u("q1"), u("q2")]),
+        ),
+        (
+            "system kept",
+            "",
+            with_system.clone(),
+            Ok(vec![s("detailed thinking on"), u("q")]),
+        ),
+        (
+            "system dropped",
+            "system-prompt = \"drop\"",
+            with_system.clone(),
+            Ok(vec![u("q")]),
+        ),
+        (
+            "system replaced",
+            "system-prompt = \"replace\"\nsystem-prompt-text = \"be brief\"",
+            with_system,
+            Ok(vec![s("be brief"), u("q")]),
+        ),
+        (
+            "late system turn ignored",
+            "",
+            json!({"messages": [{"role": "user", "content": "q"}, {"role": "system", "content": "x"}]}),
+            Ok(vec![u("q")]),
+        ),
+        (
+            "content parts",
+            "",
+            json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]}),
+            Ok(vec![u("ab")]),
+        ),
+        (
+            "empty conversation",
+            "",
+            json!({"conversations": []}),
+            Err("no_user_turn"),
+        ),
+        (
+            "only assistant",
+            "",
+            json!({"messages": [{"role": "assistant", "content": "a"}]}),
+            Err("no_user_turn"),
+        ),
+        (
+            "empty prompt",
+            "",
+            json!({"prompt": ""}),
+            Err("no_user_turn"),
+        ),
+        (
+            "null prompt",
+            "",
+            json!({"prompt": null}),
+            Err("no_user_turn"),
+        ),
+        (
+            "numeric prompt",
+            "",
+            json!({"prompt": 5}),
+            Err("wrong_type"),
+        ),
+        (
+            "messages not a list",
+            "",
+            json!({"messages": "x"}),
+            Err("wrong_type"),
+        ),
+        (
+            "unknown role",
+            "",
+            json!({"messages": [{"role": "wizard", "content": "x"}]}),
+            Err("unknown_role"),
+        ),
+        (
+            "no known field",
+            "",
+            json!({"text": "x"}),
+            Err("missing_field"),
+        ),
+        (
+            "mapped field",
+            "prompt-field = \"text\"",
+            json!({"text": "x"}),
+            Ok(vec![u("x")]),
+        ),
+        (
+            "mapped field missing",
+            "prompt-field = \"text\"",
+            json!({"prompt": "x"}),
+            Err("missing_field"),
+        ),
+        (
+            "too short",
+            "min-chars = 3",
+            json!({"prompt": "ab"}),
+            Err("too_short"),
+        ),
+        (
+            "too long",
+            "max-chars = 3",
+            json!({"prompt": "abcd"}),
+            Err("too_long"),
+        ),
+        (
+            "`input` is not a default messages field",
+            "turns = \"history\"",
+            json!({"input": [{"role": "user", "content": "q1"}]}),
+            Err("missing_field"),
+        ),
+        (
+            "history keeps assistant context and ends on a user turn",
+            "turns = \"history\"\nmessages-field = \"input\"",
+            json!({"input": [
+                {"role": "system", "content": "detailed thinking on"},
+                {"role": "assistant", "content": "orphan"},
+                {"role": "user", "content": "q1"},
+                {"role": "assistant", "content": "a1"},
+                {"role": "user", "content": "q2"},
+                {"role": "assistant", "content": "a2"}]}),
+            Ok(vec![s("detailed thinking on"), u("q1"), a("a1"), u("q2")]),
+        ),
+        (
+            "history with system dropped",
+            "turns = \"history\"\nmessages-field = \"input\"\nsystem-prompt = \"drop\"",
+            json!({"input": [{"role": "system", "content": "detailed thinking off"}, {"role": "user", "content": "q"}]}),
+            Ok(vec![u("q")]),
+        ),
+        (
+            "max turns cuts later user turns",
+            "turns = \"all\"\nmax-turns = 2",
+            json!({"messages": [
+                {"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"},
+                {"role": "user", "content": "q2"}, {"role": "assistant", "content": "a2"},
+                {"role": "user", "content": "q3"}]}),
+            Ok(vec![u("q1"), u("q2")]),
+        ),
+        (
+            "max turns in history mode",
+            "turns = \"history\"\nmax-turns = 1",
+            json!({"messages": [
+                {"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"},
+                {"role": "user", "content": "q2"}]}),
+            Ok(vec![u("q1")]),
+        ),
+        (
+            "empty user turns skipped in all mode",
+            "turns = \"all\"",
+            json!({"conversation": [
+                {"role": "user", "content": ""}, {"role": "assistant", "content": "a0"},
+                {"role": "user", "content": "q1"}, {"role": "assistant", "content": ""},
+                {"role": "user", "content": "q2"}]}),
+            Ok(vec![u("q1"), u("q2")]),
+        ),
+        (
+            "custom role and content keys",
+            "role-key = \"speaker\"\ncontent-key = \"text\"",
+            json!({"messages": [{"speaker": "human", "text": "q"}]}),
+            Ok(vec![u("q")]),
+        ),
+        (
+            "custom keys replace the defaults",
+            "role-key = \"speaker\"",
+            json!({"messages": [{"role": "user", "content": "q"}]}),
+            Err("missing_field"),
+        ),
+        (
+            "exclude a value",
+            "prompt-field = \"instruction\"\nexclude = { input_quality = [\"poor\", \"very poor\"] }",
+            json!({"instruction": "x", "input_quality": "very poor"}),
+            Err("excluded"),
+        ),
+        (
+            "exclude keeps other values and missing fields",
+            "prompt-field = \"instruction\"\nexclude = { input_quality = [\"poor\"] }",
+            json!({"instruction": "x", "input_quality": "good"}),
+            Ok(vec![u("x")]),
+        ),
+        (
+            "exclude a placeholder prompt",
+            "prompt-field = \"input\"\nexclude = { input = [\"-\"] }",
+            json!({"input": "-"}),
+            Err("excluded"),
+        ),
+        (
+            "exclude compares numbers as text",
+            "exclude = { repeat_count = [\"2\"] }",
+            json!({"prompt": "x", "repeat_count": 2}),
+            Err("excluded"),
+        ),
+        (
+            "include a value",
+            "include = { used_in_training = [\"yes\"] }",
+            json!({"prompt": "x", "used_in_training": "yes"}),
+            Ok(vec![u("x")]),
+        ),
+        (
+            "include drops other values",
+            "include = { used_in_training = [\"yes\"] }",
+            json!({"prompt": "x", "used_in_training": "no"}),
+            Err("not_included"),
+        ),
+        (
+            "include drops a missing field",
+            "include = { used_in_training = [\"yes\"] }",
+            json!({"prompt": "x"}),
+            Err("not_included"),
+        ),
+        (
+            "language kept, case-insensitive",
+            "languages = [\"english\"]",
+            json!({"prompt": "x", "language": "English"}),
+            Ok(vec![u("x")]),
+        ),
+        (
+            "language dropped",
+            "languages = [\"English\"]",
+            json!({"prompt": "x", "language": "Chinese"}),
+            Err("language"),
+        ),
+        (
+            "language field mapped",
+            "languages = [\"EN\"]\nlanguage-field = \"lang\"",
+            json!({"prompt": "x", "lang": "ZH"}),
+            Err("language"),
+        ),
+        (
+            "template around a plain prompt",
+            "prompt-field = \"problem_statement\"\nprompt-template = \"<issue>\\n{prompt}\\n</issue>\"",
+            json!({"problem_statement": "  it breaks  ", "prompt": "back-translation"}),
+            Ok(vec![u("<issue>\nit breaks\n</issue>")]),
+        ),
+        (
+            "template not applied to an empty prompt",
+            "prompt-field = \"problem_statement\"\nprompt-template = \"<issue>{prompt}</issue>\"",
+            json!({"problem_statement": "", "prompt": "back-translation"}),
+            Err("no_user_turn"),
+        ),
+        (
+            "wrapper stripped",
+            "prompt-field = \"problem_statement\"\nstrip-tags = [\"ISSUE\"]",
+            json!({"problem_statement": "[ISSUE]\nBug: x\n[/ISSUE]"}),
+            Ok(vec![u("Bug: x")]),
+        ),
+        (
+            "wrapper around nothing is empty",
+            "prompt-field = \"problem_statement\"\nstrip-tags = [\"ISSUE\"]",
+            json!({"problem_statement": "[ISSUE]  [/ISSUE]"}),
+            Err("no_user_turn"),
+        ),
+        (
+            "system replaced even without a dataset system turn",
+            "prompt-field = \"q\"\nsystem-prompt = \"replace\"\nsystem-prompt-text = \"agent\"",
+            json!({"q": "fix"}),
+            Ok(vec![s("agent"), u("fix")]),
+        ),
+        (
+            "leading assistant turns dropped before the first user turn",
+            "turns = \"all\"",
+            json!({"conversations": [{"from": "gpt", "value": "a"}, {"from": "bing", "value": "b"}, {"from": "human", "value": "q"}]}),
+            Ok(vec![u("q")]),
+        ),
+    ];
+    for (name, extra, row, expected) in cases {
+        assert_eq!(run(extra, row), expected, "case `{name}`");
+    }
+}
+
+#[test]
+fn columns_cover_every_field_read() {
+    let normalizer = Normalizer::new(&spec(
+        "prompt-field = \"input\"\nid-field = \"id\"\nexclude = { q = [\"x\"] }\nlanguages = [\"en\"]",
+    ));
+    let columns: Vec<String> = normalizer.columns().into_iter().collect();
+    assert_eq!(columns, ["id", "input", "language", "q"]);
+}
+
+#[test]
+fn drop_keys_name_the_filtered_field() {
+    let reason = DropReason::Excluded {
+        field: "input".to_owned(),
+        value: "-".to_owned(),
+    };
+    assert_eq!(reason.key(), "excluded:input");
+    assert_eq!(reason.detail(), "`input` is `-`, listed in `exclude`");
+}

@@ -1,0 +1,81 @@
+//! Reading a row's turns and texts: role and content keys, content parts, `[TAG]` wrappers.
+
+use serde_json::Value;
+
+use super::DropReason;
+use crate::prompt::{Message, Role};
+
+/// A row's list of turns; `role_keys`/`content_keys` are tried in order.
+pub(super) fn parse_turns(
+    field: &str,
+    value: &Value,
+    role_keys: &[String],
+    content_keys: &[String],
+) -> Result<Vec<Message>, DropReason> {
+    let list = value
+        .as_array()
+        .ok_or_else(|| DropReason::WrongType(field.to_owned()))?;
+    let mut turns = Vec::with_capacity(list.len());
+    for turn in list {
+        let turn = turn
+            .as_object()
+            .ok_or_else(|| DropReason::WrongType(field.to_owned()))?;
+        let role = role_keys
+            .iter()
+            .find_map(|k| turn.get(k))
+            .ok_or_else(|| DropReason::MissingField(format!("{field}[].role")))?;
+        let role = role
+            .as_str()
+            .ok_or_else(|| DropReason::WrongType(format!("{field}[].role")))?;
+        let role = Role::parse(role).ok_or_else(|| DropReason::UnknownRole(role.to_owned()))?;
+        let content = match content_keys.iter().find_map(|k| turn.get(k)) {
+            Some(content) => text_of(&format!("{field}[].content"), content)?,
+            None => String::new(),
+        };
+        turns.push(Message::new(role, content));
+    }
+    Ok(turns)
+}
+
+/// A string field, or OpenAI content parts (`[{"type":"text","text":…}]`) joined; `null` is
+/// empty.
+pub(super) fn text_of(field: &str, value: &Value) -> Result<String, DropReason> {
+    match value {
+        Value::String(s) => Ok(s.clone()),
+        Value::Null => Ok(String::new()),
+        Value::Array(parts) => {
+            let mut text = String::new();
+            for part in parts {
+                match part.get("text").and_then(Value::as_str) {
+                    Some(t) => text.push_str(t),
+                    None => return Err(DropReason::WrongType(field.to_owned())),
+                }
+            }
+            Ok(text)
+        }
+        _ => Err(DropReason::WrongType(field.to_owned())),
+    }
+}
+
+/// Removes a `[TAG]`…`[/TAG]` wrapper around the whole text (R2E-Gym wraps some issues in
+/// `[ISSUE]`); inner text and texts without the wrapper are left alone.
+pub(super) fn strip_wrappers(text: &str, tags: &[String]) -> String {
+    let mut text = text.trim();
+    for tag in tags {
+        let open = format!("[{tag}]");
+        let close = format!("[/{tag}]");
+        if let Some(inner) = text.strip_prefix(open.as_str()) {
+            text = inner.strip_suffix(close.as_str()).unwrap_or(inner).trim();
+        }
+    }
+    text.to_owned()
+}
+
+/// A field's value as text for comparisons: strings as they are, other scalars as JSON.
+pub(super) fn compare_text(value: &Value) -> Option<String> {
+    match value {
+        Value::Null => None,
+        Value::String(s) => Some(s.clone()),
+        other => Some(other.to_string()),
+    }
+}

@@ -1,0 +1,46 @@
+//! What stops a source's preparation (a bad row never does).
+
+use std::io;
+use std::path::PathBuf;
+
+use crate::hub::HubError;
+use crate::spec::Format;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SourceError {
+    #[error("source `{source_name}`: `{pattern}` matches no file")]
+    NoFiles {
+        source_name: String,
+        pattern: String,
+    },
+    #[error("source `{source_name}`: invalid glob `{pattern}`: {message}")]
+    BadPattern {
+        source_name: String,
+        pattern: String,
+        message: String,
+    },
+    /// The file is unreadable, corrupt or truncated; rows before the fault were counted.
+    #[error("failed to read `{}`", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("source `{source_name}`: format `{format:?}` of `{}` is not supported yet", path.display())]
+    Unsupported {
+        source_name: String,
+        path: PathBuf,
+        format: Format,
+    },
+    #[error("source `{source_name}`: failed to get the files from the Hub")]
+    Hub {
+        source_name: String,
+        #[source]
+        source: HubError,
+    },
+    #[error("source `{source_name}` has neither `path` nor `repo`")]
+    NoInput { source_name: String },
+    #[error("failed to write prompts")]
+    Sink(#[source] io::Error),
+}

@@ -1,0 +1,72 @@
+//! The per-source result record: what was read, kept and dropped, and where it came from.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// How many malformed or dropped rows are quoted in the manifest.
+pub const MAX_EXAMPLES: usize = 5;
+
+/// A row that was skipped, quoted so the user can find it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RowExample {
+    pub file: PathBuf,
+    pub row: u64,
+    pub reason: String,
+}
+
+/// What preparation read, kept and dropped. Written next to the prompts file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub source: String,
+    /// Files read, in order: local paths, or repository paths for a Hub source.
+    pub files: Vec<PathBuf>,
+    /// The Hub dataset, for a Hub source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo: Option<String>,
+    /// The revision as requested.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+    /// The commit sha the revision resolved to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// Per file (as in `files`): `sha256:<hex>`, or `git-sha1:<hex>` for a small non-LFS Hub
+    /// file.
+    #[serde(default)]
+    pub checksums: BTreeMap<String, String>,
+    pub rows_read: u64,
+    /// Prompts written to the prompts file.
+    pub kept: u64,
+    /// Rows dropped, per reason (`bad_json`, `no_user_turn`, `excluded:input`, …).
+    pub dropped: BTreeMap<String, u64>,
+    pub duplicates_within: u64,
+    /// Prompts already kept by an earlier source (only with a shared seen-set).
+    #[serde(default)]
+    pub duplicates_across: u64,
+    /// Valid prompts left out by the sample (`limit`).
+    pub sampled_out: u64,
+    pub examples: Vec<RowExample>,
+}
+
+impl Manifest {
+    pub(super) fn drop_row(&mut self, file: &Path, row: u64, key: &str, detail: String) {
+        *self.dropped.entry(key.to_owned()).or_default() += 1;
+        if self.examples.len() < MAX_EXAMPLES {
+            self.examples.push(RowExample {
+                file: file.to_path_buf(),
+                row,
+                reason: detail,
+            });
+        }
+    }
+}
+
+/// The manifest form of a Hub etag.
+pub(super) fn etag_checksum(etag: &str) -> String {
+    match etag.len() {
+        64 => format!("sha256:{etag}"),
+        40 => format!("git-sha1:{etag}"),
+        _ => format!("etag:{etag}"),
+    }
+}

@@ -1,0 +1,38 @@
+//! What every reader shares: the row type, per-row errors and transparent decompression.
+
+use std::io::{self, Read};
+use std::path::Path;
+
+use serde_json::Value;
+
+/// Why a single row could not be read; counted and reported, never fatal.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RowError {
+    #[error("invalid JSON: {0}")]
+    BadJson(String),
+    #[error("row is not a JSON object")]
+    NotAnObject,
+}
+
+impl RowError {
+    /// A short stable key for manifests and counters.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            RowError::BadJson(_) => "bad_json",
+            RowError::NotAnObject => "not_an_object",
+        }
+    }
+}
+
+/// A row read from a file: its zero-based index and either the parsed object or why not.
+pub type Row = (u64, Result<Value, RowError>);
+
+/// Opens `path`, transparently decompressing `.zst` and `.gz`.
+pub fn open_decoded(path: &Path) -> io::Result<Box<dyn Read + Send>> {
+    let file = fs_err::File::open(path)?;
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("zst") => Ok(Box::new(zstd::stream::read::Decoder::new(file)?)),
+        Some("gz") => Ok(Box::new(flate2::read::MultiGzDecoder::new(file))),
+        _ => Ok(Box::new(file)),
+    }
+}

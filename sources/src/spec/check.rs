@@ -1,0 +1,276 @@
+//! The semantic checks of one `[[source]]` entry: every problem at once, each pointing at the
+//! key it is about (or at `name` when a key is missing).
+
+use super::{SourceSpec, SpecProblem, SystemPolicy};
+
+pub(super) fn check(spec: &SourceSpec) -> Vec<SpecProblem> {
+    let mut problems = Vec::new();
+    let name = spec.name.get_ref();
+    let mut push = |span: std::ops::Range<usize>, message: String| {
+        problems.push(SpecProblem { span, message });
+    };
+    let valid_name = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !valid_name {
+        push(
+            spec.name.span(),
+            format!(
+                "source name `{name}` must be non-empty and use only letters, digits, `_` and `-`"
+            ),
+        );
+    }
+    match (&spec.path, &spec.repo) {
+        (None, None) => push(
+            spec.name.span(),
+            format!(
+                "source `{name}` needs `path` (a local file or glob) or `repo` (a Hub dataset)"
+            ),
+        ),
+        (Some(_), Some(repo)) => push(
+            repo.span(),
+            format!("source `{name}`: `path` and `repo` exclude each other"),
+        ),
+        (Some(path), None) if path.get_ref().trim().is_empty() => {
+            push(path.span(), format!("source `{name}`: `path` is empty"));
+        }
+        _ => {}
+    }
+    if spec.repo.is_none() {
+        let hub_only = [
+            ("revision", spec.revision.as_ref().map(|r| r.span())),
+            ("files", spec.files.as_ref().map(|f| f.span())),
+        ];
+        for (key, span) in hub_only {
+            if let Some(span) = span {
+                push(
+                    span,
+                    format!("source `{name}`: `{key}` is only used with `repo`"),
+                );
+            }
+        }
+    }
+    if let Some(repo) = &spec.repo {
+        let id = repo.get_ref();
+        let parts: Vec<&str> = id.split('/').collect();
+        let valid_part = |p: &str| {
+            !p.is_empty()
+                && p.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        };
+        if parts.len() != 2 || !parts.iter().all(|p| valid_part(p)) {
+            push(
+                repo.span(),
+                format!("source `{name}`: `repo` must look like `owner/name`, not `{id}`"),
+            );
+        }
+        match &spec.files {
+            None => push(
+                repo.span(),
+                format!(
+                    "source `{name}`: `repo` needs `files` (glob patterns of the files to read)"
+                ),
+            ),
+            Some(files) if files.get_ref().is_empty() => {
+                push(files.span(), format!("source `{name}`: `files` is empty"));
+            }
+            Some(files) => {
+                for pattern in files.get_ref() {
+                    for (placeholder, value) in
+                        [("{config}", &spec.config), ("{split}", &spec.split)]
+                    {
+                        if pattern.contains(placeholder) && value.is_none() {
+                            push(
+                                files.span(),
+                                format!(
+                                    "source `{name}`: `{pattern}` uses `{placeholder}` but `{}` is not set",
+                                    &placeholder[1..placeholder.len() - 1]
+                                ),
+                            );
+                        }
+                    }
+                    if let Err(e) = glob::Pattern::new(pattern) {
+                        push(
+                            files.span(),
+                            format!("source `{name}`: invalid glob `{pattern}`: {e}"),
+                        );
+                    }
+                }
+            }
+        }
+        if let Some(revision) = &spec.revision
+            && revision.get_ref().trim().is_empty()
+        {
+            push(
+                revision.span(),
+                format!("source `{name}`: `revision` is empty"),
+            );
+        }
+    }
+    if let Some(limit) = &spec.limit
+        && *limit.get_ref() < 1
+    {
+        push(
+            limit.span(),
+            format!("source `{name}`: `limit` must be at least 1"),
+        );
+    }
+    if let Some(max_turns) = &spec.max_turns
+        && *max_turns.get_ref() < 1
+    {
+        push(
+            max_turns.span(),
+            format!("source `{name}`: `max-turns` must be at least 1"),
+        );
+    }
+    for field in [&spec.min_chars, &spec.max_chars].into_iter().flatten() {
+        if *field.get_ref() < 0 {
+            push(
+                field.span(),
+                format!("source `{name}`: character bounds must not be negative"),
+            );
+        }
+    }
+    if let (Some(min), Some(max)) = (&spec.min_chars, &spec.max_chars)
+        && min.get_ref() > max.get_ref()
+    {
+        push(
+            max.span(),
+            format!("source `{name}`: `max-chars` is below `min-chars`"),
+        );
+    }
+    match (spec.system_prompt, &spec.system_prompt_text) {
+        (SystemPolicy::Replace, None) => push(
+            spec.name.span(),
+            format!("source `{name}`: `system-prompt = \"replace\"` needs `system-prompt-text`"),
+        ),
+        (SystemPolicy::Keep | SystemPolicy::Drop, Some(text)) => push(
+            text.span(),
+            format!(
+                "source `{name}`: `system-prompt-text` is only used with `system-prompt = \"replace\"`"
+            ),
+        ),
+        _ => {}
+    }
+    if let Some(template) = &spec.prompt_template
+        && !template.get_ref().contains("{prompt}")
+    {
+        push(
+            template.span(),
+            format!("source `{name}`: `prompt-template` must contain `{{prompt}}`"),
+        );
+    }
+    if let Some(languages) = &spec.languages
+        && languages.get_ref().is_empty()
+    {
+        push(
+            languages.span(),
+            format!("source `{name}`: `languages` is empty (it would drop every row)"),
+        );
+    }
+    if let Some(include) = &spec.include
+        && include.get_ref().values().any(Vec::is_empty)
+    {
+        push(
+            include.span(),
+            format!("source `{name}`: an `include` list is empty (it would drop every row)"),
+        );
+    }
+    problems
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::spec::SourceSpec;
+
+    fn problems(toml_text: &str) -> Vec<String> {
+        let spec: SourceSpec = toml::from_str(toml_text).expect("spec parses");
+        spec.check().into_iter().map(|p| p.message).collect()
+    }
+
+    #[test]
+    fn table() {
+        let cases: &[(&str, &str, &[&str])] = &[
+            ("local path", "name = \"a\"\npath = \"x.jsonl\"", &[]),
+            (
+                "hub source",
+                "name = \"a\"\nrepo = \"o/n\"\nconfig = \"c\"\nsplit = \"train\"\nfiles = [\"{config}/{split}-*.parquet\"]",
+                &[],
+            ),
+            ("neither", "name = \"a\"", &["needs `path`"]),
+            (
+                "both",
+                "name = \"a\"\npath = \"x\"\nrepo = \"o/n\"\nfiles = [\"*\"]",
+                &["exclude each other"],
+            ),
+            (
+                "repo without files",
+                "name = \"a\"\nrepo = \"o/n\"",
+                &["needs `files`"],
+            ),
+            (
+                "bad repo id",
+                "name = \"a\"\nrepo = \"nope\"\nfiles = [\"*\"]",
+                &["owner/name"],
+            ),
+            (
+                "missing placeholder value",
+                "name = \"a\"\nrepo = \"o/n\"\nfiles = [\"{split}/*\"]",
+                &["`split` is not set"],
+            ),
+            (
+                "hub keys on a local source",
+                "name = \"a\"\npath = \"x\"\nrevision = \"v1\"\nfiles = [\"*\"]",
+                &["`revision` is only used", "`files` is only used"],
+            ),
+            (
+                "limit",
+                "name = \"a\"\npath = \"x\"\nlimit = 0",
+                &["at least 1"],
+            ),
+            (
+                "max turns",
+                "name = \"a\"\npath = \"x\"\nmax-turns = 0",
+                &["`max-turns`"],
+            ),
+            (
+                "template without placeholder",
+                "name = \"a\"\npath = \"x\"\nprompt-template = \"fix it\"",
+                &["must contain `{prompt}`"],
+            ),
+            (
+                "no languages",
+                "name = \"a\"\npath = \"x\"\nlanguages = []",
+                &["`languages` is empty"],
+            ),
+            (
+                "empty include",
+                "name = \"a\"\npath = \"x\"\ninclude = { lang = [] }",
+                &["`include` list is empty"],
+            ),
+            (
+                "bad name",
+                "name = \"a b\"\npath = \"x\"",
+                &["letters, digits"],
+            ),
+        ];
+        for (case, text, expected) in cases {
+            let found = problems(text);
+            assert_eq!(found.len(), expected.len(), "case `{case}`: {found:?}");
+            for (message, fragment) in found.iter().zip(expected.iter()) {
+                assert!(message.contains(fragment), "case `{case}`: {message}");
+            }
+        }
+    }
+
+    #[test]
+    fn patterns_fill_config_and_split() {
+        let spec: SourceSpec = toml::from_str(
+            "name = \"a\"\nrepo = \"o/n\"\nconfig = \"split_0\"\nsplit = \"split_0\"\nfiles = [\"{config}/{split}-*.parquet\"]",
+        )
+        .expect("spec");
+        assert_eq!(spec.file_patterns(), ["split_0/split_0-*.parquet"]);
+        assert_eq!(spec.revision(), "main");
+    }
+}
