@@ -116,7 +116,8 @@ fn blocks(text: &str) -> Vec<Block> {
             continue;
         }
         let trimmed = line.trim_start();
-        if trimmed == HEADER || trimmed == GROUP_HEADER {
+        // SGLang logs `Scheduler hit an exception: Traceback (most recent call last):`.
+        if trimmed.ends_with(HEADER) || trimmed == GROUP_HEADER {
             blocks.push(Block {
                 depth,
                 header: true,
