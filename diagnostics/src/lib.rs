@@ -17,6 +17,7 @@
 
 pub mod classify;
 mod evidence;
+mod explain;
 pub mod kmsg;
 pub mod native;
 pub mod observation;

@@ -70,6 +70,11 @@ pub fn classify_server_log(text: &str) -> Verdict {
             Confidence::Medium,
         );
         let wrapped = line.split_once("failed:").map_or(line, |(_, w)| w.trim());
+        // Drop a source-location prefix such as `[../gloo/transport/tcp/pair.cc:534] `.
+        let wrapped = match wrapped.strip_prefix('[').and_then(|w| w.split_once("] ")) {
+            Some((_, message)) => message,
+            None => wrapped,
+        };
         verdict.signature = Some(truncate(wrapped, 80));
         verdict.evidence.push(truncate(line, 300));
         verdict
@@ -185,7 +190,12 @@ pub fn classify_server_log(text: &str) -> Verdict {
         .or(find("exiting due to model loading error"));
     if let Some(line) = load {
         let mut verdict = Verdict::new(Class::Other, Some(Subtype::ModelLoad), Confidence::High);
-        verdict.signature = Some(truncate(line, 60));
+        // `gguf_init_from_file: failed to open ...`: the function name is noise in a headline.
+        let message = match line.split_once(": ") {
+            Some((function, message)) if !function.contains(' ') => message,
+            _ => line,
+        };
+        verdict.signature = Some(truncate(message, 60));
         verdict.evidence.push(line.to_string());
         verdict.advice.push(
             "check the model path, file permissions and that the file is a complete GGUF"

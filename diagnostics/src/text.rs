@@ -71,7 +71,7 @@ pub fn human_bytes(bytes: u64) -> String {
 pub fn limit_setting(bytes: u64) -> String {
     const MIB: u64 = 1024 * 1024;
     const GIB: u64 = 1024 * MIB;
-    if bytes >= GIB && bytes % GIB == 0 {
+    if bytes >= GIB && bytes.is_multiple_of(GIB) {
         format!("{}G", bytes / GIB)
     } else {
         format!("{}M", bytes.div_ceil(MIB))

@@ -7,10 +7,20 @@ use gen_diagnostics::oom::{self, OomScope};
 use gen_diagnostics::verdict::Language;
 use gen_diagnostics::{kmsg, native, panic, traceback};
 
+/// (fixture, victim pid, comm, scope, task_memcg, has a monotonic stamp)
+type KillRow = (
+    &'static str,
+    u32,
+    &'static str,
+    OomScope,
+    Option<&'static str>,
+    bool,
+);
+
 #[test]
 fn kernel_oom_lines_in_every_format() {
     // (fixture, victim pid, comm, scope, task_memcg, has monotonic stamp)
-    let table: &[(&str, u32, &str, OomScope, Option<&str>, bool)] = &[
+    let table: &[KillRow] = &[
         (
             "kernel_kmsg_memcg_real.txt",
             9142,
