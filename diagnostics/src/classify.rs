@@ -126,15 +126,7 @@ pub fn classify(observation: &Observation) -> Verdict {
     // 3. SIGKILL from outside gen: suspected OOM near the limit, else an external kill.
     if let Some((SIGKILL, via_code)) = death {
         let vmstat_rose = memory.vmstat_delta.is_some_and(|d| d > 0);
-        let suspicious = memory.rss_high() || vmstat_rose;
-        let confidence = if memory.log_incomplete() {
-            Some(Confidence::Medium)
-        } else if memory.counter_delta.is_none() {
-            Some(Confidence::Low)
-        } else {
-            None // log readable and counter flat: the kernel did not kill it
-        };
-        if let (true, Some(confidence)) = (suspicious, confidence) {
+        if let Some(confidence) = memory.heuristic_suspected_oom() {
             let mut verdict =
                 oom_verdict(Subtype::SuspectedFromRss, confidence, observation, &memory);
             if vmstat_rose {
@@ -144,10 +136,13 @@ pub fn classify(observation: &Observation) -> Verdict {
                 ));
             }
             verdict.evidence.extend(memory.missing_lines());
-            verdict.advice.push(
+            verdict.advice.push(if memory.log_unavailable.is_some() {
                 "make the kernel log readable to confirm (CAP_SYSLOG, or sysctl kernel.dmesg_restrict=0)"
-                    .to_string(),
-            );
+                    .to_string()
+            } else {
+                "kernel records were lost or missing: follow /dev/kmsg from the start of the run to confirm"
+                    .to_string()
+            });
             return finish(verdict, observation);
         }
         let confidence = if memory.log_incomplete() || memory.counter_delta.is_none() {

@@ -9,6 +9,7 @@ use crate::native::Symptom;
 use crate::observation::{KernelLog, Observation};
 use crate::oom::{self, KillMatch, OomKill, Target, UserspaceKill};
 use crate::text::human_bytes;
+use crate::verdict::Confidence;
 
 /// Window slack around the worker's lifetime, µs (field notes §3.5 rule 2).
 const BEFORE_SPAWN_USEC: u64 = 1_000_000;
@@ -108,6 +109,24 @@ impl MemoryEvidence {
             ),
             peak: observation.peak_rss(),
             limit: observation.effective_limit(),
+        }
+    }
+
+    /// Rule 3's guess: a SIGKILL not sent by `gen` was an OOM kill when memory was at the limit
+    /// (or the host counted an OOM kill) and the kernel evidence that would prove it is missing.
+    /// Returns the confidence, or `None` when the evidence says it was no OOM kill: a readable,
+    /// gap-free log without a record plus a flat cgroup counter.
+    pub(crate) fn heuristic_suspected_oom(&self) -> Option<Confidence> {
+        let vmstat_rose = self.vmstat_delta.is_some_and(|d| d > 0);
+        if !(self.rss_high() || vmstat_rose) {
+            return None;
+        }
+        if self.log_incomplete() {
+            Some(Confidence::Medium)
+        } else if self.counter_delta.is_none() {
+            Some(Confidence::Low)
+        } else {
+            None
         }
     }
 

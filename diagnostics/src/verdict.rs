@@ -242,17 +242,22 @@ impl Verdict {
             }
             (Class::Traceback, _) => match &self.error {
                 Some(error) => format!("traceback: {}", error.primary()),
-                None => format!("error: {}", self.signature_or("non-zero exit")),
+                None => format!("failed: {}", self.signature_or("non-zero exit")),
             },
             (Class::CleanupAfterCompletion, _) => "cleanup crash after complete output".to_string(),
             (Class::Other, Some(Subtype::Timeout)) => "timeout: killed by gen".to_string(),
             (Class::Other, Some(Subtype::Cancelled)) => "cancelled by gen".to_string(),
+            (Class::Other, Some(Subtype::ExitCode)) => match self.exit {
+                Some(Exit::Code(0)) => "exit 0 but outputs incomplete".to_string(),
+                Some(exit) => format!("{exit}, nothing on stderr"),
+                None => "failed".to_string(),
+            },
             (Class::Other, Some(subtype)) => match (&self.signature, self.exit) {
                 (Some(signature), _) => format!("{}: {signature}", subtype_label(subtype)),
                 (None, Some(exit)) => format!("{}: {exit}", subtype_label(subtype)),
                 (None, None) => subtype_label(subtype).to_string(),
             },
-            (Class::Other, None) => "failed".to_string(),
+            (Class::Other, None) => format!("failed: {}", self.signature_or("unknown cause")),
         };
         truncate(&line, 60)
     }

@@ -67,6 +67,7 @@ fn clean_exit_with_complete_output_is_never_mined() {
 #[test]
 fn exit_zero_without_complete_output_is_not_success() {
     let verdict = classify(&Observation::new(Exit::Code(0), 601));
+    assert_eq!(verdict.headline(), "exit 0 but outputs incomplete");
     assert_eq!(
         (verdict.class, verdict.subtype),
         (Class::Other, Some(Subtype::ExitCode))
@@ -164,7 +165,7 @@ fn tracebacks_and_panics() {
             "py_systemexit.txt",
             Exit::Code(1),
             Subtype::LastLine,
-            "error: error: shard 3 has no rows",
+            "failed: error: shard 3 has no rows",
         ),
     ];
     for (name, exit, subtype, headline) in table {
@@ -233,6 +234,7 @@ fn other_signals_and_codes() {
     }
     let verdict = classify(&failed_with(""));
     assert_eq!(verdict.subtype, Some(Subtype::ExitCode));
+    assert_eq!(verdict.headline(), "exit code 1, nothing on stderr");
     let mut observation = failed_with("");
     observation.exit = Exit::Signal {
         signal: 15,
