@@ -2,7 +2,7 @@
 //!
 //! Pure and synchronous: no I/O, no clock, no processes. The supervisor in `gen-pipeline`
 //! collects an [`Observation`] (wait status, cgroup counters, RSS, kernel log text, stderr) and
-//! calls [`classify`]; inference-server logs go to [`classify_server_log`]. Both return a
+//! calls [`classify()`]; inference-server logs go to [`classify_server_log`]. Both return a
 //! [`Verdict`] with evidence lines and advice for `gen status` / `gen diagnose`.
 //!
 //! Crate map:
@@ -10,7 +10,7 @@
 //! * [`verdict`]: the output and its one-line renderings.
 //! * [`classify`](mod@classify): the ordered rules (field notes §3.5), in one function.
 //! * [`kmsg`], [`oom`]: kernel log formats and OOM lines of every kernel era.
-//! * [`traceback`], [`panic`], [`native`]: Python tracebacks, Rust panics, aborts and symptoms.
+//! * [`traceback`], [`panic`](mod@panic), [`native`]: Python tracebacks, Rust panics, aborts and symptoms.
 //! * [`server`]: SGLang, vLLM and llama.cpp crash signatures.
 //!
 //! Policy (rerun, keep outputs, quarantine) is not decided here.

@@ -241,6 +241,18 @@ mod tests {
     }
 
     #[test]
+    fn shutdown_fatal_errors() {
+        let text = "Fatal Python error: PyCOND_WAIT(gil_cond) failed\n\
+                    Python runtime state: initialized\n";
+        let signature = find_signature(text).expect("fatal");
+        assert_eq!(signature.kind, NativeKind::FatalPython);
+        assert!(signature.at_shutdown);
+        let text =
+            "Fatal Python error: Aborted\n\nCurrent thread 0x00007f (most recent call first):\n";
+        assert!(!find_signature(text).expect("fatal").at_shutdown);
+    }
+
+    #[test]
     fn cpp_terminate_keeps_what() {
         let text = "terminate called after throwing an instance of 'std::runtime_error'\n  \
                     what():  arrow thread pool shut down\n";

@@ -204,6 +204,13 @@ fn python_tracebacks() {
             None,
         ),
         (
+            "py_3_13_ansi_real.txt",
+            "KeyError",
+            "'prompt'",
+            "tqdm.py:7 in <module>",
+            None,
+        ),
+        (
             "py_3_13_ansi_reconstructed.txt",
             "KeyError",
             "'prompt'",
