@@ -38,16 +38,14 @@ pub fn classify(observation: &Observation) -> Verdict {
     let symptoms = native::symptoms(&stderr);
     let memory = MemoryEvidence::gather(observation, &symptoms);
 
-    // Pre-check: `gen` sent the fatal signal (watchdog, cancel, shutdown): never OOM.
-    if observation.timed_out
-        || matches!(
-            exit,
-            Exit::Signal {
-                sent_by_gen: true,
-                ..
-            }
-        )
-    {
+    // Pre-check: `gen` sent the fatal signal (watchdog, cancel, shutdown): never OOM. A timed-out
+    // worker that a wrapper reported as 128 + N counts as killed by gen; a signal recorded as not
+    // sent by gen (the kernel killed it during the grace period) goes through the rules.
+    let killed_by_gen = match exit {
+        Exit::Signal { sent_by_gen, .. } => sent_by_gen,
+        Exit::Code(_) => observation.timed_out,
+    };
+    if killed_by_gen {
         let mut verdict = if observation.outputs_complete {
             let mut v = Verdict::new(Class::CleanupAfterCompletion, None, Confidence::High);
             v.evidence.push(
@@ -246,6 +244,11 @@ fn finish(mut verdict: Verdict, observation: &Observation) -> Verdict {
     verdict.exit = Some(observation.exit);
     verdict.outputs_complete = observation.outputs_complete;
     verdict.evidence.retain(|line| !line.is_empty());
+    if observation.timed_out && verdict.subtype != Some(Subtype::Timeout) {
+        verdict
+            .evidence
+            .push("note: gen's watchdog had fired before the worker died".to_string());
+    }
     if observation.outputs_complete && verdict.class == Class::Oom {
         verdict
             .advice

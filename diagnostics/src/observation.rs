@@ -238,7 +238,9 @@ pub struct Observation {
     /// Outputs were verified complete (done marker + counts), not merely present.
     #[serde(default)]
     pub outputs_complete: bool,
-    /// `gen`'s watchdog fired (deadline or no-progress timeout) before the worker died.
+    /// `gen`'s watchdog fired (deadline or no-progress timeout) before the worker died. With a
+    /// `code` exit the death is attributed to `gen` (a wrapper reported its signal as 128 + N);
+    /// with a signal, `sent_by_gen` decides.
     #[serde(default)]
     pub timed_out: bool,
 }

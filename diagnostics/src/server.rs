@@ -14,7 +14,23 @@ use crate::verdict::{Class, Confidence, Subtype, Verdict};
 pub fn classify_server_log(text: &str) -> Verdict {
     let cleaned = strip_prefixes(text);
     let lines: Vec<&str> = cleaned.lines().collect();
-    let find = |needle: &str| lines.iter().find(|l| l.contains(needle)).map(|l| l.trim());
+    // Prefer the exception line (`ValueError: No available ...`) over the source line that
+    // raised it (`raise ValueError("No available ...`), else the first mention.
+    let find = |needle: &str| {
+        lines
+            .iter()
+            .rev()
+            .filter(|l| l.contains(needle))
+            .max_by_key(|l| {
+                let l = l.trim_start();
+                if l.contains("Error: ") && !l.starts_with("raise ") {
+                    2
+                } else {
+                    u8::from(!l.starts_with("raise "))
+                }
+            })
+            .map(|l| l.trim())
+    };
     let lower = cleaned.to_lowercase();
     let cuda_oom = cleaned.contains("CUDA out of memory");
 

@@ -335,6 +335,22 @@ fn gen_sent_sigkill_after_timeout_is_never_oom() {
         (Class::Other, Some(Subtype::Timeout))
     );
     assert_eq!(verdict.headline(), "timeout: killed by gen");
+    // The kernel, not gen, delivered the fatal SIGKILL during the grace period: rules apply.
+    observation.exit = Exit::Signal {
+        signal: 9,
+        sent_by_gen: false,
+    };
+    let verdict = classify(&observation);
+    assert_eq!(verdict.subtype, Some(Subtype::KernelMemcg));
+    assert!(
+        verdict
+            .evidence
+            .contains(&"note: gen's watchdog had fired before the worker died".to_string())
+    );
+    observation.exit = Exit::Signal {
+        signal: 9,
+        sent_by_gen: true,
+    };
     observation.timed_out = false;
     assert_eq!(classify(&observation).subtype, Some(Subtype::Cancelled));
     observation.outputs_complete = true;

@@ -122,6 +122,10 @@ fn gloo_capture_failure_is_not_called_oom() {
 fn vllm_wrappers_are_classified_by_what_precedes_them() {
     let verdict = classify_server_log(&fixture("server_vllm_kv_cache_reconstructed.txt"));
     assert_eq!(verdict.evidence[0], "Available KV cache memory: -0.31 GiB");
+    assert_eq!(
+        verdict.evidence[1],
+        "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine."
+    );
     assert!(verdict.evidence.iter().any(|e| {
         e.starts_with("wrapper, classified by what precedes it: RuntimeError: Engine core")
     }));
