@@ -112,7 +112,7 @@ fn inputs(
         )
         .map_err(|source| SourceError::Hub {
             source_name: spec.name().to_owned(),
-            source,
+            source: Box::new(source),
         })?;
         manifest.repo = Some(download.repo);
         manifest.revision = Some(download.revision);

@@ -39,7 +39,13 @@ fn table() {
     let with_system = json!({"messages": [
         {"role": "system", "content": "detailed thinking on"},
         {"role": "user", "content": "q"}]});
-    let cases: Vec<(&str, &str, Value, Result<Vec<(Role, String)>, &str>)> = vec![
+    type Case = (
+        &'static str,
+        &'static str,
+        Value,
+        Result<Vec<(Role, String)>, &'static str>,
+    );
+    let cases: Vec<Case> = vec![
         (
             "plain prompt",
             "",

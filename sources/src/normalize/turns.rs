@@ -12,9 +12,12 @@ pub(super) fn parse_turns(
     role_keys: &[String],
     content_keys: &[String],
 ) -> Result<Vec<Message>, DropReason> {
-    let list = value
-        .as_array()
-        .ok_or_else(|| DropReason::WrongType(field.to_owned()))?;
+    let list = match value {
+        Value::Array(list) => list,
+        // Parquet has null lists where JSON has `[]`: both are empty conversations.
+        Value::Null => return Ok(Vec::new()),
+        _ => return Err(DropReason::WrongType(field.to_owned())),
+    };
     let mut turns = Vec::with_capacity(list.len());
     for turn in list {
         let turn = turn

@@ -36,8 +36,9 @@ pub enum SourceError {
     #[error("source `{source_name}`: failed to get the files from the Hub")]
     Hub {
         source_name: String,
+        // Boxed: Hub errors are large and rare; every other variant stays cheap to return.
         #[source]
-        source: HubError,
+        source: Box<HubError>,
     },
     #[error("source `{source_name}` has neither `path` nor `repo`")]
     NoInput { source_name: String },

@@ -81,7 +81,9 @@ pub fn for_each_array_row(path: &Path, on_row: &mut dyn FnMut(Row)) -> io::Resul
 mod tests {
     use super::*;
 
-    fn read(bytes: &[u8], name: &str) -> (Vec<(u64, Result<(), &'static str>)>, io::Result<()>) {
+    type Outcome = Vec<(u64, Result<(), &'static str>)>;
+
+    fn read(bytes: &[u8], name: &str) -> (Outcome, io::Result<()>) {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join(name);
         fs_err::write(&path, bytes).expect("write");
