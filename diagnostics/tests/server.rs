@@ -154,3 +154,30 @@ fn llama_cpp_kv_failure_advises_context_and_kv_quantization() {
         "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 8192.00 MiB on device 0: cudaMalloc failed: out of memory"
     );
 }
+
+#[test]
+fn vllm_v0_capture_oom_and_runtime_cuda_oom() {
+    let log = "INFO 05-01 10:00:00 [model_runner.py:1500] Capturing cudagraphs for decoding. This may lead to unexpected consequences if the model is not static.\n\
+               ERROR 05-01 10:00:05 [engine.py:400] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.00 GiB. GPU 0 has a total capacity of 23.54 GiB of which 512.00 MiB is free.\n\
+               INFO 05-01 10:00:05 vllm.entrypoints: shutting down\n";
+    let verdict = classify_server_log(log);
+    assert_eq!(
+        (verdict.class, verdict.subtype),
+        (Class::Oom, Some(Subtype::CudaGraphCapture))
+    );
+    assert!(verdict.advice[0].contains("--enforce-eager"));
+    let verdict = classify_server_log(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n",
+    );
+    assert_eq!(
+        (verdict.class, verdict.subtype),
+        (Class::Oom, Some(Subtype::GpuAllocation))
+    );
+}
+
+#[test]
+fn unknown_log_names_its_last_line() {
+    let verdict = classify_server_log("starting\nsomething odd happened\n");
+    assert_eq!((verdict.class, verdict.subtype), (Class::Other, None));
+    assert_eq!(verdict.headline(), "failed: something odd happened");
+}
