@@ -36,16 +36,6 @@ pub fn parse(text: &str) -> Option<ErrorReport> {
     })
 }
 
-/// Number of panics in `text` (more than one usually means a propagated panic).
-pub fn count(text: &str) -> usize {
-    normalize(text)
-        .lines()
-        .filter(|l| {
-            l.starts_with("thread '") && l.contains("' panicked at") || l.contains(") panicked at ")
-        })
-        .count()
-}
-
 /// `memory allocation of 70368744177664 bytes failed`
 fn allocation_failure(line: &str) -> Option<u64> {
     let rest = line.trim().strip_prefix("memory allocation of ")?;
