@@ -1,1 +1,165 @@
-//! Placeholder
+//! `gen`: prepares prompts from datasets and runs them through an inference server.
+//!
+//! Crate map:
+//! - [`config`]: `datasets.toml` → a validated [`config::Plan`].
+//! - [`prep`]: the preparation worker (`gen prep`), one process per source.
+//! - [`run`]: `gen run` — the orchestrator's event loop, worker supervision, the dispatcher.
+//! - [`inference`]: the streaming chat client, server probes, a server `gen` launches.
+//! - [`store`]: the run directory's layout and its crash-safe files.
+//! - [`status`]: `status.json` and its 80-column rendering.
+//!
+//! Failures of a worker or a prompt are data (counted, shown in status, retried on the next
+//! run); an `Err` from [`run_cli`] means the run itself could not go on.
+
+pub mod cli;
+pub mod config;
+pub mod inference;
+pub mod prep;
+pub mod run;
+pub mod status;
+pub mod store;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use tokio_util::sync::CancellationToken;
+
+use cli::{Cli, Command};
+use config::{ConfigError, Plan};
+use run::RunOutcome;
+use store::RunDir;
+
+/// Exit codes: 0 everything finished, 1 some sources failed or the run stopped (a rerun
+/// continues), 2 a usage or config error.
+pub mod exit {
+    pub const OK: u8 = 0;
+    pub const FAILED: u8 = 1;
+    pub const USAGE: u8 = 2;
+}
+
+/// An error together with the exit code it maps to.
+#[derive(Debug)]
+pub struct CliError {
+    pub code: u8,
+    pub error: anyhow::Error,
+}
+
+impl<E: Into<anyhow::Error>> From<E> for CliError {
+    fn from(error: E) -> CliError {
+        let error = error.into();
+        let code = if error.downcast_ref::<ConfigError>().is_some() {
+            exit::USAGE
+        } else {
+            exit::FAILED
+        };
+        CliError { code, error }
+    }
+}
+
+fn run_dir_for(plan: &Plan, explicit: Option<PathBuf>) -> RunDir {
+    RunDir::new(explicit.unwrap_or_else(|| plan.run_dir.clone()))
+}
+
+/// Runs one parsed command line.
+pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
+    match cli.command {
+        Command::Check { config } => {
+            let plan = Plan::load(&config)?;
+            println!(
+                "`{}` is valid: {} sources, run directory `{}`",
+                config.display(),
+                plan.sources.len(),
+                plan.run_dir.display()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Prep {
+            config,
+            source,
+            run_dir,
+        } => {
+            let plan = Plan::load(&config)?;
+            let run_dir = run_dir_for(&plan, run_dir);
+            prep::prepare_source(&plan, &run_dir, &source)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Status { target, json } => status_command(&target, json),
+        Command::Run { config, run_dir } => {
+            let plan = Plan::load(&config)?;
+            let run_dir = run_dir_for(&plan, run_dir);
+            let runtime =
+                tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
+            let outcome = runtime.block_on(async {
+                let cancel = CancellationToken::new();
+                tokio::spawn(cancel_on_signal(cancel.clone()));
+                run::run(&plan, &run_dir, cancel).await
+            })?;
+            let code = match outcome {
+                RunOutcome::NothingToDo => exit::OK,
+                RunOutcome::Finished { failed } if failed.is_empty() => {
+                    eprintln!(
+                        "gen: every source is done; `gen status {}` shows the run",
+                        run_dir.root().display()
+                    );
+                    exit::OK
+                }
+                RunOutcome::Finished { failed } => {
+                    eprintln!(
+                        "gen: {} source(s) not finished: {}; run `gen run` again to retry them",
+                        failed.len(),
+                        failed.join(", ")
+                    );
+                    exit::FAILED
+                }
+                RunOutcome::Interrupted => exit::FAILED,
+            };
+            Ok(ExitCode::from(code))
+        }
+    }
+}
+
+/// Cancels `cancel` on the first SIGINT or SIGTERM; a second one exits at once.
+async fn cancel_on_signal(cancel: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return;
+    };
+    tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
+    cancel.cancel();
+    tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
+    eprintln!("gen: second signal: exiting now");
+    std::process::exit(130);
+}
+
+fn status_command(target: &Path, json: bool) -> Result<ExitCode, CliError> {
+    let run_dir = if target.is_dir() {
+        RunDir::new(target)
+    } else {
+        RunDir::new(Plan::load(target)?.run_dir)
+    };
+    let path = run_dir.status();
+    let status: Option<status::RunStatus> = store::atomic::read_json(&path)?;
+    let Some(status) = status else {
+        return Err(anyhow::anyhow!(
+            "no run found at `{}` (no `status.json`): start one with `gen run CONFIG`",
+            run_dir.root().display()
+        )
+        .into());
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&status).context("status serializes")?
+        );
+    } else {
+        print!(
+            "{}",
+            status::render::render(&status, status::state::unix_ms())
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

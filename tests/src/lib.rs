@@ -1,1 +1,13 @@
-//! Placeholder
+//! `gen-tests`: the harness the end-to-end tests share.
+//!
+//! - [`fake_openai`]: an OpenAI-compatible streaming server on `127.0.0.1:0` with fault knobs
+//!   and a request counter, for fast dispatcher and orchestration tests.
+//! - [`llama`]: a real `llama-server` with a real small model, started on a free port, for the
+//!   end-to-end tests (skipped with a printed reason when it is not installed; the README test
+//!   command always installs it).
+//!
+//! The scenario tests that spawn the `gen` binary live in `pipeline/tests/` (only the package
+//! that owns a binary can locate it), and use this crate as a dev-dependency.
+
+pub mod fake_openai;
+pub mod llama;

@@ -1,0 +1,52 @@
+//! The raw shape of `datasets.toml`, mirroring the file. Nothing here is validated beyond
+//! types and key names; [`super::plan`] does the rest.
+
+use serde::Deserialize;
+use toml::Spanned;
+
+/// `[run]`: where the run lives and how much runs at once.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RunTable {
+    /// Run directory, relative to the config file (default `runs/<config stem>`).
+    pub dir: Option<Spanned<String>>,
+    /// Preparation workers at once (default 2).
+    pub max_parallel_prep: Option<Spanned<i64>>,
+}
+
+/// `[server]`: the OpenAI-compatible inference server, running or launched by `gen`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ServerTable {
+    /// Base URL, e.g. `http://127.0.0.1:30000`. `{port}` is replaced by a free port when `gen`
+    /// launches the server itself.
+    pub url: Spanned<String>,
+    /// Model name to request (default: the first model the server lists).
+    pub model: Option<String>,
+    /// Name of the environment variable that holds the API key (the key itself never goes in a
+    /// file).
+    pub api_key_env: Option<Spanned<String>>,
+    /// Command that starts the server; `${VAR}` / `${VAR:-default}` and `{port}` are expanded.
+    pub launch: Option<Spanned<Vec<String>>>,
+    /// Seconds to wait for `/health` after launch (default 300).
+    pub health_timeout_secs: Option<Spanned<i64>>,
+}
+
+/// `[generation]`: what each request asks for.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct GenerationTable {
+    pub max_tokens: Spanned<i64>,
+    /// Requests in flight at once (default 16).
+    pub concurrency: Option<Spanned<i64>>,
+    pub temperature: Option<Spanned<f64>>,
+    pub top_p: Option<Spanned<f64>>,
+    pub seed: Option<i64>,
+    /// Passed through as `chat_template_kwargs` (e.g. `{ enable_thinking = true }`).
+    pub chat_template_kwargs: Option<toml::Table>,
+    /// Attempts per prompt on transient errors (default 4).
+    pub max_attempts: Option<Spanned<i64>>,
+}
+
+/// The top-level keys, for "expected one of" messages.
+pub const TOP_LEVEL_KEYS: [&str; 4] = ["run", "server", "generation", "source"];

@@ -1,0 +1,440 @@
+//! Resolution of the raw file into a [`Plan`]: every problem is collected, each located, and
+//! after resolution no code re-validates.
+//!
+//! Each top-level table and each `[[source]]` is deserialized on its own from toml's spanned
+//! tree, so one bad key does not hide the problems in the rest of the file.
+
+use std::num::NonZeroUsize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use gen_sources::SourceSpec;
+use serde::de::{Deserialize, IntoDeserializer};
+use serde_json::{Map, Value};
+use toml::Spanned;
+use toml::de::{DeTable, DeValue};
+
+use super::file::{GenerationTable, RunTable, ServerTable, TOP_LEVEL_KEYS};
+use super::problem::{ConfigError, Problem};
+
+const DEFAULT_PARALLEL_PREP: usize = 2;
+const DEFAULT_CONCURRENCY: usize = 16;
+const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(300);
+const DEFAULT_MAX_ATTEMPTS: u32 = 4;
+
+/// A validated config, ready to run.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub config_path: PathBuf,
+    /// Directory of the config file; relative paths resolve against it.
+    pub base_dir: PathBuf,
+    pub run_dir: PathBuf,
+    pub max_parallel_prep: NonZeroUsize,
+    pub server: ServerPlan,
+    pub generation: GenerationPlan,
+    pub sources: Vec<SourceSpec>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerPlan {
+    pub url: String,
+    pub model: Option<String>,
+    pub api_key_env: Option<String>,
+    pub launch: Option<Vec<String>>,
+    pub health_timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct GenerationPlan {
+    pub max_tokens: u32,
+    pub concurrency: NonZeroUsize,
+    pub max_attempts: u32,
+    /// Sampling parameters passed through in every request body.
+    pub params: Map<String, Value>,
+}
+
+impl Plan {
+    /// Reads and resolves `path`.
+    pub fn load(path: &Path) -> Result<Plan, ConfigError> {
+        let text = fs_err::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Plan::from_text(path, &text)
+    }
+
+    /// Resolves config `text` as if read from `path`.
+    pub fn from_text(path: &Path, text: &str) -> Result<Plan, ConfigError> {
+        let mut resolver = Resolver {
+            text,
+            problems: Vec::new(),
+        };
+        let plan = resolver.resolve(path);
+        match plan {
+            Some(plan) if resolver.problems.is_empty() => Ok(plan),
+            _ => {
+                let mut problems = resolver.problems;
+                problems.sort_by_key(|p| (p.line, p.column));
+                problems.dedup();
+                Err(ConfigError::Invalid {
+                    path: path.to_path_buf(),
+                    problems,
+                })
+            }
+        }
+    }
+
+    pub fn source(&self, name: &str) -> Option<&SourceSpec> {
+        self.sources.iter().find(|s| s.name() == name)
+    }
+}
+
+struct Resolver<'t> {
+    text: &'t str,
+    problems: Vec<Problem>,
+}
+
+impl<'t> Resolver<'t> {
+    fn problem(&mut self, span: Option<std::ops::Range<usize>>, message: impl Into<String>) {
+        self.problems.push(Problem::at(self.text, span, message));
+    }
+
+    fn toml_error(&mut self, error: &toml::de::Error) {
+        self.problem(error.span(), error.message().to_owned());
+    }
+
+    /// Deserializes one spanned value, recording its problem on failure.
+    fn section<T: Deserialize<'t>>(&mut self, value: Spanned<DeValue<'t>>) -> Option<T> {
+        match T::deserialize(value.into_deserializer()) {
+            Ok(parsed) => Some(parsed),
+            Err(error) => {
+                self.toml_error(&error);
+                None
+            }
+        }
+    }
+
+    fn resolve(&mut self, path: &Path) -> Option<Plan> {
+        let (table, errors) = DeTable::parse_recoverable(self.text);
+        for error in &errors {
+            self.toml_error(error);
+        }
+        if !errors.is_empty() {
+            return None;
+        }
+        let mut run = Some(RunTable::default());
+        let mut server = None;
+        let mut generation = None;
+        let mut sources = Vec::new();
+        let mut sources_ok = true;
+        for (key, value) in table.into_inner() {
+            match key.get_ref().as_ref() {
+                "run" => run = self.section::<RunTable>(value),
+                "server" => server = Some(self.section::<ServerTable>(value)),
+                "generation" => generation = Some(self.section::<GenerationTable>(value)),
+                "source" => {
+                    let span = value.span();
+                    match value.into_inner() {
+                        DeValue::Array(entries) => {
+                            for entry in entries {
+                                match self.section::<SourceSpec>(entry) {
+                                    Some(spec) => sources.push(spec),
+                                    None => sources_ok = false,
+                                }
+                            }
+                        }
+                        _ => {
+                            self.problem(
+                                Some(span),
+                                "`source` must be an array of tables: write `[[source]]`",
+                            );
+                            sources_ok = false;
+                        }
+                    }
+                }
+                other => {
+                    let valid = TOP_LEVEL_KEYS.map(|k| format!("`{k}`")).join(", ");
+                    self.problem(
+                        Some(key.span()),
+                        format!("unknown top-level key `{other}`, expected one of {valid}"),
+                    );
+                }
+            }
+        }
+        if sources.is_empty() && sources_ok {
+            self.problem(None, "no sources: add at least one `[[source]]` table");
+        }
+        self.check_sources(&sources);
+        let server = match server {
+            None => {
+                self.problem(
+                    None,
+                    "missing `[server]` table (at least `url = \"http://…\"`)",
+                );
+                None
+            }
+            Some(parsed) => parsed.map(|s| self.server(s)),
+        };
+        let generation = match generation {
+            None => {
+                self.problem(
+                    None,
+                    "missing `[generation]` table (at least `max-tokens = …`)",
+                );
+                None
+            }
+            Some(parsed) => parsed.map(|g| self.generation(g)),
+        };
+        let (run, server, generation) = (run?, server?, generation?);
+        let base_dir = path
+            .parent()
+            .map(Path::to_path_buf)
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or_else(|| PathBuf::from("."));
+        let run_dir = match &run.dir {
+            Some(dir) => base_dir.join(dir.get_ref()),
+            None => {
+                let stem = path
+                    .file_stem()
+                    .map_or_else(|| "run".to_owned(), |s| s.to_string_lossy().into_owned());
+                base_dir.join("runs").join(stem)
+            }
+        };
+        let max_parallel_prep = self.positive(
+            &run.max_parallel_prep,
+            "max-parallel-prep",
+            DEFAULT_PARALLEL_PREP,
+        );
+        Some(Plan {
+            config_path: path.to_path_buf(),
+            base_dir,
+            run_dir,
+            max_parallel_prep,
+            server,
+            generation,
+            sources,
+        })
+    }
+
+    fn check_sources(&mut self, sources: &[SourceSpec]) {
+        for (i, spec) in sources.iter().enumerate() {
+            for problem in spec.check() {
+                self.problem(Some(problem.span), problem.message);
+            }
+            if let Some(first) = sources[..i].iter().find(|s| s.name() == spec.name()) {
+                let first = Problem::at(self.text, Some(first.name.span()), "");
+                self.problem(
+                    Some(spec.name.span()),
+                    format!(
+                        "source `{}` is listed twice (first at {}:{})",
+                        spec.name(),
+                        first.line,
+                        first.column
+                    ),
+                );
+            }
+        }
+    }
+
+    fn positive(
+        &mut self,
+        value: &Option<Spanned<i64>>,
+        key: &str,
+        default: usize,
+    ) -> NonZeroUsize {
+        let fallback = NonZeroUsize::new(default).expect("defaults are non-zero");
+        let Some(value) = value else { return fallback };
+        match usize::try_from(*value.get_ref())
+            .ok()
+            .and_then(NonZeroUsize::new)
+        {
+            Some(n) => n,
+            None => {
+                self.problem(Some(value.span()), format!("`{key}` must be at least 1"));
+                fallback
+            }
+        }
+    }
+
+    fn server(&mut self, server: ServerTable) -> ServerPlan {
+        let url = server.url.get_ref().trim().to_owned();
+        let url_ok = (url.starts_with("http://") || url.starts_with("https://"))
+            && reqwest::Url::parse(&url.replace("{port}", "1")).is_ok();
+        if !url_ok {
+            self.problem(
+                Some(server.url.span()),
+                format!(
+                    "`url` must be an http(s) URL such as `http://127.0.0.1:30000`, got `{url}`"
+                ),
+            );
+        }
+        if url.contains("{port}") && server.launch.is_none() {
+            self.problem(
+                Some(server.url.span()),
+                "`{port}` in `url` is only filled in when `gen` launches the server (`launch = [...]`)",
+            );
+        }
+        if let Some(launch) = &server.launch
+            && launch.get_ref().is_empty()
+        {
+            self.problem(Some(launch.span()), "`launch` must name a program");
+        }
+        if let Some(env) = &server.api_key_env {
+            let name = env.get_ref();
+            let valid =
+                !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                self.problem(
+                    Some(env.span()),
+                    "`api-key-env` is the NAME of an environment variable (the key itself never goes in a file)",
+                );
+            }
+        }
+        let health_timeout = match &server.health_timeout_secs {
+            None => DEFAULT_HEALTH_TIMEOUT,
+            Some(secs) => match u64::try_from(*secs.get_ref()) {
+                Ok(s) if s > 0 => Duration::from_secs(s),
+                _ => {
+                    self.problem(
+                        Some(secs.span()),
+                        "`health-timeout-secs` must be at least 1",
+                    );
+                    DEFAULT_HEALTH_TIMEOUT
+                }
+            },
+        };
+        ServerPlan {
+            url: url.trim_end_matches('/').to_owned(),
+            model: server.model,
+            api_key_env: server.api_key_env.map(Spanned::into_inner),
+            launch: server.launch.map(Spanned::into_inner),
+            health_timeout,
+        }
+    }
+
+    fn generation(&mut self, generation: GenerationTable) -> GenerationPlan {
+        let max_tokens = match u32::try_from(*generation.max_tokens.get_ref()) {
+            Ok(n) if n > 0 => n,
+            _ => {
+                self.problem(
+                    Some(generation.max_tokens.span()),
+                    "`max-tokens` must be between 1 and 4294967295",
+                );
+                1
+            }
+        };
+        let concurrency =
+            self.positive(&generation.concurrency, "concurrency", DEFAULT_CONCURRENCY);
+        let max_attempts = self.positive(
+            &generation.max_attempts,
+            "max-attempts",
+            DEFAULT_MAX_ATTEMPTS as usize,
+        );
+        let mut params = Map::new();
+        if let Some(t) = &generation.temperature {
+            if !(0.0..=10.0).contains(t.get_ref()) {
+                self.problem(Some(t.span()), "`temperature` must be between 0 and 10");
+            }
+            params.insert("temperature".into(), Value::from(*t.get_ref()));
+        }
+        if let Some(p) = &generation.top_p {
+            if !(0.0..=1.0).contains(p.get_ref()) || *p.get_ref() == 0.0 {
+                self.problem(Some(p.span()), "`top-p` must be in (0, 1]");
+            }
+            params.insert("top_p".into(), Value::from(*p.get_ref()));
+        }
+        if let Some(seed) = generation.seed {
+            params.insert("seed".into(), Value::from(seed));
+        }
+        if let Some(kwargs) = generation.chat_template_kwargs {
+            let kwargs = serde_json::to_value(kwargs).expect("a toml table is valid JSON");
+            params.insert("chat_template_kwargs".into(), kwargs);
+        }
+        GenerationPlan {
+            max_tokens,
+            concurrency,
+            max_attempts: u32::try_from(max_attempts.get()).unwrap_or(u32::MAX),
+            params,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+[server]
+url = "http://127.0.0.1:8080"
+
+[generation]
+max-tokens = 64
+chat-template-kwargs = { enable_thinking = false }
+
+[[source]]
+name = "a"
+path = "a.jsonl"
+"#;
+
+    fn problems(text: &str) -> Vec<String> {
+        match Plan::from_text(Path::new("cfg/x.toml"), text) {
+            Ok(_) => Vec::new(),
+            Err(ConfigError::Invalid { problems, .. }) => problems
+                .into_iter()
+                .map(|p| format!("{}:{} {}", p.line, p.column, p.message))
+                .collect(),
+            Err(e) => vec![e.to_string()],
+        }
+    }
+
+    #[test]
+    fn resolves_defaults() {
+        let plan = Plan::from_text(Path::new("cfg/x.toml"), GOOD).expect("valid");
+        assert_eq!(plan.run_dir, Path::new("cfg/runs/x"));
+        assert_eq!(plan.generation.concurrency.get(), 16);
+        assert_eq!(
+            plan.generation.params["chat_template_kwargs"]["enable_thinking"],
+            false
+        );
+        assert_eq!(plan.sources.len(), 1);
+    }
+
+    #[test]
+    fn reports_every_problem_with_position() {
+        let text = format!(
+            "{GOOD}\n[[source]]\nname = \"a\"\npath = \"b.jsonl\"\nlimit = 0\n\n[[source]]\nname = \"c\"\npaht = \"x\"\n"
+        );
+        let found = problems(&text.replace("max-tokens = 64", "max-tokens = \"many\""));
+        assert_eq!(found.len(), 4, "{found:#?}");
+        assert_eq!(found[0], "6:14 invalid type: string \"many\", expected i64");
+        assert_eq!(found[1], "14:8 source `a` is listed twice (first at 10:8)");
+        assert_eq!(found[2], "16:9 source `a`: `limit` must be at least 1");
+        assert!(
+            found[3].starts_with("20:1 unknown field `paht`, expected one of `name`, `path`"),
+            "{found:#?}"
+        );
+    }
+
+    #[test]
+    fn syntax_errors_and_unknown_tables() {
+        assert!(problems("[server\nurl=1")[0].starts_with("1:"));
+        let found = problems(&format!("{GOOD}\n[servr]\nurl = \"x\"\n"));
+        assert!(
+            found[0].contains("unknown top-level key `servr`"),
+            "{found:?}"
+        );
+        let found = problems("[generation]\nmax-tokens = 1\n[[source]]\nname=\"a\"\npath=\"a\"\n");
+        assert!(found[0].contains("missing `[server]`"), "{found:?}");
+    }
+
+    #[test]
+    fn rejects_bad_urls_and_key_values() {
+        let found = problems(&GOOD.replace("http://127.0.0.1:8080", "localhost:8080"));
+        assert!(found[0].contains("must be an http(s) URL"), "{found:?}");
+        let found = problems(&GOOD.replace("[server]", "[server]\napi-key-env = \"sk-abc def\""));
+        assert!(
+            found[0].contains("NAME of an environment variable"),
+            "{found:?}"
+        );
+    }
+}

@@ -1,0 +1,285 @@
+//! Streaming OpenAI chat completions.
+//!
+//! A request succeeds only when its stream ends with `[DONE]`; a stream cut before it, an
+//! error event inside it, a 5xx or a refused connection are transient ([`RequestError::Transient`]);
+//! a 400 is the prompt's own fault ([`RequestError::Rejected`]); 401/403/404 mean the config is
+//! wrong for every prompt ([`RequestError::Fatal`]). There is no total timeout — long
+//! reasoning takes many minutes — only a connect timeout and an idle timeout per chunk.
+
+use std::time::Duration;
+
+use eventsource_stream::Eventsource as _;
+use futures_util::StreamExt as _;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use gen_sources::Message;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Idle limit before the first chunk: queueing and prefill can take a while.
+const FIRST_CHUNK_TIMEOUT: Duration = Duration::from_secs(300);
+/// Idle limit between chunks (a preempted request pauses while it is recomputed).
+const CHUNK_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Token counts as the server reports them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    #[serde(default)]
+    pub total_tokens: u64,
+}
+
+/// A finished generation.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Completion {
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    pub finish_reason: Option<String>,
+    pub usage: Option<Usage>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    /// Worth retrying: the server was busy, restarting or down.
+    #[error("{0}")]
+    Transient(String),
+    /// The server refused this prompt (e.g. too long for the context).
+    #[error("{0}")]
+    Rejected(String),
+    /// Wrong for every request: bad key, model name or path.
+    #[error("{0}")]
+    Fatal(String),
+}
+
+/// A client for one server.
+#[derive(Debug, Clone)]
+pub struct ChatClient {
+    http: reqwest::Client,
+    url: String,
+    model: String,
+    api_key: Option<String>,
+    max_tokens: u32,
+    params: Map<String, Value>,
+}
+
+impl ChatClient {
+    pub fn new(
+        base_url: &str,
+        model: String,
+        api_key: Option<String>,
+        max_tokens: u32,
+        params: Map<String, Value>,
+    ) -> reqwest::Result<ChatClient> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_keepalive(Duration::from_secs(30))
+            .build()?;
+        Ok(ChatClient {
+            http,
+            url: format!("{base_url}/v1/chat/completions"),
+            model,
+            api_key,
+            max_tokens,
+            params,
+        })
+    }
+
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    fn body(&self, messages: &[Message]) -> Value {
+        let mut body = self.params.clone();
+        body.insert("model".into(), json!(self.model));
+        body.insert("messages".into(), json!(messages));
+        body.insert("max_tokens".into(), json!(self.max_tokens));
+        body.insert("stream".into(), json!(true));
+        body.insert("stream_options".into(), json!({"include_usage": true}));
+        Value::Object(body)
+    }
+
+    /// Sends one chat completion and reads its stream to the end.
+    pub async fn complete(&self, messages: &[Message]) -> Result<Completion, RequestError> {
+        let mut request = self.http.post(&self.url).json(&self.body(messages));
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key);
+        }
+        let response = tokio::time::timeout(FIRST_CHUNK_TIMEOUT, request.send())
+            .await
+            .map_err(|_| RequestError::Transient("no response headers within 300 s".into()))?
+            .map_err(|e| RequestError::Transient(describe_reqwest(&e)))?;
+        let status = response.status();
+        if !status.is_success() {
+            let body = response.text().await.unwrap_or_default();
+            return Err(classify_status(status.as_u16(), &body));
+        }
+        let mut events = response.bytes_stream().eventsource();
+        let mut completion = Completion::default();
+        let mut reasoning = String::new();
+        let mut first = true;
+        loop {
+            let limit = if first {
+                FIRST_CHUNK_TIMEOUT
+            } else {
+                CHUNK_TIMEOUT
+            };
+            let event = match tokio::time::timeout(limit, events.next()).await {
+                Err(_) => {
+                    return Err(RequestError::Transient(format!(
+                        "no data for {} s",
+                        limit.as_secs()
+                    )));
+                }
+                Ok(None) => {
+                    return Err(RequestError::Transient(
+                        "stream ended without [DONE]".into(),
+                    ));
+                }
+                Ok(Some(Err(e))) => {
+                    return Err(RequestError::Transient(format!("stream broke: {e}")));
+                }
+                Ok(Some(Ok(event))) => event,
+            };
+            first = false;
+            if event.data.trim() == "[DONE]" {
+                break;
+            }
+            if event.data.trim().is_empty() {
+                continue;
+            }
+            let chunk: Value = serde_json::from_str(&event.data)
+                .map_err(|e| RequestError::Transient(format!("unreadable stream chunk: {e}")))?;
+            apply_chunk(&chunk, &mut completion, &mut reasoning)?;
+        }
+        if !reasoning.is_empty() {
+            completion.reasoning_content = Some(reasoning);
+        }
+        Ok(completion)
+    }
+}
+
+/// Folds one stream chunk into the completion; an error event is transient.
+fn apply_chunk(
+    chunk: &Value,
+    completion: &mut Completion,
+    reasoning: &mut String,
+) -> Result<(), RequestError> {
+    if let Some(error) = chunk.get("error") {
+        return Err(RequestError::Transient(format!(
+            "error event in stream: {}",
+            error_message(error)
+        )));
+    }
+    if let Some(usage) = chunk.get("usage").filter(|u| !u.is_null()) {
+        completion.usage = serde_json::from_value(usage.clone()).ok();
+    }
+    let Some(choice) = chunk.get("choices").and_then(|c| c.get(0)) else {
+        return Ok(());
+    };
+    if let Some(delta) = choice.get("delta") {
+        if let Some(text) = delta.get("content").and_then(Value::as_str) {
+            completion.content.push_str(text);
+        }
+        for key in ["reasoning_content", "reasoning"] {
+            if let Some(text) = delta.get(key).and_then(Value::as_str) {
+                reasoning.push_str(text);
+            }
+        }
+    }
+    if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+        completion.finish_reason = Some(reason.to_owned());
+    }
+    Ok(())
+}
+
+/// `error.message`, else `message`, else the raw JSON.
+fn error_message(error: &Value) -> String {
+    error
+        .get("message")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .or_else(|| error.as_str().map(str::to_owned))
+        .unwrap_or_else(|| error.to_string())
+}
+
+fn classify_status(status: u16, body: &str) -> RequestError {
+    let message = serde_json::from_str::<Value>(body)
+        .ok()
+        .map(|v| {
+            v.get("error")
+                .map_or_else(|| error_message(&v), error_message)
+        })
+        .unwrap_or_else(|| body.chars().take(300).collect());
+    let text = format!("HTTP {status}: {message}");
+    match status {
+        401 | 403 | 404 => RequestError::Fatal(text),
+        400 | 413 | 422 => RequestError::Rejected(text),
+        _ => RequestError::Transient(text),
+    }
+}
+
+fn describe_reqwest(error: &reqwest::Error) -> String {
+    // The URL is ours (no credentials in it), the source chain has the OS reason.
+    let mut text = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_fold_content_reasoning_and_usage() {
+        let mut completion = Completion::default();
+        let mut reasoning = String::new();
+        for chunk in [
+            json!({"choices": [{"delta": {"reasoning_content": "think "}}]}),
+            json!({"choices": [{"delta": {"reasoning": "more"}}]}),
+            json!({"choices": [{"delta": {"content": "Hel"}}]}),
+            json!({"choices": [{"delta": {"content": "lo"}, "finish_reason": "stop"}]}),
+            json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}}),
+        ] {
+            apply_chunk(&chunk, &mut completion, &mut reasoning).expect("chunk");
+        }
+        assert_eq!(completion.content, "Hello");
+        assert_eq!(reasoning, "think more");
+        assert_eq!(completion.finish_reason.as_deref(), Some("stop"));
+        assert_eq!(completion.usage.map(|u| u.completion_tokens), Some(5));
+    }
+
+    #[test]
+    fn error_events_and_statuses_are_classified() {
+        let mut c = Completion::default();
+        let mut r = String::new();
+        let err = apply_chunk(
+            &json!({"error": {"code": 500, "message": "Context size has been exceeded."}}),
+            &mut c,
+            &mut r,
+        );
+        assert_eq!(
+            err,
+            Err(RequestError::Transient(
+                "error event in stream: Context size has been exceeded.".into()
+            ))
+        );
+        assert!(
+            matches!(classify_status(400, r#"{"error":{"message":"too long"}}"#), RequestError::Rejected(m) if m == "HTTP 400: too long")
+        );
+        assert!(
+            matches!(classify_status(400, r#"{"object":"error","message":"flat"}"#), RequestError::Rejected(m) if m == "HTTP 400: flat")
+        );
+        assert!(matches!(
+            classify_status(503, "Loading model"),
+            RequestError::Transient(_)
+        ));
+        assert!(matches!(classify_status(401, "{}"), RequestError::Fatal(_)));
+    }
+}

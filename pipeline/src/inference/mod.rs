@@ -1,0 +1,8 @@
+//! Talking to the inference server: the streaming chat client ([`client`]), server discovery
+//! and probes ([`probe`]) and a server `gen` launches itself ([`managed`]).
+
+pub mod client;
+pub mod managed;
+pub mod probe;
+
+pub use client::{ChatClient, Completion, RequestError};

@@ -1,0 +1,12 @@
+//! `gen run`: the orchestrator's event loop ([`orchestrator`]), preparation workers as
+//! supervised processes ([`supervisor`], [`rss`], [`sys`]) and the request dispatcher
+//! ([`dispatch`]) with its stored records ([`record`]).
+
+pub mod dispatch;
+pub mod orchestrator;
+pub mod record;
+pub mod rss;
+pub mod supervisor;
+pub mod sys;
+
+pub use orchestrator::{RunOutcome, run};

@@ -1,0 +1,526 @@
+//! The `gen run` event loop. It alone owns the run state: preparation workers, the dispatcher
+//! and the clock report to it by message, and it alone writes `status.json` and the output
+//! files.
+//!
+//! Order of a run: read what the run directory already holds (finished sources are skipped,
+//! completed prompts are not sent again); if nothing is left, stop without touching the server;
+//! otherwise make sure the server answers (launching it when configured) *before* any source
+//! can be marked failed; then prepare sources in worker processes, at most
+//! `max-parallel-prep` at once, and start generating each source as soon as it is prepared.
+
+use std::collections::{HashSet, VecDeque};
+use std::io::Write as _;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use tokio::sync::{Semaphore, mpsc};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use super::dispatch::{DispatchEvent, Dispatcher};
+use super::record::{self, RejectKind, RejectedRecord};
+use super::supervisor::{self, WorkerCommand, WorkerReport};
+use crate::config::Plan;
+use crate::inference::managed::{self, ManagedServer};
+use crate::inference::{ChatClient, probe};
+use crate::prep;
+use crate::status::state::{self, Phase, RunStatus, ServerStatus, SourceStatus};
+use crate::store::frames::{self, FrameWriter};
+use crate::store::{RunDir, atomic, layout::LAYOUT_VERSION};
+
+/// Completions buffered before a frame is written (a frame is also written every tick).
+const FRAME_RECORDS: usize = 64;
+const TICK: Duration = Duration::from_secs(1);
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// How a run ended (errors that stop the run early are `Err`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// Every source already had every prompt completed; the server was not contacted.
+    NothingToDo,
+    /// The run went through; these sources still have work left (a rerun retries them).
+    Finished { failed: Vec<String> },
+    /// Interrupted by a signal; everything completed so far is stored.
+    Interrupted,
+}
+
+struct SourceState {
+    status: SourceStatus,
+    done_ids: HashSet<String>,
+    writer: Option<FrameWriter>,
+}
+
+struct Orchestrator<'p> {
+    plan: &'p Plan,
+    run_dir: RunDir,
+    sources: Vec<SourceState>,
+    status: RunStatus,
+    tokens: u64,
+    started: Instant,
+}
+
+/// `gen run`: see the module documentation.
+pub async fn run(
+    plan: &Plan,
+    run_dir: &RunDir,
+    cancel: CancellationToken,
+) -> anyhow::Result<RunOutcome> {
+    create_private_dir(run_dir.root())?;
+    let mut orchestrator = Orchestrator::load(plan, run_dir)?;
+    let needs_prep: Vec<usize> = (0..orchestrator.sources.len())
+        .filter(|i| orchestrator.sources[*i].status.prepared.is_none())
+        .collect();
+    let mut pending: Vec<(usize, Vec<gen_sources::Prompt>)> = Vec::new();
+    for i in 0..orchestrator.sources.len() {
+        if orchestrator.sources[i].status.prepared.is_some() {
+            let prompts = orchestrator.pending_prompts(i)?;
+            if !prompts.is_empty() {
+                pending.push((i, prompts));
+            }
+        }
+    }
+    if needs_prep.is_empty() && pending.is_empty() {
+        orchestrator.status.finished = true;
+        orchestrator.write_status()?;
+        eprintln!("gen: nothing to do: every prompt of every source is already completed");
+        return Ok(RunOutcome::NothingToDo);
+    }
+    orchestrator.write_status()?;
+
+    // The server must answer before anything can fail.
+    let api_key = plan
+        .server
+        .api_key_env
+        .as_ref()
+        .and_then(|var| std::env::var(var).ok());
+    let mut managed = match &plan.server.launch {
+        Some(launch) => {
+            eprintln!(
+                "gen: starting the inference server (log: {})",
+                run_dir.server_log().display()
+            );
+            let server = ManagedServer::start(&plan.server, launch, &run_dir.server_log()).await?;
+            Some(server)
+        }
+        None => None,
+    };
+    let url = managed
+        .as_ref()
+        .map_or_else(|| plan.server.url.clone(), |m| m.url.clone());
+    let model = probe::model(&url, api_key.as_deref(), plan.server.model.as_deref()).await?;
+    eprintln!("gen: server {url} serves `{model}`");
+    orchestrator.status.server = Some(ServerStatus {
+        url: url.clone(),
+        model: model.clone(),
+        concurrency: plan.generation.concurrency.get(),
+    });
+    let client = ChatClient::new(
+        &url,
+        model,
+        api_key,
+        plan.generation.max_tokens,
+        plan.generation.params.clone(),
+    )
+    .context("failed to build the HTTP client")?;
+
+    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let dispatch_cancel = cancel.child_token();
+    let dispatcher = Dispatcher {
+        client: Arc::new(client),
+        permits: Arc::new(Semaphore::new(plan.generation.concurrency.get())),
+        max_attempts: plan.generation.max_attempts,
+        events: events_tx,
+        cancel: dispatch_cancel.clone(),
+    };
+    let mut dispatching = 0usize;
+    for (i, prompts) in pending {
+        orchestrator.sources[i].status.phase = Phase::Generating;
+        tokio::spawn(dispatcher.clone().run_source(i, prompts));
+        dispatching += 1;
+    }
+
+    let mut prep_queue: VecDeque<usize> = needs_prep.into();
+    let mut preps: JoinSet<(usize, std::io::Result<WorkerReport>)> = JoinSet::new();
+    let prep_cancel = cancel.child_token();
+    orchestrator.start_preps(&mut prep_queue, &mut preps, &prep_cancel)?;
+    orchestrator.write_status()?;
+
+    let mut fatal: Option<String> = None;
+    let mut server_died: Option<String> = None;
+    let mut tick = tokio::time::interval(TICK);
+    let mut last_progress = Instant::now();
+    let mut interrupted = false;
+    while !(preps.is_empty() && prep_queue.is_empty() && dispatching == 0) {
+        tokio::select! {
+            Some(joined) = preps.join_next() => {
+                let (i, report) = joined.context("a preparation supervisor panicked")?;
+                if let Some(prompts) = orchestrator.finish_prep(i, report, interrupted)? {
+                    orchestrator.sources[i].status.phase = Phase::Generating;
+                    tokio::spawn(dispatcher.clone().run_source(i, prompts));
+                    dispatching += 1;
+                }
+                if !interrupted {
+                    orchestrator.start_preps(&mut prep_queue, &mut preps, &prep_cancel)?;
+                }
+                orchestrator.write_status()?;
+            }
+            Some(event) = events.recv() => match event {
+                DispatchEvent::Completed { source, record } => {
+                    orchestrator.tokens += record.usage.as_ref().map_or(0, |u| u.completion_tokens);
+                    let state = &mut orchestrator.sources[source];
+                    state.status.done += 1;
+                    state.done_ids.insert(record.id.clone());
+                    let writer = state.writer.as_mut().expect("a generating source has a writer");
+                    writer.push(&record)?;
+                    if writer.pending() >= FRAME_RECORDS {
+                        writer.flush().with_context(|| format!("failed to write `{}`", writer.path().display()))?;
+                    }
+                }
+                DispatchEvent::GaveUp { source, record } => {
+                    orchestrator.record_rejected(source, &record)?;
+                }
+                DispatchEvent::Fatal(message) => {
+                    if fatal.is_none() {
+                        eprintln!("gen: stopping: {message}");
+                        fatal = Some(message);
+                        dispatch_cancel.cancel();
+                        prep_cancel.cancel();
+                        prep_queue.clear();
+                    }
+                }
+                DispatchEvent::SourceFinished { source } => {
+                    dispatching -= 1;
+                    orchestrator.finish_generation(source, interrupted || fatal.is_some())?;
+                    orchestrator.write_status()?;
+                }
+            },
+            _ = tick.tick() => {
+                orchestrator.flush_all()?;
+                orchestrator.write_status()?;
+                if last_progress.elapsed() >= PROGRESS_EVERY {
+                    orchestrator.print_progress();
+                    last_progress = Instant::now();
+                }
+                if server_died.is_none()
+                    && let Some(exit) = managed.as_mut().and_then(ManagedServer::exited)
+                {
+                    let log = run_dir.server_log();
+                    let message = format!("the inference server exited ({exit}); last lines of `{}`:\n{}", log.display(), managed::tail(&log, 25));
+                    eprintln!("gen: {message}");
+                    server_died = Some(message);
+                    dispatch_cancel.cancel();
+                }
+            }
+            () = cancel.cancelled(), if !interrupted => {
+                eprintln!("gen: interrupted: stopping; completed prompts are kept");
+                interrupted = true;
+                prep_queue.clear();
+            }
+        }
+    }
+    orchestrator.flush_all()?;
+    orchestrator.status.finished = true;
+    orchestrator.write_status()?;
+    orchestrator.print_progress();
+    if let Some(server) = managed {
+        server.stop().await;
+    }
+    if let Some(message) = fatal {
+        anyhow::bail!("the server refused the requests: {message}");
+    }
+    if let Some(message) = server_died {
+        anyhow::bail!(message);
+    }
+    if interrupted {
+        return Ok(RunOutcome::Interrupted);
+    }
+    let failed = orchestrator
+        .sources
+        .iter()
+        .filter(|s| s.status.phase != Phase::Done)
+        .map(|s| s.status.name.clone())
+        .collect();
+    Ok(RunOutcome::Finished { failed })
+}
+
+fn create_private_dir(path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("failed to create `{}`: {e}", path.display()),
+            )
+        })
+}
+
+impl<'p> Orchestrator<'p> {
+    fn load(plan: &'p Plan, run_dir: &RunDir) -> anyhow::Result<Orchestrator<'p>> {
+        let mut sources = Vec::new();
+        for spec in &plan.sources {
+            let name = spec.name();
+            let dir = run_dir.source(name);
+            create_private_dir(dir.root())?;
+            let manifest = prep::read_manifest(run_dir, name)?;
+            let done_ids = record::completed_ids(&dir.completions())
+                .with_context(|| format!("failed to read `{}`", dir.completions().display()))?;
+            let previous: Option<WorkerReport> = atomic::read_json::<WorkerFile>(&dir.worker())
+                .ok()
+                .flatten()
+                .filter(|w| !w.succeeded)
+                .map(|w| w.report);
+            let note = match (&manifest, previous) {
+                (None, Some(report)) => format!(
+                    "last preparation failed ({}); retrying",
+                    report.exit.describe()
+                ),
+                _ => String::new(),
+            };
+            sources.push(SourceState {
+                status: SourceStatus {
+                    name: name.to_owned(),
+                    phase: if manifest.is_some() {
+                        Phase::Prepared
+                    } else {
+                        Phase::Pending
+                    },
+                    prepared: manifest.map(|m| m.prompts),
+                    done: done_ids.len() as u64,
+                    failed: 0,
+                    note,
+                },
+                done_ids,
+                writer: None,
+            });
+        }
+        let status = RunStatus {
+            layout: LAYOUT_VERSION,
+            config: plan.config_path.display().to_string(),
+            pid: std::process::id(),
+            host: state::host_name(),
+            started_unix_ms: state::unix_ms(),
+            heartbeat_unix_ms: state::unix_ms(),
+            finished: false,
+            server: None,
+            sources: Vec::new(),
+        };
+        Ok(Orchestrator {
+            plan,
+            run_dir: run_dir.clone(),
+            sources,
+            status,
+            tokens: 0,
+            started: Instant::now(),
+        })
+    }
+
+    /// The prepared prompts of source `i` without a stored completion; opens its writer.
+    fn pending_prompts(&mut self, i: usize) -> anyhow::Result<Vec<gen_sources::Prompt>> {
+        let dir = self.run_dir.source(&self.sources[i].status.name);
+        let prompts = prep::read_prompts(&dir.prompts())?;
+        let state = &mut self.sources[i];
+        let all: HashSet<&str> = prompts.iter().map(|p| p.id.as_str()).collect();
+        state.status.done = state
+            .done_ids
+            .iter()
+            .filter(|id| all.contains(id.as_str()))
+            .count() as u64;
+        let pending: Vec<_> = prompts
+            .into_iter()
+            .filter(|p| !state.done_ids.contains(&p.id))
+            .collect();
+        if pending.is_empty() {
+            state.status.phase = Phase::Done;
+        } else {
+            let (writer, _) = FrameWriter::open(&dir.completions())?;
+            state.writer = Some(writer);
+        }
+        Ok(pending)
+    }
+
+    fn start_preps(
+        &mut self,
+        queue: &mut VecDeque<usize>,
+        preps: &mut JoinSet<(usize, std::io::Result<WorkerReport>)>,
+        cancel: &CancellationToken,
+    ) -> anyhow::Result<()> {
+        let exe =
+            std::env::current_exe().context("cannot find the `gen` executable to start workers")?;
+        while preps.len() < self.plan.max_parallel_prep.get() {
+            let Some(i) = queue.pop_front() else { break };
+            let name = self.sources[i].status.name.clone();
+            let dir = self.run_dir.source(&name);
+            let log = dir.prep_log();
+            if log.exists() {
+                fs_err::rename(&log, dir.root().join("prep.previous.log"))?;
+            }
+            let command = WorkerCommand {
+                program: exe.clone(),
+                args: vec![
+                    "prep".into(),
+                    self.plan.config_path.clone().into(),
+                    "--source".into(),
+                    name.clone().into(),
+                    "--run-dir".into(),
+                    self.run_dir.root().into(),
+                ],
+                envs: Vec::new(),
+                log,
+            };
+            self.sources[i].status.phase = Phase::Preparing;
+            self.sources[i].status.note.clear();
+            eprintln!("gen: preparing `{name}`");
+            let cancel = cancel.clone();
+            preps.spawn(async move { (i, supervisor::supervise(&command, cancel).await) });
+        }
+        Ok(())
+    }
+
+    /// Records how a worker ended; returns the prompts to generate when it prepared its source.
+    fn finish_prep(
+        &mut self,
+        i: usize,
+        report: std::io::Result<WorkerReport>,
+        interrupted: bool,
+    ) -> anyhow::Result<Option<Vec<gen_sources::Prompt>>> {
+        let name = self.sources[i].status.name.clone();
+        let dir = self.run_dir.source(&name);
+        let report = match report {
+            Ok(report) => report,
+            Err(e) => {
+                let state = &mut self.sources[i].status;
+                state.phase = Phase::Failed;
+                state.note = format!("could not start the preparation worker: {e}");
+                eprintln!("gen: `{name}`: {}", state.note);
+                return Ok(None);
+            }
+        };
+        let manifest = prep::read_manifest(&self.run_dir, &name)?;
+        let succeeded = manifest.is_some();
+        atomic::write_json(
+            &dir.worker(),
+            &WorkerFile {
+                succeeded,
+                report: report.clone(),
+            },
+        )?;
+        let Some(manifest) = manifest else {
+            let state = &mut self.sources[i].status;
+            if interrupted {
+                state.phase = Phase::Pending;
+                state.note = "interrupted during preparation".into();
+            } else {
+                state.phase = Phase::Failed;
+                let last = last_line(&dir.prep_log());
+                state.note = format!("preparation failed ({}): {last}", report.exit.describe());
+                eprintln!("gen: `{name}`: {}", state.note);
+            }
+            return Ok(None);
+        };
+        let state = &mut self.sources[i].status;
+        state.prepared = Some(manifest.prompts);
+        state.phase = Phase::Prepared;
+        if !report.exit.success() {
+            // The manifest is written last: the output is complete, the crash came after it.
+            state.note = format!(
+                "worker crashed after completing its output ({}); output kept",
+                report.exit.describe()
+            );
+            eprintln!("gen: `{name}`: {}", state.note);
+        }
+        eprintln!("gen: prepared `{name}`: {} prompts", manifest.prompts);
+        if interrupted {
+            return Ok(None);
+        }
+        let prompts = self.pending_prompts(i)?;
+        Ok((!prompts.is_empty()).then_some(prompts))
+    }
+
+    fn record_rejected(&mut self, i: usize, record: &RejectedRecord) -> anyhow::Result<()> {
+        let path = self.run_dir.source(&self.sources[i].status.name).rejected();
+        let mut file = frames::open_private(&path)?;
+        let mut line = serde_json::to_vec(record)?;
+        line.push(b'\n');
+        file.write_all(&line)?;
+        let state = &mut self.sources[i].status;
+        state.failed += 1;
+        let what = match record.kind {
+            RejectKind::Rejected => "rejected",
+            RejectKind::Exhausted => "out of attempts",
+        };
+        state.note = format!("{} failed; last: {what}: {}", state.failed, record.reason);
+        Ok(())
+    }
+
+    fn finish_generation(&mut self, i: usize, stopped: bool) -> anyhow::Result<()> {
+        let state = &mut self.sources[i];
+        if let Some(writer) = state.writer.as_mut() {
+            writer.flush()?;
+        }
+        let status = &mut state.status;
+        if status.prepared == Some(status.done) {
+            status.phase = Phase::Done;
+            status.note.clear();
+            eprintln!("gen: `{}` done: {} completions", status.name, status.done);
+        } else if stopped {
+            status.phase = Phase::Prepared;
+        } else {
+            status.phase = Phase::Failed;
+            eprintln!("gen: `{}`: {}", status.name, status.note);
+        }
+        Ok(())
+    }
+
+    fn flush_all(&mut self) -> anyhow::Result<()> {
+        for state in &mut self.sources {
+            if let Some(writer) = state.writer.as_mut() {
+                writer
+                    .flush()
+                    .with_context(|| format!("failed to write `{}`", writer.path().display()))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn write_status(&mut self) -> anyhow::Result<()> {
+        self.status.heartbeat_unix_ms = state::unix_ms();
+        self.status.sources = self.sources.iter().map(|s| s.status.clone()).collect();
+        atomic::write_json(&self.run_dir.status(), &self.status)
+            .with_context(|| format!("failed to write `{}`", self.run_dir.status().display()))
+    }
+
+    fn print_progress(&self) {
+        let prepared: u64 = self.sources.iter().filter_map(|s| s.status.prepared).sum();
+        let done: u64 = self.sources.iter().map(|s| s.status.done).sum();
+        let failed: u64 = self.sources.iter().map(|s| s.status.failed).sum();
+        let secs = self.started.elapsed().as_secs_f64().max(0.001);
+        eprintln!(
+            "gen: [{:>4.0}s] {done}/{prepared} completed, {failed} failed, {:.1} output tok/s",
+            secs,
+            self.tokens as f64 / secs
+        );
+    }
+}
+
+/// `worker.json`: the last preparation worker's report and whether it prepared its source.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct WorkerFile {
+    succeeded: bool,
+    report: WorkerReport,
+}
+
+fn last_line(path: &std::path::Path) -> String {
+    let text = fs_err::read(path)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    text.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("(no output)")
+        .trim()
+        .to_owned()
+}

@@ -1,0 +1,248 @@
+//! Runs one preparation worker as a child process and watches it until it ends.
+//!
+//! The worker is executed directly (no shell), in its own process group, with stdout and
+//! stderr going to its log file. While it runs, the RSS of its whole process tree is sampled
+//! every [`SAMPLE_EVERY`]; it is reaped with `wait4` so its own peak RSS is known too. On
+//! cancellation the group gets SIGTERM, then SIGKILL after [`GRACE`]; every signal sent is
+//! recorded, because a kill `gen` sent is never an OOM.
+//!
+//! The supervisor reports facts ([`WorkerReport`]); deciding what they mean is the
+//! diagnostics crate's job, and what to do about it is the orchestrator's.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use super::{rss, sys};
+
+pub const SAMPLE_EVERY: Duration = Duration::from_millis(500);
+pub const GRACE: Duration = Duration::from_secs(5);
+/// RSS samples kept (the most recent ones).
+const HISTORY: usize = 240;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct WorkerCommand {
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
+    pub envs: Vec<(String, String)>,
+    pub log: PathBuf,
+}
+
+/// How the process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitRecord {
+    Code(i32),
+    Signal { signal: i32, sent_by_gen: bool },
+}
+
+impl ExitRecord {
+    pub fn success(self) -> bool {
+        self == ExitRecord::Code(0)
+    }
+
+    pub fn describe(self) -> String {
+        match self {
+            ExitRecord::Code(code) => format!("exit code {code}"),
+            ExitRecord::Signal {
+                signal,
+                sent_by_gen: true,
+            } => format!("killed by {} sent by gen", sys::signal_name(signal)),
+            ExitRecord::Signal { signal, .. } => format!("killed by {}", sys::signal_name(signal)),
+        }
+    }
+}
+
+/// One RSS reading of the worker's process tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RssSample {
+    /// Milliseconds since the worker started.
+    pub at_ms: u64,
+    pub bytes: u64,
+}
+
+/// Everything observed about one worker run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerReport {
+    pub pid: i32,
+    /// Descendants seen while sampling.
+    pub child_pids: Vec<i32>,
+    pub exit: ExitRecord,
+    /// The larger of the sampled tree peak and the worker's own `ru_maxrss`.
+    pub peak_rss_bytes: u64,
+    pub rss_samples: Vec<RssSample>,
+    pub started_unix_ms: u64,
+    pub duration_ms: u64,
+    /// Signals `gen` sent to the worker's group, in order.
+    pub signals_sent: Vec<i32>,
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Spawns `command` and supervises it to the end.
+pub async fn supervise(
+    command: &WorkerCommand,
+    cancel: CancellationToken,
+) -> std::io::Result<WorkerReport> {
+    use std::os::unix::process::CommandExt;
+
+    let log = super::super::store::frames::open_private(&command.log)?;
+    let log_err = log.try_clone()?;
+    let mut process = std::process::Command::new(&command.program);
+    process
+        .args(&command.args)
+        .envs(command.envs.iter().map(|(k, v)| (k, v)))
+        .env("PYTHONUNBUFFERED", "1")
+        .env("PYTHONFAULTHANDLER", "1")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log.into_parts().0))
+        .stderr(Stdio::from(log_err.into_parts().0))
+        .process_group(0);
+    sys::kill_with_parent(&mut process);
+    let started = Instant::now();
+    let started_unix_ms = unix_ms();
+    let child = process.spawn()?;
+    let pid = i32::try_from(child.id()).expect("pids fit in i32");
+    // The std handle is dropped without waiting: `wait4` below reaps the child instead.
+    drop(child);
+    let mut reaper = tokio::task::spawn_blocking(move || sys::wait4(pid));
+
+    let mut samples: Vec<RssSample> = Vec::new();
+    let mut peak = 0u64;
+    let mut children = std::collections::BTreeSet::new();
+    let mut signals_sent = Vec::new();
+    let mut tick = tokio::time::interval(SAMPLE_EVERY);
+    let mut kill_at: Option<tokio::time::Instant> = None;
+    let reaped = loop {
+        let kill_deadline = async {
+            match kill_at {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            reaped = &mut reaper => break reaped.map_err(std::io::Error::other)??,
+            _ = tick.tick() => {
+                let (bytes, tree) = rss::tree_rss_bytes(pid);
+                if bytes > 0 {
+                    peak = peak.max(bytes);
+                    children.extend(tree.into_iter().filter(|p| *p != pid));
+                    if samples.len() == HISTORY {
+                        samples.remove(0);
+                    }
+                    let at_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                    samples.push(RssSample { at_ms, bytes });
+                }
+            }
+            () = cancel.cancelled(), if kill_at.is_none() => {
+                sys::kill_group(pid, libc::SIGTERM)?;
+                signals_sent.push(libc::SIGTERM);
+                kill_at = Some(tokio::time::Instant::now() + GRACE);
+            }
+            () = kill_deadline => {
+                sys::kill_group(pid, libc::SIGKILL)?;
+                signals_sent.push(libc::SIGKILL);
+                kill_at = Some(tokio::time::Instant::now() + Duration::from_secs(3600));
+            }
+        }
+    };
+    // Leftover grandchildren must not outlive their worker.
+    sys::kill_group(pid, libc::SIGKILL)?;
+    let exit = match (reaped.code, reaped.signal) {
+        (Some(code), _) => ExitRecord::Code(code),
+        (None, Some(signal)) => ExitRecord::Signal {
+            signal,
+            sent_by_gen: signals_sent.contains(&signal),
+        },
+        (None, None) => ExitRecord::Code(-1),
+    };
+    Ok(WorkerReport {
+        pid,
+        child_pids: children.into_iter().collect(),
+        exit,
+        peak_rss_bytes: peak.max(reaped.max_rss_bytes),
+        rss_samples: samples,
+        started_unix_ms,
+        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        signals_sent,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str, log: PathBuf) -> WorkerCommand {
+        WorkerCommand {
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), script.into()],
+            envs: vec![("GEN_TEST_VALUE".into(), "42".into())],
+            log,
+        }
+    }
+
+    #[tokio::test]
+    async fn records_exit_code_log_and_rss() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join("w.log");
+        let report = supervise(
+            &sh(
+                "echo out $GEN_TEST_VALUE; echo err >&2; exit 3",
+                log.clone(),
+            ),
+            CancellationToken::new(),
+        )
+        .await
+        .expect("supervise");
+        assert_eq!(report.exit, ExitRecord::Code(3));
+        assert!(report.peak_rss_bytes > 0);
+        let text = fs_err::read_to_string(&log).expect("log");
+        assert_eq!(text, "out 42\nerr\n");
+    }
+
+    #[tokio::test]
+    async fn external_signal_is_not_ours() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let report = supervise(
+            &sh("kill -KILL $$", dir.path().join("w.log")),
+            CancellationToken::new(),
+        )
+        .await
+        .expect("supervise");
+        assert_eq!(
+            report.exit,
+            ExitRecord::Signal {
+                signal: libc::SIGKILL,
+                sent_by_gen: false
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn cancellation_terminates_the_group_and_is_recorded() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        let report = supervise(&sh("sleep 30 & wait", dir.path().join("w.log")), cancel)
+            .await
+            .expect("supervise");
+        assert_eq!(
+            report.exit,
+            ExitRecord::Signal {
+                signal: libc::SIGTERM,
+                sent_by_gen: true
+            }
+        );
+        assert_eq!(report.signals_sent, [libc::SIGTERM]);
+    }
+}

@@ -1,0 +1,100 @@
+//! The few process primitives std and tokio do not offer: `wait4` (exit status *and* the
+//! child's own peak RSS), the parent-death signal, and signalling a whole process group.
+//! The only `unsafe` in `gen` lives here.
+#![expect(
+    unsafe_code,
+    reason = "thin wrappers over libc calls with no safe equivalent"
+)]
+
+use std::io;
+
+/// How a reaped process ended, plus its own peak RSS (`ru_maxrss`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reaped {
+    /// Exit code when it exited normally.
+    pub code: Option<i32>,
+    /// Terminating signal when it was killed.
+    pub signal: Option<i32>,
+    pub core_dumped: bool,
+    pub max_rss_bytes: u64,
+}
+
+/// Blocks until `pid` (a child of this process) exits, and reaps it.
+pub fn wait4(pid: i32) -> io::Result<Reaped> {
+    let mut status: libc::c_int = 0;
+    // SAFETY: rusage is plain old data; zeroed is a valid value.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: valid pointers to locals; pid is our own unreaped child.
+        let ret = unsafe { libc::wait4(pid, &mut status, 0, &mut usage) };
+        if ret == pid {
+            break;
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+    let (code, signal, core_dumped) = if libc::WIFEXITED(status) {
+        (Some(libc::WEXITSTATUS(status)), None, false)
+    } else if libc::WIFSIGNALED(status) {
+        (None, Some(libc::WTERMSIG(status)), libc::WCOREDUMP(status))
+    } else {
+        (None, None, false)
+    };
+    Ok(Reaped {
+        code,
+        signal,
+        core_dumped,
+        // Linux reports ru_maxrss in KiB.
+        max_rss_bytes: u64::try_from(usage.ru_maxrss).unwrap_or(0) * 1024,
+    })
+}
+
+/// Sends `signal` to every process in group `pgid`. A group that is already gone is fine.
+pub fn kill_group(pgid: i32, signal: i32) -> io::Result<()> {
+    // SAFETY: killpg has no memory-safety preconditions.
+    let ret = unsafe { libc::killpg(pgid, signal) };
+    if ret == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::ESRCH) {
+        Ok(())
+    } else {
+        Err(err)
+    }
+}
+
+/// Makes a spawned child receive SIGKILL if `gen` dies, so no orphaned worker keeps running.
+pub fn kill_with_parent(command: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl is async-signal-safe; the hook allocates nothing.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+/// The signal's conventional name (`SIGKILL`), for messages.
+pub fn signal_name(signal: i32) -> String {
+    let name = match signal {
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGINT => "SIGINT",
+        libc::SIGQUIT => "SIGQUIT",
+        libc::SIGILL => "SIGILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGTERM => "SIGTERM",
+        _ => return format!("signal {signal}"),
+    };
+    name.to_owned()
+}

@@ -1,0 +1,7 @@
+//! The run's live view: the `status.json` document `gen run` keeps current ([`state`]) and
+//! its rendering as a plain 80-column table for `gen status` over SSH ([`render`]).
+
+pub mod render;
+pub mod state;
+
+pub use state::{Phase, RunStatus, SourceStatus};

@@ -1,0 +1,154 @@
+//! Plain-text rendering of a [`RunStatus`] for an 80-column terminal: no colour, no cursor
+//! movement, so it reads the same over SSH, in `watch`, and in a log file.
+
+use std::fmt::Write as _;
+
+use super::state::{RunStatus, SourceStatus};
+
+const WIDTH: usize = 80;
+/// A heartbeat older than this means `gen run` is no longer running.
+pub const STALE_AFTER_MS: u64 = 15_000;
+
+fn ago(ms: u64) -> String {
+    let secs = ms / 1000;
+    match secs {
+        0..=59 => format!("{secs}s ago"),
+        60..=3599 => format!("{} min ago", secs / 60),
+        _ => format!("{}h{:02} ago", secs / 3600, secs % 3600 / 60),
+    }
+}
+
+fn liveness(status: &RunStatus, now_ms: u64) -> String {
+    let age = now_ms.saturating_sub(status.heartbeat_unix_ms);
+    if status.finished {
+        format!("finished {}", ago(age))
+    } else if age > STALE_AFTER_MS {
+        format!(
+            "not running: last heartbeat {} (pid {} on {})",
+            ago(age),
+            status.pid,
+            status.host
+        )
+    } else {
+        format!("running (pid {} on {})", status.pid, status.host)
+    }
+}
+
+fn cut(text: &str, width: usize) -> String {
+    if text.chars().count() <= width {
+        return text.to_owned();
+    }
+    let mut out: String = text.chars().take(width.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+fn row(s: &SourceStatus) -> String {
+    let prepared = s.prepared.map_or_else(|| "-".to_owned(), |p| p.to_string());
+    let line = format!(
+        "{:<18} {:<10} {:>8} {:>8} {:>6}  ",
+        cut(&s.name, 18),
+        s.phase.label(),
+        prepared,
+        s.done,
+        s.failed
+    );
+    let room = WIDTH.saturating_sub(line.chars().count());
+    format!("{line}{}", cut(&s.note, room))
+        .trim_end()
+        .to_owned()
+}
+
+/// The status table, each line at most 80 columns.
+pub fn render(status: &RunStatus, now_ms: u64) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", cut(&format!("run    {}", status.config), WIDTH));
+    let _ = writeln!(
+        out,
+        "{}",
+        cut(&format!("state  {}", liveness(status, now_ms)), WIDTH)
+    );
+    if let Some(server) = &status.server {
+        let line = format!(
+            "server {} ({}), concurrency {}",
+            server.url, server.model, server.concurrency
+        );
+        let _ = writeln!(out, "{}", cut(&line, WIDTH));
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{:<18} {:<10} {:>8} {:>8} {:>6}  NOTE",
+        "SOURCE", "PHASE", "PREPARED", "DONE", "FAILED"
+    );
+    for source in &status.sources {
+        let _ = writeln!(out, "{}", row(source));
+    }
+    let prepared: u64 = status.sources.iter().filter_map(|s| s.prepared).sum();
+    let done: u64 = status.sources.iter().map(|s| s.done).sum();
+    let failed: u64 = status.sources.iter().map(|s| s.failed).sum();
+    let _ = writeln!(
+        out,
+        "{:<18} {:<10} {prepared:>8} {done:>8} {failed:>6}",
+        "total", ""
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::state::{Phase, ServerStatus};
+
+    fn status() -> RunStatus {
+        RunStatus {
+            layout: 1,
+            config: "examples/quickstart.toml".into(),
+            pid: 4242,
+            host: "gpu-box".into(),
+            started_unix_ms: 1_000,
+            heartbeat_unix_ms: 10_000,
+            finished: false,
+            server: Some(ServerStatus { url: "http://127.0.0.1:8080".into(), model: "smollm2".into(), concurrency: 4 }),
+            sources: vec![
+                SourceStatus { name: "alpaca".into(), phase: Phase::Done, prepared: Some(20), done: 20, failed: 0, note: String::new() },
+                SourceStatus {
+                    name: "a-source-with-a-very-long-name".into(),
+                    phase: Phase::Failed,
+                    prepared: None,
+                    done: 0,
+                    failed: 0,
+                    note: "preparation failed: exit code 1: KeyError: 'prompt' — fix it, then run gen run again".into(),
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn table_fits_80_columns() {
+        let text = render(&status(), 11_000);
+        for line in text.lines() {
+            assert!(line.chars().count() <= WIDTH, "too wide: {line:?}");
+        }
+        let expected = "\
+run    examples/quickstart.toml
+state  running (pid 4242 on gpu-box)
+server http://127.0.0.1:8080 (smollm2), concurrency 4
+
+SOURCE             PHASE      PREPARED     DONE FAILED  NOTE
+alpaca             done             20       20      0
+a-source-with-a-v… failed            -        0      0  preparation failed: exi…
+total                               20       20      0
+";
+        assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn stale_heartbeat_says_not_running() {
+        let text = render(&status(), 10_000 + 5 * 60_000);
+        assert!(
+            text.contains("\nstate  not running: last heartbeat 5 min ago (pid 4242 on gpu-box)\n"),
+            "{text}"
+        );
+    }
+}

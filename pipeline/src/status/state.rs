@@ -1,0 +1,80 @@
+//! `status.json`: written atomically by `gen run` on every change and at least every second
+//! (the heartbeat), read by `gen status` from any shell.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::{Deserialize, Serialize};
+
+/// Where a source is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Pending,
+    Preparing,
+    Prepared,
+    Generating,
+    Done,
+    Failed,
+}
+
+impl Phase {
+    pub fn label(self) -> &'static str {
+        match self {
+            Phase::Pending => "pending",
+            Phase::Preparing => "preparing",
+            Phase::Prepared => "prepared",
+            Phase::Generating => "generating",
+            Phase::Done => "done",
+            Phase::Failed => "failed",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceStatus {
+    pub name: String,
+    pub phase: Phase,
+    /// Prompts prepared (known once preparation completed).
+    pub prepared: Option<u64>,
+    /// Prompts with a stored completion.
+    pub done: u64,
+    /// Prompts that failed in this run (rejected by the server or out of attempts).
+    pub failed: u64,
+    /// One line: why it failed, or what is going on.
+    #[serde(default)]
+    pub note: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerStatus {
+    pub url: String,
+    pub model: String,
+    pub concurrency: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunStatus {
+    pub layout: u32,
+    pub config: String,
+    pub pid: u32,
+    pub host: String,
+    pub started_unix_ms: u64,
+    pub heartbeat_unix_ms: u64,
+    /// `gen run` ended (normally or by a handled signal).
+    pub finished: bool,
+    pub server: Option<ServerStatus>,
+    pub sources: Vec<SourceStatus>,
+}
+
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// This machine's host name, for telling runs on different hosts apart.
+pub fn host_name() -> String {
+    fs_err::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".to_owned())
+}

@@ -1,0 +1,83 @@
+//! Where everything lives in a run directory. The layout is versioned ([`LAYOUT_VERSION`]);
+//! `ARCHITECTURE.md` documents it.
+//!
+//! ```text
+//! RUN_DIR/
+//!   status.json                 live view written by `gen run` (heartbeat, phases, counters)
+//!   server.log                  output of a server `gen` launched
+//!   sources/NAME/prep.log       the preparation worker's stdout and stderr
+//!   sources/NAME/prompts.jsonl.zst   prepared prompts (written whole, then renamed)
+//!   sources/NAME/manifest.json  preparation counters; written last = preparation complete
+//!   sources/NAME/worker.json    how the last preparation worker ended
+//!   sources/NAME/completions.jsonl.zst  one record per completed prompt, appended in frames
+//!   sources/NAME/rejected.jsonl prompts the server refused or that ran out of attempts
+//! ```
+
+use std::path::{Path, PathBuf};
+
+/// Bumped when the layout changes incompatibly.
+pub const LAYOUT_VERSION: u32 = 1;
+
+#[derive(Debug, Clone)]
+pub struct RunDir {
+    root: PathBuf,
+}
+
+impl RunDir {
+    pub fn new(root: impl Into<PathBuf>) -> RunDir {
+        RunDir { root: root.into() }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn status(&self) -> PathBuf {
+        self.root.join("status.json")
+    }
+
+    pub fn server_log(&self) -> PathBuf {
+        self.root.join("server.log")
+    }
+
+    pub fn source(&self, name: &str) -> SourceDir {
+        SourceDir {
+            root: self.root.join("sources").join(name),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct SourceDir {
+    root: PathBuf,
+}
+
+impl SourceDir {
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn prep_log(&self) -> PathBuf {
+        self.root.join("prep.log")
+    }
+
+    pub fn prompts(&self) -> PathBuf {
+        self.root.join("prompts.jsonl.zst")
+    }
+
+    pub fn manifest(&self) -> PathBuf {
+        self.root.join("manifest.json")
+    }
+
+    pub fn worker(&self) -> PathBuf {
+        self.root.join("worker.json")
+    }
+
+    pub fn completions(&self) -> PathBuf {
+        self.root.join("completions.jsonl.zst")
+    }
+
+    pub fn rejected(&self) -> PathBuf {
+        self.root.join("rejected.jsonl")
+    }
+}

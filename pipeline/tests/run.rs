@@ -1,0 +1,245 @@
+//! `gen run` end to end against the fake OpenAI server: resume, retries, rejections, failing
+//! sources, an unreachable or dying server, and config errors. The real llama-server scenarios
+//! are in `llama.rs`.
+
+mod support;
+
+use gen_tests::fake_openai::{FakeOpenAi, Knobs};
+use support::{Gen, completions, write_config};
+
+const ROWS: &str = r#"{"prompt": "one"}
+{"prompt": "two"}
+{"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "three"}]}
+{"conversations": [{"from": "gpt", "value": "lead"}, {"from": "human", "value": "four"}]}
+{"prompt": "two"}
+not json
+"#;
+
+#[tokio::test]
+async fn completes_every_prompt_once_and_a_second_run_sends_nothing() {
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let gen_ = Gen::new();
+    gen_.write("data/a.jsonl", ROWS);
+    gen_.write(
+        "data/b.jsonl",
+        "{\"prompt\": \"five\"}\n{\"prompt\": \"six\"}\n",
+    );
+    let config = write_config(
+        &gen_,
+        &server.url(),
+        &[("alpha", "data/a.jsonl"), ("beta", "data/b.jsonl")],
+    );
+
+    let first = gen_.run(&["run", &config]).await;
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    let alpha = completions(&gen_.path("runs/cfg/sources/alpha/completions.jsonl.zst"));
+    // Stored in completion order; each prompt exactly once.
+    let mut contents: Vec<&str> = alpha
+        .iter()
+        .map(|r| r["content"].as_str().unwrap_or(""))
+        .collect();
+    contents.sort_unstable();
+    assert_eq!(
+        contents,
+        ["echo: four", "echo: one", "echo: three", "echo: two"]
+    );
+    let three = alpha
+        .iter()
+        .find(|r| r["content"] == "echo: three")
+        .expect("three");
+    assert!(
+        alpha
+            .iter()
+            .all(|r| r["reasoning_content"] == "thinking" && r["finish_reason"] == "stop")
+    );
+    assert!(
+        alpha
+            .iter()
+            .all(|r| r["usage"]["completion_tokens"].as_u64() == Some(2))
+    );
+    assert_eq!(three["messages"][0]["role"], "system");
+    assert_eq!(
+        completions(&gen_.path("runs/cfg/sources/beta/completions.jsonl.zst")).len(),
+        2
+    );
+    assert_eq!(server.chat_requests(), 6);
+
+    let second = gen_.run(&["run", &config]).await;
+    assert_eq!(second.code, 0, "{}", second.stderr);
+    assert!(second.stderr.contains("nothing to do"), "{}", second.stderr);
+    assert_eq!(
+        server.chat_requests(),
+        6,
+        "the second run must not send a request"
+    );
+
+    let status = gen_.run(&["status", &config]).await;
+    assert_eq!(status.code, 0, "{}", status.stderr);
+    let rows: Vec<&str> = status
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("alpha") || l.starts_with("beta"))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            "alpha              done              4        4      0",
+            "beta               done              2        2      0"
+        ]
+    );
+    assert!(status.stdout.lines().all(|l| l.chars().count() <= 80));
+}
+
+#[tokio::test]
+async fn transient_errors_are_retried() {
+    let server = FakeOpenAi::start(Knobs { fail_first: 3 }).await;
+    let gen_ = Gen::new();
+    gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
+    let config = write_config(&gen_, &server.url(), &[("alpha", "data/a.jsonl")]);
+    let out = gen_.run(&["run", &config]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let records = completions(&gen_.path("runs/cfg/sources/alpha/completions.jsonl.zst"));
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0]["attempts"], 4);
+}
+
+#[tokio::test]
+async fn rejected_prompts_fail_their_source_only_and_a_broken_source_does_not_stop_others() {
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let gen_ = Gen::new();
+    gen_.write(
+        "data/a.jsonl",
+        "{\"prompt\": \"fine\"}\n{\"prompt\": \"REJECT me\"}\n",
+    );
+    gen_.write("data/b.jsonl", "{\"prompt\": \"ok\"}\n");
+    let config = write_config(
+        &gen_,
+        &server.url(),
+        &[
+            ("alpha", "data/a.jsonl"),
+            ("beta", "data/b.jsonl"),
+            ("gamma", "data/missing-*.jsonl"),
+        ],
+    );
+    let out = gen_.run(&["run", &config]).await;
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("2 source(s) not finished: alpha, gamma"),
+        "{}",
+        out.stderr
+    );
+    let rejected = gen_.read("runs/cfg/sources/alpha/rejected.jsonl");
+    assert!(
+        rejected.contains("\"kind\":\"rejected\"")
+            && rejected.contains("HTTP 400: prompt too long"),
+        "{rejected}"
+    );
+    assert_eq!(
+        completions(&gen_.path("runs/cfg/sources/beta/completions.jsonl.zst")).len(),
+        1
+    );
+    let status = gen_.run(&["status", &config, "--json"]).await;
+    let status: serde_json::Value = serde_json::from_str(&status.stdout).expect("status json");
+    let phases: Vec<&str> = status["sources"]
+        .as_array()
+        .expect("sources")
+        .iter()
+        .map(|s| s["phase"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(phases, ["failed", "done", "failed"]);
+    let note = status["sources"][2]["note"].as_str().unwrap_or("");
+    assert!(
+        note.contains("preparation failed (exit code 1)") && note.contains("matches no file"),
+        "{note}"
+    );
+}
+
+#[tokio::test]
+async fn unreachable_server_is_named_and_no_source_is_marked_failed() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let gen_ = Gen::new();
+    gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
+    let url = format!("http://127.0.0.1:{port}");
+    let config = write_config(&gen_, &url, &[("alpha", "data/a.jsonl")]);
+    let started = std::time::Instant::now();
+    let out = gen_.run(&["run", &config]).await;
+    assert!(started.elapsed() < std::time::Duration::from_secs(15));
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(&format!(
+            "error: inference server at `{url}` is not reachable"
+        )),
+        "{}",
+        out.stderr
+    );
+    let status: serde_json::Value =
+        serde_json::from_str(&gen_.read("runs/cfg/status.json")).expect("json");
+    assert_eq!(status["sources"][0]["phase"], "pending", "{status}");
+}
+
+#[tokio::test]
+async fn a_launched_server_that_dies_is_reported_with_its_log() {
+    let gen_ = Gen::new();
+    gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
+    gen_.write(
+        "cfg.toml",
+        r#"[server]
+url = "http://127.0.0.1:{port}"
+launch = ["/bin/sh", "-c", "echo 'llama_model_load: error loading model: failed to open x.gguf' >&2; exit 1"]
+
+[generation]
+max-tokens = 8
+
+[[source]]
+name = "alpha"
+path = "data/a.jsonl"
+"#,
+    );
+    let out = gen_.run(&["run", "cfg.toml"]).await;
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("error: the inference server exited during start-up (exit code 1)"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("failed to open x.gguf"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[tokio::test]
+async fn config_errors_name_file_line_and_column_and_exit_2() {
+    let gen_ = Gen::new();
+    gen_.write(
+        "bad.toml",
+        "[server]\nurl = \"http://127.0.0.1:1\"\ncolour = 1\n\n[generation]\nmax-tokens = 0\n\n[[source]]\nname = \"a b\"\npath = \"x\"\n",
+    );
+    let out = gen_.run(&["check", "bad.toml"]).await;
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert_eq!(
+        out.stderr.lines().take(4).collect::<Vec<_>>(),
+        [
+            "error: `bad.toml` has 3 problems",
+            "  bad.toml:3:1  unknown field `colour`, expected one of `url`, `model`, `api-key-env`, `launch`, `health-timeout-secs`",
+            "  bad.toml:6:14  `max-tokens` must be between 1 and 4294967295",
+            "  bad.toml:9:8  source name `a b` must be non-empty and use only letters, digits, `_` and `-`",
+        ]
+    );
+    let missing = gen_.run(&["run", "nope.toml"]).await;
+    assert_eq!(missing.code, 2);
+    assert!(
+        missing
+            .stderr
+            .starts_with("error: failed to read config `nope.toml`"),
+        "{}",
+        missing.stderr
+    );
+}

@@ -1,0 +1,79 @@
+//! Helpers for tests that spawn the `gen` binary in a temporary project directory.
+
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::{Path, PathBuf};
+
+pub struct Output {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// A temporary project directory in which `gen` runs.
+pub struct Gen {
+    dir: tempfile::TempDir,
+}
+
+impl Gen {
+    pub fn new() -> Gen {
+        Gen {
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    pub fn path(&self, relative: &str) -> PathBuf {
+        self.dir.path().join(relative)
+    }
+
+    pub fn write(&self, relative: &str, text: &str) {
+        let path = self.path(relative);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(path, text).expect("write");
+    }
+
+    pub fn read(&self, relative: &str) -> String {
+        std::fs::read_to_string(self.path(relative))
+            .unwrap_or_else(|e| panic!("read {relative}: {e}"))
+    }
+
+    /// Runs `gen ARGS` in the project directory and waits for it.
+    pub async fn run(&self, args: &[&str]) -> Output {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_gen"))
+            .args(args)
+            .current_dir(self.dir.path())
+            .env("NO_COLOR", "1")
+            .output()
+            .await
+            .expect("spawn gen");
+        Output {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+/// Writes `cfg.toml` for `sources` (name, path) against `url`; returns its name.
+pub fn write_config(gen_: &Gen, url: &str, sources: &[(&str, &str)]) -> String {
+    let mut text =
+        format!("[server]\nurl = \"{url}\"\n\n[generation]\nmax-tokens = 16\nconcurrency = 3\n");
+    for (name, path) in sources {
+        text.push_str(&format!(
+            "\n[[source]]\nname = \"{name}\"\npath = \"{path}\"\n"
+        ));
+    }
+    gen_.write("cfg.toml", &text);
+    "cfg.toml".to_owned()
+}
+
+/// The records of a completions file, in file order.
+pub fn completions(path: &Path) -> Vec<serde_json::Value> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let text = zstd::stream::decode_all(&bytes[..]).expect("valid zstd");
+    String::from_utf8(text)
+        .expect("utf-8")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect()
+}

@@ -1,0 +1,119 @@
+//! A fake OpenAI-compatible server: `/health`, `/v1/models`, and streaming
+//! `/v1/chat/completions` that answers `echo: <last user message>` in a few chunks, with
+//! reasoning, a finish reason and a usage chunk.
+//!
+//! Knobs: the first `fail_first` chat requests get a 503; a prompt containing `REJECT` gets a
+//! 400 (a permanent error); a prompt containing `CUT` gets a stream without `[DONE]` every time.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde_json::{Value, json};
+
+#[derive(Debug, Default)]
+pub struct Knobs {
+    /// Chat requests answered with 503 before the server starts answering.
+    pub fail_first: usize,
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    knobs: Knobs,
+    chat_requests: AtomicUsize,
+}
+
+/// A running fake server; it stops when dropped.
+#[derive(Debug)]
+pub struct FakeOpenAi {
+    pub addr: SocketAddr,
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl FakeOpenAi {
+    pub async fn start(knobs: Knobs) -> FakeOpenAi {
+        let shared = Arc::new(Shared {
+            knobs,
+            chat_requests: AtomicUsize::new(0),
+        });
+        let app = Router::new()
+            .route("/health", get(|| async { axum::Json(json!({"status": "ok"})) }))
+            .route(
+                "/v1/models",
+                get(|| async { axum::Json(json!({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})) }),
+            )
+            .route("/v1/chat/completions", post(chat))
+            .with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1:0");
+        let addr = listener.local_addr().expect("local addr");
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        FakeOpenAi { addr, shared, task }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Chat completion requests received so far.
+    pub fn chat_requests(&self) -> usize {
+        self.shared.chat_requests.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for FakeOpenAi {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn sse(events: &[Value], done: bool) -> Response {
+    let mut body = String::new();
+    for event in events {
+        body.push_str(&format!("data: {event}\n\n"));
+    }
+    if done {
+        body.push_str("data: [DONE]\n\n");
+    }
+    ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
+}
+
+async fn chat(State(shared): State<Arc<Shared>>, axum::Json(body): axum::Json<Value>) -> Response {
+    let n = shared.chat_requests.fetch_add(1, Ordering::SeqCst);
+    if n < shared.knobs.fail_first {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(json!({"error": {"message": "Loading model", "code": 503}})),
+        )
+            .into_response();
+    }
+    let last_user = body["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("")
+        .to_owned();
+    if last_user.contains("REJECT") {
+        return (StatusCode::BAD_REQUEST, axum::Json(json!({"error": {"message": "prompt too long", "type": "exceed_context_size_error"}})))
+            .into_response();
+    }
+    let answer = format!("echo: {last_user}");
+    let (head, tail) = answer.split_at(answer.len() / 2);
+    let words = answer.split_whitespace().count() as u64;
+    let events = [
+        json!({"choices": [{"index": 0, "delta": {"role": "assistant", "reasoning_content": "thinking"}}]}),
+        json!({"choices": [{"index": 0, "delta": {"content": head}}]}),
+        json!({"choices": [{"index": 0, "delta": {"content": tail}, "finish_reason": "stop"}]}),
+        json!({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": words, "total_tokens": 5 + words}}),
+    ];
+    sse(&events, !last_user.contains("CUT"))
+}
