@@ -244,6 +244,7 @@ pub fn prepare_with(
 ) -> Result<Manifest, SourceError> {
     let mut manifest = Manifest {
         source: spec.name().to_owned(),
+        fingerprint: spec.fingerprint(),
         ..Manifest::default()
     };
     let inputs = inputs(spec, base_dir, &options.hub, &mut manifest)?;

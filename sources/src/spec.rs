@@ -5,11 +5,12 @@
 //! finds everything else, all at once.
 
 mod check;
+mod fingerprint;
 
 use std::collections::BTreeMap;
 use std::ops::Range;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
 /// Prompts kept per source unless `limit` says otherwise.
@@ -83,7 +84,7 @@ pub struct SourceSpec {
     pub max_chars: Option<Spanned<i64>>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Format {
     Jsonl,
@@ -94,7 +95,7 @@ pub enum Format {
 /// `first`: the first user turn only. `all`: every user turn, for multi-turn regeneration.
 /// `history`: every turn up to the last user turn, the dataset's assistant turns kept as context
 /// (Nemotron's `input`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum TurnMode {
     #[default]
@@ -103,7 +104,7 @@ pub enum TurnMode {
     History,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SystemPolicy {
     /// Keep a dataset's system turn when it precedes the first user turn.
@@ -167,6 +168,12 @@ impl SourceSpec {
                 pattern
             })
             .collect()
+    }
+
+    /// A stable hash of every setting that shapes this source's prompts (`<16 hex digits>`):
+    /// equal fingerprints mean a rerun would produce the same prompts from the same files.
+    pub fn fingerprint(&self) -> String {
+        fingerprint::fingerprint(self)
     }
 
     /// Every semantic problem of this entry (types and unknown keys were already checked by

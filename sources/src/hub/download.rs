@@ -12,6 +12,7 @@ use hf_hub::{Cache, Repo, RepoType};
 
 use super::cache::{etag_of, fetch_offline, snapshot_dir, write_ref};
 use super::error::{HubError, hint, is_transient, status_of};
+use super::progress::Reporter;
 use super::select::select_files;
 use super::settings::{HubSettings, MAX_BACKOFF};
 
@@ -118,9 +119,12 @@ async fn fetch_online(
         let local = if cached.is_file() {
             cached
         } else {
-            with_retries(settings, || pinned.download(&path))
-                .await
-                .map_err(|e| fail(Some(&path), e))?
+            with_retries(settings, || {
+                let reporter = Reporter::new(settings.progress.clone(), repo, &path);
+                pinned.download_with_progress(&path, reporter)
+            })
+            .await
+            .map_err(|e| fail(Some(&path), e))?
         };
         files.push(HubFile {
             etag: etag_of(&local),

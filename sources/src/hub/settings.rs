@@ -5,6 +5,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::progress::ProgressCallback;
 use crate::env;
 
 /// The public Hub.
@@ -24,6 +25,8 @@ pub struct HubSettings {
     pub max_retries: u32,
     /// Wait before the first retry; doubled each time, at most [`MAX_BACKOFF`].
     pub backoff: Duration,
+    /// Called as large files download.
+    pub progress: Option<ProgressCallback>,
 }
 
 /// The longest wait between two attempts.
@@ -38,6 +41,7 @@ impl fmt::Debug for HubSettings {
             .field("offline", &self.offline)
             .field("max_retries", &self.max_retries)
             .field("backoff", &self.backoff)
+            .field("progress", &self.progress.as_ref().map(|_| "<callback>"))
             .finish()
     }
 }
@@ -80,6 +84,7 @@ impl HubSettings {
             offline,
             max_retries: 5,
             backoff: Duration::from_millis(500),
+            progress: None,
         }
     }
 
@@ -100,6 +105,11 @@ impl HubSettings {
 
     pub fn with_offline(mut self, offline: bool) -> HubSettings {
         self.offline = offline;
+        self
+    }
+
+    pub fn with_progress(mut self, progress: ProgressCallback) -> HubSettings {
+        self.progress = Some(progress);
         self
     }
 

@@ -20,6 +20,9 @@ pub struct RowExample {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Manifest {
     pub source: String,
+    /// [`crate::SourceSpec::fingerprint`] of the settings that produced this result.
+    #[serde(default)]
+    pub fingerprint: String,
     /// Files read, in order: local paths, or repository paths for a Hub source.
     pub files: Vec<PathBuf>,
     /// The Hub dataset, for a Hub source.

@@ -306,3 +306,63 @@ fn an_earlier_source_wins_across_sources() {
     assert_eq!(kept, [2, 1]);
     assert_eq!(duplicates, [0, 2]);
 }
+
+#[test]
+fn large_files_follow_the_cdn_redirect_resume_in_chunks_and_report_progress() {
+    use std::sync::{Arc, Mutex};
+
+    use gen_sources::hub::{DownloadProgress, PROGRESS_STEP};
+
+    // ~24 MB: three of hf-hub's 10 MB chunks.
+    let rows: String = (0..120_000)
+        .map(|i| format!("{{\"prompt\": \"question {i:06} {}\"}}\n", "x".repeat(170)))
+        .collect();
+    let size = rows.len() as u64;
+    let mut repo = FakeRepo::new("o/large", vec![("data/train.jsonl", rows.into_bytes())]);
+    repo.redirect = true;
+    let hub = FakeHub::start(vec![repo]);
+    // Requests: listing, metadata (302 + CDN), chunk 1 (302 + CDN), then chunk 2's 302 fails.
+    hub.fail_request(6);
+    let cache = tempfile::tempdir().expect("tempdir");
+    let events: Arc<Mutex<Vec<DownloadProgress>>> = Arc::default();
+    let sink = Arc::clone(&events);
+    let progress = settings(&hub, cache.path())
+        .with_retries(2, Duration::from_millis(1))
+        .with_progress(Arc::new(move |event| {
+            sink.lock().expect("not poisoned").push(event.clone());
+        }));
+    let (prompts, manifest) = run(&spec("o/large", "limit = 3"), progress);
+    assert_eq!(prompts.len(), 3);
+    assert_eq!(manifest.rows_read, 120_000);
+    let events = events.lock().expect("not poisoned");
+    assert_eq!(
+        events.first().map(|e| (e.downloaded, e.total)),
+        Some((0, size))
+    );
+    assert_eq!(events.last().map(|e| e.downloaded), Some(size));
+    assert!(
+        events.len() as u64 >= size / PROGRESS_STEP,
+        "{} events",
+        events.len()
+    );
+    assert!(
+        events
+            .iter()
+            .all(|e| e.repo == "o/large" && e.file == "data/train.jsonl")
+    );
+    let ranges: Vec<String> = hub
+        .seen()
+        .into_iter()
+        .filter(|s| s.path.starts_with("/cdn/"))
+        .map(|s| s.range.unwrap_or_default())
+        .collect();
+    let count = |range: &str| ranges.iter().filter(|r| *r == range).count();
+    // The failed second chunk was retried; the committed first chunk was not fetched again.
+    assert_eq!(count("bytes=0-9999999"), 1, "{ranges:?}");
+    assert_eq!(count("bytes=10000000-19999999"), 1, "{ranges:?}");
+    assert_eq!(
+        count("bytes=0-0"),
+        2,
+        "one metadata probe per attempt: {ranges:?}"
+    );
+}

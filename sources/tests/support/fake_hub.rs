@@ -10,6 +10,11 @@
 //!   Answers `206` with `content-range`, `content-length` and `accept-ranges: bytes`; `200` with
 //!   the whole file without `Range`.
 //!
+//! A repository marked `redirect` answers `resolve` as the Hub does for LFS files: `302` to
+//! `http://localhost:{port}/cdn/{sha256}` (another origin, like the real CDN), carrying
+//! `x-repo-commit`, `x-linked-etag` and `x-linked-size`; `GET /cdn/{sha256}` serves the bytes with
+//! `Range` support and none of the Hub's headers.
+//!
 //! `x-linked-etag` is the sha256 of the content, as the real Hub sends for LFS files, so blobs
 //! land in the cache under the same names Python's `huggingface_hub` uses. Access rules mimic
 //! the Hub: a gated repository answers `401` without a token and `403` with a wrong one; an
@@ -40,6 +45,8 @@ pub struct FakeRepo {
     pub token: Option<String>,
     /// Files listed in `siblings` but missing on `resolve` (a broken upload).
     pub unresolvable: Vec<String>,
+    /// Serve files through a `302` to the fake CDN.
+    pub redirect: bool,
 }
 
 impl FakeRepo {
@@ -52,6 +59,7 @@ impl FakeRepo {
             files: files.into_iter().map(|(p, b)| (p.to_owned(), b)).collect(),
             token: None,
             unresolvable: Vec::new(),
+            redirect: false,
         }
     }
 
@@ -84,8 +92,11 @@ pub struct Seen {
 
 struct Shared {
     repos: Vec<FakeRepo>,
+    port: std::sync::OnceLock<u16>,
     seen: Mutex<Vec<Seen>>,
     fail_next: AtomicU32,
+    /// 1-based request numbers that fail with `500`.
+    fail_at: Mutex<Vec<usize>>,
 }
 
 /// A running fake hub; stops when dropped.
@@ -102,8 +113,10 @@ impl FakeHub {
     pub fn start(repos: Vec<FakeRepo>) -> FakeHub {
         let shared = Arc::new(Shared {
             repos,
+            port: std::sync::OnceLock::new(),
             seen: Mutex::new(Vec::new()),
             fail_next: AtomicU32::new(0),
+            fail_at: Mutex::new(Vec::new()),
         });
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (ready, address) = std::sync::mpsc::channel();
@@ -130,7 +143,8 @@ impl FakeHub {
                     .expect("fake hub serves");
             });
         });
-        let address = address.recv().expect("fake hub started");
+        let address: std::net::SocketAddr = address.recv().expect("fake hub started");
+        shared.port.set(address.port()).expect("set once");
         FakeHub {
             endpoint: format!("http://{address}"),
             shared,
@@ -142,6 +156,11 @@ impl FakeHub {
     /// Makes the next `n` requests fail with `500`.
     pub fn fail_next(&self, n: u32) {
         self.shared.fail_next.store(n, Ordering::SeqCst);
+    }
+
+    /// Makes the `n`-th request (counted from the start, 1-based) fail with `500`.
+    pub fn fail_request(&self, n: usize) {
+        self.shared.fail_at.lock().expect("not poisoned").push(n);
     }
 
     pub fn seen(&self) -> Vec<Seen> {
@@ -182,17 +201,40 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     let headers = request.headers();
     let authorization = header_text(headers, header::AUTHORIZATION);
     let range = header_text(headers, header::RANGE);
-    shared.seen.lock().expect("not poisoned").push(Seen {
-        path: path.clone(),
-        range: range.clone(),
-        authorization: authorization.clone(),
-    });
+    let number = {
+        let mut seen = shared.seen.lock().expect("not poisoned");
+        seen.push(Seen {
+            path: path.clone(),
+            range: range.clone(),
+            authorization: authorization.clone(),
+        });
+        seen.len()
+    };
+    if shared
+        .fail_at
+        .lock()
+        .expect("not poisoned")
+        .contains(&number)
+    {
+        return status(StatusCode::INTERNAL_SERVER_ERROR, "injected failure");
+    }
     if shared
         .fail_next
         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
         .is_ok()
     {
         return status(StatusCode::INTERNAL_SERVER_ERROR, "injected failure");
+    }
+    if let Some(etag) = path.strip_prefix("/cdn/") {
+        let file = shared
+            .repos
+            .iter()
+            .flat_map(|r| r.files.values())
+            .find(|bytes| sha256_hex(bytes) == etag);
+        return match file {
+            Some(bytes) => serve_bytes(bytes, range.as_deref()),
+            None => status(StatusCode::NOT_FOUND, "no such blob"),
+        };
     }
     let (api, rest) = if let Some(rest) = path.strip_prefix("/api/datasets/") {
         (true, rest)
@@ -253,10 +295,31 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     let Some(bytes) = repo.files.get(file) else {
         return status(StatusCode::NOT_FOUND, "Entry not found");
     };
-    serve_file(repo, bytes, range.as_deref())
+    let mut response = if repo.redirect {
+        let port = shared.port.get().expect("port is set before serving");
+        let mut response = Response::new(Body::empty());
+        *response.status_mut() = StatusCode::FOUND;
+        let location = format!("http://localhost:{port}/cdn/{}", sha256_hex(bytes));
+        response.headers_mut().insert(
+            header::LOCATION,
+            HeaderValue::from_str(&location).expect("ascii"),
+        );
+        response
+    } else {
+        serve_bytes(bytes, range.as_deref())
+    };
+    let headers = response.headers_mut();
+    let mut set = |name: &'static str, value: String| {
+        headers.insert(name, HeaderValue::from_str(&value).expect("ascii header"));
+    };
+    set("x-repo-commit", repo.sha.clone());
+    set("x-linked-etag", format!("\"{}\"", sha256_hex(bytes)));
+    set("etag", format!("\"{:016x}\"", fnv(bytes)));
+    set("x-linked-size", bytes.len().to_string());
+    response
 }
 
-fn serve_file(repo: &FakeRepo, bytes: &[u8], range: Option<&str>) -> Response {
+fn serve_bytes(bytes: &[u8], range: Option<&str>) -> Response {
     let size = bytes.len();
     let (code, start, end) = match range.and_then(|r| r.strip_prefix("bytes=")) {
         Some(spec) => {
@@ -277,10 +340,6 @@ fn serve_file(repo: &FakeRepo, bytes: &[u8], range: Option<&str>) -> Response {
     let mut set = |name: &'static str, value: String| {
         headers.insert(name, HeaderValue::from_str(&value).expect("ascii header"));
     };
-    set("x-repo-commit", repo.sha.clone());
-    set("x-linked-etag", format!("\"{}\"", sha256_hex(bytes)));
-    set("etag", format!("\"{:016x}\"", fnv(bytes)));
-    set("x-linked-size", size.to_string());
     set("accept-ranges", "bytes".to_owned());
     set("content-length", (end - start).to_string());
     if code == StatusCode::PARTIAL_CONTENT {

@@ -1,0 +1,76 @@
+//! The fingerprint of a `[[source]]`: xxh3 of a canonical JSON rendering of its settings, so
+//! formatting, key order and comments in `datasets.toml` do not change it.
+
+use serde_json::json;
+use xxhash_rust::xxh3::xxh3_64;
+
+use super::SourceSpec;
+
+pub(super) fn fingerprint(spec: &SourceSpec) -> String {
+    let get = |v: &Option<toml::Spanned<String>>| v.as_ref().map(|v| v.get_ref().clone());
+    let number = |v: &Option<toml::Spanned<i64>>| v.as_ref().map(|v| *v.get_ref());
+    // Every field, by name: a new field must be added here, or reruns would miss its changes.
+    let canonical = json!({
+        "name": spec.name.get_ref(),
+        "path": get(&spec.path),
+        "repo": get(&spec.repo),
+        "revision": spec.repo.as_ref().map(|_| spec.revision()),
+        "config": spec.config,
+        "split": spec.split,
+        "files": spec.files.as_ref().map(|f| f.get_ref()),
+        "format": spec.format,
+        "limit": spec.limit(),
+        "seed": spec.seed(),
+        "prompt_field": spec.prompt_field,
+        "messages_field": spec.messages_field,
+        "role_key": spec.role_key,
+        "content_key": spec.content_key,
+        "id_field": spec.id_field,
+        "turns": spec.turns,
+        "max_turns": number(&spec.max_turns),
+        "system_prompt": spec.system_prompt,
+        "system_prompt_text": get(&spec.system_prompt_text),
+        "prompt_template": get(&spec.prompt_template),
+        "strip_tags": spec.strip_tags,
+        "include": spec.include.as_ref().map(|m| m.get_ref()),
+        "exclude": spec.exclude.as_ref().map(|m| m.get_ref()),
+        "languages": spec.languages.as_ref().map(|l| l.get_ref()),
+        "language_field": spec.language_field,
+        "dedup": spec.dedup(),
+        "min_chars": number(&spec.min_chars),
+        "max_chars": number(&spec.max_chars),
+    });
+    // `json!` objects are sorted maps, so the rendering is canonical.
+    format!("{:016x}", xxh3_64(canonical.to_string().as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::spec::SourceSpec;
+
+    fn fingerprint(text: &str) -> String {
+        toml::from_str::<SourceSpec>(text)
+            .expect("spec")
+            .fingerprint()
+    }
+
+    #[test]
+    fn layout_does_not_matter_settings_do() {
+        let a = fingerprint("name = \"a\"\npath = \"x.jsonl\"\nlimit = 5");
+        let b = fingerprint("limit   = 5 # five\n\npath = \"x.jsonl\"\nname = \"a\"");
+        assert_eq!(a, b);
+        assert_ne!(
+            a,
+            fingerprint("name = \"a\"\npath = \"x.jsonl\"\nlimit = 6")
+        );
+        assert_ne!(
+            a,
+            fingerprint("name = \"a\"\npath = \"x.jsonl\"\nlimit = 5\nturns = \"all\"")
+        );
+        // Defaults written out are the same settings.
+        assert_eq!(
+            fingerprint("name = \"a\"\npath = \"x.jsonl\""),
+            fingerprint("name = \"a\"\npath = \"x.jsonl\"\nlimit = 10000\nseed = 0\ndedup = true")
+        );
+    }
+}
