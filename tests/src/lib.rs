@@ -5,9 +5,12 @@
 //! - [`llama`]: a real `llama-server` with a real small model, started on a free port, for the
 //!   end-to-end tests (skipped with a printed reason when it is not installed; the README test
 //!   command always installs it).
+//! - [`sim`]: a simulated continuous-batching server (KV capacity, running cap, preemption) on
+//!   virtual time, for the concurrency controller's tests and benchmark.
 //!
 //! The scenario tests that spawn the `gen` binary live in `pipeline/tests/` (only the package
 //! that owns a binary can locate it), and use this crate as a dev-dependency.
 
 pub mod fake_openai;
 pub mod llama;
+pub mod sim;
