@@ -31,6 +31,9 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Explain a failure: a source's last preparation worker, or logs captured anywhere.
+    #[command(after_help = DIAGNOSE_HELP)]
+    Diagnose(DiagnoseArgs),
     /// Validate a config without running anything.
     Check { config: PathBuf },
     /// Prepare one source (the preparation worker `gen run` starts for each source).
@@ -42,4 +45,60 @@ pub enum Command {
         #[arg(long)]
         run_dir: Option<PathBuf>,
     },
+}
+
+const DIAGNOSE_HELP: &str = "Examples:
+  gen diagnose wildchat --config datasets.toml
+  gen diagnose --stderr worker.log --kernel-log dmesg.txt --signal 9 --memory-limit 8589934592
+  gen diagnose --observation observation.json --json
+  gen diagnose --server-log sglang.log
+
+`--observation` takes the JSON schema of gen_diagnostics::Observation: exit ({\"code\": N} or
+{\"signal\": N, \"sent_by_gen\": false}), pid, child_pids, comm, cgroup_path, spawn_usec,
+exit_usec, rss_samples [{at_ms, bytes}], peak_rss_bytes, memory_limit_bytes, host_memory_bytes,
+oom_kill_before/after, vmstat_oom_kill_before/after, kernel_log ({\"kind\": \"text\", \"text\": ...}
+or {\"kind\": \"unavailable\", \"reason\": ...}), oom_killer_log, stderr_head, stderr_tail,
+outputs_complete, timed_out. Only exit and pid are required.";
+
+#[derive(Debug, clap::Args)]
+pub struct DiagnoseArgs {
+    /// A source of a run (with `--config` or `--run-dir`).
+    #[arg(conflicts_with_all = ["stderr", "observation", "server_log"])]
+    pub source: Option<String>,
+    /// The config of the run (default `datasets.toml`).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// The run directory (instead of `--config`).
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+    /// A worker's captured stderr.
+    #[arg(long)]
+    pub stderr: Option<PathBuf>,
+    /// Kernel log text covering the worker's lifetime (dmesg, dmesg -T, journalctl -k, /dev/kmsg).
+    #[arg(long, requires = "stderr")]
+    pub kernel_log: Option<PathBuf>,
+    #[arg(long, requires = "stderr", conflicts_with = "signal")]
+    pub exit_code: Option<i32>,
+    #[arg(long, requires = "stderr")]
+    pub signal: Option<i32>,
+    #[arg(long, requires = "stderr")]
+    pub pid: Option<u32>,
+    /// Peak RSS in bytes.
+    #[arg(long, requires = "stderr")]
+    pub peak_rss: Option<u64>,
+    /// Memory limit in bytes.
+    #[arg(long, requires = "stderr")]
+    pub memory_limit: Option<u64>,
+    /// The worker's output was verified complete.
+    #[arg(long, requires = "stderr")]
+    pub output_complete: bool,
+    /// A whole observation as JSON.
+    #[arg(long, conflicts_with_all = ["stderr", "server_log"])]
+    pub observation: Option<PathBuf>,
+    /// An inference server's log (SGLang, vLLM, llama.cpp).
+    #[arg(long, conflicts_with = "stderr")]
+    pub server_log: Option<PathBuf>,
+    /// Print the verdict as JSON.
+    #[arg(long)]
+    pub json: bool,
 }

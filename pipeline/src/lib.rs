@@ -13,6 +13,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod diagnose;
 pub mod inference;
 pub mod prep;
 pub mod run;
@@ -57,8 +58,10 @@ impl<E: Into<anyhow::Error>> From<E> for CliError {
     }
 }
 
+/// The run directory, made absolute: workers get paths inside it and may change directory.
 fn run_dir_for(plan: &Plan, explicit: Option<PathBuf>) -> RunDir {
-    RunDir::new(explicit.unwrap_or_else(|| plan.run_dir.clone()))
+    let dir = explicit.unwrap_or_else(|| plan.run_dir.clone());
+    RunDir::new(std::path::absolute(&dir).unwrap_or(dir))
 }
 
 /// Runs one parsed command line.
@@ -85,6 +88,7 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Status { target, json } => status_command(&target, json),
+        Command::Diagnose(args) => diagnose_command(args),
         Command::Run { config, run_dir } => {
             let plan = Plan::load(&config)?;
             let run_dir = run_dir_for(&plan, run_dir);
@@ -160,6 +164,56 @@ fn status_command(target: &Path, json: bool) -> Result<ExitCode, CliError> {
             "{}",
             status::render::render(&status, status::state::unix_ms())
         );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn diagnose_command(args: cli::DiagnoseArgs) -> Result<ExitCode, CliError> {
+    use diagnose::{LogInputs, Subject};
+    let subject = if let Some(source) = args.source {
+        let run_dir = match args.run_dir {
+            Some(dir) => RunDir::new(dir),
+            None => RunDir::new(
+                Plan::load(
+                    &args
+                        .config
+                        .unwrap_or_else(|| PathBuf::from("datasets.toml")),
+                )?
+                .run_dir,
+            ),
+        };
+        Subject::Source { run_dir, source }
+    } else if let Some(stderr) = args.stderr {
+        Subject::Logs(LogInputs {
+            stderr,
+            kernel_log: args.kernel_log,
+            exit_code: args.exit_code,
+            signal: args.signal,
+            pid: args.pid,
+            peak_rss: args.peak_rss,
+            memory_limit: args.memory_limit,
+            output_complete: args.output_complete,
+        })
+    } else if let Some(path) = args.observation {
+        Subject::Observation(path)
+    } else if let Some(path) = args.server_log {
+        Subject::ServerLog(path)
+    } else {
+        return Err(CliError {
+            code: exit::USAGE,
+            error: anyhow::anyhow!(
+                "say what to diagnose: a SOURCE, `--stderr FILE`, `--observation FILE` or `--server-log FILE`"
+            ),
+        });
+    };
+    let (title, verdict) = diagnose::diagnose(&subject)?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&verdict).context("verdict serializes")?
+        );
+    } else {
+        print!("{}", diagnose::render(&title, &verdict));
     }
     Ok(ExitCode::SUCCESS)
 }

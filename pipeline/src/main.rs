@@ -9,7 +9,7 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
-            let _ = e.print();
+            e.print().ok();
             return ExitCode::from(if e.use_stderr() {
                 exit::USAGE
             } else {

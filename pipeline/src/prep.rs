@@ -33,14 +33,57 @@ pub fn prepare_source(plan: &Plan, run_dir: &RunDir, source: &str) -> anyhow::Re
             plan.config_path.display()
         )
     })?;
+    prepare_spec(spec, &plan.base_dir, run_dir)
+}
+
+/// Where a custom worker writes its rows, and the marker it creates when complete.
+pub fn custom_output(run_dir: &RunDir, source: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let dir = run_dir.source(source);
+    (
+        dir.root().join("worker-output.jsonl"),
+        dir.root().join("worker-output.done"),
+    )
+}
+
+/// Normalizes what a custom worker wrote (JSONL rows in any shape the source's settings
+/// read) into the prompts file and manifest, exactly like the built-in preparation.
+pub fn import_custom_output(
+    plan: &Plan,
+    run_dir: &RunDir,
+    source: &str,
+) -> anyhow::Result<PrepManifest> {
+    let mut spec = plan
+        .source(source)
+        .with_context(|| {
+            format!(
+                "config `{}` has no source `{source}`",
+                plan.config_path.display()
+            )
+        })?
+        .clone();
+    let (output, _) = custom_output(run_dir, source);
+    spec.path = Some(toml::Spanned::new(
+        0..0,
+        output.to_string_lossy().into_owned(),
+    ));
+    spec.repo = None;
+    prepare_spec(&spec, Path::new("/"), run_dir)
+}
+
+fn prepare_spec(
+    spec: &gen_sources::SourceSpec,
+    base_dir: &Path,
+    run_dir: &RunDir,
+) -> anyhow::Result<PrepManifest> {
+    let source = spec.name();
     let dir = run_dir.source(source);
     fs_err::create_dir_all(dir.root())?;
     let final_path = dir.prompts();
     let tmp_path = final_path.with_extension("zst.tmp");
-    let _ = fs_err::remove_file(&tmp_path);
+    fs_err::remove_file(&tmp_path).ok();
     let (mut writer, _) = FrameWriter::open(&tmp_path)?;
     let mut written = 0u64;
-    let counters = gen_sources::prepare(spec, &plan.base_dir, &mut |prompt| {
+    let counters = gen_sources::prepare(spec, base_dir, &mut |prompt| {
         writer.push(prompt)?;
         written += 1;
         if writer.pending() >= FRAME_PROMPTS {

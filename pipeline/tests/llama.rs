@@ -24,11 +24,17 @@ fn skip_reason() -> Option<String> {
 
 fn copy_examples(gen_: &Gen) {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
-    gen_.write("examples/quickstart.toml", &std::fs::read_to_string(examples.join("quickstart.toml")).expect("quickstart"));
+    gen_.write(
+        "examples/quickstart.toml",
+        &std::fs::read_to_string(examples.join("quickstart.toml")).expect("quickstart"),
+    );
     for entry in std::fs::read_dir(examples.join("data")).expect("examples/data") {
         let entry = entry.expect("entry");
         let name = entry.file_name().to_string_lossy().into_owned();
-        gen_.write(&format!("examples/data/{name}"), &std::fs::read_to_string(entry.path()).expect("data"));
+        gen_.write(
+            &format!("examples/data/{name}"),
+            &std::fs::read_to_string(entry.path()).expect("data"),
+        );
     }
 }
 
@@ -43,7 +49,9 @@ async fn quickstart_completes_every_prompt_and_reruns_as_a_no_op() {
     let first = gen_.run(&["run", "examples/quickstart.toml"]).await;
     assert_eq!(first.code, 0, "stderr:\n{}", first.stderr);
 
-    let status = gen_.run(&["status", "examples/quickstart.toml", "--json"]).await;
+    let status = gen_
+        .run(&["status", "examples/quickstart.toml", "--json"])
+        .await;
     let status: serde_json::Value = serde_json::from_str(&status.stdout).expect("status json");
     let mut total = 0;
     for source in status["sources"].as_array().expect("sources") {
@@ -51,13 +59,28 @@ async fn quickstart_completes_every_prompt_and_reruns_as_a_no_op() {
         assert_eq!(source["phase"], "done", "{source}");
         let prepared = source["prepared"].as_u64().expect("prepared");
         assert!(prepared >= 18, "{name}: {prepared} prompts");
-        let records = completions(&gen_.path(&format!("runs/quickstart/sources/{name}/completions.jsonl.zst")));
-        assert_eq!(records.len() as u64, prepared, "{name}: one completion per prompt");
-        let ids: std::collections::HashSet<&str> = records.iter().map(|r| r["id"].as_str().expect("id")).collect();
+        let records = completions(&gen_.path(&format!(
+            "runs/quickstart/sources/{name}/completions.jsonl.zst"
+        )));
+        assert_eq!(
+            records.len() as u64,
+            prepared,
+            "{name}: one completion per prompt"
+        );
+        let ids: std::collections::HashSet<&str> = records
+            .iter()
+            .map(|r| r["id"].as_str().expect("id"))
+            .collect();
         assert_eq!(ids.len(), records.len(), "{name}: no duplicate ids");
         for record in &records {
-            assert!(!record["content"].as_str().unwrap_or("").trim().is_empty(), "{record}");
-            assert!(record["usage"]["completion_tokens"].as_u64().unwrap_or(0) > 0, "{record}");
+            assert!(
+                !record["content"].as_str().unwrap_or("").trim().is_empty(),
+                "{record}"
+            );
+            assert!(
+                record["usage"]["completion_tokens"].as_u64().unwrap_or(0) > 0,
+                "{record}"
+            );
             assert!(record["finish_reason"].is_string(), "{record}");
         }
         total += records.len();
@@ -65,16 +88,31 @@ async fn quickstart_completes_every_prompt_and_reruns_as_a_no_op() {
     assert!(total >= 55, "{total}");
 
     // Second run: nothing left, so the server is not even started.
-    let log_before = std::fs::metadata(gen_.path("runs/quickstart/server.log")).expect("server log").len();
+    let log_before = std::fs::metadata(gen_.path("runs/quickstart/server.log"))
+        .expect("server log")
+        .len();
     let second = gen_.run(&["run", "examples/quickstart.toml"]).await;
     assert_eq!(second.code, 0, "{}", second.stderr);
     assert!(second.stderr.contains("nothing to do"), "{}", second.stderr);
-    assert_eq!(std::fs::metadata(gen_.path("runs/quickstart/server.log")).expect("log").len(), log_before);
+    assert_eq!(
+        std::fs::metadata(gen_.path("runs/quickstart/server.log"))
+            .expect("log")
+            .len(),
+        log_before
+    );
 
     let table = gen_.run(&["status", "examples/quickstart.toml"]).await;
-    assert!(table.stdout.lines().all(|l| l.chars().count() <= 80), "{}", table.stdout);
+    assert!(
+        table.stdout.lines().all(|l| l.chars().count() <= 80),
+        "{}",
+        table.stdout
+    );
     for name in ["tutor-chats", "arithmetic", "haiku"] {
-        let row = table.stdout.lines().find(|l| l.starts_with(name)).expect("row");
+        let row = table
+            .stdout
+            .lines()
+            .find(|l| l.starts_with(name))
+            .expect("row");
         assert!(row.contains(" done "), "{row}");
     }
 }
@@ -86,8 +124,12 @@ async fn resume_sends_no_request_according_to_the_server() {
         return;
     }
     let gen_ = Gen::new();
-    let server = LlamaServer::start(&gen_.path(""), 2).await.expect("llama-server");
-    let rows: String = (0..6).map(|i| format!("{{\"prompt\": \"Name a colour. ({i})\"}}\n")).collect();
+    let server = LlamaServer::start(&gen_.path(""), 2)
+        .await
+        .expect("llama-server");
+    let rows: String = (0..6)
+        .map(|i| format!("{{\"prompt\": \"Name a colour. ({i})\"}}\n"))
+        .collect();
     gen_.write("data/a.jsonl", &rows);
     gen_.write(
         "cfg.toml",
@@ -98,13 +140,34 @@ async fn resume_sends_no_request_according_to_the_server() {
     );
     let first = gen_.run(&["run", "cfg.toml"]).await;
     assert_eq!(first.code, 0, "{}", first.stderr);
-    let predicted = server.metric("llamacpp:tokens_predicted_total").await.expect("metric");
-    let prompt_tokens = server.metric("llamacpp:prompt_tokens_total").await.expect("metric");
+    let predicted = server
+        .metric("llamacpp:tokens_predicted_total")
+        .await
+        .expect("metric");
+    let prompt_tokens = server
+        .metric("llamacpp:prompt_tokens_total")
+        .await
+        .expect("metric");
     assert!(predicted > 0.0);
 
     let second = gen_.run(&["run", "cfg.toml"]).await;
     assert_eq!(second.code, 0, "{}", second.stderr);
-    assert_eq!(server.metric("llamacpp:tokens_predicted_total").await.expect("metric"), predicted);
-    assert_eq!(server.metric("llamacpp:prompt_tokens_total").await.expect("metric"), prompt_tokens);
-    assert_eq!(completions(&gen_.path("runs/cfg/sources/colours/completions.jsonl.zst")).len(), 6);
+    assert_eq!(
+        server
+            .metric("llamacpp:tokens_predicted_total")
+            .await
+            .expect("metric"),
+        predicted
+    );
+    assert_eq!(
+        server
+            .metric("llamacpp:prompt_tokens_total")
+            .await
+            .expect("metric"),
+        prompt_tokens
+    );
+    assert_eq!(
+        completions(&gen_.path("runs/cfg/sources/colours/completions.jsonl.zst")).len(),
+        6
+    );
 }

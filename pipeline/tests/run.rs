@@ -148,11 +148,12 @@ async fn rejected_prompts_fail_their_source_only_and_a_broken_source_does_not_st
         .map(|s| s["phase"].as_str().unwrap_or(""))
         .collect();
     assert_eq!(phases, ["failed", "done", "failed"]);
-    let note = status["sources"][2]["note"].as_str().unwrap_or("");
-    assert!(
-        note.contains("preparation failed (exit code 1)") && note.contains("matches no file"),
-        "{note}"
+    assert_eq!(
+        status["sources"][2]["verdict"]["class"], "traceback",
+        "{status:#}"
     );
+    let worker = gen_.read("runs/cfg/sources/gamma/worker.json");
+    assert!(worker.contains("matches no file"), "{worker}");
 }
 
 #[tokio::test]

@@ -55,7 +55,9 @@ impl FakeOpenAi {
             .expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local addr");
         let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
+            if let Err(e) = axum::serve(listener, app).await {
+                eprintln!("fake OpenAI server stopped: {e}");
+            }
         });
         FakeOpenAi { addr, shared, task }
     }

@@ -100,7 +100,9 @@ impl LlamaServer {
 
 impl Drop for LlamaServer {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // Best effort: the process may already be gone.
+        if self.child.kill().is_ok() {
+            self.child.wait().ok();
+        }
     }
 }

@@ -12,6 +12,9 @@ pub struct RunTable {
     pub dir: Option<Spanned<String>>,
     /// Preparation workers at once (default 2).
     pub max_parallel_prep: Option<Spanned<i64>>,
+    /// A preparation worker whose log and output do not grow for this long is stopped
+    /// (default 1800).
+    pub stall_timeout_secs: Option<Spanned<i64>>,
 }
 
 /// `[server]`: the OpenAI-compatible inference server, running or launched by `gen`.
@@ -50,3 +53,19 @@ pub struct GenerationTable {
 
 /// The top-level keys, for "expected one of" messages.
 pub const TOP_LEVEL_KEYS: [&str; 4] = ["run", "server", "generation", "source"];
+
+/// The keys of a `[[source]]` entry that say how its worker runs (the rest describe data).
+pub const WORKER_KEYS: [&str; 3] = ["memory-limit", "command", "expected-prompts"];
+
+/// The worker keys of one `[[source]]`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct WorkerTable {
+    /// Memory cap of the worker's own cgroup, e.g. `"8G"`.
+    pub memory_limit: Option<Spanned<String>>,
+    /// A custom worker command (run directly, no shell). It gets `GEN_OUTPUT` (where to write
+    /// JSONL prompt rows), `GEN_DONE` (a file to create when complete) and `GEN_SOURCE`.
+    pub command: Option<Spanned<Vec<String>>>,
+    /// With `command`: rows the worker must write to count as complete.
+    pub expected_prompts: Option<Spanned<i64>>,
+}

@@ -14,11 +14,14 @@ use serde_json::{Map, Value};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
-use super::file::{GenerationTable, RunTable, ServerTable, TOP_LEVEL_KEYS};
+use super::file::{
+    GenerationTable, RunTable, ServerTable, TOP_LEVEL_KEYS, WORKER_KEYS, WorkerTable,
+};
 use super::problem::{ConfigError, Problem};
 
 const DEFAULT_PARALLEL_PREP: usize = 2;
 const DEFAULT_CONCURRENCY: usize = 16;
+const DEFAULT_STALL_SECS: usize = 1800;
 const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(300);
 const DEFAULT_MAX_ATTEMPTS: u32 = 4;
 
@@ -30,9 +33,24 @@ pub struct Plan {
     pub base_dir: PathBuf,
     pub run_dir: PathBuf,
     pub max_parallel_prep: NonZeroUsize,
+    pub stall_timeout: Duration,
     pub server: ServerPlan,
     pub generation: GenerationPlan,
     pub sources: Vec<SourceSpec>,
+    /// How each source's preparation worker runs, parallel to `sources`.
+    pub workers: Vec<WorkerPlan>,
+}
+
+/// How one source's preparation worker runs.
+#[derive(Debug, Clone, Default)]
+pub struct WorkerPlan {
+    /// Memory cap of the worker's own cgroup.
+    pub memory_limit: Option<u64>,
+    /// A custom worker (e.g. the user's Python script) instead of the built-in preparation.
+    pub command: Option<Vec<String>>,
+    /// With a custom worker: prompts it must write before it counts as complete (without it,
+    /// the done marker alone decides).
+    pub expected: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -87,6 +105,15 @@ impl Plan {
     pub fn source(&self, name: &str) -> Option<&SourceSpec> {
         self.sources.iter().find(|s| s.name() == name)
     }
+
+    /// The worker settings of source `name`.
+    pub fn worker(&self, name: &str) -> WorkerPlan {
+        self.sources
+            .iter()
+            .position(|s| s.name() == name)
+            .and_then(|i| self.workers.get(i).cloned())
+            .unwrap_or_default()
+    }
 }
 
 struct Resolver<'t> {
@@ -137,9 +164,11 @@ impl<'t> Resolver<'t> {
                     match value.into_inner() {
                         DeValue::Array(entries) => {
                             for entry in entries {
-                                match self.section::<SourceSpec>(entry) {
-                                    Some(spec) => sources.push(spec),
-                                    None => sources_ok = false,
+                                let (worker, entry) = split_worker_keys(entry);
+                                let worker = self.section::<WorkerTable>(worker);
+                                match (self.section::<SourceSpec>(entry), worker) {
+                                    (Some(spec), Some(worker)) => sources.push((spec, worker)),
+                                    _ => sources_ok = false,
                                 }
                             }
                         }
@@ -164,7 +193,14 @@ impl<'t> Resolver<'t> {
         if sources.is_empty() && sources_ok {
             self.problem(None, "no sources: add at least one `[[source]]` table");
         }
-        self.check_sources(&sources);
+        let specs: Vec<SourceSpec> = sources.iter().map(|(s, _)| s.clone()).collect();
+        let custom: Vec<bool> = sources.iter().map(|(_, w)| w.command.is_some()).collect();
+        self.check_sources(&specs, &custom);
+        let workers: Vec<WorkerPlan> = sources
+            .into_iter()
+            .map(|(spec, w)| self.worker(&spec, w))
+            .collect();
+        let sources = specs;
         let server = match server {
             None => {
                 self.problem(
@@ -205,20 +241,32 @@ impl<'t> Resolver<'t> {
             "max-parallel-prep",
             DEFAULT_PARALLEL_PREP,
         );
+        let stall_timeout = self.positive(
+            &run.stall_timeout_secs,
+            "stall-timeout-secs",
+            DEFAULT_STALL_SECS,
+        );
+        let stall_timeout = Duration::from_secs(stall_timeout.get() as u64);
         Some(Plan {
             config_path: path.to_path_buf(),
             base_dir,
             run_dir,
             max_parallel_prep,
+            stall_timeout,
             server,
             generation,
             sources,
+            workers,
         })
     }
 
-    fn check_sources(&mut self, sources: &[SourceSpec]) {
+    fn check_sources(&mut self, sources: &[SourceSpec], custom: &[bool]) {
         for (i, spec) in sources.iter().enumerate() {
             for problem in spec.check() {
+                // A custom worker is where a `command` source's rows come from.
+                if custom[i] && problem.message.contains("needs `path`") {
+                    continue;
+                }
                 self.problem(Some(problem.span), problem.message);
             }
             if let Some(first) = sources[..i].iter().find(|s| s.name() == spec.name()) {
@@ -253,6 +301,45 @@ impl<'t> Resolver<'t> {
                 self.problem(Some(value.span()), format!("`{key}` must be at least 1"));
                 fallback
             }
+        }
+    }
+
+    fn worker(&mut self, spec: &SourceSpec, worker: WorkerTable) -> WorkerPlan {
+        let memory_limit = worker.memory_limit.as_ref().and_then(|limit| {
+            let parsed = crate::run::cgroup::parse_size(limit.get_ref());
+            if parsed.is_none_or(|b| b < 16 << 20) {
+                self.problem(
+                    Some(limit.span()),
+                    format!("source `{}`: `memory-limit` must be a size of at least 16M, such as \"512M\" or \"8G\"", spec.name()),
+                );
+            }
+            parsed
+        });
+        if let Some(command) = &worker.command
+            && command.get_ref().is_empty()
+        {
+            self.problem(
+                Some(command.span()),
+                format!("source `{}`: `command` must name a program", spec.name()),
+            );
+        }
+        let expected = worker.expected_prompts.as_ref().and_then(|n| {
+            let value = u64::try_from(*n.get_ref()).ok().filter(|n| *n > 0);
+            if value.is_none() {
+                self.problem(
+                    Some(n.span()),
+                    format!(
+                        "source `{}`: `expected-prompts` must be at least 1",
+                        spec.name()
+                    ),
+                );
+            }
+            value
+        });
+        WorkerPlan {
+            memory_limit,
+            command: worker.command.map(Spanned::into_inner),
+            expected,
         }
     }
 
@@ -356,6 +443,27 @@ impl<'t> Resolver<'t> {
             max_attempts: u32::try_from(max_attempts.get()).unwrap_or(u32::MAX),
             params,
         }
+    }
+}
+
+/// Splits the worker keys (`memory-limit`, `command`, …) off a `[[source]]` entry: they are
+/// the pipeline's business, the rest is the sources crate's.
+fn split_worker_keys(entry: Spanned<DeValue<'_>>) -> (Spanned<DeValue<'_>>, Spanned<DeValue<'_>>) {
+    let span = entry.span();
+    match entry.into_inner() {
+        DeValue::Table(table) => {
+            let (worker, rest): (Vec<_>, Vec<_>) = table
+                .into_iter()
+                .partition(|(key, _)| WORKER_KEYS.contains(&key.get_ref().as_ref()));
+            (
+                Spanned::new(span.clone(), DeValue::Table(worker.into_iter().collect())),
+                Spanned::new(span, DeValue::Table(rest.into_iter().collect())),
+            )
+        }
+        other => (
+            Spanned::new(span.clone(), DeValue::Table(DeTable::new())),
+            Spanned::new(span, other),
+        ),
     }
 }
 

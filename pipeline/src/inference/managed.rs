@@ -22,17 +22,19 @@ pub enum LaunchError {
         #[source]
         source: std::io::Error,
     },
-    #[error("the inference server exited during start-up ({status}); last lines of `{}`:\n{tail}", log.display())]
+    #[error("the inference server exited during start-up ({status}); last lines of `{}`:\n{tail}\n{diagnosis}", log.display())]
     Exited {
         status: String,
         log: PathBuf,
         tail: String,
+        diagnosis: String,
     },
-    #[error("the inference server did not become healthy within {} s; last lines of `{}`:\n{tail}", timeout.as_secs(), log.display())]
+    #[error("the inference server did not become healthy within {} s; last lines of `{}`:\n{tail}\n{diagnosis}", timeout.as_secs(), log.display())]
     NotHealthy {
         timeout: Duration,
         log: PathBuf,
         tail: String,
+        diagnosis: String,
     },
     #[error("failed to prepare the server launch")]
     Io(#[from] std::io::Error),
@@ -102,6 +104,22 @@ pub fn tail(path: &Path, n: usize) -> String {
         .join("\n")
 }
 
+/// The diagnostics crate's reading of a server log: verdict, evidence and advice, indented.
+pub fn diagnosis(log: &Path) -> String {
+    let text = fs_err::read(log)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let verdict = gen_diagnostics::classify_server_log(&text);
+    let mut out = format!("diagnosis: {}", verdict.headline());
+    for line in &verdict.evidence {
+        out.push_str(&format!("\n  evidence: {line}"));
+    }
+    for line in &verdict.advice {
+        out.push_str(&format!("\n  advice: {line}"));
+    }
+    out
+}
+
 impl ManagedServer {
     /// Starts the server and waits until it is healthy, it dies, or the timeout passes.
     pub async fn start(
@@ -150,13 +168,13 @@ impl ManagedServer {
         };
         tokio::select! {
             status = child.wait() => {
-                let status = status.map_or_else(|e| e.to_string(), |s| describe_status(s));
-                Err(LaunchError::Exited { status, log: log.to_path_buf(), tail: tail(log, TAIL_LINES) })
+                let status = status.map_or_else(|e| e.to_string(), describe_status);
+                Err(LaunchError::Exited { status, log: log.to_path_buf(), tail: tail(log, TAIL_LINES), diagnosis: diagnosis(log) })
             }
             () = healthy => Ok(ManagedServer { child, pgid, url, log: log.to_path_buf() }),
             () = tokio::time::sleep(plan.health_timeout) => {
-                let _ = sys::kill_group(pgid, libc::SIGKILL);
-                Err(LaunchError::NotHealthy { timeout: plan.health_timeout, log: log.to_path_buf(), tail: tail(log, TAIL_LINES) })
+                sys::kill_group(pgid, libc::SIGKILL).ok();
+                Err(LaunchError::NotHealthy { timeout: plan.health_timeout, log: log.to_path_buf(), tail: tail(log, TAIL_LINES), diagnosis: diagnosis(log) })
             }
         }
     }
@@ -168,13 +186,13 @@ impl ManagedServer {
 
     /// SIGTERM to the group, SIGKILL after a grace period.
     pub async fn stop(mut self) {
-        let _ = sys::kill_group(self.pgid, libc::SIGTERM);
+        sys::kill_group(self.pgid, libc::SIGTERM).ok();
         if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
             .await
             .is_err()
         {
-            let _ = sys::kill_group(self.pgid, libc::SIGKILL);
-            let _ = self.child.wait().await;
+            sys::kill_group(self.pgid, libc::SIGKILL).ok();
+            self.child.wait().await.ok();
         }
     }
 }

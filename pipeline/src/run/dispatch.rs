@@ -62,11 +62,13 @@ impl Dispatcher {
                 let event = this.request(source, prompt).await;
                 drop(permit);
                 // A closed channel means the orchestrator is shutting down.
-                let _ = this.events.send(event);
+                this.events.send(event).ok();
             });
         }
         while in_flight.join_next().await.is_some() {}
-        let _ = self.events.send(DispatchEvent::SourceFinished { source });
+        self.events
+            .send(DispatchEvent::SourceFinished { source })
+            .ok();
     }
 
     async fn request(&self, source: usize, prompt: Prompt) -> DispatchEvent {

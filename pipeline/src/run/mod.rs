@@ -2,7 +2,10 @@
 //! supervised processes ([`supervisor`], [`rss`], [`sys`]) and the request dispatcher
 //! ([`dispatch`]) with its stored records ([`record`]).
 
+pub mod cgroup;
 pub mod dispatch;
+pub mod kernel_log;
+pub mod observe;
 pub mod orchestrator;
 pub mod record;
 pub mod rss;

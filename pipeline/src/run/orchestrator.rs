@@ -19,15 +19,18 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::dispatch::{DispatchEvent, Dispatcher};
+use super::kernel_log::KernelLogFollower;
+use super::observe;
 use super::record::{self, RejectKind, RejectedRecord};
 use super::supervisor::{self, WorkerCommand, WorkerReport};
 use crate::config::Plan;
 use crate::inference::managed::{self, ManagedServer};
 use crate::inference::{ChatClient, probe};
 use crate::prep;
-use crate::status::state::{self, Phase, RunStatus, ServerStatus, SourceStatus};
+use crate::status::state::{self, Phase, RunStatus, ServerStatus, SourceStatus, VerdictLine};
 use crate::store::frames::{self, FrameWriter};
 use crate::store::{RunDir, atomic, layout::LAYOUT_VERSION};
+use gen_diagnostics::Verdict;
 
 /// Completions buffered before a frame is written (a frame is also written every tick).
 const FRAME_RECORDS: usize = 64;
@@ -58,6 +61,7 @@ struct Orchestrator<'p> {
     status: RunStatus,
     tokens: u64,
     started: Instant,
+    kernel_log: Option<KernelLogFollower>,
 }
 
 /// `gen run`: see the module documentation.
@@ -140,6 +144,10 @@ pub async fn run(
         dispatching += 1;
     }
 
+    if !needs_prep.is_empty() {
+        // Followed from before the first worker starts, so no OOM report scrolls away unread.
+        orchestrator.kernel_log = Some(KernelLogFollower::start());
+    }
     let mut prep_queue: VecDeque<usize> = needs_prep.into();
     let mut preps: JoinSet<(usize, std::io::Result<WorkerReport>)> = JoinSet::new();
     let prep_cancel = cancel.child_token();
@@ -155,7 +163,7 @@ pub async fn run(
         tokio::select! {
             Some(joined) = preps.join_next() => {
                 let (i, report) = joined.context("a preparation supervisor panicked")?;
-                if let Some(prompts) = orchestrator.finish_prep(i, report, interrupted)? {
+                if let Some(prompts) = orchestrator.finish_prep(i, report, interrupted).await? {
                     orchestrator.sources[i].status.phase = Phase::Generating;
                     tokio::spawn(dispatcher.clone().run_source(i, prompts));
                     dispatching += 1;
@@ -206,7 +214,7 @@ pub async fn run(
                     && let Some(exit) = managed.as_mut().and_then(ManagedServer::exited)
                 {
                     let log = run_dir.server_log();
-                    let message = format!("the inference server exited ({exit}); last lines of `{}`:\n{}", log.display(), managed::tail(&log, 25));
+                    let message = format!("the inference server exited ({exit}); last lines of `{}`:\n{}\n{}", log.display(), managed::tail(&log, 25), managed::diagnosis(&log));
                     eprintln!("gen: {message}");
                     server_died = Some(message);
                     dispatch_cancel.cancel();
@@ -292,6 +300,7 @@ impl<'p> Orchestrator<'p> {
                     done: done_ids.len() as u64,
                     failed: 0,
                     note,
+                    verdict: None,
                 },
                 done_ids,
                 writer: None,
@@ -315,6 +324,7 @@ impl<'p> Orchestrator<'p> {
             status,
             tokens: 0,
             started: Instant::now(),
+            kernel_log: None,
         })
     }
 
@@ -358,7 +368,8 @@ impl<'p> Orchestrator<'p> {
             if log.exists() {
                 fs_err::rename(&log, dir.root().join("prep.previous.log"))?;
             }
-            let command = WorkerCommand {
+            let worker = self.plan.worker(&name);
+            let mut command = WorkerCommand {
                 program: exe.clone(),
                 args: vec![
                     "prep".into(),
@@ -370,7 +381,33 @@ impl<'p> Orchestrator<'p> {
                 ],
                 envs: Vec::new(),
                 log,
+                memory_limit: worker.memory_limit,
+                stall_timeout: Some(self.plan.stall_timeout),
+                progress_files: vec![dir.prompts().with_extension("zst.tmp"), dir.prompts()],
+                name: name.clone(),
             };
+            if let Some(custom) = &worker.command {
+                let (output, done) = prep::custom_output(&self.run_dir, &name);
+                for stale in [&output, &done] {
+                    if stale.exists() {
+                        fs_err::remove_file(stale)?;
+                    }
+                }
+                let env = |var: &str| std::env::var(var).ok();
+                let expanded = custom
+                    .iter()
+                    .map(|a| managed::expand(a, 0, &env))
+                    .collect::<Result<Vec<_>, _>>()
+                    .with_context(|| format!("source `{name}`: bad `command`"))?;
+                command.program = expanded[0].clone().into();
+                command.args = expanded[1..].iter().map(Into::into).collect();
+                command.envs = vec![
+                    ("GEN_OUTPUT".into(), output.display().to_string()),
+                    ("GEN_DONE".into(), done.display().to_string()),
+                    ("GEN_SOURCE".into(), name.clone()),
+                ];
+                command.progress_files = vec![output];
+            }
             self.sources[i].status.phase = Phase::Preparing;
             self.sources[i].status.note.clear();
             eprintln!("gen: preparing `{name}`");
@@ -381,7 +418,7 @@ impl<'p> Orchestrator<'p> {
     }
 
     /// Records how a worker ended; returns the prompts to generate when it prepared its source.
-    fn finish_prep(
+    async fn finish_prep(
         &mut self,
         i: usize,
         report: std::io::Result<WorkerReport>,
@@ -399,15 +436,54 @@ impl<'p> Orchestrator<'p> {
                 return Ok(None);
             }
         };
+        let worker = self.plan.worker(&name);
+        let mut import_error = None;
+        if worker.command.is_some() && custom_output_complete(&self.run_dir, &name, worker.expected)
+        {
+            let (plan, run_dir, source) = (self.plan.clone(), self.run_dir.clone(), name.clone());
+            let imported = tokio::task::spawn_blocking(move || {
+                prep::import_custom_output(&plan, &run_dir, &source)
+            })
+            .await
+            .context("the import of a custom worker's output panicked")?;
+            if let Err(e) = imported {
+                import_error = Some(format!("{e:#}"));
+            }
+        }
         let manifest = prep::read_manifest(&self.run_dir, &name)?;
+        let verdict = if report.exit.success() && manifest.is_some() {
+            None
+        } else {
+            if matches!(
+                report.exit,
+                supervisor::ExitRecord::Signal {
+                    signal: libc::SIGKILL,
+                    ..
+                }
+            ) {
+                // The kill line is logged before the signal lands, but the reader thread may lag.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            let kernel_log = self.kernel_log.as_ref().map_or_else(
+                || gen_diagnostics::KernelLog::Unavailable {
+                    reason: "not followed".into(),
+                },
+                KernelLogFollower::snapshot,
+            );
+            let observation =
+                observe::observation(&report, &dir.prep_log(), kernel_log, manifest.is_some());
+            Some(observe::verdict(&observation))
+        };
         let succeeded = manifest.is_some();
         atomic::write_json(
             &dir.worker(),
             &WorkerFile {
                 succeeded,
                 report: report.clone(),
+                verdict: verdict.clone(),
             },
         )?;
+        self.sources[i].status.verdict = verdict.as_ref().map(VerdictLine::from);
         let Some(manifest) = manifest else {
             let state = &mut self.sources[i].status;
             if interrupted {
@@ -415,9 +491,26 @@ impl<'p> Orchestrator<'p> {
                 state.note = "interrupted during preparation".into();
             } else {
                 state.phase = Phase::Failed;
-                let last = last_line(&dir.prep_log());
-                state.note = format!("preparation failed ({}): {last}", report.exit.describe());
-                eprintln!("gen: `{name}`: {}", state.note);
+                state.note = match &verdict {
+                    _ if import_error.is_some() => format!(
+                        "the worker's output could not be read: {}",
+                        import_error.unwrap_or_default()
+                    ),
+                    Some(v) if v.class != gen_diagnostics::Class::Success => {
+                        format!("{}; {}", v.headline(), v.next_action())
+                    }
+                    _ => format!(
+                        "preparation ended ({}) without completing its output: {}",
+                        report.exit.describe(),
+                        last_line(&dir.prep_log())
+                    ),
+                };
+                eprintln!("gen: `{name}` failed: {}", state.note);
+                if let Some(v) = &verdict {
+                    for line in &v.evidence {
+                        eprintln!("gen:   evidence: {line}");
+                    }
+                }
             }
             return Ok(None);
         };
@@ -426,10 +519,10 @@ impl<'p> Orchestrator<'p> {
         state.phase = Phase::Prepared;
         if !report.exit.success() {
             // The manifest is written last: the output is complete, the crash came after it.
-            state.note = format!(
-                "worker crashed after completing its output ({}); output kept",
-                report.exit.describe()
-            );
+            let headline = verdict
+                .as_ref()
+                .map_or_else(|| report.exit.describe(), Verdict::headline);
+            state.note = format!("{headline}; output kept");
             eprintln!("gen: `{name}`: {}", state.note);
         }
         eprintln!("gen: prepared `{name}`: {} prompts", manifest.prompts);
@@ -507,10 +600,33 @@ impl<'p> Orchestrator<'p> {
 }
 
 /// `worker.json`: the last preparation worker's report and whether it prepared its source.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-struct WorkerFile {
-    succeeded: bool,
-    report: WorkerReport,
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct WorkerFile {
+    pub succeeded: bool,
+    pub report: WorkerReport,
+    /// The diagnostics verdict, when the worker did not simply succeed.
+    #[serde(default)]
+    pub verdict: Option<Verdict>,
+}
+
+/// A custom worker's output counts as complete only with its done marker, and with the
+/// expected number of rows when the config gives one.
+fn custom_output_complete(run_dir: &RunDir, source: &str, expected: Option<u64>) -> bool {
+    let (output, done) = prep::custom_output(run_dir, source);
+    if !done.exists() {
+        return false;
+    }
+    match expected {
+        None => true,
+        Some(expected) => {
+            let text = fs_err::read(&output).unwrap_or_default();
+            let rows = text
+                .split(|b| *b == b'\n')
+                .filter(|l| !l.trim_ascii().is_empty())
+                .count() as u64;
+            rows >= expected
+        }
+    }
 }
 
 fn last_line(path: &std::path::Path) -> String {

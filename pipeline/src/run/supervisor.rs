@@ -17,6 +17,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use super::cgroup::{self, MemoryCgroup};
 use super::{rss, sys};
 
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(500);
@@ -31,6 +32,13 @@ pub struct WorkerCommand {
     pub args: Vec<OsString>,
     pub envs: Vec<(String, String)>,
     pub log: PathBuf,
+    /// Memory cap for the worker's own cgroup (`memory-limit` of the source).
+    pub memory_limit: Option<u64>,
+    /// Kill the worker when none of `progress_files` (nor its log) grew for this long.
+    pub stall_timeout: Option<Duration>,
+    pub progress_files: Vec<PathBuf>,
+    /// Name used for the worker's cgroup.
+    pub name: String,
 }
 
 /// How the process ended.
@@ -80,6 +88,33 @@ pub struct WorkerReport {
     pub duration_ms: u64,
     /// Signals `gen` sent to the worker's group, in order.
     pub signals_sent: Vec<i32>,
+    /// The worker's command name as the kernel knows it (`/proc/PID/comm`).
+    #[serde(default)]
+    pub comm: Option<String>,
+    /// CLOCK_MONOTONIC at spawn and reap, microseconds (the clock of `/dev/kmsg`).
+    #[serde(default)]
+    pub spawn_usec: u64,
+    #[serde(default)]
+    pub exit_usec: u64,
+    #[serde(default)]
+    pub memory: MemoryEvidence,
+    /// The stall watchdog killed the worker.
+    #[serde(default)]
+    pub timed_out: bool,
+}
+
+/// What the worker's memory cgroup and the host counters said.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemoryEvidence {
+    pub cgroup_path: Option<String>,
+    /// Why the worker ran without a cap although one was asked for.
+    pub cgroup_unavailable: Option<String>,
+    pub limit_bytes: Option<u64>,
+    pub cgroup_peak_bytes: Option<u64>,
+    pub oom_kill_before: Option<u64>,
+    pub oom_kill_after: Option<u64>,
+    pub vmstat_oom_kill_before: Option<u64>,
+    pub vmstat_oom_kill_after: Option<u64>,
 }
 
 fn unix_ms() -> u64 {
@@ -109,9 +144,42 @@ pub async fn supervise(
         .stderr(Stdio::from(log_err.into_parts().0))
         .process_group(0);
     sys::kill_with_parent(&mut process);
+    let mut memory = MemoryEvidence {
+        vmstat_oom_kill_before: cgroup::vmstat_oom_kills(),
+        ..MemoryEvidence::default()
+    };
+    let cgroup = match command.memory_limit {
+        None => None,
+        Some(limit) => match MemoryCgroup::create(&command.name, limit) {
+            Ok(cgroup) => {
+                memory.cgroup_path = Some(cgroup.path().display().to_string());
+                memory.limit_bytes = Some(limit);
+                memory.oom_kill_before = cgroup.oom_kills();
+                Some(cgroup)
+            }
+            Err(reason) => {
+                tracing::warn!(
+                    "worker `{}` runs without its memory cap: {reason}",
+                    command.name
+                );
+                memory.cgroup_unavailable = Some(reason);
+                None
+            }
+        },
+    };
+    sys::prepare_worker_child(&mut process, cgroup.as_ref().map(MemoryCgroup::procs_fd));
     let started = Instant::now();
     let started_unix_ms = unix_ms();
-    let child = process.spawn()?;
+    let spawn_usec = sys::monotonic_usec();
+    let child = match process.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            if let Some(cgroup) = cgroup {
+                cgroup.remove();
+            }
+            return Err(e);
+        }
+    };
     let pid = i32::try_from(child.id()).expect("pids fit in i32");
     // The std handle is dropped without waiting: `wait4` below reaps the child instead.
     drop(child);
@@ -123,6 +191,9 @@ pub async fn supervise(
     let mut signals_sent = Vec::new();
     let mut tick = tokio::time::interval(SAMPLE_EVERY);
     let mut kill_at: Option<tokio::time::Instant> = None;
+    let mut comm = None;
+    let mut timed_out = false;
+    let mut progress = Progress::new(&command.log, &command.progress_files);
     let reaped = loop {
         let kill_deadline = async {
             match kill_at {
@@ -143,6 +214,20 @@ pub async fn supervise(
                     let at_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
                     samples.push(RssSample { at_ms, bytes });
                 }
+                // The latest name: a launcher (a pyenv shim, `uv run`) may exec the real worker.
+                if let Ok(name) = std::fs::read_to_string(format!("/proc/{pid}/comm")) {
+                    comm = Some(name.trim().to_owned());
+                }
+                if let Some(limit) = command.stall_timeout
+                    && kill_at.is_none()
+                    && progress.stalled_for() >= limit
+                {
+                    tracing::warn!("worker `{}` made no progress for {} s: stopping it", command.name, limit.as_secs());
+                    timed_out = true;
+                    sys::kill_group(pid, libc::SIGTERM)?;
+                    signals_sent.push(libc::SIGTERM);
+                    kill_at = Some(tokio::time::Instant::now() + GRACE);
+                }
             }
             () = cancel.cancelled(), if kill_at.is_none() => {
                 sys::kill_group(pid, libc::SIGTERM)?;
@@ -156,8 +241,16 @@ pub async fn supervise(
             }
         }
     };
+    let exit_usec = sys::monotonic_usec();
     // Leftover grandchildren must not outlive their worker.
     sys::kill_group(pid, libc::SIGKILL)?;
+    memory.vmstat_oom_kill_after = cgroup::vmstat_oom_kills();
+    if let Some(cgroup) = cgroup {
+        // Counters are read before the cgroup is removed; they vanish with it.
+        memory.oom_kill_after = cgroup.oom_kills();
+        memory.cgroup_peak_bytes = cgroup.peak_bytes();
+        tokio::task::spawn_blocking(move || cgroup.remove());
+    }
     let exit = match (reaped.code, reaped.signal) {
         (Some(code), _) => ExitRecord::Code(code),
         (None, Some(signal)) => ExitRecord::Signal {
@@ -170,12 +263,54 @@ pub async fn supervise(
         pid,
         child_pids: children.into_iter().collect(),
         exit,
-        peak_rss_bytes: peak.max(reaped.max_rss_bytes),
+        peak_rss_bytes: peak
+            .max(reaped.max_rss_bytes)
+            .max(memory.cgroup_peak_bytes.unwrap_or(0)),
         rss_samples: samples,
         started_unix_ms,
         duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         signals_sent,
+        comm,
+        spawn_usec,
+        exit_usec,
+        memory,
+        timed_out,
     })
+}
+
+/// Watches the sizes of a worker's log and output files: growth is progress.
+struct Progress {
+    files: Vec<PathBuf>,
+    sizes: Vec<u64>,
+    since: Instant,
+}
+
+impl Progress {
+    fn new(log: &std::path::Path, outputs: &[PathBuf]) -> Progress {
+        let files: Vec<PathBuf> = std::iter::once(log.to_path_buf())
+            .chain(outputs.iter().cloned())
+            .collect();
+        let sizes = vec![0; files.len()];
+        Progress {
+            files,
+            sizes,
+            since: Instant::now(),
+        }
+    }
+
+    /// How long nothing grew.
+    fn stalled_for(&mut self) -> Duration {
+        let sizes: Vec<u64> = self
+            .files
+            .iter()
+            .map(|f| std::fs::metadata(f).map_or(0, |m| m.len()))
+            .collect();
+        if sizes != self.sizes {
+            self.sizes = sizes;
+            self.since = Instant::now();
+        }
+        self.since.elapsed()
+    }
 }
 
 #[cfg(test)]
@@ -188,6 +323,10 @@ mod tests {
             args: vec!["-c".into(), script.into()],
             envs: vec![("GEN_TEST_VALUE".into(), "42".into())],
             log,
+            memory_limit: None,
+            stall_timeout: None,
+            progress_files: Vec::new(),
+            name: "test".into(),
         }
     }
 

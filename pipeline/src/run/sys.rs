@@ -98,3 +98,52 @@ pub fn signal_name(signal: i32) -> String {
     };
     name.to_owned()
 }
+
+/// CLOCK_MONOTONIC in microseconds: the clock `/dev/kmsg` stamps its records with.
+pub fn monotonic_usec() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer to a local timespec.
+    let ret = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    if ret != 0 {
+        return 0;
+    }
+    u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000
+        + u64::try_from(ts.tv_nsec).unwrap_or(0) / 1000
+}
+
+/// In the child, before exec: move itself into the cgroup whose `cgroup.procs` is open as
+/// `procs_fd` (writing `0` means "this process"), so the worker starts inside its memory cap
+/// with no window outside it; and volunteer as an OOM victim ahead of `gen` itself.
+pub fn prepare_worker_child(command: &mut std::process::Command, procs_fd: Option<i32>) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only async-signal-safe calls (write, open, close) on pre-opened or static data.
+    unsafe {
+        command.pre_exec(move || {
+            if let Some(fd) = procs_fd
+                && libc::write(fd, b"0".as_ptr().cast(), 1) != 1
+            {
+                return Err(io::Error::last_os_error());
+            }
+            let adj = libc::open(c"/proc/self/oom_score_adj".as_ptr(), libc::O_WRONLY);
+            if adj >= 0 {
+                libc::write(adj, b"500".as_ptr().cast(), 3);
+                libc::close(adj);
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Sends `signal` to one process; a process that is already gone is fine.
+pub fn kill_pid(pid: i32, signal: i32) -> io::Result<()> {
+    // SAFETY: kill has no memory-safety preconditions.
+    let ret = unsafe { libc::kill(pid, signal) };
+    if ret == 0 || io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}

@@ -60,6 +60,10 @@ fn row(s: &SourceStatus) -> String {
 }
 
 /// The status table, each line at most 80 columns.
+#[expect(
+    clippy::let_underscore_must_use,
+    reason = "writing to a String cannot fail"
+)]
 pub fn render(status: &RunStatus, now_ms: u64) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}", cut(&format!("run    {}", status.config), WIDTH));
@@ -111,7 +115,7 @@ mod tests {
             finished: false,
             server: Some(ServerStatus { url: "http://127.0.0.1:8080".into(), model: "smollm2".into(), concurrency: 4 }),
             sources: vec![
-                SourceStatus { name: "alpaca".into(), phase: Phase::Done, prepared: Some(20), done: 20, failed: 0, note: String::new() },
+                SourceStatus { name: "alpaca".into(), phase: Phase::Done, prepared: Some(20), done: 20, failed: 0, note: String::new(), verdict: None },
                 SourceStatus {
                     name: "a-source-with-a-very-long-name".into(),
                     phase: Phase::Failed,
@@ -119,6 +123,7 @@ mod tests {
                     done: 0,
                     failed: 0,
                     note: "preparation failed: exit code 1: KeyError: 'prompt' — fix it, then run gen run again".into(),
+                    verdict: None,
                 },
             ],
         }

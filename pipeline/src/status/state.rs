@@ -43,6 +43,31 @@ pub struct SourceStatus {
     /// One line: why it failed, or what is going on.
     #[serde(default)]
     pub note: String,
+    /// How the last preparation worker ended, when it did not simply succeed.
+    #[serde(default)]
+    pub verdict: Option<VerdictLine>,
+}
+
+/// A worker verdict in brief: its class, one line, and what to do next.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VerdictLine {
+    pub class: String,
+    pub headline: String,
+    pub next_action: String,
+}
+
+impl From<&gen_diagnostics::Verdict> for VerdictLine {
+    fn from(verdict: &gen_diagnostics::Verdict) -> VerdictLine {
+        let class = serde_json::to_value(verdict.class)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        VerdictLine {
+            class,
+            headline: verdict.headline(),
+            next_action: verdict.next_action(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
