@@ -175,7 +175,12 @@ impl Normalizer {
 
     /// Normalizes one row object.
     pub fn normalize(&self, row: &Map<String, Value>) -> Result<Vec<Message>, DropReason> {
-        self.filter.check(row)?;
+        self.normalize_owned(row.clone())
+    }
+
+    /// Normalizes one row object, moving its texts instead of copying them.
+    pub fn normalize_owned(&self, row: Map<String, Value>) -> Result<Vec<Message>, DropReason> {
+        self.filter.check(&row)?;
         let turns = self.turns_of(row)?;
         let messages = self.select(turns)?;
         let chars: usize = messages
@@ -193,35 +198,35 @@ impl Normalizer {
     }
 
     /// The row's turns, before any policy.
-    fn turns_of(&self, row: &Map<String, Value>) -> Result<Vec<Message>, DropReason> {
-        let turns = |field: &str, value: &Value| {
+    fn turns_of(&self, mut row: Map<String, Value>) -> Result<Vec<Message>, DropReason> {
+        let turns = |field: &str, value: Value| {
             parse_turns(field, value, &self.role_keys, &self.content_keys)
         };
         if let Some(field) = &self.messages_field {
             let value = row
-                .get(field)
+                .remove(field)
                 .ok_or_else(|| DropReason::MissingField(field.clone()))?;
             return turns(field, value);
         }
         if let Some(field) = &self.prompt_field {
             let value = row
-                .get(field)
+                .remove(field)
                 .ok_or_else(|| DropReason::MissingField(field.clone()))?;
             return self.plain(text_of(field, value)?);
         }
         if let Some((field, value)) = MESSAGES_FIELDS
             .iter()
-            .find_map(|f| row.get(*f).map(|v| (*f, v)))
+            .find_map(|f| row.remove(*f).map(|v| (*f, v)))
         {
             return turns(field, value);
         }
         if let Some((field, value)) = PROMPT_FIELDS
             .iter()
-            .find_map(|f| row.get(*f).map(|v| (*f, v)))
+            .find_map(|f| row.remove(*f).map(|v| (*f, v)))
         {
             let mut text = text_of(field, value)?;
             if field == "instruction"
-                && let Some(input) = row.get(ALPACA_INPUT)
+                && let Some(input) = row.remove(ALPACA_INPUT)
             {
                 let input = text_of(ALPACA_INPUT, input)?;
                 if !input.trim().is_empty() {

@@ -8,7 +8,7 @@ use crate::prompt::{Message, Role};
 /// A row's list of turns; `role_keys`/`content_keys` are tried in order.
 pub(super) fn parse_turns(
     field: &str,
-    value: &Value,
+    value: Value,
     role_keys: &[String],
     content_keys: &[String],
 ) -> Result<Vec<Message>, DropReason> {
@@ -20,9 +20,9 @@ pub(super) fn parse_turns(
     };
     let mut turns = Vec::with_capacity(list.len());
     for turn in list {
-        let turn = turn
-            .as_object()
-            .ok_or_else(|| DropReason::WrongType(field.to_owned()))?;
+        let Value::Object(mut turn) = turn else {
+            return Err(DropReason::WrongType(field.to_owned()));
+        };
         let role = role_keys
             .iter()
             .find_map(|k| turn.get(k))
@@ -31,7 +31,7 @@ pub(super) fn parse_turns(
             .as_str()
             .ok_or_else(|| DropReason::WrongType(format!("{field}[].role")))?;
         let role = Role::parse(role).ok_or_else(|| DropReason::UnknownRole(role.to_owned()))?;
-        let content = match content_keys.iter().find_map(|k| turn.get(k)) {
+        let content = match content_keys.iter().find_map(|k| turn.remove(k)) {
             Some(content) => text_of(&format!("{field}[].content"), content)?,
             None => String::new(),
         };
@@ -42,13 +42,13 @@ pub(super) fn parse_turns(
 
 /// A string field, or OpenAI content parts (`[{"type":"text","text":…}]`) joined; `null` is
 /// empty.
-pub(super) fn text_of(field: &str, value: &Value) -> Result<String, DropReason> {
+pub(super) fn text_of(field: &str, value: Value) -> Result<String, DropReason> {
     match value {
-        Value::String(s) => Ok(s.clone()),
+        Value::String(s) => Ok(s),
         Value::Null => Ok(String::new()),
         Value::Array(parts) => {
             let mut text = String::new();
-            for part in parts {
+            for part in &parts {
                 match part.get("text").and_then(Value::as_str) {
                     Some(t) => text.push_str(t),
                     None => return Err(DropReason::WrongType(field.to_owned())),

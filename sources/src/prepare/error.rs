@@ -4,7 +4,6 @@ use std::io;
 use std::path::PathBuf;
 
 use crate::hub::HubError;
-use crate::spec::Format;
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -26,12 +25,6 @@ pub enum SourceError {
         path: PathBuf,
         #[source]
         source: io::Error,
-    },
-    #[error("source `{source_name}`: format `{format:?}` of `{}` is not supported yet", path.display())]
-    Unsupported {
-        source_name: String,
-        path: PathBuf,
-        format: Format,
     },
     #[error("source `{source_name}`: failed to get the files from the Hub")]
     Hub {

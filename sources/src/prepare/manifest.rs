@@ -34,8 +34,8 @@ pub struct Manifest {
     /// The commit sha the revision resolved to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
-    /// Per file (as in `files`): `sha256:<hex>`, or `git-sha1:<hex>` for a small non-LFS Hub
-    /// file.
+    /// Per file (as in `files`): for a Hub file its etag, `sha256:<hex>` (LFS) or
+    /// `git-sha1:<hex>` (small non-LFS files); for a local file `xxh3-128:<hex>`.
     #[serde(default)]
     pub checksums: BTreeMap<String, String>,
     pub rows_read: u64,

@@ -2,7 +2,8 @@
 //! order, and bounded to `limit` prompts in memory however large the source is.
 
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
@@ -49,9 +50,20 @@ impl Sample {
         }
     }
 
-    /// Offers a prompt (with its content hash); returns whether one was pushed out.
-    pub(super) fn offer(&mut self, prompt: Prompt, hash: u64) -> bool {
-        let key = xxh3_64_with_seed(prompt.id.as_bytes(), self.seed);
+    /// The sampling key of a prompt id.
+    pub(super) fn key_of(&self, id: &str) -> u64 {
+        xxh3_64_with_seed(id.as_bytes(), self.seed)
+    }
+
+    /// Whether a prompt with this key would enter the sample; when not, building it is wasted
+    /// work (most rows of a large source).
+    pub(super) fn admits(&self, key: u64) -> bool {
+        self.limit > 0
+            && (self.heap.len() < self.limit || self.heap.peek().is_some_and(|top| key < top.key))
+    }
+
+    /// Offers a prompt (with its key and content hash); returns whether one was pushed out.
+    pub(super) fn offer(&mut self, prompt: Prompt, key: u64, hash: u64) -> bool {
         self.heap.push(Candidate {
             key,
             order: self.arrivals,
@@ -73,3 +85,27 @@ impl Sample {
         kept.into_iter().map(|c| (c.prompt, c.hash)).collect()
     }
 }
+
+/// A hasher for keys that already are uniform 64-bit hashes (xxh3 content hashes): hashing them
+/// again with SipHash was a visible share of preparation time.
+#[derive(Default)]
+pub(super) struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*byte);
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value;
+    }
+}
+
+/// A set of content hashes.
+pub(super) type PrehashedSet = HashSet<u64, BuildHasherDefault<Prehashed>>;
