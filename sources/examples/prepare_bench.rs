@@ -82,8 +82,8 @@ fn generate(path: &Path, rows: usize) -> Result<(), Box<dyn std::error::Error>> 
             ids.push(format!("r{i}_0"));
             let turns = (rng.next() % 6) as usize;
             // 1 in 20 rows repeats an earlier question; 1 in 10 starts with a gpt turn.
-            let leading_gpt = rng.next() % 10 == 0;
-            let repeat = rng.next() % 20 == 0;
+            let leading_gpt = rng.next().is_multiple_of(10);
+            let repeat = rng.next().is_multiple_of(20);
             for t in 0..turns {
                 let human = (t % 2 == 0) != leading_gpt;
                 from.push(if human { "human" } else { "gpt" });

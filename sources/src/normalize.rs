@@ -183,16 +183,19 @@ impl Normalizer {
         self.filter.check(&row)?;
         let turns = self.turns_of(row)?;
         let messages = self.select(turns)?;
-        let chars: usize = messages
-            .iter()
-            .filter(|m| m.role == Role::User)
-            .map(|m| m.content.chars().count())
-            .sum();
-        if chars < self.min_chars {
-            return Err(DropReason::TooShort);
-        }
-        if chars > self.max_chars {
-            return Err(DropReason::TooLong);
+        // Every kept user turn has a non-blank character, so the default bounds need no count.
+        if self.min_chars > 1 || self.max_chars != usize::MAX {
+            let chars: usize = messages
+                .iter()
+                .filter(|m| m.role == Role::User)
+                .map(|m| m.content.chars().count())
+                .sum();
+            if chars < self.min_chars {
+                return Err(DropReason::TooShort);
+            }
+            if chars > self.max_chars {
+                return Err(DropReason::TooLong);
+            }
         }
         Ok(messages)
     }

@@ -1,8 +1,9 @@
 //! The preparation of one source: files (local or from the Hub) → rows → normalized,
 //! deduplicated, sampled prompts, and a [`Manifest`] of all of it.
 //!
-//! Memory is bounded by the readers (one row or one Parquet batch), the sample (`limit`
-//! prompts) and one 8-byte hash per distinct prompt for deduplication.
+//! Memory is bounded by the readers (one row or one Parquet batch) and the sample (`limit`
+//! prompts), which also deduplicates (see [`sample`]); only `dedup = false` keeps a counter per
+//! distinct prompt, to number repeats.
 
 mod error;
 mod manifest;
@@ -25,7 +26,7 @@ use crate::prompt::{Prompt, content_hash, prompt_id};
 use crate::read::{Row, for_each_row, format_of};
 use crate::spec::SourceSpec;
 use manifest::etag_checksum;
-use sample::{Prehashed, PrehashedSet, Sample};
+use sample::{Prehashed, Sample};
 
 /// Everything `prepare` needs beyond the spec: how to reach the Hub, and the prompts earlier
 /// sources already kept (cross-source deduplication: the earlier source wins).
@@ -165,7 +166,6 @@ struct Collector<'a> {
     spec: &'a SourceSpec,
     normalizer: Normalizer,
     manifest: Manifest,
-    seen: PrehashedSet,
     seen_across: Option<&'a HashSet<u64>>,
     occurrences: HashMap<u64, u32, BuildHasherDefault<Prehashed>>,
     sample: Sample,
@@ -214,7 +214,9 @@ impl Collector<'_> {
             return;
         }
         let occurrence = if self.spec.dedup() {
-            if !self.seen.insert(hash) {
+            // Copies of prompts the sample no longer holds share their key and are rejected
+            // below (see `sample`).
+            if self.sample.contains(hash) {
                 self.manifest.duplicates_within += 1;
                 return;
             }
@@ -270,7 +272,6 @@ pub fn prepare_with(
         spec,
         normalizer,
         manifest,
-        seen: PrehashedSet::default(),
         seen_across: options.seen_across.as_deref(),
         occurrences: HashMap::default(),
         sample: Sample::new(
@@ -382,6 +383,27 @@ mod tests {
         let (dir2, reseeded) = write_source(&rows, "limit = 10\nseed = 7");
         let (third, _) = collect(&reseeded, dir2.path());
         assert_ne!(first, third);
+    }
+
+    #[test]
+    fn sampling_with_many_repeats_equals_deduplicating_first() {
+        let rows: Vec<String> = (0..2000)
+            .map(|i| format!(r#"{{"prompt": "p{}"}}"#, (i * 7919) % 300))
+            .collect();
+        let rows: Vec<&str> = rows.iter().map(String::as_str).collect();
+        let (dir, spec) = write_source(&rows, "limit = 20");
+        let (sampled, manifest) = collect(&spec, dir.path());
+        let mut seen = HashSet::new();
+        let unique: Vec<&str> = rows.iter().copied().filter(|r| seen.insert(*r)).collect();
+        assert_eq!(unique.len(), 300);
+        let (dir, spec) = write_source(&unique, "limit = 20");
+        let (reference, _) = collect(&spec, dir.path());
+        let ids = |prompts: &[Prompt]| prompts.iter().map(|p| p.id.clone()).collect::<Vec<_>>();
+        assert_eq!(ids(&sampled), ids(&reference));
+        assert_eq!(
+            manifest.rows_read,
+            manifest.kept + manifest.duplicates_within + manifest.sampled_out
+        );
     }
 
     #[test]

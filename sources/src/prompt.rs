@@ -15,12 +15,24 @@ pub enum Role {
 impl Role {
     /// Maps the role spellings found in public datasets; `None` for anything else.
     pub fn parse(raw: &str) -> Option<Role> {
-        match raw.trim().to_ascii_lowercase().as_str() {
-            "system" => Some(Role::System),
-            "user" | "human" | "prompter" => Some(Role::User),
-            "assistant" | "gpt" | "chatgpt" | "bing" | "bard" | "model" => Some(Role::Assistant),
-            _ => None,
-        }
+        const SPELLINGS: [(&str, Role); 10] = [
+            ("system", Role::System),
+            ("user", Role::User),
+            ("human", Role::User),
+            ("prompter", Role::User),
+            ("assistant", Role::Assistant),
+            ("gpt", Role::Assistant),
+            ("chatgpt", Role::Assistant),
+            ("bing", Role::Assistant),
+            ("bard", Role::Assistant),
+            ("model", Role::Assistant),
+        ];
+        // Compared in place: this runs for every turn of every row.
+        let raw = raw.trim();
+        SPELLINGS
+            .iter()
+            .find(|(spelling, _)| spelling.eq_ignore_ascii_case(raw))
+            .map(|(_, role)| *role)
     }
 }
 

@@ -43,6 +43,9 @@ pub struct Manifest {
     pub kept: u64,
     /// Rows dropped, per reason (`bad_json`, `no_user_turn`, `excluded:input`, …).
     pub dropped: BTreeMap<String, u64>,
+    /// Repeats of a prompt the sample held when they were read. A repeat of a prompt the
+    /// sample had already left out counts in `sampled_out`; with at most `limit` distinct
+    /// prompts nothing is left out, so the count is exact.
     pub duplicates_within: u64,
     /// Prompts already kept by an earlier source (only with a shared seen-set).
     #[serde(default)]

@@ -1,5 +1,12 @@
 //! Bottom-k sampling on a seeded hash of each prompt's id: deterministic, independent of file
 //! order, and bounded to `limit` prompts in memory however large the source is.
+//!
+//! Deduplication rides on it. With deduplication on, a prompt's id (and so its key) depends on
+//! its content only, so every copy of a prompt has the same key: once the sample has rejected or
+//! evicted a prompt, every later copy is rejected too (the admission threshold only falls). Only
+//! copies of prompts currently in the sample must be recognised, which takes a set of `limit`
+//! hashes instead of one hash per distinct prompt of the source (30M rows for Nemotron). The
+//! output is exactly that of deduplicating everything first.
 
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashSet};
@@ -37,6 +44,8 @@ pub(super) struct Sample {
     limit: usize,
     seed: u64,
     heap: BinaryHeap<Candidate>,
+    /// Content hashes of the prompts in `heap`.
+    members: PrehashedSet,
     arrivals: u64,
 }
 
@@ -46,6 +55,7 @@ impl Sample {
             limit,
             seed,
             heap: BinaryHeap::new(),
+            members: PrehashedSet::default(),
             arrivals: 0,
         }
     }
@@ -62,8 +72,14 @@ impl Sample {
             && (self.heap.len() < self.limit || self.heap.peek().is_some_and(|top| key < top.key))
     }
 
+    /// Whether a prompt with this content hash is in the sample now.
+    pub(super) fn contains(&self, hash: u64) -> bool {
+        self.members.contains(&hash)
+    }
+
     /// Offers a prompt (with its key and content hash); returns whether one was pushed out.
     pub(super) fn offer(&mut self, prompt: Prompt, key: u64, hash: u64) -> bool {
+        self.members.insert(hash);
         self.heap.push(Candidate {
             key,
             order: self.arrivals,
@@ -72,7 +88,9 @@ impl Sample {
         });
         self.arrivals += 1;
         if self.heap.len() > self.limit {
-            self.heap.pop();
+            if let Some(evicted) = self.heap.pop() {
+                self.members.remove(&evicted.hash);
+            }
             return true;
         }
         false
