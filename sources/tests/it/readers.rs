@@ -85,3 +85,53 @@ fn corrupt_and_truncated_parquet_are_errors() {
     }
     assert!(rows(&damaged, None).is_err());
 }
+
+#[test]
+fn local_globs_mix_formats_and_compressions() {
+    use std::io::Write;
+
+    use gen_sources::{HubSettings, PrepareOptions, SourceSpec, prepare_with};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let data = dir.path().join("data");
+    fs_err::create_dir_all(&data).expect("mkdir");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(br#"[{"prompt": "from a gzipped array"}, {"prompt": ""}]"#)
+        .expect("gzip");
+    fs_err::write(data.join("a.json.gz"), gz.finish().expect("gzip")).expect("write");
+    let zst =
+        zstd::encode_all(&b"{\"prompt\": \"from zstd lines\"}\nnot json\n"[..], 3).expect("zstd");
+    fs_err::write(data.join("b.jsonl.zst"), zst).expect("write");
+    fs_err::write(
+        data.join("c.parquet"),
+        parquet(vec![("question", Col::Str(vec![Some("from parquet")]))]),
+    )
+    .expect("write");
+    let spec: SourceSpec = toml::from_str("name = \"local\"\npath = \"data/*\"").expect("spec");
+    let mut options = PrepareOptions {
+        hub: HubSettings::from_vars(|_| None).with_offline(true),
+        seen_across: None,
+    };
+    let mut texts = Vec::new();
+    let manifest = prepare_with(&spec, dir.path(), &mut options, &mut |p| {
+        texts.push(p.messages[0].content.clone());
+        Ok(())
+    })
+    .expect("prepare");
+    assert_eq!(
+        texts,
+        ["from a gzipped array", "from zstd lines", "from parquet"]
+    );
+    assert_eq!(manifest.rows_read, 5);
+    assert_eq!(manifest.dropped.get("bad_json"), Some(&1));
+    assert_eq!(manifest.dropped.get("no_user_turn"), Some(&1));
+    assert_eq!(manifest.examples[0].file, data.join("a.json.gz"));
+    assert_eq!(manifest.checksums.len(), 3);
+    assert!(
+        manifest
+            .checksums
+            .values()
+            .all(|c| c.starts_with("xxh3-128:"))
+    );
+    assert_eq!(manifest.commit, None);
+}
