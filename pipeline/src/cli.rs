@@ -22,6 +22,12 @@ pub enum Command {
         /// Run directory (default: `[run] dir` of the config, else `runs/<config name>`).
         #[arg(long)]
         run_dir: Option<PathBuf>,
+        /// Restart only the sources that failed in the last run; touch nothing else.
+        #[arg(long)]
+        only_failed: bool,
+        /// Run only this source (repeatable).
+        #[arg(long = "source", value_name = "NAME")]
+        sources: Vec<String>,
     },
     /// Show the state of a run: a config file or a run directory.
     Status {

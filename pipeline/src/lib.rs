@@ -61,7 +61,27 @@ impl<E: Into<anyhow::Error>> From<E> for CliError {
 /// The run directory, made absolute: workers get paths inside it and may change directory.
 fn run_dir_for(plan: &Plan, explicit: Option<PathBuf>) -> RunDir {
     let dir = explicit.unwrap_or_else(|| plan.run_dir.clone());
-    RunDir::new(std::path::absolute(&dir).unwrap_or(dir))
+    let dir = std::path::absolute(&dir).unwrap_or(dir);
+    RunDir::new(normalize_lexically(&dir))
+}
+
+/// Removes `.` and `name/..` pairs without touching the file system (`examples/../runs` →
+/// `runs`), so paths in messages read as the user would write them.
+fn normalize_lexically(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir
+                if matches!(out.components().next_back(), Some(Component::Normal(_))) =>
+            {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
 }
 
 /// Runs one parsed command line.
@@ -89,15 +109,35 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
         }
         Command::Status { target, json } => status_command(&target, json),
         Command::Diagnose(args) => diagnose_command(args),
-        Command::Run { config, run_dir } => {
+        Command::Run {
+            config,
+            run_dir,
+            only_failed,
+            sources,
+        } => {
             let plan = Plan::load(&config)?;
             let run_dir = run_dir_for(&plan, run_dir);
+            if let Some(unknown) = sources.iter().find(|s| plan.source(s).is_none()) {
+                let known: Vec<&str> = plan.sources.iter().map(|s| s.name()).collect();
+                return Err(CliError {
+                    code: exit::USAGE,
+                    error: anyhow::anyhow!(
+                        "`{}` has no source `{unknown}`; its sources are: {}",
+                        config.display(),
+                        known.join(", ")
+                    ),
+                });
+            }
+            let selection = run::Selection {
+                only_failed,
+                sources,
+            };
             let runtime =
                 tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
             let outcome = runtime.block_on(async {
                 let cancel = CancellationToken::new();
                 tokio::spawn(cancel_on_signal(cancel.clone()));
-                run::run(&plan, &run_dir, cancel).await
+                run::run(&plan, &run_dir, &selection, cancel).await
             })?;
             let code = match outcome {
                 RunOutcome::NothingToDo => exit::OK,

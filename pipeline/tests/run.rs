@@ -244,3 +244,56 @@ async fn config_errors_name_file_line_and_column_and_exit_2() {
         missing.stderr
     );
 }
+
+#[tokio::test]
+async fn only_failed_restarts_just_the_failed_source() {
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let gen_ = Gen::new();
+    gen_.write(
+        "data/a.jsonl",
+        "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n",
+    );
+    let config = write_config(
+        &gen_,
+        &server.url(),
+        &[("alpha", "data/a.jsonl"), ("beta", "data/b-*.jsonl")],
+    );
+    let first = gen_.run(&["run", &config]).await;
+    assert_eq!(first.code, 1, "{}", first.stderr);
+    assert_eq!(server.chat_requests(), 2);
+    let alpha_file = gen_.path("runs/cfg/sources/alpha/completions.jsonl.zst");
+    let alpha_before = std::fs::read(&alpha_file).expect("alpha completions");
+
+    // The user fixes the source, then restarts only what failed.
+    gen_.write("data/b-1.jsonl", "{\"prompt\": \"three\"}\n");
+    let second = gen_.run(&["run", &config, "--only-failed"]).await;
+    assert_eq!(second.code, 0, "{}", second.stderr);
+    assert!(
+        !second.stderr.contains("preparing `alpha`"),
+        "{}",
+        second.stderr
+    );
+    assert_eq!(server.chat_requests(), 3, "only beta's prompt is sent");
+    assert_eq!(std::fs::read(&alpha_file).expect("read"), alpha_before);
+    let status = gen_.run(&["status", &config, "--json"]).await;
+    let status: serde_json::Value = serde_json::from_str(&status.stdout).expect("json");
+    assert_eq!(status["sources"][0]["phase"], "done");
+    assert_eq!(status["sources"][1]["phase"], "done");
+
+    let nothing = gen_.run(&["run", &config, "--only-failed"]).await;
+    assert_eq!(nothing.code, 0);
+    assert!(
+        nothing.stderr.contains("no source failed"),
+        "{}",
+        nothing.stderr
+    );
+    let unknown = gen_.run(&["run", &config, "--source", "gamma"]).await;
+    assert_eq!(unknown.code, 2);
+    assert!(
+        unknown
+            .stderr
+            .contains("has no source `gamma`; its sources are: alpha, beta"),
+        "{}",
+        unknown.stderr
+    );
+}

@@ -12,4 +12,4 @@ pub mod rss;
 pub mod supervisor;
 pub mod sys;
 
-pub use orchestrator::{RunOutcome, run};
+pub use orchestrator::{RunOutcome, Selection, run};

@@ -48,6 +48,29 @@ pub enum RunOutcome {
     Interrupted,
 }
 
+/// Which sources a run touches.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    /// Only sources whose phase was `failed` in the last run.
+    pub only_failed: bool,
+    /// Only these sources (all when empty).
+    pub sources: Vec<String>,
+}
+
+impl Selection {
+    fn includes(&self, name: &str, previous: Option<&RunStatus>) -> bool {
+        if !self.sources.is_empty() && !self.sources.iter().any(|s| s == name) {
+            return false;
+        }
+        if self.only_failed {
+            return previous
+                .and_then(|p| p.sources.iter().find(|s| s.name == name))
+                .is_some_and(|s| s.phase == Phase::Failed);
+        }
+        true
+    }
+}
+
 struct SourceState {
     status: SourceStatus,
     done_ids: HashSet<String>,
@@ -68,15 +91,37 @@ struct Orchestrator<'p> {
 pub async fn run(
     plan: &Plan,
     run_dir: &RunDir,
+    selection: &Selection,
     cancel: CancellationToken,
 ) -> anyhow::Result<RunOutcome> {
     create_private_dir(run_dir.root())?;
+    let previous: Option<RunStatus> = atomic::read_json(&run_dir.status()).ok().flatten();
     let mut orchestrator = Orchestrator::load(plan, run_dir)?;
+    let selected: Vec<bool> = orchestrator
+        .sources
+        .iter()
+        .map(|s| selection.includes(&s.status.name, previous.as_ref()))
+        .collect();
+    if selection.only_failed && !selected.contains(&true) {
+        eprintln!("gen: no source failed in the last run: nothing to restart");
+        return Ok(RunOutcome::NothingToDo);
+    }
     let needs_prep: Vec<usize> = (0..orchestrator.sources.len())
-        .filter(|i| orchestrator.sources[*i].status.prepared.is_none())
+        .filter(|i| selected[*i] && orchestrator.sources[*i].status.prepared.is_none())
         .collect();
     let mut pending: Vec<(usize, Vec<gen_sources::Prompt>)> = Vec::new();
     for i in 0..orchestrator.sources.len() {
+        if !selected[i] {
+            if let Some(old) = previous.as_ref().and_then(|p| {
+                p.sources
+                    .iter()
+                    .find(|s| s.name == orchestrator.sources[i].status.name)
+            }) {
+                // Untouched this run: keep what the last run said about it.
+                orchestrator.sources[i].status = old.clone();
+            }
+            continue;
+        }
         if orchestrator.sources[i].status.prepared.is_some() {
             let prompts = orchestrator.pending_prompts(i)?;
             if !prompts.is_empty() {
@@ -246,7 +291,9 @@ pub async fn run(
     let failed = orchestrator
         .sources
         .iter()
-        .filter(|s| s.status.phase != Phase::Done)
+        .zip(&selected)
+        .filter(|(s, selected)| **selected && s.status.phase != Phase::Done)
+        .map(|(s, _)| s)
         .map(|s| s.status.name.clone())
         .collect();
     Ok(RunOutcome::Finished { failed })
