@@ -31,12 +31,31 @@ pub enum Command {
     },
     /// Show the state of a run: a config file or a run directory.
     Status {
-        /// A config file or a run directory.
-        target: PathBuf,
+        /// A config file or a run directory (not needed with `--remote`).
+        #[arg(required_unless_present = "remote")]
+        target: Option<PathBuf>,
         /// Print the raw `status.json` document instead of the table.
         #[arg(long)]
         json: bool,
+        /// Redraw every SECS seconds until interrupted.
+        #[arg(long, value_name = "SECS")]
+        watch: Option<u64>,
+        /// Fetch the status of a run on another host over `ssh`: `user@host:RUN_DIR`.
+        #[arg(long, value_name = "USER@HOST:RUN_DIR", conflicts_with = "target")]
+        remote: Option<String>,
     },
+    /// Write a run's completions as a training-ready dataset (messages with reasoning).
+    Export(ExportArgs),
+    /// Audit a run: every prompt completed or rejected exactly once, every file readable.
+    Verify {
+        /// A run directory or a config file.
+        target: PathBuf,
+        /// Print the audit as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check the machine and the server against the plan before a run.
+    Doctor { config: PathBuf },
     /// Explain a failure: a source's last preparation worker, or logs captured anywhere.
     #[command(after_help = DIAGNOSE_HELP)]
     Diagnose(DiagnoseArgs),
@@ -107,4 +126,21 @@ pub struct DiagnoseArgs {
     /// Print the verdict as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ExportArgs {
+    /// A run directory or a config file.
+    pub target: PathBuf,
+    #[arg(long, value_enum, default_value = "jsonl")]
+    pub format: ExportFormat,
+    /// Output file (default: `export.jsonl` / `export.parquet` in the run directory).
+    #[arg(long, short)]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportFormat {
+    Jsonl,
+    Parquet,
 }

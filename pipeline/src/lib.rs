@@ -14,11 +14,14 @@
 pub mod cli;
 pub mod config;
 pub mod diagnose;
+pub mod doctor;
+pub mod export;
 pub mod inference;
 pub mod prep;
 pub mod run;
 pub mod status;
 pub mod store;
+pub mod verify;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -107,7 +110,15 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             prep::prepare_source(&plan, &run_dir, &source)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Status { target, json } => status_command(&target, json),
+        Command::Status {
+            target,
+            json,
+            watch,
+            remote,
+        } => status_command(target.as_deref(), json, watch, remote.as_deref()),
+        Command::Export(args) => Ok(export::export(&args)?),
+        Command::Verify { target, json } => Ok(verify::verify(&target, json)?),
+        Command::Doctor { config } => Ok(doctor::doctor(&config)?),
         Command::Diagnose(args) => diagnose_command(args),
         Command::Run {
             config,
@@ -179,33 +190,59 @@ async fn cancel_on_signal(cancel: CancellationToken) {
     std::process::exit(130);
 }
 
-fn status_command(target: &Path, json: bool) -> Result<ExitCode, CliError> {
-    let run_dir = if target.is_dir() {
-        RunDir::new(target)
+/// The run directory named by `target`: a run directory itself, or a config file's.
+pub fn resolve_run_dir(target: &Path) -> Result<RunDir, CliError> {
+    if target.is_dir() {
+        Ok(RunDir::new(target))
     } else {
-        RunDir::new(Plan::load(target)?.run_dir)
-    };
-    let path = run_dir.status();
-    let status: Option<status::RunStatus> = store::atomic::read_json(&path)?;
-    let Some(status) = status else {
-        return Err(anyhow::anyhow!(
-            "no run found at `{}` (no `status.json`): start one with `gen run CONFIG`",
-            run_dir.root().display()
-        )
-        .into());
-    };
-    if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&status).context("status serializes")?
-        );
-    } else {
-        print!(
-            "{}",
-            status::render::render(&status, status::state::unix_ms())
-        );
+        Ok(RunDir::new(Plan::load(target)?.run_dir))
     }
-    Ok(ExitCode::SUCCESS)
+}
+
+fn status_command(
+    target: Option<&Path>,
+    json: bool,
+    watch: Option<u64>,
+    remote: Option<&str>,
+) -> Result<ExitCode, CliError> {
+    loop {
+        let status = match (remote, target) {
+            (Some(remote), _) => status::remote::fetch(remote)?,
+            (None, Some(target)) => {
+                let run_dir = resolve_run_dir(target)?;
+                let path = run_dir.status();
+                let status: Option<status::RunStatus> = store::atomic::read_json(&path)?;
+                status.ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "no run found at `{}` (no `status.json`): start one with `gen run CONFIG`",
+                        run_dir.root().display()
+                    )
+                })?
+            }
+            (None, None) => {
+                return Err(CliError {
+                    code: exit::USAGE,
+                    error: anyhow::anyhow!("say which run: a CONFIG, a RUN_DIR or `--remote`"),
+                });
+            }
+        };
+        if json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&status).context("status serializes")?
+            );
+        } else {
+            print!(
+                "{}",
+                status::render::render(&status, status::state::unix_ms())
+            );
+        }
+        let Some(every) = watch else {
+            return Ok(ExitCode::SUCCESS);
+        };
+        std::thread::sleep(std::time::Duration::from_secs(every.max(1)));
+        println!();
+    }
 }
 
 fn diagnose_command(args: cli::DiagnoseArgs) -> Result<ExitCode, CliError> {

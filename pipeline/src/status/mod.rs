@@ -1,6 +1,7 @@
 //! The run's live view: the `status.json` document `gen run` keeps current ([`state`]) and
 //! its rendering as a plain 80-column table for `gen status` over SSH ([`render`]).
 
+pub mod remote;
 pub mod render;
 pub mod state;
 

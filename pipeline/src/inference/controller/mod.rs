@@ -1,0 +1,16 @@
+//! The concurrency controller: one per server, a pure synchronous state machine that turns a
+//! per-tick [`Observation`] of the server and its client into a concurrency limit (field-notes
+//! §2.5). It owns no I/O, no clock and no tasks; the dispatcher's sampler feeds it and applies
+//! the [`Decision`].
+//!
+//! - [`settings`]: the tunables and their documented defaults.
+//! - [`stats`]: decayed output-length statistics, persisted across restarts.
+//! - [`state`]: the controller itself — ceiling, guards, startup, creep and probes.
+
+pub mod settings;
+pub mod state;
+pub mod stats;
+
+pub use settings::Settings;
+pub use state::{Caps, Controller, Decision, Finish, Observation, Phase};
+pub use stats::LengthStats;

@@ -1,0 +1,130 @@
+//! The controller's tunables. Every default is the number field-notes §2.5 validated in
+//! simulation; change them only with the simulation tests (`pipeline/tests/controller_sim.rs`).
+
+use std::time::Duration;
+
+/// Tunables of [`Controller`](super::Controller). `Settings::default()` is the documented
+/// design; fields are public so tests and a future config table can override them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// How often the sampler calls [`Controller::observe`](super::Controller::observe).
+    /// The controller never reads a clock: it counts ticks. Default 5 s.
+    pub tick: Duration,
+    /// Ticks per decision window. Default 12 (60 s).
+    pub window_ticks: u32,
+    /// Ticks at the start of a window left out of its throughput, while the batch settles
+    /// after a change of limit. Default 1.
+    pub settle_ticks: u32,
+    /// Limit at the very start (before any window), clamped to the ceiling. Default 8.
+    pub initial_limit: u32,
+    /// Ceiling when neither the server's caps nor the user bound it. Default 4096.
+    pub max_limit: u32,
+
+    /// Fraction `u` of the KV cache the ceiling plans to fill: `L_kv = ⌊u·KV / E_resident⌋`.
+    /// Default 0.90.
+    pub kv_utilization: f64,
+    /// Lowest `u` after preemptions. Default 0.5.
+    pub kv_utilization_min: f64,
+    /// Highest `u` after quiet windows. Default 0.95.
+    pub kv_utilization_max: f64,
+    /// `u` lost per window with preemptions. Default 0.03.
+    pub kv_utilization_down: f64,
+    /// `u` gained after [`quiet_windows`](Self::quiet_windows) windows without preemption.
+    /// Default 0.01.
+    pub kv_utilization_up: f64,
+    /// Windows without preemption before `u` rises. Default 10.
+    pub quiet_windows: u32,
+
+    /// Queue headroom `q_headroom = max(headroom_min, ⌈headroom_fraction·L⌉)`: requests kept
+    /// waiting at the server so a finished one is replaced without a round trip. Default 2.
+    pub headroom_min: u32,
+    /// Default 0.05.
+    pub headroom_fraction: f64,
+
+    /// Startup growth per window, up to the ceiling. Default 1.5.
+    pub startup_growth: f64,
+    /// Steady creep per window: `max(1, L / creep_divisor)`. Default 50.
+    pub creep_divisor: u32,
+    /// Steady windows between probes. Default 6.
+    pub probe_every_windows: u32,
+    /// Probe size, alternately up and down. Default 0.10 (±10%).
+    pub probe_step: f64,
+    /// An up-move (probe, startup step) is kept only with at least this throughput gain over
+    /// the window before. Default 0.02.
+    pub keep_up_gain: f64,
+    /// A down-probe is reverted only with at least this throughput loss. Default 0.03.
+    pub revert_down_loss: f64,
+
+    /// Guard 1: more retryable 5xx in a window than `max(error_min, error_fraction·finishes)`
+    /// multiplies L by this. Default 0.5.
+    pub error_backoff: f64,
+    /// Default 3.
+    pub error_min: u32,
+    /// Default 0.05.
+    pub error_fraction: f64,
+    /// Guard 2: any 503/429/stall multiplies L by this. Default 0.7.
+    pub overload_backoff: f64,
+    /// Guard 3 and the KV tick guard: preemptions multiply L by this. Default 0.85.
+    pub preemption_backoff: f64,
+    /// Tick guard: KV usage above this with new preemptions cuts L at once. Default 0.98.
+    pub kv_panic_usage: f64,
+
+    /// Decay of the length statistics per completion. Default 0.999.
+    pub stats_decay: f64,
+    /// Weight of the prior (pseudo-observations with output ~ U(0, max_tokens)). Default 20.
+    pub prior_weight: f64,
+    /// Prompt length the prior assumes, in tokens. Default 1024.
+    pub prior_prompt_tokens: f64,
+    /// A change of `E_resident` by this factor (either way) since the last (re-)entry re-enters
+    /// startup. Default 2.
+    pub resident_shift: f64,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            tick: Duration::from_secs(5),
+            window_ticks: 12,
+            settle_ticks: 1,
+            initial_limit: 8,
+            max_limit: 4096,
+            kv_utilization: 0.90,
+            kv_utilization_min: 0.5,
+            kv_utilization_max: 0.95,
+            kv_utilization_down: 0.03,
+            kv_utilization_up: 0.01,
+            quiet_windows: 10,
+            headroom_min: 2,
+            headroom_fraction: 0.05,
+            startup_growth: 1.5,
+            creep_divisor: 50,
+            probe_every_windows: 6,
+            probe_step: 0.10,
+            keep_up_gain: 0.02,
+            revert_down_loss: 0.03,
+            error_backoff: 0.5,
+            error_min: 3,
+            error_fraction: 0.05,
+            overload_backoff: 0.7,
+            preemption_backoff: 0.85,
+            kv_panic_usage: 0.98,
+            stats_decay: 0.999,
+            prior_weight: 20.0,
+            prior_prompt_tokens: 1024.0,
+            resident_shift: 2.0,
+        }
+    }
+}
+
+impl Settings {
+    /// Duration of one decision window (`tick × window_ticks`).
+    pub fn window(&self) -> Duration {
+        self.tick * self.window_ticks
+    }
+
+    /// `q_headroom` for a limit `l`: `max(headroom_min, ⌈headroom_fraction·l⌉)`.
+    pub fn headroom(&self, l: u32) -> u32 {
+        let fraction = (self.headroom_fraction * f64::from(l)).ceil() as u32;
+        self.headroom_min.max(fraction)
+    }
+}
