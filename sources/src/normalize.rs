@@ -17,6 +17,7 @@ use std::collections::BTreeSet;
 use serde_json::{Map, Value};
 
 use crate::prompt::{Message, Role};
+use crate::read::{Projection, TurnsProjection};
 use crate::spec::{SourceSpec, SystemPolicy, TurnMode};
 use filters::RowFilter;
 use turns::{parse_turns, strip_wrappers, text_of};
@@ -171,6 +172,21 @@ impl Normalizer {
             }
         }
         columns
+    }
+
+    /// What a reader must produce for this normalizer: [`Normalizer::columns`], and only the
+    /// role and content of each turn of `messages-field` (assistant content only in `history`
+    /// mode, the one mode that forwards it).
+    pub fn projection(&self) -> Projection {
+        Projection {
+            columns: self.columns(),
+            turns: self.messages_field.as_ref().map(|field| TurnsProjection {
+                field: field.clone(),
+                role_keys: self.role_keys.clone(),
+                content_keys: self.content_keys.clone(),
+                skip_assistant_content: self.turns != TurnMode::History,
+            }),
+        }
     }
 
     /// Normalizes one row object.

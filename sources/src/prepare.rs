@@ -269,7 +269,7 @@ pub fn prepare_with(
         }
     }
     let normalizer = Normalizer::new(spec);
-    let columns = normalizer.columns();
+    let projection = normalizer.projection();
     let mut collector = Collector {
         spec,
         normalizer,
@@ -283,7 +283,7 @@ pub fn prepare_with(
     };
     for input in &inputs {
         let format = format_of(spec.format, &input.local);
-        for_each_row(&input.local, format, Some(&columns), &mut |row| {
+        for_each_row(&input.local, format, Some(&projection), &mut |row| {
             collector.row(&input.name, row);
         })
         .map_err(|source| SourceError::Read {

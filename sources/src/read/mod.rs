@@ -8,10 +8,12 @@ mod json_array;
 mod jsonl;
 mod open;
 mod parquet;
+mod projection;
 mod rows;
 
 pub use json_array::{JsonArrayError, for_each_array_row};
 pub use jsonl::JsonlRows;
 pub use open::{Row, RowError, open_decoded};
 pub use parquet::{PARQUET_BATCH_SIZE, for_each_parquet_row};
+pub use projection::{Projection, TurnsProjection};
 pub use rows::{Columns, for_each_row, format_of};

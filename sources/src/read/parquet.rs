@@ -2,7 +2,6 @@
 //! not the row group (field notes §6). Only the columns normalization reads are decoded, so a
 //! dataset's long answer columns (`output`, `response`) cost nothing.
 
-use std::collections::BTreeSet;
 use std::io;
 use std::path::Path;
 
@@ -10,8 +9,8 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use serde_json::{Map, Value};
 
-use super::arrow_value::column_values;
 use super::open::Row;
+use super::projection::{Projection, projected_values};
 
 /// Rows decoded at once (~20 MB for chat datasets).
 pub const PARQUET_BATCH_SIZE: usize = 1024;
@@ -20,16 +19,16 @@ fn invalid(error: impl std::error::Error + Send + Sync + 'static) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, error)
 }
 
-/// Streams the rows of the Parquet file at `path` to `on_row`, decoding only the top-level
-/// `columns` when given.
+/// Streams the rows of the Parquet file at `path` to `on_row`, decoding only what `projection`
+/// asks for when given.
 pub fn for_each_parquet_row(
     path: &Path,
-    columns: Option<&BTreeSet<String>>,
+    projection: Option<&Projection>,
     on_row: &mut dyn FnMut(Row),
 ) -> io::Result<()> {
     let (file, _) = fs_err::File::open(path)?.into_parts();
     let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(invalid)?;
-    let builder = match columns {
+    let builder = match projection.map(|p| &p.columns) {
         Some(columns) => {
             let roots: Vec<usize> = builder
                 .schema()
@@ -52,10 +51,11 @@ pub fn for_each_parquet_row(
     for batch in reader {
         let batch = batch.map_err(invalid)?;
         let schema = batch.schema();
-        let mut values: Vec<Vec<Value>> = batch
-            .columns()
+        let mut values: Vec<Vec<Value>> = schema
+            .fields()
             .iter()
-            .map(|column| column_values(column.as_ref()))
+            .zip(batch.columns())
+            .map(|(field, column)| projected_values(field.name(), column.as_ref(), projection))
             .collect();
         for row in 0..batch.num_rows() {
             let object: Map<String, Value> = schema

@@ -1,6 +1,5 @@
 //! One entry point over every format: rows of a file, pushed to a callback.
 
-use std::collections::BTreeSet;
 use std::io;
 use std::path::Path;
 
@@ -8,11 +7,12 @@ use super::json_array::for_each_array_row;
 use super::jsonl::JsonlRows;
 use super::open::Row;
 use super::parquet::for_each_parquet_row;
+use super::projection::Projection;
 use crate::spec::Format;
 
-/// Which top-level fields a reader must produce; `None` means all. Only Parquet can skip
-/// columns; text formats parse whole rows anyway.
-pub type Columns<'a> = Option<&'a BTreeSet<String>>;
+/// What a reader must produce; `None` means everything. Only Parquet can skip columns; text
+/// formats parse whole rows anyway.
+pub type Columns<'a> = Option<&'a Projection>;
 
 /// The format of `path`: `format` when set, else its extension (`.zst`/`.gz` looked through).
 pub fn format_of(format: Option<Format>, path: &Path) -> Format {

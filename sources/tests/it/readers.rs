@@ -1,21 +1,24 @@
 //! The Parquet reader on files written by the Arrow writer: nested turns, timestamps, column
 //! projection, and corrupt or truncated files.
 
-use std::collections::BTreeSet;
-
-use gen_sources::read::for_each_parquet_row;
+use gen_sources::read::{Projection, TurnsProjection, for_each_parquet_row};
 use serde_json::{Value, json};
 
 use crate::support::parquet::{Col, parquet};
 
-fn rows(bytes: &[u8], columns: Option<&[&str]>) -> std::io::Result<Vec<Value>> {
+fn only(columns: &[&str]) -> Projection {
+    Projection {
+        columns: columns.iter().map(|s| (*s).to_owned()).collect(),
+        turns: None,
+    }
+}
+
+fn rows(bytes: &[u8], projection: Option<Projection>) -> std::io::Result<Vec<Value>> {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("f.parquet");
     fs_err::write(&path, bytes).expect("write");
-    let columns: Option<BTreeSet<String>> =
-        columns.map(|c| c.iter().map(|s| (*s).to_owned()).collect());
     let mut out = Vec::new();
-    for_each_parquet_row(&path, columns.as_ref(), &mut |(i, row)| {
+    for_each_parquet_row(&path, projection.as_ref(), &mut |(i, row)| {
         assert_eq!(i as usize, out.len());
         out.push(row.expect("parquet rows are objects"));
     })?;
@@ -67,10 +70,48 @@ fn nested_turns_and_timestamps_read_like_json() {
 
 #[test]
 fn only_requested_columns_are_decoded() {
-    let rows =
-        rows(&wildchat_like(), Some(&["conversation_hash", "not_there"])).expect("valid parquet");
+    let rows = rows(
+        &wildchat_like(),
+        Some(only(&["conversation_hash", "not_there"])),
+    )
+    .expect("valid parquet");
     assert_eq!(rows[0], json!({"conversation_hash": "h1"}));
     assert_eq!(rows.len(), 3);
+}
+
+#[test]
+fn turn_lists_keep_only_role_and_content_and_skip_answers() {
+    let file = parquet(vec![(
+        "conversation",
+        Col::Turns {
+            keys: &["content", "role", "language"],
+            rows: vec![Some(vec![
+                vec!["hi", "user", "English"],
+                vec!["a long answer", "assistant", "English"],
+                vec!["?", "wizard", "English"],
+            ])],
+        },
+    )]);
+    let turns = |skip| {
+        Some(Projection {
+            columns: ["conversation".to_owned()].into(),
+            turns: Some(TurnsProjection {
+                field: "conversation".to_owned(),
+                role_keys: vec!["role".to_owned(), "from".to_owned()],
+                content_keys: vec!["content".to_owned(), "value".to_owned()],
+                skip_assistant_content: skip,
+            }),
+        })
+    };
+    assert_eq!(
+        rows(&file, turns(true)).expect("valid")[0],
+        json!({"conversation": [{"role": "user", "content": "hi"}, {"role": "assistant"},
+                                {"role": "wizard", "content": "?"}]})
+    );
+    assert_eq!(
+        rows(&file, turns(false)).expect("valid")[0]["conversation"][1],
+        json!({"role": "assistant", "content": "a long answer"})
+    );
 }
 
 #[test]
