@@ -32,7 +32,9 @@ pub struct ServerConfig {
     pub step_per_seq: f64,
     /// Seconds per decoded token position per resident KV token.
     pub step_per_kv_token: f64,
-    /// Seconds per prefilled token (new prompts and recomputed preempted requests).
+    /// Seconds per prefilled token (new prompts and recomputed preempted requests). The
+    /// default 3·10⁻⁵ reproduces field-notes' fixed-L curve (≥96 about 2% under the knee);
+    /// 1.5·10⁻⁴ reproduces its "expensive recompute" curve.
     pub prefill_per_token: f64,
     /// Virtual seconds an idle engine waits before looking at its queue again.
     pub idle_step: f64,
@@ -48,7 +50,7 @@ impl ServerConfig {
             step_base: 0.011,
             step_per_seq: 0.000_05,
             step_per_kv_token: 3e-8,
-            prefill_per_token: 2e-5,
+            prefill_per_token: 3e-5,
             idle_step: 0.01,
         }
     }

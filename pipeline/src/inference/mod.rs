@@ -2,6 +2,8 @@
 //! and probes ([`probe`]) and a server `gen` launches itself ([`managed`]).
 
 pub mod client;
+pub mod controller;
+pub mod liveness;
 pub mod managed;
 pub mod probe;
 

@@ -5,12 +5,19 @@
 //!
 //! - [`settings`]: the tunables and their documented defaults.
 //! - [`stats`]: decayed output-length statistics, persisted across restarts.
+//! - [`types`]: caps, observations, decisions.
 //! - [`state`]: the controller itself — ceiling, guards, startup, creep and probes.
 
 pub mod settings;
 pub mod state;
 pub mod stats;
+pub mod types;
+mod window;
+
+#[cfg(test)]
+mod tests;
 
 pub use settings::Settings;
-pub use state::{Caps, Controller, Decision, Finish, Observation, Phase};
+pub use state::Controller;
 pub use stats::LengthStats;
+pub use types::{Caps, Decision, Finish, Observation, Phase};

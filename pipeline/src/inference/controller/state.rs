@@ -19,78 +19,10 @@
 //!
 //! Shrinking never cancels anything: the dispatcher only withholds new submissions.
 
-use serde::{Deserialize, Serialize};
-
 use super::settings::Settings;
 use super::stats::LengthStats;
-
-/// What bounds a server's concurrency, as far as it is known. `None` = unknown, no bound.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Caps {
-    /// Most requests the server runs at once (SGLang `max_running_requests`, llama.cpp
-    /// `total_slots`, vLLM `max_num_seqs` when known).
-    pub max_running: Option<u32>,
-    /// KV cache capacity in tokens (SGLang `max_total_num_tokens`, vLLM
-    /// `num_gpu_blocks × block_size`, llama.cpp `n_ctx × slots`).
-    pub kv_tokens: Option<u64>,
-    /// The user's `concurrency` upper bound, if any.
-    pub user_max: Option<u32>,
-}
-
-/// One completed request's lengths, in tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Finish {
-    pub prompt_tokens: u32,
-    pub output_tokens: u32,
-}
-
-/// What the sampler saw during one tick. Client-side fields are always present; server
-/// metrics are `None` when the server does not expose them.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Observation {
-    /// Output tokens (reasoning included) streamed to the client during the tick.
-    pub output_tokens: u64,
-    /// Requests that completed during the tick.
-    pub finishes: Vec<Finish>,
-    /// Retryable server errors (500, error events, `abort`) other than 503.
-    pub retryable_errors: u32,
-    /// 503 and 429 answers.
-    pub overloaded: u32,
-    /// Streams the stall watchdog flagged.
-    pub stalls: u32,
-    /// Requests the server is running.
-    pub server_running: Option<u32>,
-    /// Requests waiting in the server's queue.
-    pub server_queued: Option<u32>,
-    /// KV cache usage, 0–1.
-    pub kv_usage: Option<f64>,
-    /// The server's cumulative preemption (retraction) counter. A drop means a restart.
-    pub preemptions_total: Option<u64>,
-    /// Requests this client has in flight to the server at the end of the tick.
-    pub in_flight: u32,
-}
-
-/// Where the controller is in its cycle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Phase {
-    /// Growing ×1.5 per window to the ceiling.
-    Startup,
-    /// Creeping toward the ceiling, probing now and then.
-    Steady,
-    /// A ±10% probe is being measured.
-    Probing,
-    /// A guard cut the limit; the next window holds it.
-    Backoff,
-}
-
-/// The limit to apply now, with a short human line for status and logs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Decision {
-    pub limit: u32,
-    pub phase: Phase,
-    pub reason: String,
-}
+use super::types::{Caps, Decision, Observation, Phase};
+use super::window::Window;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Direction {
@@ -103,54 +35,6 @@ struct Probe {
     direction: Direction,
     from: u32,
     baseline: f64,
-}
-
-#[derive(Debug, Clone, Copy, Default)]
-struct Mean {
-    sum: f64,
-    count: u32,
-}
-
-impl Mean {
-    fn add(&mut self, value: Option<f64>) {
-        if let Some(value) = value {
-            self.sum += value;
-            self.count += 1;
-        }
-    }
-
-    fn get(&self) -> Option<f64> {
-        (self.count > 0).then(|| self.sum / f64::from(self.count))
-    }
-}
-
-/// Accumulators of the current window.
-#[derive(Debug, Clone, Default)]
-struct Window {
-    ticks: u32,
-    measured_ticks: u32,
-    measured_tokens: u64,
-    finishes: u32,
-    retryable: u32,
-    overloaded: u32,
-    stalls: u32,
-    preemptions: u64,
-    preemption_metric: bool,
-    running: Mean,
-    queued: Mean,
-    in_flight: Mean,
-    tick_cut: bool,
-}
-
-impl Window {
-    /// Output tokens per tick over the measured (settled) ticks.
-    fn throughput(&self) -> f64 {
-        if self.measured_ticks == 0 {
-            0.0
-        } else {
-            self.measured_tokens as f64 / f64::from(self.measured_ticks)
-        }
-    }
 }
 
 /// One server's concurrency controller. See the module docs for the algorithm.
@@ -315,7 +199,12 @@ impl Controller {
         w.retryable += obs.retryable_errors;
         w.overloaded += obs.overloaded;
         w.stalls += obs.stalls;
-        w.preemptions += new_preemptions;
+        let draining = obs.in_flight > self.limit;
+        if draining {
+            w.lagging_preemptions += new_preemptions;
+        } else {
+            w.preemptions += new_preemptions;
+        }
         w.preemption_metric |= obs.preemptions_total.is_some();
         w.running.add(obs.server_running.map(f64::from));
         w.queued.add(obs.server_queued.map(f64::from));
@@ -324,7 +213,7 @@ impl Controller {
         let kv_full = obs
             .kv_usage
             .is_some_and(|usage| usage > self.settings.kv_panic_usage);
-        if new_preemptions > 0 && kv_full && !self.window.tick_cut {
+        if new_preemptions > 0 && kv_full && !draining && !self.window.tick_cut {
             self.window.tick_cut = true;
             let before = self.limit;
             self.limit = self
@@ -357,6 +246,12 @@ impl Controller {
         if self.window.ticks >= self.settings.window_ticks {
             self.end_window();
         }
+        // The ceiling moves with every completion; the limit never sits above it.
+        let ceiling = self.ceiling();
+        if self.limit > ceiling {
+            self.limit = ceiling;
+            self.reason = format!("lowered to {}", self.ceiling_reason());
+        }
         self.decision()
     }
 
@@ -365,7 +260,7 @@ impl Controller {
         let s = &self.settings;
         let throughput = w.throughput();
 
-        if w.preemption_metric && w.preemptions == 0 {
+        if w.preemption_metric && w.preemptions == 0 && w.lagging_preemptions == 0 {
             self.quiet_windows += 1;
             if self.quiet_windows >= s.quiet_windows {
                 self.quiet_windows = 0;
@@ -457,7 +352,9 @@ impl Controller {
                 self.probe = None;
                 self.phase = Phase::Steady;
             }
-            self.reason = format!("{}; {}", self.reason, self.ceiling_reason());
+            if !self.reason.contains("ceiling") {
+                self.reason = format!("{}; {}", self.reason, self.ceiling_reason());
+            }
         }
         self.limit = self.limit.max(1);
     }
@@ -465,6 +362,7 @@ impl Controller {
     fn startup_step(&mut self, throughput: f64) {
         let s = &self.settings;
         if let Some((previous, previous_throughput)) = self.startup_previous
+            && !self.has_caps()
             && self.limit > previous
             && throughput < previous_throughput * (1.0 + s.keep_up_gain)
         {
@@ -500,14 +398,14 @@ impl Controller {
             let down = ((f64::from(self.limit) * (1.0 - s.probe_step)).floor() as u32).max(1);
             let want_up = self.next_probe_up;
             self.next_probe_up = !self.next_probe_up;
+            // At the ceiling an up-probe has nowhere to go: its turn is skipped (a down-probe
+            // there would only measure a loss we already expect).
             let (direction, to) = if want_up && up > self.limit {
                 (Direction::Up, up)
-            } else if down < self.limit {
+            } else if !want_up && down < self.limit {
                 (Direction::Down, down)
-            } else if up > self.limit {
-                (Direction::Up, up)
             } else {
-                self.reason = format!("steady at {} (nothing to probe)", self.limit);
+                self.reason = format!("steady, no probe at {}", self.ceiling_reason());
                 return;
             };
             self.probe = Some(Probe {
@@ -564,6 +462,11 @@ impl Controller {
             );
             self.limit = probe.from;
         }
+    }
+
+    /// Whether the server reported a running cap or a KV capacity.
+    fn has_caps(&self) -> bool {
+        self.caps.max_running.is_some() || self.caps.kv_tokens.is_some()
     }
 
     fn enter_backoff(&mut self) {

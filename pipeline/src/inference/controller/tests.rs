@@ -1,0 +1,551 @@
+//! Unit tests of the controller: the ceiling, each guard and its order, startup, creep,
+//! probes, `u` adaptation and re-entry, driven through the public API window by window.
+
+use super::*;
+
+const MAX_TOKENS: u32 = 30_000;
+
+fn caps(max_running: Option<u32>, kv_tokens: Option<u64>, user_max: Option<u32>) -> Caps {
+    Caps {
+        max_running,
+        kv_tokens,
+        user_max,
+    }
+}
+
+/// A busy tick at limit `l`: 1000 tokens, server running `l`, nothing queued, 50% KV.
+fn busy(l: u32, preemptions_total: u64) -> Observation {
+    Observation {
+        output_tokens: 1000,
+        in_flight: l,
+        server_running: Some(l),
+        server_queued: Some(0),
+        kv_usage: Some(0.5),
+        preemptions_total: Some(preemptions_total),
+        ..Observation::default()
+    }
+}
+
+/// Feeds one whole window of `tick` (as built for the current limit); returns the decision.
+fn window(c: &mut Controller, mut tick: impl FnMut(u32) -> Observation) -> Decision {
+    let mut decision = c.decision();
+    for _ in 0..Settings::default().window_ticks {
+        decision = c.observe(&tick(c.limit()));
+    }
+    decision
+}
+
+/// A controller with default settings grown to steady at 210 (cap 200 + headroom 10).
+fn grown() -> Controller {
+    let mut c = Controller::new(
+        Settings::default(),
+        caps(Some(200), None, None),
+        MAX_TOKENS,
+        None,
+    );
+    for _ in 0..9 {
+        window(&mut c, |l| busy(l, 0));
+    }
+    assert_eq!((c.limit(), c.phase()), (210, Phase::Steady));
+    c
+}
+
+/// A controller in steady state at `l`, ceiling 210 (cap 200), metrics on.
+fn steady(l: u32) -> Controller {
+    let settings = Settings {
+        initial_limit: l,
+        startup_growth: 1.0,
+        ..Settings::default()
+    };
+    let mut c = Controller::new(settings, caps(Some(200), None, None), MAX_TOKENS, None);
+    let d = window(&mut c, |l| busy(l, 0));
+    assert_eq!((d.limit, d.phase), (l, Phase::Steady), "{}", d.reason);
+    c
+}
+
+#[test]
+fn ceiling_takes_the_smallest_known_bound() {
+    // Prior E_resident with max_tokens 30k: 1024 + 30000/3 = 11024 tokens.
+    let table = [
+        (caps(None, None, None), 4096),
+        (caps(Some(128), None, None), 135),
+        (caps(Some(4), None, None), 6),
+        (caps(None, Some(400_000), None), 32),
+        (caps(Some(256), Some(400_000), None), 32),
+        (caps(Some(128), Some(5_000_000), None), 135),
+        (caps(Some(128), None, Some(10)), 10),
+        (caps(None, Some(1000), None), 1),
+    ];
+    for (caps, expected) in table {
+        let c = Controller::new(Settings::default(), caps, MAX_TOKENS, None);
+        assert_eq!(c.ceiling(), expected, "{caps:?}");
+        assert!(c.limit() <= expected && c.limit() >= 1);
+    }
+}
+
+#[test]
+fn startup_grows_by_half_per_window_to_the_ceiling() {
+    let mut c = Controller::new(
+        Settings::default(),
+        caps(Some(128), None, None),
+        MAX_TOKENS,
+        None,
+    );
+    let mut seen = vec![(c.limit(), c.phase())];
+    for _ in 0..8 {
+        let d = window(&mut c, |l| busy(l, 0));
+        seen.push((d.limit, d.phase));
+    }
+    use Phase::{Startup, Steady};
+    assert_eq!(
+        seen,
+        [
+            (8, Startup),
+            (12, Startup),
+            (18, Startup),
+            (27, Startup),
+            (41, Startup),
+            (62, Startup),
+            (93, Startup),
+            (135, Startup),
+            (135, Steady),
+        ]
+    );
+}
+
+#[test]
+fn guards_fire_in_order_with_their_factors() {
+    struct Case {
+        name: &'static str,
+        tweak: fn(&mut Observation),
+        limit: u32,
+        phase: Phase,
+    }
+    // Each case applies `tweak` to the first tick of a window at L = 40.
+    let cases = [
+        Case {
+            name: "4 retryable errors > max(3, 5% of 0)",
+            tweak: |o| o.retryable_errors = 4,
+            limit: 20,
+            phase: Phase::Backoff,
+        },
+        Case {
+            name: "3 retryable errors is not more than 3",
+            tweak: |o| o.retryable_errors = 3,
+            limit: 41, // no guard: steady creep
+            phase: Phase::Steady,
+        },
+        Case {
+            name: "5 errors in 100 finishes is not more than 5%",
+            tweak: |o| {
+                o.retryable_errors = 5;
+                o.finishes = vec![
+                    Finish {
+                        prompt_tokens: 100,
+                        output_tokens: 100
+                    };
+                    100
+                ];
+            },
+            limit: 41,
+            phase: Phase::Steady,
+        },
+        Case {
+            name: "one 503",
+            tweak: |o| o.overloaded = 1,
+            limit: 28,
+            phase: Phase::Backoff,
+        },
+        Case {
+            name: "one stall",
+            tweak: |o| o.stalls = 1,
+            limit: 28,
+            phase: Phase::Backoff,
+        },
+        Case {
+            name: "errors beat 503s",
+            tweak: |o| {
+                o.retryable_errors = 10;
+                o.overloaded = 5;
+            },
+            limit: 20,
+            phase: Phase::Backoff,
+        },
+        Case {
+            name: "503s beat preemptions",
+            tweak: |o| {
+                o.overloaded = 1;
+                o.preemptions_total = Some(3);
+            },
+            limit: 28,
+            phase: Phase::Backoff,
+        },
+        Case {
+            name: "preemption (KV not full)",
+            tweak: |o| o.preemptions_total = Some(1),
+            limit: 34,
+            phase: Phase::Backoff,
+        },
+        Case {
+            name: "queue grows while running stays low",
+            tweak: |o| {
+                o.server_queued = Some(120);
+                o.server_running = Some(20);
+            },
+            // Averages over 12 ticks: 10 queued > 2, but 38.3 running < 38 is false.
+            limit: 41,
+            phase: Phase::Steady,
+        },
+    ];
+    for case in cases {
+        let mut c = steady(40);
+        let mut first = true;
+        let d = window(&mut c, |l| {
+            let mut o = busy(l, 0);
+            if std::mem::take(&mut first) {
+                (case.tweak)(&mut o);
+            } else if case.name.contains("preempt") {
+                o.preemptions_total = Some(3);
+            }
+            o
+        });
+        assert_eq!(
+            (d.limit, d.phase),
+            (case.limit, case.phase),
+            "{}: {}",
+            case.name,
+            d.reason
+        );
+    }
+}
+
+#[test]
+fn preemptions_lower_u_and_cut_within_the_ceiling() {
+    let mut c = Controller::new(
+        Settings::default(),
+        caps(Some(256), Some(400_000), None),
+        MAX_TOKENS,
+        None,
+    );
+    assert_eq!(c.ceiling(), 32);
+    // Reach the ceiling (8 → 12 → 18 → 27 → 32, then done), then preempt once.
+    for _ in 0..5 {
+        window(&mut c, |l| busy(l, 0));
+    }
+    assert_eq!((c.limit(), c.phase()), (32, Phase::Steady));
+    let d = window(&mut c, |l| busy(l, 2));
+    assert!((c.kv_utilization() - 0.87).abs() < 1e-9);
+    // ⌊32·0.85⌋ = 27, and the ceiling at u = 0.87 is ⌊0.87·400k / 11024⌋ = 31.
+    assert_eq!((d.limit, d.phase), (27, Phase::Backoff), "{}", d.reason);
+    assert!(d.reason.contains("u 0.90 → 0.87"), "{}", d.reason);
+    // The next quiet window holds, then creep resumes.
+    assert_eq!(window(&mut c, |l| busy(l, 2)).limit, 27);
+    assert_eq!(window(&mut c, |l| busy(l, 2)).limit, 28);
+}
+
+#[test]
+fn kv_full_with_new_preemptions_cuts_at_the_tick_and_only_once() {
+    let mut c = steady(100);
+    let mut o = busy(100, 0);
+    assert_eq!(c.observe(&o).limit, 100);
+    o.preemptions_total = Some(4);
+    o.kv_usage = Some(0.99);
+    let d = c.observe(&o);
+    assert_eq!((d.limit, d.phase), (85, Phase::Backoff), "{}", d.reason);
+    // In-flight (100) is still above the new limit: later preemptions are the old limit's.
+    o.preemptions_total = Some(9);
+    assert_eq!(c.observe(&o).limit, 85);
+    // The window ends: u drops for the preemptions, L is not cut a second time.
+    let u = c.kv_utilization();
+    let d = window(&mut c, |l| busy(l, 9));
+    assert!(c.kv_utilization() < u);
+    assert_eq!(d.limit, 85, "{}", d.reason);
+}
+
+#[test]
+fn kv_not_full_waits_for_the_window() {
+    let mut c = steady(100);
+    c.observe(&busy(100, 0));
+    let mut o = busy(100, 4);
+    o.kv_usage = Some(0.95);
+    assert_eq!(c.observe(&o).limit, 100);
+}
+
+#[test]
+fn server_queue_with_room_sets_running_plus_headroom() {
+    let mut c = steady(60);
+    let d = window(&mut c, |l| Observation {
+        server_running: Some(30),
+        server_queued: Some(30),
+        ..busy(l, 0)
+    });
+    // q_headroom(60) = max(2, ⌈3⌉) = 3.
+    assert_eq!((d.limit, d.phase), (33, Phase::Backoff), "{}", d.reason);
+}
+
+#[test]
+fn app_limited_learns_nothing() {
+    let mut c = steady(40);
+    let d = window(&mut c, |_| busy(10, 0));
+    assert_eq!((d.limit, d.phase), (40, Phase::Steady));
+    assert!(d.reason.starts_with("app-limited"), "{}", d.reason);
+    // In startup too: no growth while the client cannot fill the limit.
+    let mut c = Controller::new(Settings::default(), Caps::default(), MAX_TOKENS, None);
+    let d = window(&mut c, |_| busy(3, 0));
+    assert_eq!((d.limit, d.phase), (8, Phase::Startup));
+}
+
+#[test]
+fn steady_creeps_by_a_fiftieth() {
+    for (from, to) in [(40, 41), (100, 102), (150, 153), (208, 210), (210, 210)] {
+        let mut c = steady(from);
+        assert_eq!(window(&mut c, |l| busy(l, 0)).limit, to, "from {from}");
+    }
+}
+
+/// Runs steady windows at 1000 tokens/tick until a probe starts; returns (from, to).
+fn until_probe(c: &mut Controller) -> (u32, u32) {
+    for _ in 0..20 {
+        let from = c.limit();
+        let d = window(c, |l| busy(l, 0));
+        if d.phase == Phase::Probing {
+            return (from, d.limit);
+        }
+    }
+    panic!("no probe in 20 windows");
+}
+
+#[test]
+fn probes_alternate_and_are_kept_or_reverted_by_throughput() {
+    // (tokens per tick in the probe window, expected limit after it)
+    let up_cases = [(1030, true), (1019, false), (900, false)];
+    for (tokens, keep) in up_cases {
+        let mut c = steady(40);
+        let (from, to) = until_probe(&mut c);
+        assert_eq!(to, ((f64::from(from) * 1.1).ceil()) as u32);
+        let d = window(&mut c, |l| Observation {
+            output_tokens: tokens,
+            ..busy(l, 0)
+        });
+        assert_eq!(
+            d.limit,
+            if keep { to } else { from },
+            "up, {tokens}: {}",
+            d.reason
+        );
+        assert_eq!(d.phase, Phase::Steady);
+    }
+    let down_cases = [(980, true), (971, true), (969, false), (1100, true)];
+    for (tokens, keep) in down_cases {
+        let mut c = steady(40);
+        let (up_from, up_to) = until_probe(&mut c);
+        window(&mut c, |l| busy(l, 0)); // flat: the up-probe is reverted
+        assert_eq!(c.limit(), up_from);
+        let (from, to) = until_probe(&mut c);
+        assert!(to < from && up_to > up_from, "the second probe goes down");
+        let d = window(&mut c, |l| Observation {
+            output_tokens: tokens,
+            ..busy(l, 0)
+        });
+        assert_eq!(
+            d.limit,
+            if keep { to } else { from },
+            "down, {tokens}: {}",
+            d.reason
+        );
+    }
+}
+
+#[test]
+fn no_up_probe_at_the_ceiling() {
+    let settings = Settings {
+        initial_limit: 50,
+        startup_growth: 1.0,
+        ..Settings::default()
+    };
+    let mut c = Controller::new(settings, caps(None, None, Some(50)), MAX_TOKENS, None);
+    let mut phases = Vec::new();
+    for _ in 0..14 {
+        let d = window(&mut c, |l| busy(l, 0));
+        phases.push((d.limit, d.phase));
+    }
+    // The up turn is skipped; the down turn probes 45.
+    assert!(phases.contains(&(45, Phase::Probing)), "{phases:?}");
+    assert!(phases.iter().all(|(l, _)| *l <= 50));
+}
+
+#[test]
+fn quiet_windows_raise_u_up_to_the_maximum() {
+    let mut c = steady(20);
+    for _ in 0..10 {
+        window(&mut c, |l| busy(l, 0));
+    }
+    assert!((c.kv_utilization() - 0.91).abs() < 1e-9);
+    for _ in 0..100 {
+        window(&mut c, |l| busy(l, 0));
+    }
+    assert!((c.kv_utilization() - 0.95).abs() < 1e-9);
+    // Without a preemption metric, quiet says nothing.
+    let mut c = steady(20);
+    for _ in 0..20 {
+        window(&mut c, |l| Observation {
+            preemptions_total: None,
+            ..busy(l, 0)
+        });
+    }
+    assert!((c.kv_utilization() - 0.90).abs() < 1e-9);
+}
+
+#[test]
+fn server_restart_reenters_startup_keeping_stats() {
+    let mut c = grown();
+    for _ in 0..12 {
+        c.observe(&Observation {
+            finishes: vec![Finish {
+                prompt_tokens: 500,
+                output_tokens: 4000,
+            }],
+            ..busy(100, 0)
+        });
+    }
+    let stats = c.stats().clone();
+    let d = c.on_server_restart(caps(Some(64), None, None));
+    // min(210/2, 64 + 4)
+    assert_eq!((d.limit, d.phase), (68, Phase::Startup), "{}", d.reason);
+    assert_eq!(c.stats(), &stats);
+    assert_eq!(c.caps().max_running, Some(64));
+    let d = c.on_server_restart(caps(Some(200), None, None));
+    assert_eq!((d.limit, d.phase), (34, Phase::Startup), "{}", d.reason);
+    // Startup again: ×1.5 per window.
+    assert_eq!(window(&mut c, |l| busy(l, 0)).limit, 51);
+    // A restart with a smaller server starts at its ceiling.
+    let d = c.on_server_restart(caps(Some(4), None, None));
+    assert_eq!((d.limit, d.phase), (6, Phase::Startup));
+}
+
+#[test]
+fn preemption_counter_drop_is_a_restart() {
+    let mut c = grown();
+    c.observe(&busy(210, 500));
+    let d = c.observe(&busy(210, 3));
+    assert_eq!((d.limit, d.phase), (105, Phase::Startup), "{}", d.reason);
+    assert!(d.reason.contains("restarted"));
+    // The new counter is the baseline: no preemption is counted from the drop.
+    let d = window(&mut c, |l| busy(l, 3));
+    assert_eq!((d.limit, d.phase), (158, Phase::Startup), "{}", d.reason);
+}
+
+#[test]
+fn a_doubled_resident_estimate_reenters_startup() {
+    let settings = Settings {
+        initial_limit: 40,
+        startup_growth: 1.0,
+        ..Settings::default()
+    };
+    // Prior with max_tokens 4096: E_resident = 1024 + 4096/3 ≈ 2389.
+    let mut c = Controller::new(settings, caps(Some(200), None, None), 4096, None);
+    window(&mut c, |l| busy(l, 0));
+    assert_eq!(c.phase(), Phase::Steady);
+    let short = Finish {
+        prompt_tokens: 50,
+        output_tokens: 100,
+    };
+    let mut reentered = None;
+    for i in 0..200 {
+        let d = c.observe(&Observation {
+            finishes: vec![short; 5],
+            ..busy(c.limit(), 0)
+        });
+        if d.phase == Phase::Startup {
+            reentered = Some((i, d));
+            break;
+        }
+    }
+    let (_, d) = reentered.expect("re-entered startup");
+    assert!(d.reason.contains("E_resident moved"), "{}", d.reason);
+    assert!(d.limit <= 21, "{}", d.limit);
+}
+
+#[test]
+fn without_caps_or_metrics_startup_stops_where_throughput_stops() {
+    let mut c = Controller::new(Settings::default(), Caps::default(), MAX_TOKENS, None);
+    // Throughput saturates at 20 in flight.
+    let tick = |l: u32| Observation {
+        output_tokens: u64::from(l.min(20)) * 100,
+        in_flight: l,
+        ..Observation::default()
+    };
+    let mut limits = Vec::new();
+    for _ in 0..6 {
+        let d = window(&mut c, tick);
+        limits.push((d.limit, d.phase));
+    }
+    // 8 → 12 → 18 → 27 (+11% over 18) → 41 (+0%: back to 27).
+    assert_eq!(
+        limits[..4],
+        [
+            (12, Phase::Startup),
+            (18, Phase::Startup),
+            (27, Phase::Startup),
+            (41, Phase::Startup),
+        ]
+    );
+    assert_eq!(limits[4], (27, Phase::Steady));
+}
+
+#[test]
+fn limit_stays_within_one_and_the_ceiling_under_any_observations() {
+    let mut seed: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let caps_table = [
+        caps(None, None, None),
+        caps(Some(8), None, None),
+        caps(Some(256), Some(400_000), Some(100)),
+        caps(None, Some(50_000), None),
+    ];
+    for caps in caps_table {
+        let mut c = Controller::new(Settings::default(), caps, MAX_TOKENS, None);
+        let mut preemptions = 0;
+        for _ in 0..5000 {
+            preemptions += next(3);
+            if next(500) == 0 {
+                preemptions = 0;
+            }
+            let in_flight = c.limit() + next(5) as u32;
+            let o = Observation {
+                output_tokens: next(5000),
+                finishes: (0..next(3))
+                    .map(|_| Finish {
+                        prompt_tokens: next(3000) as u32,
+                        output_tokens: next(30_000) as u32,
+                    })
+                    .collect(),
+                retryable_errors: (next(20) == 0) as u32 * 5,
+                overloaded: (next(50) == 0) as u32,
+                stalls: (next(200) == 0) as u32,
+                server_running: Some(next(300) as u32),
+                server_queued: Some(next(20) as u32),
+                kv_usage: Some(next(101) as f64 / 100.0),
+                preemptions_total: Some(preemptions),
+                in_flight,
+            };
+            let d = c.observe(&o);
+            assert!(d.limit >= 1 && d.limit <= c.ceiling(), "{caps:?}: {d:?}");
+            assert!(!d.reason.is_empty());
+            let u = c.kv_utilization();
+            assert!((0.5 - 1e-9..=0.95 + 1e-9).contains(&u));
+        }
+    }
+}
+
+#[test]
+fn decision_serializes_for_status() {
+    let c = steady(40);
+    let text = serde_json::to_string(&c.decision()).expect("serializes");
+    assert!(text.contains(r#""phase":"steady""#), "{text}");
+}
