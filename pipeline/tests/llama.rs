@@ -171,3 +171,92 @@ async fn resume_sends_no_request_according_to_the_server() {
         6
     );
 }
+
+/// Reads `status.json` until `done(status)` holds, failing after `limit`.
+async fn wait_for_status(
+    gen_: &Gen,
+    limit: std::time::Duration,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        if let Ok(text) = std::fs::read_to_string(gen_.path("runs/cfg/status.json"))
+            && let Ok(status) = serde_json::from_str::<serde_json::Value>(&text)
+            && done(&status)
+        {
+            return status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "status condition not reached in {limit:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_killed_server_pauses_the_run_and_a_restart_resumes_it_with_nothing_lost() {
+    if let Some(reason) = skip_reason() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let gen_ = Gen::new();
+    let mut server = LlamaServer::start(&gen_.path(""), 2)
+        .await
+        .expect("llama-server");
+    let port = server.port;
+    let rows: String = (0..16)
+        .map(|i| format!("{{\"prompt\": \"Count from {i} to {}.\"}}\n", i + 5))
+        .collect();
+    gen_.write("data/a.jsonl", &rows);
+    gen_.write(
+        "cfg.toml",
+        &format!(
+            "[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = 24\nconcurrency = 2\n\n[[source]]\nname = \"counting\"\npath = \"data/a.jsonl\"\n",
+            server.url()
+        ),
+    );
+    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_gen"))
+        .args(["run", "cfg.toml"])
+        .current_dir(gen_.path(""))
+        .kill_on_drop(true)
+        .output();
+    let run = tokio::spawn(run);
+    let done_count = |s: &serde_json::Value| s["sources"][0]["done"].as_u64().unwrap_or(0);
+    wait_for_status(&gen_, std::time::Duration::from_secs(120), |s| {
+        done_count(s) >= 3
+    })
+    .await;
+
+    server.kill().expect("kill -9 llama-server");
+    let paused = wait_for_status(&gen_, std::time::Duration::from_secs(30), |s| {
+        s["server"]["down_since_unix_ms"].is_u64()
+    })
+    .await;
+    assert_eq!(
+        paused["sources"][0]["failed"], 0,
+        "an outage fails no prompt: {paused:#}"
+    );
+    let table = gen_.run(&["status", "cfg.toml"]).await;
+    assert!(table.stdout.contains("DOWN since"), "{}", table.stdout);
+
+    let _restarted = LlamaServer::start_on(&gen_.path(""), 2, port)
+        .await
+        .expect("restart llama-server");
+    let output = run.await.expect("join").expect("gen run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("is back after"), "{stderr}");
+    let records = completions(&gen_.path("runs/cfg/sources/counting/completions.jsonl.zst"));
+    let ids: std::collections::HashSet<&str> = records
+        .iter()
+        .map(|r| r["id"].as_str().expect("id"))
+        .collect();
+    assert_eq!(records.len(), 16, "every prompt completed");
+    assert_eq!(ids.len(), 16, "exactly once");
+    assert!(
+        !gen_
+            .path("runs/cfg/sources/counting/rejected.jsonl")
+            .exists()
+    );
+}

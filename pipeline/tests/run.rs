@@ -91,16 +91,25 @@ async fn completes_every_prompt_once_and_a_second_run_sends_nothing() {
 }
 
 #[tokio::test]
-async fn transient_errors_are_retried() {
-    let server = FakeOpenAi::start(Knobs { fail_first: 3 }).await;
-    let gen_ = Gen::new();
-    gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
-    let config = write_config(&gen_, &server.url(), &[("alpha", "data/a.jsonl")]);
-    let out = gen_.run(&["run", &config]).await;
-    assert_eq!(out.code, 0, "{}", out.stderr);
-    let records = completions(&gen_.path("runs/cfg/sources/alpha/completions.jsonl.zst"));
-    assert_eq!(records.len(), 1);
-    assert_eq!(records[0]["attempts"], 4);
+async fn server_errors_are_retried_and_a_loading_server_is_waited_for() {
+    for (status, attempts) in [(500, 4), (503, 1)] {
+        let knobs = Knobs {
+            fail_first: 3,
+            fail_status: Some(status),
+            ..Knobs::default()
+        };
+        let server = FakeOpenAi::start(knobs).await;
+        let gen_ = Gen::new();
+        gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
+        let config = write_config(&gen_, &server.url(), &[("alpha", "data/a.jsonl")]);
+        let out = gen_.run(&["run", &config]).await;
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        let records = completions(&gen_.path("runs/cfg/sources/alpha/completions.jsonl.zst"));
+        assert_eq!(records.len(), 1);
+        // A 500 costs an attempt; a 503 (loading) is an outage: waited out, costing none.
+        assert_eq!(records[0]["attempts"], attempts, "HTTP {status}");
+        assert_eq!(server.chat_requests(), 4);
+    }
 }
 
 #[tokio::test]
@@ -124,8 +133,7 @@ async fn rejected_prompts_fail_their_source_only_and_a_broken_source_does_not_st
     let out = gen_.run(&["run", &config]).await;
     assert_eq!(out.code, 1, "{}", out.stderr);
     assert!(
-        out.stderr
-            .contains("2 source(s) not finished: alpha, gamma"),
+        out.stderr.contains("1 source(s) not finished: gamma"),
         "{}",
         out.stderr
     );
@@ -147,7 +155,10 @@ async fn rejected_prompts_fail_their_source_only_and_a_broken_source_does_not_st
         .iter()
         .map(|s| s["phase"].as_str().unwrap_or(""))
         .collect();
-    assert_eq!(phases, ["failed", "done", "failed"]);
+    // A prompt the server refuses (400) is settled with its reason: its source is done.
+    assert_eq!(phases, ["done", "done", "failed"]);
+    assert_eq!(status["sources"][0]["rejected"], 1);
+    assert_eq!(status["sources"][0]["done"], 1);
     assert_eq!(
         status["sources"][2]["verdict"]["class"], "traceback",
         "{status:#}"
@@ -296,4 +307,91 @@ async fn only_failed_restarts_just_the_failed_source() {
         "{}",
         unknown.stderr
     );
+}
+
+#[tokio::test]
+async fn multi_turn_prompts_are_answered_turn_by_turn_on_the_models_own_answers() {
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let gen_ = Gen::new();
+    gen_.write(
+        "data/a.jsonl",
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"q1\"}, {\"role\": \"assistant\", \"content\": \"dataset answer\"}, {\"role\": \"user\", \"content\": \"q2\"}]}\n",
+    );
+    gen_.write(
+        "cfg.toml",
+        &format!("[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = 16\n\n[[source]]\nname = \"chat\"\npath = \"data/a.jsonl\"\nturns = \"all\"\n", server.url()),
+    );
+    let out = gen_.run(&["run", "cfg.toml"]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let records = completions(&gen_.path("runs/cfg/sources/chat/completions.jsonl.zst"));
+    assert_eq!(records.len(), 1, "one record per conversation");
+    let turns: Vec<&str> = records[0]["turns"]
+        .as_array()
+        .expect("turns")
+        .iter()
+        .map(|t| t["content"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(turns, ["echo: q1", "echo: q2"]);
+    assert_eq!(records[0]["content"], "echo: q2");
+    assert_eq!(
+        records[0]["usage"]["completion_tokens"], 4,
+        "usage summed over turns"
+    );
+    assert_eq!(server.chat_requests(), 2);
+}
+
+#[tokio::test]
+async fn truncated_answers_follow_the_sources_length_policy() {
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let gen_ = Gen::new();
+    gen_.write(
+        "data/a.jsonl",
+        "{\"prompt\": \"LONG one\"}\n{\"prompt\": \"short\"}\n",
+    );
+    let mut text = format!(
+        "[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = 60\n",
+        server.url()
+    );
+    for (name, policy) in [("kept", "keep"), ("dropped", "drop"), ("retried", "retry")] {
+        text.push_str(&format!(
+            "\n[[source]]\nname = \"{name}\"\npath = \"data/a.jsonl\"\non-length = \"{policy}\"\n"
+        ));
+    }
+    gen_.write("cfg.toml", &text);
+    let out = gen_.run(&["run", "cfg.toml"]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let finish = |name: &str| -> Vec<String> {
+        let mut reasons: Vec<String> =
+            completions(&gen_.path(&format!("runs/cfg/sources/{name}/completions.jsonl.zst")))
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{}:{}",
+                        r["content"].as_str().unwrap_or(""),
+                        r["finish_reason"].as_str().unwrap_or("")
+                    )
+                })
+                .collect();
+        reasons.sort();
+        reasons
+    };
+    assert_eq!(
+        finish("kept"),
+        ["echo: LONG one:length", "echo: short:stop"]
+    );
+    assert_eq!(finish("dropped"), ["echo: short:stop"]);
+    assert!(
+        gen_.read("runs/cfg/sources/dropped/rejected.jsonl")
+            .contains("\"kind\":\"truncated\"")
+    );
+    assert_eq!(
+        finish("retried"),
+        ["echo: LONG one:stop", "echo: short:stop"]
+    );
+    // 2 + 2 + 3 requests: the retry asked once more with twice the budget.
+    assert_eq!(server.chat_requests(), 7);
+    let status = gen_.run(&["status", "cfg.toml", "--json"]).await;
+    let status: serde_json::Value = serde_json::from_str(&status.stdout).expect("json");
+    assert_eq!(status["sources"][0]["truncated"], 1);
+    assert_eq!(status["sources"][1]["phase"], "done");
 }

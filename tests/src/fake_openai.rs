@@ -3,7 +3,8 @@
 //! reasoning, a finish reason and a usage chunk.
 //!
 //! Knobs: the first `fail_first` chat requests get a 503; a prompt containing `REJECT` gets a
-//! 400 (a permanent error); a prompt containing `CUT` gets a stream without `[DONE]` every time.
+//! 400 (a permanent error); a prompt containing `CUT` gets a stream without `[DONE]` every time;
+//! a prompt containing `LONG` finishes with `length` unless `max_tokens` ≥ 100.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,8 +19,12 @@ use serde_json::{Value, json};
 
 #[derive(Debug, Default)]
 pub struct Knobs {
-    /// Chat requests answered with 503 before the server starts answering.
+    /// Chat requests answered with an error before the server starts answering.
     pub fail_first: usize,
+    /// The status of those errors (default 503, "loading").
+    pub fail_status: Option<u16>,
+    /// Delay before each chat answer, so a run lasts long enough to be interrupted.
+    pub delay: std::time::Duration,
 }
 
 #[derive(Debug, Default)]
@@ -38,6 +43,11 @@ pub struct FakeOpenAi {
 
 impl FakeOpenAi {
     pub async fn start(knobs: Knobs) -> FakeOpenAi {
+        FakeOpenAi::start_at("127.0.0.1:0".parse().expect("loopback address"), knobs).await
+    }
+
+    /// Starts on `addr` (e.g. the address of a server that was stopped, to simulate a restart).
+    pub async fn start_at(addr: SocketAddr, knobs: Knobs) -> FakeOpenAi {
         let shared = Arc::new(Shared {
             knobs,
             chat_requests: AtomicUsize::new(0),
@@ -50,9 +60,9 @@ impl FakeOpenAi {
             )
             .route("/v1/chat/completions", post(chat))
             .with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        let listener = tokio::net::TcpListener::bind(addr)
             .await
-            .expect("bind 127.0.0.1:0");
+            .expect("bind on loopback");
         let addr = listener.local_addr().expect("local addr");
         let task = tokio::spawn(async move {
             if let Err(e) = axum::serve(listener, app).await {
@@ -91,9 +101,16 @@ fn sse(events: &[Value], done: bool) -> Response {
 
 async fn chat(State(shared): State<Arc<Shared>>, axum::Json(body): axum::Json<Value>) -> Response {
     let n = shared.chat_requests.fetch_add(1, Ordering::SeqCst);
+    if !shared.knobs.delay.is_zero() {
+        tokio::time::sleep(shared.knobs.delay).await;
+    }
     if n < shared.knobs.fail_first {
+        let status = shared
+            .knobs
+            .fail_status
+            .and_then(|s| StatusCode::from_u16(s).ok());
         return (
-            StatusCode::SERVICE_UNAVAILABLE,
+            status.unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
             axum::Json(json!({"error": {"message": "Loading model", "code": 503}})),
         )
             .into_response();
@@ -109,12 +126,19 @@ async fn chat(State(shared): State<Arc<Shared>>, axum::Json(body): axum::Json<Va
             .into_response();
     }
     let answer = format!("echo: {last_user}");
+    // A prompt containing LONG is cut by max_tokens unless the budget is at least 100.
+    let budget = body["max_tokens"].as_u64().unwrap_or(0);
+    let finish = if last_user.contains("LONG") && budget < 100 {
+        "length"
+    } else {
+        "stop"
+    };
     let (head, tail) = answer.split_at(answer.len() / 2);
     let words = answer.split_whitespace().count() as u64;
     let events = [
         json!({"choices": [{"index": 0, "delta": {"role": "assistant", "reasoning_content": "thinking"}}]}),
         json!({"choices": [{"index": 0, "delta": {"content": head}}]}),
-        json!({"choices": [{"index": 0, "delta": {"content": tail}, "finish_reason": "stop"}]}),
+        json!({"choices": [{"index": 0, "delta": {"content": tail}, "finish_reason": finish}]}),
         json!({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": words, "total_tokens": 5 + words}}),
     ];
     sse(&events, !last_user.contains("CUT"))

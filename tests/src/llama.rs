@@ -26,11 +26,25 @@ pub struct LlamaServer {
 impl LlamaServer {
     /// Starts llama-server with `slots` parallel slots and waits until `/health` is 200.
     pub async fn start(log_dir: &std::path::Path, slots: u32) -> anyhow::Result<LlamaServer> {
-        let (bin, model) = installed().map_err(anyhow::Error::msg)?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?
             .local_addr()?
             .port();
-        let log = log_dir.join("llama-server.log");
+        LlamaServer::start_on(log_dir, slots, port).await
+    }
+
+    /// Starts on a given port (e.g. the port of a server that was killed, to restart it).
+    pub async fn start_on(
+        log_dir: &std::path::Path,
+        slots: u32,
+        port: u16,
+    ) -> anyhow::Result<LlamaServer> {
+        let (bin, model) = installed().map_err(anyhow::Error::msg)?;
+        let log = log_dir.join(format!("llama-server-{port}-{}.log", std::process::id()));
+        let log = if log.exists() {
+            log.with_extension("restarted.log")
+        } else {
+            log
+        };
         let out = std::fs::File::create(&log)?;
         let child = Command::new(bin)
             .args([
@@ -95,6 +109,12 @@ impl LlamaServer {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// `kill -9` the server, as a crash would.
+    pub fn kill(&mut self) -> std::io::Result<()> {
+        self.child.kill()?;
+        self.child.wait().map(|_| ())
     }
 }
 

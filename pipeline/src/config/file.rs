@@ -55,7 +55,7 @@ pub struct GenerationTable {
 pub const TOP_LEVEL_KEYS: [&str; 4] = ["run", "server", "generation", "source"];
 
 /// The keys of a `[[source]]` entry that say how its worker runs (the rest describe data).
-pub const WORKER_KEYS: [&str; 3] = ["memory-limit", "command", "expected-prompts"];
+pub const WORKER_KEYS: [&str; 4] = ["memory-limit", "command", "expected-prompts", "on-length"];
 
 /// The worker keys of one `[[source]]`.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -68,4 +68,7 @@ pub struct WorkerTable {
     pub command: Option<Spanned<Vec<String>>>,
     /// With `command`: rows the worker must write to count as complete.
     pub expected_prompts: Option<Spanned<i64>>,
+    /// What to do with answers cut by `max-tokens`: `keep` (default), `drop` or `retry`.
+    #[serde(default)]
+    pub on_length: crate::run::dispatch::LengthPolicy,
 }

@@ -51,6 +51,7 @@ pub struct WorkerPlan {
     /// With a custom worker: prompts it must write before it counts as complete (without it,
     /// the done marker alone decides).
     pub expected: Option<u64>,
+    pub on_length: crate::run::dispatch::LengthPolicy,
 }
 
 #[derive(Debug, Clone)]
@@ -340,6 +341,7 @@ impl<'t> Resolver<'t> {
             memory_limit,
             command: worker.command.map(Spanned::into_inner),
             expected,
+            on_length: worker.on_length,
         }
     }
 

@@ -42,7 +42,11 @@ pub struct Completion {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
-    /// Worth retrying: the server was busy, restarting or down.
+    /// The server is not there: refused or reset connection, a cut stream, 503 while loading.
+    /// Not the prompt's fault; the dispatcher pauses until the server is back.
+    #[error("{0}")]
+    ServerDown(String),
+    /// Worth retrying: an error inside an answering server (5xx, error event, stall).
     #[error("{0}")]
     Transient(String),
     /// The server refused this prompt (e.g. too long for the context).
@@ -90,26 +94,43 @@ impl ChatClient {
         &self.model
     }
 
-    fn body(&self, messages: &[Message]) -> Value {
+    pub fn max_tokens(&self) -> u32 {
+        self.max_tokens
+    }
+
+    fn body(&self, messages: &[Message], max_tokens: u32) -> Value {
         let mut body = self.params.clone();
         body.insert("model".into(), json!(self.model));
         body.insert("messages".into(), json!(messages));
-        body.insert("max_tokens".into(), json!(self.max_tokens));
+        body.insert("max_tokens".into(), json!(max_tokens));
         body.insert("stream".into(), json!(true));
         body.insert("stream_options".into(), json!({"include_usage": true}));
         Value::Object(body)
     }
 
     /// Sends one chat completion and reads its stream to the end.
-    pub async fn complete(&self, messages: &[Message]) -> Result<Completion, RequestError> {
-        let mut request = self.http.post(&self.url).json(&self.body(messages));
+    pub async fn complete(
+        &self,
+        messages: &[Message],
+        max_tokens: u32,
+    ) -> Result<Completion, RequestError> {
+        let mut request = self
+            .http
+            .post(&self.url)
+            .json(&self.body(messages, max_tokens));
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }
         let response = tokio::time::timeout(FIRST_CHUNK_TIMEOUT, request.send())
             .await
             .map_err(|_| RequestError::Transient("no response headers within 300 s".into()))?
-            .map_err(|e| RequestError::Transient(describe_reqwest(&e)))?;
+            .map_err(|e| {
+                if e.is_timeout() {
+                    RequestError::Transient(describe_reqwest(&e))
+                } else {
+                    RequestError::ServerDown(describe_reqwest(&e))
+                }
+            })?;
         let status = response.status();
         if !status.is_success() {
             let body = response.text().await.unwrap_or_default();
@@ -133,12 +154,12 @@ impl ChatClient {
                     )));
                 }
                 Ok(None) => {
-                    return Err(RequestError::Transient(
+                    return Err(RequestError::ServerDown(
                         "stream ended without [DONE]".into(),
                     ));
                 }
                 Ok(Some(Err(e))) => {
-                    return Err(RequestError::Transient(format!("stream broke: {e}")));
+                    return Err(RequestError::ServerDown(format!("stream broke: {e}")));
                 }
                 Ok(Some(Ok(event))) => event,
             };
@@ -216,6 +237,7 @@ fn classify_status(status: u16, body: &str) -> RequestError {
     match status {
         401 | 403 | 404 => RequestError::Fatal(text),
         400 | 413 | 422 => RequestError::Rejected(text),
+        503 => RequestError::ServerDown(text),
         _ => RequestError::Transient(text),
     }
 }

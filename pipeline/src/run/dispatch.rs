@@ -1,22 +1,51 @@
 //! Feeds one source's pending prompts to the server at a fixed concurrency shared by all
-//! sources, retrying transient errors with backoff. Results go back to the orchestrator as
-//! [`DispatchEvent`]s; nothing here writes files or status.
+//! sources. Results go back to the orchestrator as [`DispatchEvent`]s; nothing here writes
+//! files or status.
+//!
+//! Error handling per prompt: a server that is down ([`RequestError::ServerDown`]) pauses every
+//! request until it answers again (see [`Liveness`]) and costs the prompt no attempt — only
+//! after [`MAX_CRASHES`] outages during one prompt is it set aside; transient errors are
+//! retried with backoff and jitter up to `max_attempts`; a rejection (400) is final;
+//! `finish_reason = length` follows the source's [`LengthPolicy`].
+//!
+//! A prompt with several user turns is regenerated turn by turn: each turn is answered on the
+//! model's own earlier answers (their reasoning stripped from the history), and the whole
+//! conversation is one record.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
 use tokio::sync::{Semaphore, mpsc};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use super::record::{CompletionRecord, RejectKind, RejectedRecord};
+use super::record::{CompletionRecord, RejectKind, RejectedRecord, TurnRecord};
+use crate::inference::client::{Completion, Usage};
+use crate::inference::liveness::Liveness;
 use crate::inference::{ChatClient, RequestError};
 use crate::status::state::unix_ms;
-use gen_sources::Prompt;
+use gen_sources::{Message, Prompt, Role};
 
 /// Longest wait between two attempts of one prompt.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Server outages one prompt may live through before it is set aside (a prompt that keeps
+/// crashing the server must not take it down forever).
+pub const MAX_CRASHES: u32 = 3;
+
+/// What to do with an answer cut by `max-tokens` (`finish_reason = "length"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LengthPolicy {
+    /// Keep it (flagged by its finish reason; counted in the truncation rate).
+    #[default]
+    Keep,
+    /// Do not store it; the prompt is recorded as rejected (`truncated`), not retried.
+    Drop,
+    /// Ask once more with twice the token budget, then keep whatever comes back.
+    Retry,
+}
 
 #[derive(Debug)]
 pub enum DispatchEvent {
@@ -39,15 +68,24 @@ pub enum DispatchEvent {
 #[derive(Debug, Clone)]
 pub struct Dispatcher {
     pub client: Arc<ChatClient>,
+    pub liveness: Liveness,
     pub permits: Arc<Semaphore>,
     pub max_attempts: u32,
     pub events: mpsc::UnboundedSender<DispatchEvent>,
     pub cancel: CancellationToken,
 }
 
+/// How one request for one turn ended, after retries.
+enum TurnOutcome {
+    Answered(Completion, u32),
+    GaveUp(RejectKind, String, u32),
+    Fatal(String),
+    Cancelled,
+}
+
 impl Dispatcher {
     /// Sends every prompt of `source` and reports [`DispatchEvent::SourceFinished`] at the end.
-    pub async fn run_source(self, source: usize, prompts: Vec<Prompt>) {
+    pub async fn run_source(self, source: usize, prompts: Vec<Prompt>, length: LengthPolicy) {
         let mut in_flight = JoinSet::new();
         for prompt in prompts {
             let permit = tokio::select! {
@@ -59,10 +97,12 @@ impl Dispatcher {
             };
             let this = self.clone();
             in_flight.spawn(async move {
-                let event = this.request(source, prompt).await;
+                let event = this.conversation(source, prompt, length).await;
                 drop(permit);
-                // A closed channel means the orchestrator is shutting down.
-                this.events.send(event).ok();
+                if let Some(event) = event {
+                    // A closed channel means the orchestrator is shutting down.
+                    this.events.send(event).ok();
+                }
             });
         }
         while in_flight.join_next().await.is_some() {}
@@ -71,49 +111,133 @@ impl Dispatcher {
             .ok();
     }
 
-    async fn request(&self, source: usize, prompt: Prompt) -> DispatchEvent {
+    /// Answers every user turn of `prompt` in order; `None` when cancelled.
+    async fn conversation(
+        &self,
+        source: usize,
+        prompt: Prompt,
+        length: LengthPolicy,
+    ) -> Option<DispatchEvent> {
         let started = Instant::now();
+        let mut history: Vec<Message> = Vec::new();
+        let mut turns: Vec<TurnRecord> = Vec::new();
+        let mut attempts = 0;
+        // With the dataset's own answers kept as context (`turns = "history"`), only the last
+        // user turn is answered; otherwise every user turn is, on the model's own answers.
+        let with_history = prompt.messages.iter().any(|m| m.role == Role::Assistant);
+        let last_user = prompt.messages.iter().rposition(|m| m.role == Role::User);
+        for (index, message) in prompt.messages.iter().enumerate() {
+            history.push(message.clone());
+            if message.role != Role::User || (with_history && Some(index) != last_user) {
+                continue;
+            }
+            let mut budget = self.client.max_tokens();
+            let mut retried_length = false;
+            let completion = loop {
+                match self.turn(&prompt.id, &history, budget).await {
+                    TurnOutcome::Answered(completion, used) => {
+                        attempts += used;
+                        let truncated = completion.finish_reason.as_deref() == Some("length");
+                        match length {
+                            LengthPolicy::Retry if truncated && !retried_length => {
+                                retried_length = true;
+                                budget = budget.saturating_mul(2);
+                            }
+                            LengthPolicy::Drop if truncated => {
+                                let reason = format!(
+                                    "answer cut at {budget} tokens (finish_reason = length)"
+                                );
+                                return Some(self.give_up(
+                                    source,
+                                    prompt.id,
+                                    RejectKind::Truncated,
+                                    reason,
+                                    attempts,
+                                ));
+                            }
+                            _ => break completion,
+                        }
+                    }
+                    TurnOutcome::GaveUp(kind, reason, used) => {
+                        return Some(self.give_up(
+                            source,
+                            prompt.id,
+                            kind,
+                            reason,
+                            attempts + used,
+                        ));
+                    }
+                    TurnOutcome::Fatal(message) => return Some(DispatchEvent::Fatal(message)),
+                    TurnOutcome::Cancelled => return None,
+                }
+            };
+            // The model's own answer becomes history; its reasoning does not.
+            history.push(Message::new(Role::Assistant, completion.content.clone()));
+            turns.push(TurnRecord::from(completion));
+        }
+        let last = turns.last().cloned().unwrap_or_default();
+        let usage = total_usage(&turns);
+        Some(DispatchEvent::Completed {
+            source,
+            record: Box::new(CompletionRecord {
+                id: prompt.id,
+                source: prompt.source,
+                model: self.client.model().to_owned(),
+                messages: prompt.messages,
+                content: last.content,
+                reasoning_content: last.reasoning_content,
+                finish_reason: last.finish_reason,
+                usage,
+                turns: if turns.len() > 1 { turns } else { Vec::new() },
+                attempts,
+                latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                created_unix_ms: unix_ms(),
+            }),
+        })
+    }
+
+    /// One request, retried: transient errors with backoff, outages by waiting them out.
+    async fn turn(&self, id: &str, messages: &[Message], max_tokens: u32) -> TurnOutcome {
         let mut attempt = 0u32;
+        let mut crashes = 0u32;
         loop {
+            tokio::select! {
+                () = self.liveness.wait_up() => {}
+                () = self.cancel.cancelled() => return TurnOutcome::Cancelled,
+            }
             attempt += 1;
             let result = tokio::select! {
-                result = self.client.complete(&prompt.messages) => result,
-                () = self.cancel.cancelled() => Err(RequestError::Transient("cancelled".into())),
+                result = self.client.complete(messages, max_tokens) => result,
+                () = self.cancel.cancelled() => return TurnOutcome::Cancelled,
             };
             let reason = match result {
-                Ok(completion) => {
-                    return DispatchEvent::Completed {
-                        source,
-                        record: Box::new(CompletionRecord {
-                            id: prompt.id,
-                            source: prompt.source,
-                            model: self.client.model().to_owned(),
-                            messages: prompt.messages,
-                            content: completion.content,
-                            reasoning_content: completion.reasoning_content,
-                            finish_reason: completion.finish_reason,
-                            usage: completion.usage,
-                            attempts: attempt,
-                            latency_ms: u64::try_from(started.elapsed().as_millis())
-                                .unwrap_or(u64::MAX),
-                            created_unix_ms: unix_ms(),
-                        }),
-                    };
-                }
-                Err(RequestError::Fatal(message)) => return DispatchEvent::Fatal(message),
+                Ok(completion) => return TurnOutcome::Answered(completion, attempt),
+                Err(RequestError::Fatal(message)) => return TurnOutcome::Fatal(message),
                 Err(RequestError::Rejected(reason)) => {
-                    return self.give_up(source, prompt.id, RejectKind::Rejected, reason, attempt);
+                    return TurnOutcome::GaveUp(RejectKind::Rejected, reason, attempt);
+                }
+                Err(RequestError::ServerDown(reason)) => {
+                    // An outage is not this prompt's attempt.
+                    attempt -= 1;
+                    crashes += 1;
+                    if crashes > MAX_CRASHES {
+                        let reason = format!(
+                            "the server went down {crashes} times while answering this prompt; last: {reason}"
+                        );
+                        return TurnOutcome::GaveUp(RejectKind::Exhausted, reason, attempt);
+                    }
+                    self.liveness.report_down(&reason);
+                    continue;
                 }
                 Err(RequestError::Transient(reason)) => reason,
             };
-            if attempt >= self.max_attempts || self.cancel.is_cancelled() {
-                return self.give_up(source, prompt.id, RejectKind::Exhausted, reason, attempt);
+            if attempt >= self.max_attempts {
+                return TurnOutcome::GaveUp(RejectKind::Exhausted, reason, attempt);
             }
-            tracing::debug!(id = %prompt.id, attempt, %reason, "retrying");
-            let backoff = backoff(attempt, &prompt.id);
+            tracing::debug!(%id, attempt, %reason, "retrying");
             tokio::select! {
-                () = tokio::time::sleep(backoff) => {}
-                () = self.cancel.cancelled() => {}
+                () = tokio::time::sleep(backoff(attempt, id)) => {}
+                () = self.cancel.cancelled() => return TurnOutcome::Cancelled,
             }
         }
     }
@@ -137,6 +261,17 @@ impl Dispatcher {
             },
         }
     }
+}
+
+fn total_usage(turns: &[TurnRecord]) -> Option<Usage> {
+    let mut total: Option<Usage> = None;
+    for usage in turns.iter().filter_map(|t| t.usage.as_ref()) {
+        let sum = total.get_or_insert_with(Usage::default);
+        sum.prompt_tokens += usage.prompt_tokens;
+        sum.completion_tokens += usage.completion_tokens;
+        sum.total_tokens += usage.total_tokens;
+    }
+    total
 }
 
 /// Exponential backoff (0.5 s, 1 s, 2 s, …) with ±25% jitter derived from the prompt id, so

@@ -24,6 +24,7 @@ use super::observe;
 use super::record::{self, RejectKind, RejectedRecord};
 use super::supervisor::{self, WorkerCommand, WorkerReport};
 use crate::config::Plan;
+use crate::inference::liveness::{Health, Liveness};
 use crate::inference::managed::{self, ManagedServer};
 use crate::inference::{ChatClient, probe};
 use crate::prep;
@@ -74,6 +75,8 @@ impl Selection {
 struct SourceState {
     status: SourceStatus,
     done_ids: HashSet<String>,
+    /// Prompts settled without a completion: rejected by the server, or truncated and dropped.
+    settled_ids: HashSet<String>,
     writer: Option<FrameWriter>,
 }
 
@@ -163,6 +166,7 @@ pub async fn run(
         url: url.clone(),
         model: model.clone(),
         concurrency: plan.generation.concurrency.get(),
+        down_since_unix_ms: None,
     });
     let client = ChatClient::new(
         &url,
@@ -175,8 +179,10 @@ pub async fn run(
 
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let dispatch_cancel = cancel.child_token();
+    let liveness = Liveness::new(&url);
     let dispatcher = Dispatcher {
         client: Arc::new(client),
+        liveness: liveness.clone(),
         permits: Arc::new(Semaphore::new(plan.generation.concurrency.get())),
         max_attempts: plan.generation.max_attempts,
         events: events_tx,
@@ -185,7 +191,8 @@ pub async fn run(
     let mut dispatching = 0usize;
     for (i, prompts) in pending {
         orchestrator.sources[i].status.phase = Phase::Generating;
-        tokio::spawn(dispatcher.clone().run_source(i, prompts));
+        let length = plan.worker(&orchestrator.sources[i].status.name).on_length;
+        tokio::spawn(dispatcher.clone().run_source(i, prompts, length));
         dispatching += 1;
     }
 
@@ -210,7 +217,8 @@ pub async fn run(
                 let (i, report) = joined.context("a preparation supervisor panicked")?;
                 if let Some(prompts) = orchestrator.finish_prep(i, report, interrupted).await? {
                     orchestrator.sources[i].status.phase = Phase::Generating;
-                    tokio::spawn(dispatcher.clone().run_source(i, prompts));
+                    let length = plan.worker(&orchestrator.sources[i].status.name).on_length;
+                    tokio::spawn(dispatcher.clone().run_source(i, prompts, length));
                     dispatching += 1;
                 }
                 if !interrupted {
@@ -223,6 +231,9 @@ pub async fn run(
                     orchestrator.tokens += record.usage.as_ref().map_or(0, |u| u.completion_tokens);
                     let state = &mut orchestrator.sources[source];
                     state.status.done += 1;
+                    if record.finish_reason.as_deref() == Some("length") {
+                        state.status.truncated += 1;
+                    }
                     state.done_ids.insert(record.id.clone());
                     let writer = state.writer.as_mut().expect("a generating source has a writer");
                     writer.push(&record)?;
@@ -249,6 +260,12 @@ pub async fn run(
                 }
             },
             _ = tick.tick() => {
+                if let Some(server) = orchestrator.status.server.as_mut() {
+                    server.down_since_unix_ms = match liveness.health() {
+                        Health::Up => None,
+                        Health::Down { since_unix_ms } => Some(since_unix_ms),
+                    };
+                }
                 orchestrator.flush_all()?;
                 orchestrator.write_status()?;
                 if last_progress.elapsed() >= PROGRESS_EVERY {
@@ -321,6 +338,8 @@ impl<'p> Orchestrator<'p> {
             let dir = run_dir.source(name);
             create_private_dir(dir.root())?;
             let manifest = prep::read_manifest(run_dir, name)?;
+            let settled_ids = record::settled_ids(&dir.rejected())
+                .with_context(|| format!("failed to read `{}`", dir.rejected().display()))?;
             let done_ids = record::completed_ids(&dir.completions())
                 .with_context(|| format!("failed to read `{}`", dir.completions().display()))?;
             let previous: Option<WorkerReport> = atomic::read_json::<WorkerFile>(&dir.worker())
@@ -346,10 +365,13 @@ impl<'p> Orchestrator<'p> {
                     prepared: manifest.map(|m| m.prompts),
                     done: done_ids.len() as u64,
                     failed: 0,
+                    rejected: 0,
+                    truncated: 0,
                     note,
                     verdict: None,
                 },
                 done_ids,
+                settled_ids,
                 writer: None,
             });
         }
@@ -386,9 +408,14 @@ impl<'p> Orchestrator<'p> {
             .iter()
             .filter(|id| all.contains(id.as_str()))
             .count() as u64;
+        state.status.rejected = state
+            .settled_ids
+            .iter()
+            .filter(|id| all.contains(id.as_str()))
+            .count() as u64;
         let pending: Vec<_> = prompts
             .into_iter()
-            .filter(|p| !state.done_ids.contains(&p.id))
+            .filter(|p| !state.done_ids.contains(&p.id) && !state.settled_ids.contains(&p.id))
             .collect();
         if pending.is_empty() {
             state.status.phase = Phase::Done;
@@ -586,13 +613,29 @@ impl<'p> Orchestrator<'p> {
         let mut line = serde_json::to_vec(record)?;
         line.push(b'\n');
         file.write_all(&line)?;
-        let state = &mut self.sources[i].status;
-        state.failed += 1;
+        let source = &mut self.sources[i];
+        let state = &mut source.status;
         let what = match record.kind {
             RejectKind::Rejected => "rejected",
+            RejectKind::Truncated => "truncated",
             RejectKind::Exhausted => "out of attempts",
         };
-        state.note = format!("{} failed; last: {what}: {}", state.failed, record.reason);
+        if record.kind == RejectKind::Exhausted {
+            state.failed += 1;
+            state.note = format!(
+                "{} failed (retried on the next run); last: {}",
+                state.failed, record.reason
+            );
+        } else {
+            state.rejected += 1;
+            source.settled_ids.insert(record.id.clone());
+            if state.failed == 0 {
+                state.note = format!(
+                    "{} settled without answer; last {what}: {}",
+                    state.rejected, record.reason
+                );
+            }
+        }
         Ok(())
     }
 
@@ -602,9 +645,16 @@ impl<'p> Orchestrator<'p> {
             writer.flush()?;
         }
         let status = &mut state.status;
-        if status.prepared == Some(status.done) {
+        if status.prepared == Some(status.done + status.rejected) {
             status.phase = Phase::Done;
-            status.note.clear();
+            status.note = if status.rejected > 0 {
+                format!(
+                    "{} rejected by the server (see rejected.jsonl)",
+                    status.rejected
+                )
+            } else {
+                String::new()
+            };
             eprintln!("gen: `{}` done: {} completions", status.name, status.done);
         } else if stopped {
             status.phase = Phase::Prepared;

@@ -21,10 +21,35 @@ pub struct CompletionRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
     pub finish_reason: Option<String>,
+    /// Summed over every turn.
     pub usage: Option<Usage>,
+    /// Every answered turn of a multi-turn conversation, in order (empty for one turn).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub turns: Vec<TurnRecord>,
     pub attempts: u32,
     pub latency_ms: u64,
     pub created_unix_ms: u64,
+}
+
+/// One answered turn of a multi-turn regeneration.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnRecord {
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
+    pub finish_reason: Option<String>,
+    pub usage: Option<Usage>,
+}
+
+impl From<crate::inference::client::Completion> for TurnRecord {
+    fn from(c: crate::inference::client::Completion) -> TurnRecord {
+        TurnRecord {
+            content: c.content,
+            reasoning_content: c.reasoning_content,
+            finish_reason: c.finish_reason,
+            usage: c.usage,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,6 +59,8 @@ pub enum RejectKind {
     Rejected,
     /// Transient errors used up every attempt: the next `gen run` tries again.
     Exhausted,
+    /// Cut by `max-tokens` with `on-length = "drop"`: final, not retried.
+    Truncated,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,5 +86,28 @@ pub fn completed_ids(path: &Path) -> io::Result<HashSet<String>> {
         ids.insert(record.id);
         Ok(())
     })?;
+    Ok(ids)
+}
+
+/// Ids settled without a completion: permanently rejected or truncated-and-dropped prompts.
+/// Prompts that merely ran out of attempts are not settled: the next run retries them.
+pub fn settled_ids(path: &Path) -> io::Result<HashSet<String>> {
+    let text = match fs_err::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(HashSet::new()),
+        Err(e) => return Err(e),
+    };
+    let mut ids = HashSet::new();
+    // A torn last line (a crash mid-append) is skipped: that prompt is simply retried.
+    for line in text
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.trim_ascii().is_empty())
+    {
+        if let Ok(record) = serde_json::from_slice::<RejectedRecord>(line)
+            && record.kind != RejectKind::Exhausted
+        {
+            ids.insert(record.id);
+        }
+    }
     Ok(ids)
 }

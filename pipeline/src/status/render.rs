@@ -73,10 +73,17 @@ pub fn render(status: &RunStatus, now_ms: u64) -> String {
         cut(&format!("state  {}", liveness(status, now_ms)), WIDTH)
     );
     if let Some(server) = &status.server {
-        let line = format!(
-            "server {} ({}), concurrency {}",
-            server.url, server.model, server.concurrency
-        );
+        let line = match server.down_since_unix_ms {
+            Some(since) => format!(
+                "server {} DOWN since {}: paused, nothing lost",
+                server.url,
+                ago(now_ms.saturating_sub(since))
+            ),
+            None => format!(
+                "server {} ({}), concurrency {}",
+                server.url, server.model, server.concurrency
+            ),
+        };
         let _ = writeln!(out, "{}", cut(&line, WIDTH));
     }
     let _ = writeln!(out);
@@ -113,15 +120,17 @@ mod tests {
             started_unix_ms: 1_000,
             heartbeat_unix_ms: 10_000,
             finished: false,
-            server: Some(ServerStatus { url: "http://127.0.0.1:8080".into(), model: "smollm2".into(), concurrency: 4 }),
+            server: Some(ServerStatus { url: "http://127.0.0.1:8080".into(), model: "smollm2".into(), concurrency: 4, down_since_unix_ms: None }),
             sources: vec![
-                SourceStatus { name: "alpaca".into(), phase: Phase::Done, prepared: Some(20), done: 20, failed: 0, note: String::new(), verdict: None },
+                SourceStatus { name: "alpaca".into(), phase: Phase::Done, prepared: Some(20), done: 20, failed: 0, rejected: 0, truncated: 0, note: String::new(), verdict: None },
                 SourceStatus {
                     name: "a-source-with-a-very-long-name".into(),
                     phase: Phase::Failed,
                     prepared: None,
                     done: 0,
                     failed: 0,
+                    rejected: 0,
+                    truncated: 0,
                     note: "preparation failed: exit code 1: KeyError: 'prompt' — fix it, then run gen run again".into(),
                     verdict: None,
                 },

@@ -38,8 +38,14 @@ pub struct SourceStatus {
     pub prepared: Option<u64>,
     /// Prompts with a stored completion.
     pub done: u64,
-    /// Prompts that failed in this run (rejected by the server or out of attempts).
+    /// Prompts that ran out of attempts in this run (the next run retries them).
     pub failed: u64,
+    /// Prompts settled without an answer: rejected by the server (400) or truncated and dropped.
+    #[serde(default)]
+    pub rejected: u64,
+    /// Completions cut by `max-tokens` (`finish_reason = "length"`).
+    #[serde(default)]
+    pub truncated: u64,
     /// One line: why it failed, or what is going on.
     #[serde(default)]
     pub note: String,
@@ -75,6 +81,9 @@ pub struct ServerStatus {
     pub url: String,
     pub model: String,
     pub concurrency: usize,
+    /// Set while the server is down: dispatch is paused, nothing is marked failed.
+    #[serde(default)]
+    pub down_since_unix_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

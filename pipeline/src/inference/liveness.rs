@@ -1,0 +1,97 @@
+//! Whether the server is up, shared by every request: a request that finds the server down
+//! (connection refused or reset, a cut stream, 503 while loading) reports it here, and every
+//! request waits for the server to come back instead of burning its attempts. One prober task
+//! polls `/health` with backoff until it answers 200.
+//!
+//! This is what turns an outage into a pause: no prompt is marked failed because the server
+//! was away.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::probe;
+use crate::status::state::unix_ms;
+
+/// Longest pause between two health probes while the server is down.
+const MAX_PROBE_INTERVAL: Duration = Duration::from_secs(10);
+
+/// The server's state as requests see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    Up,
+    /// Down since this Unix time (ms).
+    Down {
+        since_unix_ms: u64,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub struct Liveness {
+    url: Arc<str>,
+    state: watch::Sender<Health>,
+}
+
+impl Liveness {
+    pub fn new(url: &str) -> Liveness {
+        let (state, _) = watch::channel(Health::Up);
+        Liveness {
+            url: url.into(),
+            state,
+        }
+    }
+
+    pub fn health(&self) -> Health {
+        *self.state.borrow()
+    }
+
+    /// Waits until the server is up (at once when it is).
+    pub async fn wait_up(&self) {
+        let mut receiver = self.state.subscribe();
+        // The sender lives as long as `self`, so this cannot fail while we hold it.
+        receiver.wait_for(|h| *h == Health::Up).await.ok();
+    }
+
+    /// A request found the server down: pause everyone and probe until it is back.
+    pub fn report_down(&self, reason: &str) {
+        let newly_down = self.state.send_if_modified(|health| match health {
+            Health::Up => {
+                *health = Health::Down {
+                    since_unix_ms: unix_ms(),
+                };
+                true
+            }
+            Health::Down { .. } => false,
+        });
+        if newly_down {
+            eprintln!(
+                "gen: server {} is down ({reason}); pausing until it answers again",
+                self.url
+            );
+            tokio::spawn(self.clone().probe_until_up());
+        }
+    }
+
+    async fn probe_until_up(self) {
+        let mut interval = Duration::from_millis(250);
+        loop {
+            tokio::time::sleep(interval).await;
+            if let Ok(true) = probe::health(&self.url).await {
+                let down_for = match self.health() {
+                    Health::Down { since_unix_ms } => {
+                        unix_ms().saturating_sub(since_unix_ms) / 1000
+                    }
+                    Health::Up => 0,
+                };
+                eprintln!(
+                    "gen: server {} is back after {down_for} s; resuming",
+                    self.url
+                );
+                self.state.send_replace(Health::Up);
+                return;
+            }
+            interval = (interval * 2).min(MAX_PROBE_INTERVAL);
+        }
+    }
+}
