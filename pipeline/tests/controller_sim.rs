@@ -1,0 +1,586 @@
+//! The concurrency controller against a simulated continuous-batching server on virtual time
+//! (field-notes §2.5): every 5 s tick becomes an [`Observation`], the controller decides the
+//! limit, and the driver keeps that many requests in flight. Hours of server time run in
+//! seconds, with no sockets and no sleeps. Each scenario also runs an exhaustive fixed-limit
+//! sweep on the same seeded workload, and asserts the controller's throughput as a fraction of
+//! the best fixed limit, its preemptions, and where the limit settles.
+//!
+//! `bench_controller` (ignored) prints the table recorded in `BENCHMARKS.md`; run it with
+//! `scripts/bench-controller.sh`.
+
+use gen_pipeline::inference::controller::{
+    Caps, Controller, Decision, Finish, LengthStats, Observation, Phase, Settings,
+};
+use gen_tests::sim::{ServerConfig, SimServer, Workload};
+
+const TICK: f64 = 5.0;
+const MAX_TOKENS: u32 = 30_000;
+const SWEEP: [u32; 12] = [8, 16, 24, 32, 40, 48, 56, 64, 96, 128, 192, 256];
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Event {
+    /// Multiply the median output length from now on.
+    ScaleOutputs(f64),
+    /// Kill the server; it is back after this many seconds with counters at 0.
+    Restart(f64),
+}
+
+#[derive(Debug, Clone)]
+struct Scenario {
+    server: ServerConfig,
+    seed: u64,
+    hours: f64,
+    events: Vec<(f64, Event)>,
+    /// Expose running/queued/KV usage/preemptions to the controller.
+    metrics: bool,
+    /// Expose `max_running` and the KV capacity as caps.
+    caps: bool,
+    /// On a restart, replace the controller by a fresh one (length stats lost).
+    forget_on_restart: bool,
+}
+
+impl Scenario {
+    fn new(server: ServerConfig, hours: f64) -> Scenario {
+        Scenario {
+            server,
+            seed: 42,
+            hours,
+            events: Vec::new(),
+            metrics: true,
+            caps: true,
+            forget_on_restart: false,
+        }
+    }
+
+    fn caps(&self) -> Caps {
+        if self.caps {
+            Caps {
+                max_running: Some(self.server.max_running),
+                kv_tokens: Some(self.server.kv_tokens),
+                user_max: None,
+            }
+        } else {
+            Caps::default()
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Policy {
+    Fixed(u32),
+    Auto(Option<LengthStats>),
+}
+
+/// One tick of a run, for measuring any interval afterwards.
+#[derive(Debug, Clone, Copy)]
+struct Tick {
+    t: f64,
+    /// Client-side output tokens since the start.
+    tokens: u64,
+    /// Server preemptions since the start (summed across restarts).
+    preemptions: u64,
+    limit: u32,
+}
+
+#[derive(Debug, Clone)]
+struct Run {
+    ticks: Vec<Tick>,
+    /// Decisions whose reason changed, with their time.
+    decisions: Vec<(f64, Decision)>,
+    stats: Option<LengthStats>,
+}
+
+impl Run {
+    fn at(&self, t: f64) -> Tick {
+        let i = self.ticks.partition_point(|tick| tick.t < t);
+        self.ticks[i.min(self.ticks.len() - 1)]
+    }
+
+    /// Output tokens per second over `[from, to)` (seconds).
+    fn throughput(&self, from: f64, to: f64) -> f64 {
+        let (a, b) = (self.at(from), self.at(to));
+        (b.tokens - a.tokens) as f64 / (b.t - a.t)
+    }
+
+    fn preemptions(&self, from: f64, to: f64) -> u64 {
+        self.at(to).preemptions - self.at(from).preemptions
+    }
+
+    fn limits(&self, from: f64, to: f64) -> (u32, u32) {
+        let window = self.ticks.iter().filter(|t| t.t >= from && t.t < to);
+        let min = window.clone().map(|t| t.limit).min().unwrap_or(0);
+        let max = window.map(|t| t.limit).max().unwrap_or(0);
+        (min, max)
+    }
+
+    /// Median limit over `[from, to)`.
+    fn median_limit(&self, from: f64, to: f64) -> u32 {
+        let mut limits: Vec<u32> = self
+            .ticks
+            .iter()
+            .filter(|t| t.t >= from && t.t < to)
+            .map(|t| t.limit)
+            .collect();
+        limits.sort_unstable();
+        limits.get(limits.len() / 2).copied().unwrap_or(0)
+    }
+
+    fn log(&self) -> String {
+        self.decisions
+            .iter()
+            .map(|(t, d)| {
+                format!(
+                    "{:>7.1} min  L={:<4} {:?}: {}",
+                    t / 60.0,
+                    d.limit,
+                    d.phase,
+                    d.reason
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+fn simulate(scenario: &Scenario, policy: &Policy) -> Run {
+    let mut server = SimServer::new(scenario.server.clone());
+    let mut work = Workload::new(scenario.seed);
+    let base_median = work.output_median;
+    let (mut controller, mut limit) = match policy {
+        Policy::Fixed(l) => (None, *l),
+        Policy::Auto(stats) => {
+            let c = Controller::new(
+                Settings::default(),
+                scenario.caps(),
+                MAX_TOKENS,
+                stats.clone(),
+            );
+            let l = c.limit();
+            (Some(c), l)
+        }
+    };
+    let end = scenario.hours * 3600.0;
+    let mut events = scenario.events.clone();
+    events.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut events = events.into_iter().peekable();
+
+    let mut run = Run {
+        ticks: Vec::new(),
+        decisions: Vec::new(),
+        stats: None,
+    };
+    let mut in_flight: u32 = 0;
+    let mut tokens: u64 = 0;
+    let mut preemptions: u64 = 0;
+    let mut next_tick = TICK;
+    let mut tick_tokens: u64 = 0;
+    let mut tick_finishes: Vec<Finish> = Vec::new();
+    let mut restarted = false;
+    let mut last_reason = String::new();
+
+    while server.now() < end {
+        while let Some((_, event)) = events.next_if(|(t, _)| *t <= server.now()) {
+            match event {
+                Event::ScaleOutputs(factor) => work.output_median = base_median * factor,
+                Event::Restart(downtime) => {
+                    // The streams are cut: the dispatcher requeues their items.
+                    let lost = server.restart(downtime);
+                    in_flight -= lost.len() as u32;
+                    restarted = true;
+                }
+            }
+        }
+        if server.is_up() {
+            while in_flight < limit {
+                if server.submit(work.next_request()).is_err() {
+                    break;
+                }
+                in_flight += 1;
+            }
+        }
+        let step = server.step();
+        tokens += step.output_tokens;
+        tick_tokens += step.output_tokens;
+        preemptions += u64::from(step.preempted);
+        in_flight -= step.finished.len() as u32;
+        tick_finishes.extend(step.finished.iter().map(|f| Finish {
+            prompt_tokens: f.prompt_tokens,
+            output_tokens: f.output_tokens,
+        }));
+
+        while server.now() >= next_tick {
+            if let Some(c) = controller.as_mut()
+                && server.is_up()
+            {
+                // While the server is down the dispatcher freezes its controller.
+                if restarted {
+                    restarted = false;
+                    if scenario.forget_on_restart {
+                        let mut fresh = Controller::new(
+                            Settings {
+                                initial_limit: c.limit(),
+                                ..Settings::default()
+                            },
+                            scenario.caps(),
+                            MAX_TOKENS,
+                            None,
+                        );
+                        // Same re-entry rule from the same limit; only the stats are lost.
+                        fresh.on_server_restart(scenario.caps());
+                        *c = fresh;
+                    } else {
+                        c.on_server_restart(scenario.caps());
+                    }
+                }
+                let m = server.metrics();
+                let metric = |v| if scenario.metrics { Some(v) } else { None };
+                let obs = Observation {
+                    output_tokens: tick_tokens,
+                    finishes: std::mem::take(&mut tick_finishes),
+                    in_flight,
+                    server_running: metric(m.running),
+                    server_queued: metric(m.queued),
+                    kv_usage: if scenario.metrics {
+                        Some(m.kv_usage)
+                    } else {
+                        None
+                    },
+                    preemptions_total: if scenario.metrics {
+                        Some(m.preemptions_total)
+                    } else {
+                        None
+                    },
+                    ..Observation::default()
+                };
+                let decision = c.observe(&obs);
+                limit = decision.limit;
+                if decision.reason != last_reason {
+                    last_reason.clone_from(&decision.reason);
+                    run.decisions.push((next_tick, decision));
+                }
+            }
+            tick_finishes.clear();
+            tick_tokens = 0;
+            run.ticks.push(Tick {
+                t: next_tick,
+                tokens,
+                preemptions,
+                limit,
+            });
+            next_tick += TICK;
+        }
+    }
+    run.stats = controller.map(|c| c.stats().clone());
+    run
+}
+
+/// The auto run and the fixed sweep, in parallel.
+struct Comparison {
+    auto: Run,
+    fixed: Vec<(u32, Run)>,
+}
+
+fn compare(scenario: &Scenario, sweep: &[u32]) -> Comparison {
+    std::thread::scope(|scope| {
+        let auto = scope.spawn(|| simulate(scenario, &Policy::Auto(None)));
+        let fixed: Vec<(u32, Run)> = sweep
+            .iter()
+            .map(|&l| (l, simulate(scenario, &Policy::Fixed(l))))
+            .collect();
+        Comparison {
+            auto: auto.join().expect("auto run panicked"),
+            fixed,
+        }
+    })
+}
+
+impl Comparison {
+    /// The best fixed limit over `[from, to)`: (L, tok/s, preemptions).
+    fn best_fixed(&self, from: f64, to: f64) -> (u32, f64, u64) {
+        self.fixed
+            .iter()
+            .map(|(l, run)| (*l, run.throughput(from, to), run.preemptions(from, to)))
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .expect("a sweep")
+    }
+
+    fn table(&self, from: f64, to: f64) -> String {
+        let mut lines: Vec<String> = self
+            .fixed
+            .iter()
+            .map(|(l, run)| {
+                format!(
+                    "  fixed L={l:<4} {:>7.0} tok/s  {:>6} preemptions",
+                    run.throughput(from, to),
+                    run.preemptions(from, to)
+                )
+            })
+            .collect();
+        let (lo, hi) = self.auto.limits(from, to);
+        lines.push(format!(
+            "  auto  L={lo}–{hi} {:>7.0} tok/s  {:>6} preemptions",
+            self.auto.throughput(from, to),
+            self.auto.preemptions(from, to)
+        ));
+        lines.join("\n")
+    }
+}
+
+const MIN: f64 = 60.0;
+const HOUR: f64 = 3600.0;
+
+/// Checks `auto ≥ ratio × best fixed` over `[from, to)` and returns (best L, best, auto).
+fn assert_near_best(c: &Comparison, from: f64, to: f64, ratio: f64, name: &str) -> (u32, f64, f64) {
+    let (best_l, best, _) = c.best_fixed(from, to);
+    let auto = c.auto.throughput(from, to);
+    let report = format!(
+        "{name}: auto {auto:.0} tok/s = {:.1}% of best fixed L={best_l} {best:.0} tok/s\n{}\n{}",
+        100.0 * auto / best,
+        c.table(from, to),
+        c.auto.log()
+    );
+    assert!(auto >= ratio * best, "{report}");
+    println!("{}", report.lines().take(16).collect::<Vec<_>>().join("\n"));
+    (best_l, best, auto)
+}
+
+#[test]
+fn kv_bound_reaches_the_best_fixed_limit_with_few_preemptions() {
+    let scenario = Scenario::new(ServerConfig::kv_bound(), 3.0);
+    let c = compare(&scenario, &SWEEP);
+    let (from, to) = (10.0 * MIN, 3.0 * HOUR);
+    let (best_l, _, _) = assert_near_best(&c, from, to, 0.93, "kv-bound");
+    // The best fixed limit buys its last few percent with thousands of preemptions; the
+    // controller stays near the knee with a few dozen an hour.
+    let fixed_preemptions = c
+        .fixed
+        .iter()
+        .find(|(l, _)| *l == best_l)
+        .map(|(_, r)| r.preemptions(from, to));
+    assert!(
+        fixed_preemptions.is_some_and(|p| p > 1000),
+        "{fixed_preemptions:?}"
+    );
+    let per_hour = c.auto.preemptions(from, to) as f64 / ((to - from) / HOUR);
+    assert!(
+        per_hour <= 60.0,
+        "{per_hour:.0} preemptions/h\n{}",
+        c.auto.log()
+    );
+    let (lo, hi) = c.auto.limits(HOUR, to);
+    assert!(lo >= 28 && hi <= 60, "L {lo}–{hi}\n{}", c.auto.log());
+}
+
+#[test]
+fn kv_bound_with_expensive_recompute_stays_at_the_knee() {
+    // Recompute five times dearer: past the knee throughput falls, so the best fixed limit is
+    // the knee itself and the controller must not overshoot it.
+    let mut server = ServerConfig::kv_bound();
+    server.prefill_per_token = 1.5e-4;
+    let scenario = Scenario::new(server, 3.0);
+    let c = compare(&scenario, &SWEEP);
+    let (from, to) = (10.0 * MIN, 3.0 * HOUR);
+    let (best_l, _, _) = assert_near_best(&c, from, to, 0.95, "kv-bound, expensive recompute");
+    assert!((40..=64).contains(&best_l));
+    let thrash = c
+        .fixed
+        .iter()
+        .find(|(l, _)| *l == 256)
+        .map(|(_, r)| r.throughput(from, to));
+    assert!(
+        thrash.is_some_and(|t| c.auto.throughput(from, to) > 1.1 * t),
+        "{thrash:?}"
+    );
+}
+
+#[test]
+fn cap_bound_settles_at_the_cap_without_preemptions() {
+    let scenario = Scenario::new(ServerConfig::cap_bound(), 2.0);
+    let c = compare(&scenario, &SWEEP);
+    let (from, to) = (10.0 * MIN, 2.0 * HOUR);
+    assert_near_best(&c, from, to, 0.97, "cap-bound");
+    assert_eq!(c.auto.preemptions(0.0, to), 0);
+    // Down-probes to 121 cost under 3% and are kept; creep brings L back to the cap.
+    let (lo, hi) = c.auto.limits(HOUR, to);
+    let median = c.auto.median_limit(HOUR, to);
+    assert!(
+        lo >= 115 && hi <= 135 && (128..=135).contains(&median),
+        "L {lo}–{hi}, median {median}\n{}",
+        c.auto.log()
+    );
+}
+
+#[test]
+fn cap_bound_with_slots_only_and_no_metrics() {
+    // llama.cpp without `--metrics`: the slot count is the only thing the server tells.
+    let mut scenario = Scenario::new(ServerConfig::cap_bound(), 2.0);
+    scenario.metrics = false;
+    scenario.server.kv_tokens = 5_000_000;
+    let c = compare(&scenario, &[96, 128, 160]);
+    let mut caps_only = scenario.clone();
+    caps_only.caps = true;
+    let (from, to) = (10.0 * MIN, 2.0 * HOUR);
+    assert_near_best(&c, from, to, 0.97, "cap-bound, no metrics");
+}
+
+#[test]
+fn kv_bound_without_caps_or_metrics_still_finds_the_knee() {
+    // Nothing but client-side tokens and finishes: startup stops where growth stops paying,
+    // then creep and probes hold the limit near the knee.
+    let mut scenario = Scenario::new(ServerConfig::kv_bound(), 3.0);
+    scenario.metrics = false;
+    scenario.caps = false;
+    let c = compare(&scenario, &SWEEP);
+    let (from, to) = (10.0 * MIN, 3.0 * HOUR);
+    assert_near_best(&c, from, to, 0.90, "kv-bound, blind");
+}
+
+#[test]
+fn output_length_doubling_brings_the_limit_down_within_minutes() {
+    let mut scenario = Scenario::new(ServerConfig::kv_bound(), 4.0);
+    let at = 2.0 * HOUR;
+    scenario.events.push((at, Event::ScaleOutputs(2.0)));
+    let c = compare(&scenario, &[16, 24, 28, 32, 40, 48, 64]);
+    let auto = &c.auto;
+    let before = auto.median_limit(at - 30.0 * MIN, at);
+    assert!(before >= 40, "L {before} before the change\n{}", auto.log());
+    // Within 10 minutes the limit is down by a third (preemptions), and it stays lower while
+    // the length statistics catch up.
+    let (low, _) = auto.limits(at, at + 10.0 * MIN);
+    let late = auto.median_limit(at + HOUR, 4.0 * HOUR);
+    assert!(
+        f64::from(low) <= 0.67 * f64::from(before) && f64::from(late) <= 0.8 * f64::from(before),
+        "L {before} → {low} within 10 min, median {late} later\n{}",
+        auto.log()
+    );
+    // The burst of preemptions is over after the first hour.
+    let late = auto.preemptions(at + HOUR, 4.0 * HOUR);
+    assert!(
+        late <= 30,
+        "{late} preemptions in the last hour\n{}",
+        auto.log()
+    );
+    assert_near_best(&c, at + 30.0 * MIN, 4.0 * HOUR, 0.85, "after doubling");
+}
+
+/// A run with a restart at `at`; the controller keeps its stats or starts over.
+fn restart_run(keep_stats: bool) -> (Run, f64) {
+    let mut scenario = Scenario::new(ServerConfig::kv_bound(), 3.0);
+    let at = 1.5 * HOUR;
+    scenario.events.push((at, Event::Restart(2.0 * MIN)));
+    scenario.forget_on_restart = !keep_stats;
+    (simulate(&scenario, &Policy::Auto(None)), at)
+}
+
+#[test]
+fn server_restart_reenters_startup_and_keeps_length_stats() {
+    let (run, at) = restart_run(true);
+    let (_, decision) = run
+        .decisions
+        .iter()
+        .find(|(t, _)| *t > at)
+        .expect("a decision after the restart");
+    assert_eq!(decision.phase, Phase::Startup, "{}", run.log());
+    assert!(
+        decision.reason.starts_with("server restarted"),
+        "{}",
+        decision.reason
+    );
+    let before = run.at(at).limit;
+    assert!(
+        decision.limit <= before / 2 + 1,
+        "{before} → {}",
+        decision.limit
+    );
+
+    let hour_before = run.throughput(at - HOUR, at);
+    let hour_after = run.throughput(at, at + HOUR);
+    assert!(
+        hour_after >= 0.9 * hour_before,
+        "{hour_after:.0} vs {hour_before:.0}\n{}",
+        run.log()
+    );
+    let kept = run.preemptions(at, at + HOUR);
+    assert!(
+        kept <= 60,
+        "{kept} preemptions in the hour after the restart\n{}",
+        run.log()
+    );
+
+    // Starting over from the prior costs more preemptions in that hour (field-notes: 35 vs 182).
+    let (reset, _) = restart_run(false);
+    let forgot = reset.preemptions(at, at + HOUR);
+    println!(
+        "restart: {kept} preemptions with stats kept, {forgot} with stats reset; {hour_after:.0} vs {hour_before:.0} tok/s"
+    );
+    assert!(kept <= forgot + 10, "kept {kept}, reset {forgot}");
+}
+
+#[test]
+fn persisted_stats_start_at_the_right_ceiling() {
+    let scenario = Scenario::new(ServerConfig::kv_bound(), 1.0);
+    let first = simulate(&scenario, &Policy::Auto(None));
+    let stats = first.stats.clone().expect("auto run has stats");
+    let text = serde_json::to_string(&stats).expect("serializes");
+    let stats: LengthStats = serde_json::from_str(&text).expect("deserializes");
+    let fresh = Controller::new(Settings::default(), scenario.caps(), MAX_TOKENS, None);
+    let resumed = Controller::new(
+        Settings::default(),
+        scenario.caps(),
+        MAX_TOKENS,
+        Some(stats),
+    );
+    // The prior assumes long outputs (ceiling 32); the learnt stats know better.
+    assert_eq!(fresh.ceiling(), 32);
+    assert!(
+        (44..=56).contains(&resumed.ceiling()),
+        "{}",
+        resumed.ceiling()
+    );
+    // A resumed run climbs straight to the learnt ceiling and loses nothing for it.
+    let second = simulate(&scenario, &Policy::Auto(Some(resumed.stats().clone())));
+    assert!(second.at(6.0 * MIN).limit >= 44, "{}", second.log());
+    assert!(first.at(6.0 * MIN).limit < second.at(6.0 * MIN).limit);
+    let (a, b) = (
+        first.throughput(0.0, 30.0 * MIN),
+        second.throughput(0.0, 30.0 * MIN),
+    );
+    println!("first half hour: {a:.0} tok/s fresh, {b:.0} tok/s with persisted stats");
+    assert!(b >= 0.97 * a, "{a:.0} vs {b:.0}");
+}
+
+/// The table in `BENCHMARKS.md`: run with `scripts/bench-controller.sh` (release mode).
+#[test]
+#[ignore = "benchmark: run with scripts/bench-controller.sh"]
+fn bench_controller() {
+    let hours = 6.0;
+    let (from, to) = (10.0 * MIN, hours * HOUR);
+    let mut expensive = ServerConfig::kv_bound();
+    expensive.prefill_per_token = 1.5e-4;
+    let servers = [
+        ("KV-bound (400k KV, cap 256)", ServerConfig::kv_bound()),
+        ("KV-bound, expensive recompute", expensive),
+        ("cap-bound (5M KV, cap 128)", ServerConfig::cap_bound()),
+    ];
+    println!(
+        "| scenario | seed | best fixed L | best fixed tok/s | its preemptions/h | auto tok/s | auto/best | auto preemptions/h | auto L (after 1 h) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for (name, server) in servers {
+        for seed in [42, 7, 1234] {
+            let mut scenario = Scenario::new(server.clone(), hours);
+            scenario.seed = seed;
+            let c = compare(&scenario, &SWEEP);
+            let (best_l, best, best_pre) = c.best_fixed(from, to);
+            let auto = c.auto.throughput(from, to);
+            let span = (to - from) / HOUR;
+            let (lo, hi) = c.auto.limits(HOUR, to);
+            println!(
+                "| {name} | {seed} | {best_l} | {best:.0} | {:.0} | {auto:.0} | {:.1}% | {:.0} | {lo}–{hi} |",
+                best_pre as f64 / span,
+                100.0 * auto / best,
+                c.auto.preemptions(from, to) as f64 / span,
+            );
+        }
+    }
+}
