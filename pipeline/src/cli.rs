@@ -28,6 +28,9 @@ pub enum Command {
         /// Run only this source (repeatable).
         #[arg(long = "source", value_name = "NAME")]
         sources: Vec<String>,
+        /// Resume even though the model or sampling settings changed since the run started.
+        #[arg(long)]
+        allow_config_change: bool,
     },
     /// Show the state of a run: a config file or a run directory.
     Status {

@@ -52,7 +52,9 @@ pub struct CliError {
 impl<E: Into<anyhow::Error>> From<E> for CliError {
     fn from(error: E) -> CliError {
         let error = error.into();
-        let code = if error.downcast_ref::<ConfigError>().is_some() {
+        let code = if error.downcast_ref::<ConfigError>().is_some()
+            || error.downcast_ref::<run::pin::PinMismatch>().is_some()
+        {
             exit::USAGE
         } else {
             exit::FAILED
@@ -125,6 +127,7 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             run_dir,
             only_failed,
             sources,
+            allow_config_change,
         } => {
             let plan = Plan::load(&config)?;
             let run_dir = run_dir_for(&plan, run_dir);
@@ -142,6 +145,7 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             let selection = run::Selection {
                 only_failed,
                 sources,
+                allow_config_change,
             };
             let runtime =
                 tokio::runtime::Runtime::new().context("failed to start the async runtime")?;

@@ -395,3 +395,37 @@ async fn truncated_answers_follow_the_sources_length_policy() {
     assert_eq!(status["sources"][0]["truncated"], 1);
     assert_eq!(status["sources"][1]["phase"], "done");
 }
+
+#[tokio::test]
+async fn resuming_under_changed_generation_settings_is_refused_unless_allowed() {
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let gen_ = Gen::new();
+    gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
+    let config = write_config(&gen_, &server.url(), &[("alpha", "data/a.jsonl")]);
+    assert_eq!(gen_.run(&["run", &config]).await.code, 0);
+    gen_.write(
+        "data/a.jsonl",
+        "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n",
+    );
+    std::fs::remove_dir_all(gen_.path("runs/cfg/sources/alpha")).ok();
+    let changed = gen_
+        .read("cfg.toml")
+        .replace("max-tokens = 16", "max-tokens = 32");
+    gen_.write("cfg.toml", &changed);
+    let refused = gen_.run(&["run", &config]).await;
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains("this run was generated with different settings:"),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        refused.stderr.contains("  max-tokens: was 16, now 32"),
+        "{}",
+        refused.stderr
+    );
+    let allowed = gen_.run(&["run", &config, "--allow-config-change"]).await;
+    assert_eq!(allowed.code, 0, "{}", allowed.stderr);
+}

@@ -7,6 +7,7 @@ pub mod dispatch;
 pub mod kernel_log;
 pub mod observe;
 pub mod orchestrator;
+pub mod pin;
 pub mod record;
 pub mod rss;
 pub mod supervisor;

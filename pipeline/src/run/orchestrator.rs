@@ -56,6 +56,8 @@ pub struct Selection {
     pub only_failed: bool,
     /// Only these sources (all when empty).
     pub sources: Vec<String>,
+    /// Resume even though model or sampling settings changed since the run started.
+    pub allow_config_change: bool,
 }
 
 impl Selection {
@@ -162,6 +164,18 @@ pub async fn run(
         .map_or_else(|| plan.server.url.clone(), |m| m.url.clone());
     let model = probe::model(&url, api_key.as_deref(), plan.server.model.as_deref()).await?;
     eprintln!("gen: server {url} serves `{model}`");
+    let pin = super::pin::RunPin {
+        layout: LAYOUT_VERSION,
+        model: model.clone(),
+        max_tokens: plan.generation.max_tokens,
+        params: plan.generation.params.clone(),
+    };
+    if let Err(e) = pin.check_or_record(run_dir, selection.allow_config_change) {
+        if let Some(server) = managed {
+            server.stop().await;
+        }
+        return Err(e);
+    }
     orchestrator.status.server = Some(ServerStatus {
         url: url.clone(),
         model: model.clone(),

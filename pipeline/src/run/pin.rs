@@ -1,0 +1,116 @@
+//! `run.json`: what the completions of a run were generated with — model, `max_tokens`,
+//! sampling parameters and template kwargs. Resuming under different settings would mix two
+//! datasets in one output, so it is refused unless the user says so explicitly.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::store::{RunDir, atomic};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunPin {
+    pub layout: u32,
+    pub model: String,
+    pub max_tokens: u32,
+    /// Everything else sent in each request body (temperature, top_p, chat_template_kwargs, …).
+    pub params: Map<String, Value>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "this run was generated with different settings:\n{}\nresuming would mix two datasets in `{}`; use another run directory, or pass `--allow-config-change` to continue anyway",
+    differences.join("\n"),
+    run_dir
+)]
+pub struct PinMismatch {
+    pub run_dir: String,
+    pub differences: Vec<String>,
+}
+
+impl RunPin {
+    /// The differences between the stored pin and `self`, one line each.
+    fn differences(&self, stored: &RunPin) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.model != stored.model {
+            out.push(format!(
+                "  model: was `{}`, now `{}`",
+                stored.model, self.model
+            ));
+        }
+        if self.max_tokens != stored.max_tokens {
+            out.push(format!(
+                "  max-tokens: was {}, now {}",
+                stored.max_tokens, self.max_tokens
+            ));
+        }
+        let keys: std::collections::BTreeSet<&String> =
+            self.params.keys().chain(stored.params.keys()).collect();
+        for key in keys {
+            let (was, now) = (stored.params.get(key), self.params.get(key));
+            if was != now {
+                let show =
+                    |v: Option<&Value>| v.map_or_else(|| "unset".to_owned(), Value::to_string);
+                out.push(format!("  {key}: was {}, now {}", show(was), show(now)));
+            }
+        }
+        out
+    }
+
+    /// Records the pin on the first run; on later runs refuses a different one unless `allow`.
+    pub fn check_or_record(&self, run_dir: &RunDir, allow: bool) -> anyhow::Result<()> {
+        let path = run_dir.root().join("run.json");
+        match atomic::read_json::<RunPin>(&path)? {
+            Some(stored) if stored != *self => {
+                let differences = self.differences(&stored);
+                if !allow {
+                    return Err(PinMismatch {
+                        run_dir: run_dir.root().display().to_string(),
+                        differences,
+                    }
+                    .into());
+                }
+                eprintln!(
+                    "gen: continuing with changed settings (--allow-config-change):\n{}",
+                    differences.join("\n")
+                );
+                atomic::write_json(&path, self)?;
+            }
+            Some(_) => {}
+            None => atomic::write_json(&path, self)?,
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn differences_name_each_setting() {
+        let mut params = Map::new();
+        params.insert("temperature".into(), Value::from(0.6));
+        let stored = RunPin {
+            layout: 1,
+            model: "a".into(),
+            max_tokens: 100,
+            params: params.clone(),
+        };
+        params.insert("temperature".into(), Value::from(1.0));
+        params.insert("top_p".into(), Value::from(0.9));
+        let now = RunPin {
+            layout: 1,
+            model: "b".into(),
+            max_tokens: 100,
+            params,
+        };
+        assert_eq!(
+            now.differences(&stored),
+            [
+                "  model: was `a`, now `b`",
+                "  temperature: was 0.6, now 1.0",
+                "  top_p: was unset, now 0.9"
+            ]
+        );
+    }
+}
