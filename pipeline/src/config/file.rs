@@ -40,8 +40,11 @@ pub struct ServerTable {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct GenerationTable {
     pub max_tokens: Spanned<i64>,
-    /// Requests in flight at once (default 16).
-    pub concurrency: Option<Spanned<i64>>,
+    /// Requests in flight at once: a number, or `"auto"` (default) to let the controller tune
+    /// it from the server's own signals.
+    pub concurrency: Option<Spanned<toml::Value>>,
+    /// Upper bound for `concurrency = "auto"`.
+    pub max_concurrency: Option<Spanned<i64>>,
     pub temperature: Option<Spanned<f64>>,
     pub top_p: Option<Spanned<f64>>,
     pub seed: Option<i64>,

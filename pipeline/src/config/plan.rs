@@ -20,7 +20,6 @@ use super::file::{
 use super::problem::{ConfigError, Problem};
 
 const DEFAULT_PARALLEL_PREP: usize = 2;
-const DEFAULT_CONCURRENCY: usize = 16;
 const DEFAULT_STALL_SECS: usize = 1800;
 const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(300);
 const DEFAULT_MAX_ATTEMPTS: u32 = 4;
@@ -66,10 +65,28 @@ pub struct ServerPlan {
 #[derive(Debug, Clone)]
 pub struct GenerationPlan {
     pub max_tokens: u32,
-    pub concurrency: NonZeroUsize,
+    pub concurrency: Concurrency,
     pub max_attempts: u32,
     /// Sampling parameters passed through in every request body.
     pub params: Map<String, Value>,
+}
+
+/// Requests in flight: fixed by the user, or tuned from the server's own signals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Concurrency {
+    Fixed(NonZeroUsize),
+    Auto { max: Option<usize> },
+}
+
+impl Concurrency {
+    /// The limit to start from.
+    pub fn describe(self) -> String {
+        match self {
+            Concurrency::Fixed(n) => n.to_string(),
+            Concurrency::Auto { max: Some(max) } => format!("auto (at most {max})"),
+            Concurrency::Auto { max: None } => "auto".to_owned(),
+        }
+    }
 }
 
 impl Plan {
@@ -412,8 +429,38 @@ impl<'t> Resolver<'t> {
                 1
             }
         };
-        let concurrency =
-            self.positive(&generation.concurrency, "concurrency", DEFAULT_CONCURRENCY);
+        let max_concurrency = generation.max_concurrency.as_ref().map(|_| {
+            self.positive(&generation.max_concurrency, "max-concurrency", 1)
+                .get()
+        });
+        let concurrency = match generation
+            .concurrency
+            .as_ref()
+            .map(|c| (c.get_ref(), c.span()))
+        {
+            None => Concurrency::Auto {
+                max: max_concurrency,
+            },
+            Some((toml::Value::String(s), _)) if s == "auto" => Concurrency::Auto {
+                max: max_concurrency,
+            },
+            Some((toml::Value::Integer(n), span)) => {
+                match usize::try_from(*n).ok().and_then(NonZeroUsize::new) {
+                    Some(n) => Concurrency::Fixed(n),
+                    None => {
+                        self.problem(Some(span), "`concurrency` must be at least 1, or \"auto\"");
+                        Concurrency::Fixed(NonZeroUsize::MIN)
+                    }
+                }
+            }
+            Some((_, span)) => {
+                self.problem(
+                    Some(span),
+                    "`concurrency` must be a number of requests or \"auto\"",
+                );
+                Concurrency::Auto { max: None }
+            }
+        };
         let max_attempts = self.positive(
             &generation.max_attempts,
             "max-attempts",
@@ -501,7 +548,7 @@ path = "a.jsonl"
     fn resolves_defaults() {
         let plan = Plan::from_text(Path::new("cfg/x.toml"), GOOD).expect("valid");
         assert_eq!(plan.run_dir, Path::new("cfg/runs/x"));
-        assert_eq!(plan.generation.concurrency.get(), 16);
+        assert_eq!(plan.generation.concurrency, Concurrency::Auto { max: None });
         assert_eq!(
             plan.generation.params["chat_template_kwargs"]["enable_thinking"],
             false

@@ -53,6 +53,16 @@ impl Liveness {
         receiver.wait_for(|h| *h == Health::Up).await.ok();
     }
 
+    /// A request failed as if the server were down. One quick probe tells a real outage from a
+    /// stale pooled connection the server had closed: only a failed probe pauses everyone.
+    pub async fn confirm_down(&self, reason: &str) {
+        if self.health() == Health::Up && matches!(probe::health(&self.url).await, Ok(true)) {
+            tracing::debug!(url = %self.url, %reason, "request failed but the server answers /health");
+            return;
+        }
+        self.report_down(reason);
+    }
+
     /// A request found the server down: pause everyone and probe until it is back.
     pub fn report_down(&self, reason: &str) {
         let newly_down = self.state.send_if_modified(|health| match health {

@@ -6,5 +6,6 @@ pub mod controller;
 pub mod liveness;
 pub mod managed;
 pub mod probe;
+pub mod signals;
 
 pub use client::{ChatClient, Completion, RequestError};

@@ -16,12 +16,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
+use super::limiter::Limiter;
 use super::record::{CompletionRecord, RejectKind, RejectedRecord, TurnRecord};
+use super::tuner::Telemetry;
 use crate::inference::client::{Completion, Usage};
 use crate::inference::liveness::Liveness;
 use crate::inference::{ChatClient, RequestError};
@@ -69,7 +71,8 @@ pub enum DispatchEvent {
 pub struct Dispatcher {
     pub client: Arc<ChatClient>,
     pub liveness: Liveness,
-    pub permits: Arc<Semaphore>,
+    pub limiter: Arc<Limiter>,
+    pub telemetry: Arc<Telemetry>,
     pub max_attempts: u32,
     pub events: mpsc::UnboundedSender<DispatchEvent>,
     pub cancel: CancellationToken,
@@ -89,10 +92,7 @@ impl Dispatcher {
         let mut in_flight = JoinSet::new();
         for prompt in prompts {
             let permit = tokio::select! {
-                permit = self.permits.clone().acquire_owned() => match permit {
-                    Ok(permit) => permit,
-                    Err(_) => break,
-                },
+                slot = self.limiter.acquire() => slot,
                 () = self.cancel.cancelled() => break,
             };
             let this = self.clone();
@@ -211,12 +211,21 @@ impl Dispatcher {
                 () = self.cancel.cancelled() => return TurnOutcome::Cancelled,
             };
             let reason = match result {
-                Ok(completion) => return TurnOutcome::Answered(completion, attempt),
+                Ok(completion) => {
+                    if let Some(usage) = &completion.usage {
+                        self.telemetry
+                            .finished(usage.prompt_tokens, usage.completion_tokens);
+                    }
+                    return TurnOutcome::Answered(completion, attempt);
+                }
                 Err(RequestError::Fatal(message)) => return TurnOutcome::Fatal(message),
                 Err(RequestError::Rejected(reason)) => {
                     return TurnOutcome::GaveUp(RejectKind::Rejected, reason, attempt);
                 }
                 Err(RequestError::ServerDown(reason)) => {
+                    if reason.starts_with("HTTP 503") {
+                        self.telemetry.overloaded();
+                    }
                     // An outage is not this prompt's attempt.
                     attempt -= 1;
                     crashes += 1;
@@ -226,10 +235,13 @@ impl Dispatcher {
                         );
                         return TurnOutcome::GaveUp(RejectKind::Exhausted, reason, attempt);
                     }
-                    self.liveness.report_down(&reason);
+                    self.liveness.confirm_down(&reason).await;
                     continue;
                 }
-                Err(RequestError::Transient(reason)) => reason,
+                Err(RequestError::Transient(reason)) => {
+                    self.telemetry.retryable_error();
+                    reason
+                }
             };
             if attempt >= self.max_attempts {
                 return TurnOutcome::GaveUp(RejectKind::Exhausted, reason, attempt);

@@ -5,6 +5,7 @@
 pub mod cgroup;
 pub mod dispatch;
 pub mod kernel_log;
+pub mod limiter;
 pub mod observe;
 pub mod orchestrator;
 pub mod pin;
@@ -12,5 +13,6 @@ pub mod record;
 pub mod rss;
 pub mod supervisor;
 pub mod sys;
+pub mod tuner;
 
 pub use orchestrator::{RunOutcome, Selection, run};

@@ -14,16 +14,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::dispatch::{DispatchEvent, Dispatcher};
 use super::kernel_log::KernelLogFollower;
+use super::limiter::Limiter;
 use super::observe;
 use super::record::{self, RejectKind, RejectedRecord};
 use super::supervisor::{self, WorkerCommand, WorkerReport};
+use super::tuner::{Telemetry, Tuner};
 use crate::config::Plan;
+use crate::config::plan::Concurrency;
 use crate::inference::liveness::{Health, Liveness};
 use crate::inference::managed::{self, ManagedServer};
 use crate::inference::{ChatClient, probe};
@@ -179,9 +182,16 @@ pub async fn run(
     orchestrator.status.server = Some(ServerStatus {
         url: url.clone(),
         model: model.clone(),
-        concurrency: plan.generation.concurrency.get(),
+        concurrency: match plan.generation.concurrency {
+            Concurrency::Fixed(n) => n.get(),
+            Concurrency::Auto { .. } => 0,
+        },
         down_since_unix_ms: None,
+        in_flight: None,
+        ceiling: None,
+        decision: None,
     });
+    let model_name = model.clone();
     let client = ChatClient::new(
         &url,
         model,
@@ -194,10 +204,37 @@ pub async fn run(
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let dispatch_cancel = cancel.child_token();
     let liveness = Liveness::new(&url);
+    let (limiter, telemetry, tuner_view) = match plan.generation.concurrency {
+        Concurrency::Fixed(n) => {
+            let limit = u32::try_from(n.get()).unwrap_or(u32::MAX);
+            (Limiter::new(limit), Arc::new(Telemetry::default()), None)
+        }
+        Concurrency::Auto { max } => {
+            let max = max.map(|m| u32::try_from(m).unwrap_or(u32::MAX));
+            let stats = run_dir.root().join("controller.json");
+            let tuner = Tuner::new(
+                &url,
+                &model_name,
+                max,
+                plan.generation.max_tokens,
+                stats,
+                liveness.clone(),
+            )
+            .await;
+            let parts = (
+                tuner.limiter.clone(),
+                tuner.telemetry.clone(),
+                Some(tuner.view.subscribe()),
+            );
+            tokio::spawn(tuner.run(dispatch_cancel.clone()));
+            parts
+        }
+    };
     let dispatcher = Dispatcher {
         client: Arc::new(client),
         liveness: liveness.clone(),
-        permits: Arc::new(Semaphore::new(plan.generation.concurrency.get())),
+        limiter: limiter.clone(),
+        telemetry,
         max_attempts: plan.generation.max_attempts,
         events: events_tx,
         cancel: dispatch_cancel.clone(),
@@ -275,6 +312,13 @@ pub async fn run(
             },
             _ = tick.tick() => {
                 if let Some(server) = orchestrator.status.server.as_mut() {
+                    server.concurrency = limiter.limit() as usize;
+                    server.in_flight = Some(limiter.in_flight());
+                    if let Some(view) = &tuner_view {
+                        let view = view.borrow();
+                        server.ceiling = Some(view.ceiling);
+                        server.decision = Some(view.decision.clone());
+                    }
                     server.down_since_unix_ms = match liveness.health() {
                         Health::Up => None,
                         Health::Down { since_unix_ms } => Some(since_unix_ms),
@@ -303,6 +347,8 @@ pub async fn run(
             }
         }
     }
+    // Stops the tuner too.
+    dispatch_cancel.cancel();
     orchestrator.flush_all()?;
     orchestrator.status.finished = true;
     orchestrator.write_status()?;

@@ -79,12 +79,23 @@ pub fn render(status: &RunStatus, now_ms: u64) -> String {
                 server.url,
                 ago(now_ms.saturating_sub(since))
             ),
-            None => format!(
-                "server {} ({}), concurrency {}",
-                server.url, server.model, server.concurrency
-            ),
+            None => {
+                let tuned = server
+                    .ceiling
+                    .map_or_else(String::new, |c| format!(" (auto, ceiling {c})"));
+                let in_flight = server
+                    .in_flight
+                    .map_or_else(String::new, |n| format!(", {n} in flight"));
+                format!(
+                    "server {} ({}), concurrency {}{tuned}{in_flight}",
+                    server.url, server.model, server.concurrency
+                )
+            }
         };
         let _ = writeln!(out, "{}", cut(&line, WIDTH));
+        if let Some(decision) = &server.decision {
+            let _ = writeln!(out, "{}", cut(&format!("tuning {decision}"), WIDTH));
+        }
     }
     let _ = writeln!(out);
     let _ = writeln!(
@@ -120,7 +131,7 @@ mod tests {
             started_unix_ms: 1_000,
             heartbeat_unix_ms: 10_000,
             finished: false,
-            server: Some(ServerStatus { url: "http://127.0.0.1:8080".into(), model: "smollm2".into(), concurrency: 4, down_since_unix_ms: None }),
+            server: Some(ServerStatus { url: "http://127.0.0.1:8080".into(), model: "smollm2".into(), concurrency: 4, down_since_unix_ms: None, in_flight: None, ceiling: None, decision: None }),
             sources: vec![
                 SourceStatus { name: "alpaca".into(), phase: Phase::Done, prepared: Some(20), done: 20, failed: 0, rejected: 0, truncated: 0, note: String::new(), verdict: None },
                 SourceStatus {

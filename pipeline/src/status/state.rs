@@ -84,6 +84,14 @@ pub struct ServerStatus {
     /// Set while the server is down: dispatch is paused, nothing is marked failed.
     #[serde(default)]
     pub down_since_unix_ms: Option<u64>,
+    /// Requests in flight now.
+    #[serde(default)]
+    pub in_flight: Option<u32>,
+    /// With `concurrency = "auto"`: the controller's ceiling and its last decision.
+    #[serde(default)]
+    pub ceiling: Option<u32>,
+    #[serde(default)]
+    pub decision: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

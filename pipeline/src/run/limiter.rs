@@ -1,0 +1,111 @@
+//! A concurrency limit that can shrink as well as grow: an in-flight counter, a limit, and a
+//! `Notify`. Shrinking never cancels a running request; it only withholds new ones until the
+//! count falls below the limit (a `Semaphore` cannot take permits back — tokio#5308).
+
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
+
+#[derive(Debug)]
+pub struct Limiter {
+    state: Mutex<State>,
+    released: Notify,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct State {
+    in_flight: u32,
+    limit: u32,
+}
+
+/// One request's place; released on drop.
+#[derive(Debug)]
+pub struct Slot {
+    limiter: Arc<Limiter>,
+}
+
+impl Limiter {
+    pub fn new(limit: u32) -> Arc<Limiter> {
+        Arc::new(Limiter {
+            state: Mutex::new(State {
+                in_flight: 0,
+                limit: limit.max(1),
+            }),
+            released: Notify::new(),
+        })
+    }
+
+    /// Waits for a free place under the current limit.
+    pub async fn acquire(self: &Arc<Self>) -> Slot {
+        loop {
+            // Registered before the check, so a release between the two is not missed.
+            let released = self.released.notified();
+            {
+                let mut state = self.state.lock().expect("limiter lock not poisoned");
+                if state.in_flight < state.limit {
+                    state.in_flight += 1;
+                    return Slot {
+                        limiter: self.clone(),
+                    };
+                }
+            }
+            released.await;
+        }
+    }
+
+    pub fn set_limit(&self, limit: u32) {
+        self.state.lock().expect("limiter lock not poisoned").limit = limit.max(1);
+        self.released.notify_waiters();
+    }
+
+    pub fn limit(&self) -> u32 {
+        self.state.lock().expect("limiter lock not poisoned").limit
+    }
+
+    pub fn in_flight(&self) -> u32 {
+        self.state
+            .lock()
+            .expect("limiter lock not poisoned")
+            .in_flight
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.limiter
+            .state
+            .lock()
+            .expect("limiter lock not poisoned")
+            .in_flight -= 1;
+        self.limiter.released.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn shrinking_withholds_new_requests_without_cancelling_running_ones() {
+        let limiter = Limiter::new(3);
+        let slots: Vec<Slot> =
+            futures_util::future::join_all((0..3).map(|_| limiter.acquire())).await;
+        assert_eq!(limiter.in_flight(), 3);
+        limiter.set_limit(1);
+        let waiting = tokio::spawn({
+            let limiter = limiter.clone();
+            async move { limiter.acquire().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        drop(slots.into_iter().take(2).collect::<Vec<_>>());
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "1 still running = the new limit");
+        assert_eq!(limiter.in_flight(), 1);
+        limiter.set_limit(2);
+        let slot = waiting.await.expect("join");
+        assert_eq!(limiter.in_flight(), 2);
+        drop(slot);
+        assert_eq!(limiter.in_flight(), 1);
+    }
+}
