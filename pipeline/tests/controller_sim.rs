@@ -415,10 +415,7 @@ fn cap_bound_with_slots_only_and_no_metrics() {
     // llama.cpp without `--metrics`: the slot count is the only thing the server tells.
     let mut scenario = Scenario::new(ServerConfig::cap_bound(), 2.0);
     scenario.metrics = false;
-    scenario.server.kv_tokens = 5_000_000;
     let c = compare(&scenario, &[96, 128, 160]);
-    let mut caps_only = scenario.clone();
-    caps_only.caps = true;
     let (from, to) = (10.0 * MIN, 2.0 * HOUR);
     assert_near_best(&c, from, to, 0.97, "cap-bound, no metrics");
 }
