@@ -260,3 +260,48 @@ async fn a_killed_server_pauses_the_run_and_a_restart_resumes_it_with_nothing_lo
             .exists()
     );
 }
+
+#[tokio::test]
+async fn auto_concurrency_settles_within_the_servers_slots() {
+    if let Some(reason) = skip_reason() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let gen_ = Gen::new();
+    let server = LlamaServer::start(&gen_.path(""), 4)
+        .await
+        .expect("llama-server");
+    let rows: String = (0..12)
+        .map(|i| format!("{{\"prompt\": \"Say hello {i}.\"}}\n"))
+        .collect();
+    gen_.write("data/a.jsonl", &rows);
+    // No `concurrency`: auto is the default.
+    gen_.write(
+        "cfg.toml",
+        &format!("[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = 12\n\n[[source]]\nname = \"hello\"\npath = \"data/a.jsonl\"\n", server.url()),
+    );
+    let out = gen_.run(&["run", "cfg.toml"]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("concurrency auto:") && out.stderr.contains("server reports 4 slots"),
+        "{}",
+        out.stderr
+    );
+    let status: serde_json::Value =
+        serde_json::from_str(&gen_.read("runs/cfg/status.json")).expect("status");
+    let limit = status["server"]["concurrency"].as_u64().expect("limit");
+    let ceiling = status["server"]["ceiling"].as_u64().expect("ceiling");
+    // The ceiling is the 4 slots plus a queue headroom of 2 (a finished slot is refilled at once).
+    assert!(ceiling <= 6, "{status:#}");
+    assert!((1..=ceiling).contains(&limit), "{status:#}");
+    let saved: serde_json::Value =
+        serde_json::from_str(&gen_.read("runs/cfg/controller.json")).expect("controller.json");
+    assert!(
+        saved["stats"].is_object(),
+        "length statistics persisted: {saved}"
+    );
+    assert_eq!(
+        completions(&gen_.path("runs/cfg/sources/hello/completions.jsonl.zst")).len(),
+        12
+    );
+}

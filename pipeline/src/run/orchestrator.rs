@@ -204,6 +204,7 @@ pub async fn run(
     let (events_tx, mut events) = mpsc::unbounded_channel();
     let dispatch_cancel = cancel.child_token();
     let liveness = Liveness::new(&url);
+    let mut tuner_task = None;
     let (limiter, telemetry, tuner_view) = match plan.generation.concurrency {
         Concurrency::Fixed(n) => {
             let limit = u32::try_from(n.get()).unwrap_or(u32::MAX);
@@ -226,7 +227,7 @@ pub async fn run(
                 tuner.telemetry.clone(),
                 Some(tuner.view.subscribe()),
             );
-            tokio::spawn(tuner.run(dispatch_cancel.clone()));
+            tuner_task = Some(tokio::spawn(tuner.run(dispatch_cancel.clone())));
             parts
         }
     };
@@ -347,8 +348,11 @@ pub async fn run(
             }
         }
     }
-    // Stops the tuner too.
+    // Stops the tuner too, which saves what it learnt.
     dispatch_cancel.cancel();
+    if let Some(task) = tuner_task {
+        task.await.ok();
+    }
     orchestrator.flush_all()?;
     orchestrator.status.finished = true;
     orchestrator.write_status()?;

@@ -146,7 +146,10 @@ impl Tuner {
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
-                () = cancel.cancelled() => return,
+                () = cancel.cancelled() => {
+                    self.save();
+                    return;
+                }
             }
             match self.liveness.health() {
                 Health::Down { .. } => {
@@ -172,14 +175,19 @@ impl Tuner {
             observation.preemptions_total = load.preemptions_total;
             let decision = self.controller.observe(&observation);
             self.apply(&decision);
-            let saved = SavedStats {
-                key: self.key.clone(),
-                stats: self.controller.stats().clone(),
-                limit: decision.limit,
-            };
-            if let Err(e) = atomic::write_json(&self.stats_path, &saved) {
-                tracing::warn!("cannot save controller statistics: {e}");
-            }
+            self.save();
+        }
+    }
+
+    /// Saves the length statistics (and the limit) for the next run.
+    fn save(&self) {
+        let saved = SavedStats {
+            key: self.key.clone(),
+            stats: self.controller.stats().clone(),
+            limit: self.limiter.limit(),
+        };
+        if let Err(e) = atomic::write_json(&self.stats_path, &saved) {
+            tracing::warn!("cannot save controller statistics: {e}");
         }
     }
 
