@@ -75,7 +75,10 @@ pub struct Dispatcher {
     pub telemetry: Arc<Telemetry>,
     pub max_attempts: u32,
     pub events: mpsc::UnboundedSender<DispatchEvent>,
+    /// Aborts requests in flight.
     pub cancel: CancellationToken,
+    /// Stops sending new prompts (requests in flight go on).
+    pub stop_admitting: CancellationToken,
 }
 
 /// How one request for one turn ended, after retries.
@@ -93,7 +96,7 @@ impl Dispatcher {
         for prompt in prompts {
             let permit = tokio::select! {
                 slot = self.limiter.acquire() => slot,
-                () = self.cancel.cancelled() => break,
+                () = self.stop_admitting.cancelled() => break,
             };
             let this = self.clone();
             in_flight.spawn(async move {

@@ -40,6 +40,8 @@ use gen_diagnostics::Verdict;
 const FRAME_RECORDS: usize = 64;
 const TICK: Duration = Duration::from_secs(1);
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+/// How long requests in flight may finish after Ctrl-C or SIGTERM.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
 /// How a run ended (errors that stop the run early are `Err`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -202,7 +204,10 @@ pub async fn run(
     .context("failed to build the HTTP client")?;
 
     let (events_tx, mut events) = mpsc::unbounded_channel();
-    let dispatch_cancel = cancel.child_token();
+    // On a signal, admission stops at once; requests in flight get a grace period to finish
+    // (their completions are kept), then are aborted.
+    let stop_admitting = cancel.child_token();
+    let dispatch_cancel = CancellationToken::new();
     let liveness = Liveness::new(&url);
     let mut tuner_task = None;
     let (limiter, telemetry, tuner_view) = match plan.generation.concurrency {
@@ -239,6 +244,7 @@ pub async fn run(
         max_attempts: plan.generation.max_attempts,
         events: events_tx,
         cancel: dispatch_cancel.clone(),
+        stop_admitting: stop_admitting.clone(),
     };
     let mut dispatching = 0usize;
     for (i, prompts) in pending {
@@ -342,9 +348,18 @@ pub async fn run(
                 }
             }
             () = cancel.cancelled(), if !interrupted => {
-                eprintln!("gen: interrupted: stopping; completed prompts are kept");
+                eprintln!(
+                    "gen: interrupted: no new requests; {} in flight get {} s to finish (a second Ctrl-C stops at once)",
+                    limiter.in_flight(),
+                    SHUTDOWN_GRACE.as_secs()
+                );
                 interrupted = true;
                 prep_queue.clear();
+                let abort = dispatch_cancel.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(SHUTDOWN_GRACE).await;
+                    abort.cancel();
+                });
             }
         }
     }
