@@ -84,6 +84,10 @@ struct SourceState {
     done_ids: HashSet<String>,
     /// Prompts settled without a completion: rejected by the server, or truncated and dropped.
     settled_ids: HashSet<String>,
+    /// When generation of this source started in this run.
+    generating_since: Option<Instant>,
+    /// Peak RSS of its preparation worker in this run.
+    peak_rss_bytes: Option<u64>,
     writer: Option<FrameWriter>,
 }
 
@@ -289,6 +293,7 @@ pub async fn run(
                     orchestrator.tokens += record.usage.as_ref().map_or(0, |u| u.completion_tokens);
                     let state = &mut orchestrator.sources[source];
                     state.status.done += 1;
+                    state.status.output_tokens += record.usage.as_ref().map_or(0, |u| u.completion_tokens);
                     if record.finish_reason.as_deref() == Some("length") {
                         state.status.truncated += 1;
                     }
@@ -332,6 +337,7 @@ pub async fn run(
                     };
                 }
                 orchestrator.flush_all()?;
+                orchestrator.refresh_rates();
                 orchestrator.write_status()?;
                 if last_progress.elapsed() >= PROGRESS_EVERY {
                     orchestrator.print_progress();
@@ -446,11 +452,16 @@ impl<'p> Orchestrator<'p> {
                     failed: 0,
                     rejected: 0,
                     truncated: 0,
+                    output_tokens: 0,
+                    tokens_per_sec: None,
+                    eta_secs: None,
                     note,
                     verdict: None,
                 },
                 done_ids,
                 settled_ids,
+                generating_since: None,
+                peak_rss_bytes: None,
                 writer: None,
             });
         }
@@ -464,6 +475,7 @@ impl<'p> Orchestrator<'p> {
             finished: false,
             server: None,
             sources: Vec::new(),
+            machine: None,
         };
         Ok(Orchestrator {
             plan,
@@ -604,6 +616,7 @@ impl<'p> Orchestrator<'p> {
             }
         }
         let manifest = prep::read_manifest(&self.run_dir, &name)?;
+        self.sources[i].peak_rss_bytes = Some(report.peak_rss_bytes);
         let verdict = if report.exit.success() && manifest.is_some() {
             None
         } else {
@@ -753,6 +766,35 @@ impl<'p> Orchestrator<'p> {
             }
         }
         Ok(())
+    }
+
+    /// Refreshes rates, ETAs and the machine's memory (once per tick).
+    fn refresh_rates(&mut self) {
+        for source in &mut self.sources {
+            let status = &mut source.status;
+            if status.phase != Phase::Generating {
+                status.tokens_per_sec = None;
+                status.eta_secs = None;
+                continue;
+            }
+            let since = *source.generating_since.get_or_insert_with(Instant::now);
+            let secs = since.elapsed().as_secs_f64();
+            if secs < 1.0 || status.output_tokens == 0 {
+                continue;
+            }
+            let rate = status.output_tokens as f64 / secs;
+            status.tokens_per_sec = Some(rate);
+            // Mean tokens per completion in this run, times what is left.
+            let completed_here = source.done_ids.len().max(1) as f64;
+            let per_completion = status.output_tokens as f64 / completed_here;
+            let remaining = status
+                .prepared
+                .unwrap_or(0)
+                .saturating_sub(status.done + status.rejected) as f64;
+            status.eta_secs = Some((remaining * per_completion / rate).round() as u64);
+        }
+        let peak = self.sources.iter().filter_map(|s| s.peak_rss_bytes).max();
+        self.status.machine = state::MachineStatus::read(peak);
     }
 
     fn write_status(&mut self) -> anyhow::Result<()> {

@@ -34,6 +34,20 @@ fn liveness(status: &RunStatus, now_ms: u64) -> String {
     }
 }
 
+/// Bytes in GiB with one decimal.
+fn gib(bytes: u64) -> String {
+    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+}
+
+/// Seconds as `45s`, `12 min`, `3h05`.
+fn duration(secs: u64) -> String {
+    match secs {
+        0..=59 => format!("{secs}s"),
+        60..=3599 => format!("{} min", secs / 60),
+        _ => format!("{}h{:02}", secs / 3600, secs % 3600 / 60),
+    }
+}
+
 fn cut(text: &str, width: usize) -> String {
     if text.chars().count() <= width {
         return text.to_owned();
@@ -54,9 +68,16 @@ fn row(s: &SourceStatus) -> String {
         s.failed
     );
     let room = WIDTH.saturating_sub(line.chars().count());
-    format!("{line}{}", cut(&s.note, room))
-        .trim_end()
-        .to_owned()
+    let note = match (s.phase, s.tokens_per_sec, s.note.is_empty()) {
+        (super::state::Phase::Generating, Some(rate), true) => {
+            let eta = s
+                .eta_secs
+                .map_or_else(String::new, |e| format!(", ETA {}", duration(e)));
+            format!("{rate:.0} tok/s{eta}")
+        }
+        _ => s.note.clone(),
+    };
+    format!("{line}{}", cut(&note, room)).trim_end().to_owned()
 }
 
 /// The status table, each line at most 80 columns.
@@ -132,8 +153,9 @@ mod tests {
             heartbeat_unix_ms: 10_000,
             finished: false,
             server: Some(ServerStatus { url: "http://127.0.0.1:8080".into(), model: "smollm2".into(), concurrency: 4, down_since_unix_ms: None, in_flight: None, ceiling: None, decision: None }),
+            machine: None,
             sources: vec![
-                SourceStatus { name: "alpaca".into(), phase: Phase::Done, prepared: Some(20), done: 20, failed: 0, rejected: 0, truncated: 0, note: String::new(), verdict: None },
+                SourceStatus { name: "alpaca".into(), phase: Phase::Done, prepared: Some(20), done: 20, failed: 0, rejected: 0, truncated: 0, output_tokens: 0, tokens_per_sec: None, eta_secs: None, note: String::new(), verdict: None },
                 SourceStatus {
                     name: "a-source-with-a-very-long-name".into(),
                     phase: Phase::Failed,
@@ -142,6 +164,9 @@ mod tests {
                     failed: 0,
                     rejected: 0,
                     truncated: 0,
+                    output_tokens: 0,
+                    tokens_per_sec: None,
+                    eta_secs: None,
                     note: "preparation failed: exit code 1: KeyError: 'prompt' — fix it, then run gen run again".into(),
                     verdict: None,
                 },

@@ -30,7 +30,7 @@ impl Phase {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SourceStatus {
     pub name: String,
     pub phase: Phase,
@@ -46,6 +46,16 @@ pub struct SourceStatus {
     /// Completions cut by `max-tokens` (`finish_reason = "length"`).
     #[serde(default)]
     pub truncated: u64,
+    /// Output tokens (reasoning included) generated for this source in this run.
+    #[serde(default)]
+    pub output_tokens: u64,
+    /// Output tokens per second for this source since it started generating in this run.
+    #[serde(default)]
+    pub tokens_per_sec: Option<f64>,
+    /// Estimated seconds to finish, from tokens (not items): remaining prompts × mean output
+    /// tokens per completion ÷ tokens per second.
+    #[serde(default)]
+    pub eta_secs: Option<u64>,
     /// One line: why it failed, or what is going on.
     #[serde(default)]
     pub note: String,
@@ -94,7 +104,7 @@ pub struct ServerStatus {
     pub decision: Option<String>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunStatus {
     pub layout: u32,
     pub config: String,
@@ -106,6 +116,37 @@ pub struct RunStatus {
     pub finished: bool,
     pub server: Option<ServerStatus>,
     pub sources: Vec<SourceStatus>,
+    /// The machine `gen run` runs on.
+    #[serde(default)]
+    pub machine: Option<MachineStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MachineStatus {
+    pub memory_total_bytes: u64,
+    pub memory_available_bytes: u64,
+    /// The largest peak RSS of any preparation worker in this run.
+    pub peak_worker_rss_bytes: Option<u64>,
+}
+
+impl MachineStatus {
+    /// Reads `/proc/meminfo`.
+    pub fn read(peak_worker_rss_bytes: Option<u64>) -> Option<MachineStatus> {
+        let text = fs_err::read_to_string("/proc/meminfo").ok()?;
+        let field = |name: &str| -> Option<u64> {
+            let line = text.lines().find(|l| l.starts_with(name))?;
+            line.split_whitespace()
+                .nth(1)?
+                .parse::<u64>()
+                .ok()
+                .map(|kib| kib * 1024)
+        };
+        Some(MachineStatus {
+            memory_total_bytes: field("MemTotal:")?,
+            memory_available_bytes: field("MemAvailable:")?,
+            peak_worker_rss_bytes,
+        })
+    }
 }
 
 pub fn unix_ms() -> u64 {
