@@ -1,0 +1,176 @@
+//! `gen export` end to end: a real run against the fake OpenAI server, exported as JSONL and
+//! as Parquet, then loaded with the real Python `datasets` package (`GEN_TEST_PYTHON`, set by
+//! `scripts/test.sh`; the Python part skips with a printed reason when it is unset, unless
+//! `GEN_REQUIRE_PYTHON_DATASETS=1`).
+
+mod support;
+
+use gen_tests::fake_openai::{FakeOpenAi, Knobs};
+use support::{Gen, write_config};
+
+const COLUMNS: [&str; 8] = [
+    "id",
+    "source",
+    "messages",
+    "reasoning_content",
+    "finish_reason",
+    "model",
+    "prompt_tokens",
+    "completion_tokens",
+];
+
+/// Loads `path` with `datasets.load_dataset(format, …)` and reports what it holds as JSON.
+const LOAD: &str = r#"
+import json, sys
+import datasets
+fmt, path = sys.argv[1], sys.argv[2]
+ds = datasets.load_dataset(fmt, data_files=path, split="train")
+three = next(r for r in ds if any(m["content"] == "three" for m in r["messages"]))
+print(json.dumps({"rows": ds.num_rows, "columns": ds.column_names, "three": three}))
+"#;
+
+/// The Python with `datasets`, or `None` (printing why) when the test may skip.
+fn python() -> Option<String> {
+    match std::env::var("GEN_TEST_PYTHON") {
+        Ok(python) if !python.is_empty() => Some(python),
+        _ if std::env::var("GEN_REQUIRE_PYTHON_DATASETS").as_deref() == Ok("1") => {
+            panic!("GEN_REQUIRE_PYTHON_DATASETS=1 but GEN_TEST_PYTHON is not set")
+        }
+        _ => {
+            eprintln!(
+                "skipping the Python `datasets` check: GEN_TEST_PYTHON is not set (scripts/test.sh sets it)"
+            );
+            None
+        }
+    }
+}
+
+fn load_with_datasets(python: &str, format: &str, path: &std::path::Path) -> serde_json::Value {
+    let cache = tempfile::tempdir().expect("tempdir");
+    let out = std::process::Command::new(python)
+        .args(["-c", LOAD, format])
+        .arg(path)
+        .env("HF_HOME", cache.path())
+        .env("HF_DATASETS_CACHE", cache.path().join("datasets"))
+        .env("HF_HUB_OFFLINE", "1")
+        .env("HF_DATASETS_OFFLINE", "1")
+        .env("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+        .output()
+        .unwrap_or_else(|e| panic!("run {python}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "datasets could not load the {format} export:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = stdout.lines().last().expect("python printed a line");
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+fn assert_loaded(loaded: &serde_json::Value, format: &str) {
+    assert_eq!(loaded["rows"], 6, "{format}: {loaded}");
+    assert_eq!(loaded["columns"], serde_json::json!(COLUMNS), "{format}");
+    let three = &loaded["three"];
+    assert_eq!(
+        three["messages"],
+        serde_json::json!([
+            {"role": "system", "content": "be brief", "reasoning_content": null},
+            {"role": "user", "content": "three", "reasoning_content": null},
+            {"role": "assistant", "content": "echo: three", "reasoning_content": "thinking"},
+        ]),
+        "{format}: {three}"
+    );
+    assert_eq!(three["source"], "alpha", "{format}");
+    assert_eq!(three["finish_reason"], "stop", "{format}");
+    assert_eq!(three["reasoning_content"], "thinking", "{format}");
+    assert_eq!(three["completion_tokens"], 2, "{format}");
+}
+
+#[tokio::test]
+async fn an_export_loads_with_the_python_datasets_package_in_both_formats() {
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let gen_ = Gen::new();
+    gen_.write(
+        "data/a.jsonl",
+        concat!(
+            "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n",
+            "{\"messages\": [{\"role\": \"system\", \"content\": \"be brief\"}, {\"role\": \"user\", \"content\": \"three\"}]}\n",
+            "{\"prompt\": \"four\"}\n",
+        ),
+    );
+    gen_.write(
+        "data/b.jsonl",
+        "{\"prompt\": \"five\"}\n{\"prompt\": \"six\"}\n",
+    );
+    let config = write_config(
+        &gen_,
+        &server.url(),
+        &[("alpha", "data/a.jsonl"), ("beta", "data/b.jsonl")],
+    );
+    let run = gen_.run(&["run", &config]).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+
+    let jsonl = gen_.run(&["export", &config]).await;
+    assert_eq!(jsonl.code, 0, "{}", jsonl.stderr);
+    assert!(
+        jsonl
+            .stdout
+            .starts_with("exported 6 completions (alpha 4, beta 2) to `")
+            && jsonl.stdout.trim_end().ends_with("runs/cfg/export.jsonl`"),
+        "{}",
+        jsonl.stdout
+    );
+    let text = gen_.read("runs/cfg/export.jsonl");
+    let rows: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json row"))
+        .collect();
+    assert_eq!(rows.len(), 6);
+    let mut keys: Vec<&str> = rows[0]
+        .as_object()
+        .expect("object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    let mut expected = COLUMNS.to_vec();
+    expected.sort_unstable();
+    assert_eq!(keys, expected);
+    assert!(rows.iter().all(|r| r["model"] == "fake-model"));
+
+    let parquet = gen_
+        .run(&[
+            "export",
+            "runs/cfg",
+            "--format",
+            "parquet",
+            "--output",
+            "out/train.parquet",
+        ])
+        .await;
+    assert_eq!(parquet.code, 0, "{}", parquet.stderr);
+    assert_eq!(
+        parquet.stdout,
+        "exported 6 completions (alpha 4, beta 2) to `out/train.parquet`\n"
+    );
+    let leftovers: Vec<String> = std::fs::read_dir(gen_.path("out"))
+        .expect("ls out")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(leftovers, ["train.parquet"], "no temporary file is left");
+
+    let nothing = gen_.run(&["export", "no-such-dir"]).await;
+    assert_eq!(nothing.code, 2, "{}", nothing.stderr);
+
+    let Some(python) = python() else {
+        return;
+    };
+    assert_loaded(
+        &load_with_datasets(&python, "json", &gen_.path("runs/cfg/export.jsonl")),
+        "jsonl",
+    );
+    assert_loaded(
+        &load_with_datasets(&python, "parquet", &gen_.path("out/train.parquet")),
+        "parquet",
+    );
+}
