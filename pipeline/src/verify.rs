@@ -1,6 +1,761 @@
 //! `gen verify`: audits a run directory — every prompt id has exactly one completion or one
 //! recorded rejection, counts add up per source, no duplicate ids, every output file decodes.
+//!
+//! It only reads: a torn tail is reported (the next `gen run` cuts it off), never repaired
+//! here, so verifying a run that is still going never races its writer. What counts as a
+//! problem (exit 1): duplicate or unknown completion ids, a file that does not decode before
+//! its end, manifest counters that do not add up, and prompts missing from a source the run
+//! says is done. Pending prompts of a run that has not finished them are reported, not failed.
 
-pub fn verify(_target: &std::path::Path, _json: bool) -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("`gen verify` is not implemented yet")
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::prep::PrepManifest;
+use crate::run::record::{RejectKind, RejectedRecord};
+use crate::status::Phase;
+use crate::store::frames;
+use crate::store::{RunDir, SourceDir, atomic};
+
+/// The audit of a whole run directory.
+#[derive(Debug, Clone, Serialize)]
+pub struct Audit {
+    pub run_dir: String,
+    /// `status.json` says a `gen run` ended (normally or by a handled signal).
+    pub run_finished: Option<bool>,
+    pub sources: Vec<SourceAudit>,
+    /// Sums over sources.
+    pub totals: Totals,
+    /// No problem in any source.
+    pub consistent: bool,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Totals {
+    pub prompts: u64,
+    pub completed: u64,
+    pub rejected: u64,
+    pub pending: u64,
+    pub lost: u64,
+    pub duplicated: u64,
+    pub unknown: u64,
+    pub problems: usize,
+}
+
+/// The audit of one source directory.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SourceAudit {
+    pub name: String,
+    /// `manifest.json` is present: preparation completed.
+    pub prepared: bool,
+    /// The phase `status.json` gives the source, when it lists it.
+    pub phase: Option<Phase>,
+    /// Prompt ids in `prompts.jsonl.zst`.
+    pub prompts: u64,
+    /// Prompts with a stored completion (counted once however often they are stored).
+    pub completed: u64,
+    /// Prompts without a completion that the server refused for good.
+    pub rejected: u64,
+    /// Prompts with neither, that a rerun will send (of which `retry` ran out of attempts).
+    pub pending: u64,
+    pub retry: u64,
+    /// Prompts with neither in a source the run says is done.
+    pub lost: u64,
+    /// Completion records beyond the first for the same id.
+    pub duplicated: u64,
+    /// Completion ids that are not prepared prompt ids.
+    pub unknown: u64,
+    /// Things that are fine but worth saying (torn tails, why prompts are pending).
+    pub notes: Vec<String>,
+    /// Things that are wrong; any makes the audit fail.
+    pub problems: Vec<String>,
+}
+
+/// `gen verify TARGET [--json]`: prints the audit; exit 0 when consistent, 1 otherwise.
+pub fn verify(target: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    let run_dir = crate::resolve_run_dir(target).map_err(|e| e.error)?;
+    anyhow::ensure!(
+        run_dir.root().is_dir(),
+        "no run directory at `{}`: start a run with `gen run CONFIG`",
+        run_dir.root().display()
+    );
+    let audit = audit(&run_dir)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&audit).context("the audit serializes")?
+        );
+    } else {
+        print!("{}", render(&audit));
+    }
+    Ok(if audit.consistent {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(crate::exit::FAILED)
+    })
+}
+
+/// Audits every source directory of `run_dir` (read only).
+pub fn audit(run_dir: &RunDir) -> anyhow::Result<Audit> {
+    // Read loosely: only `finished` and each source's name and phase matter here, and a
+    // status written by an older or newer `gen` must still be auditable.
+    let status: Option<Value> = atomic::read_json(&run_dir.status())
+        .with_context(|| format!("failed to read `{}`", run_dir.status().display()))?;
+    let listed_sources: Vec<(String, Option<Phase>)> = status
+        .as_ref()
+        .and_then(|s| s["sources"].as_array())
+        .map(|sources| {
+            sources
+                .iter()
+                .filter_map(|s| {
+                    let name = s["name"].as_str()?.to_owned();
+                    let phase = serde_json::from_value(s["phase"].clone()).ok();
+                    Some((name, phase))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut names: Vec<String> = listed_sources.iter().map(|(n, _)| n.clone()).collect();
+    let sources_dir = run_dir.root().join("sources");
+    let mut listed = BTreeSet::new();
+    match fs_err::read_dir(&sources_dir) {
+        Ok(entries) => {
+            for entry in entries {
+                let entry = entry?;
+                if entry.file_type()?.is_dir() {
+                    listed.insert(entry.file_name().to_string_lossy().into_owned());
+                }
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e.into()),
+    }
+    for name in listed {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    let run_finished = status.as_ref().and_then(|s| s["finished"].as_bool());
+    let mut sources = Vec::new();
+    for name in names {
+        let phase = listed_sources
+            .iter()
+            .find(|(n, _)| *n == name)
+            .and_then(|(_, phase)| *phase);
+        let mut audit = audit_source(&run_dir.source(&name), &name, phase, run_finished)
+            .with_context(|| format!("failed to audit source `{name}`"))?;
+        audit.phase = phase;
+        sources.push(audit);
+    }
+    let mut totals = Totals::default();
+    for s in &sources {
+        totals.prompts += s.prompts;
+        totals.completed += s.completed;
+        totals.rejected += s.rejected;
+        totals.pending += s.pending;
+        totals.lost += s.lost;
+        totals.duplicated += s.duplicated;
+        totals.unknown += s.unknown;
+        totals.problems += s.problems.len();
+    }
+    Ok(Audit {
+        run_dir: run_dir.root().display().to_string(),
+        run_finished,
+        consistent: totals.problems == 0,
+        sources,
+        totals,
+    })
+}
+
+/// The part of a completion record the audit needs. Only the id is required, so records
+/// written by another version of `gen` still count.
+#[derive(Deserialize)]
+struct CompletionId {
+    id: String,
+}
+
+/// What reading one framed file found, beyond its records.
+struct FileCheck {
+    torn_bytes: u64,
+    /// Whole frames follow the undecodable part: the damage is not a torn write.
+    damaged_middle: bool,
+}
+
+/// Scans a framed file, telling a torn tail (a crash mid-write) from damage in the middle.
+fn check_framed(
+    path: &Path,
+    on_line: impl FnMut(&[u8]) -> std::io::Result<()>,
+) -> anyhow::Result<FileCheck> {
+    let scan = frames::scan(path, on_line)
+        .with_context(|| format!("failed to read `{}`", path.display()))?;
+    let mut damaged_middle = false;
+    if scan.torn_bytes > 0 {
+        let bytes = fs_err::read(path)?;
+        let offset = usize::try_from(scan.valid_len).unwrap_or(usize::MAX);
+        damaged_middle = has_frame_after(bytes.get(offset + 1..).unwrap_or_default());
+    }
+    Ok(FileCheck {
+        torn_bytes: scan.torn_bytes,
+        damaged_middle,
+    })
+}
+
+/// Whether `bytes` holds a whole, decodable zstd frame anywhere.
+fn has_frame_after(bytes: &[u8]) -> bool {
+    const MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+    let mut from = 0;
+    while let Some(at) = bytes[from..].windows(4).position(|w| w == MAGIC) {
+        let start = from + at;
+        let rest = &bytes[start..];
+        if let Ok(size) = zstd::zstd_safe::find_frame_compressed_size(rest)
+            && zstd::stream::decode_all(&rest[..size]).is_ok()
+        {
+            return true;
+        }
+        from = start + 1;
+    }
+    false
+}
+
+fn audit_source(
+    dir: &SourceDir,
+    name: &str,
+    phase: Option<Phase>,
+    run_finished: Option<bool>,
+) -> anyhow::Result<SourceAudit> {
+    let mut audit = SourceAudit {
+        name: name.to_owned(),
+        ..SourceAudit::default()
+    };
+    let manifest: Option<PrepManifest> = match atomic::read_json(&dir.manifest()) {
+        Ok(manifest) => manifest,
+        Err(e) => {
+            audit
+                .problems
+                .push(format!("`manifest.json` does not decode: {e}"));
+            None
+        }
+    };
+    audit.prepared = manifest.is_some();
+
+    // Prepared prompts.
+    let prompts_path = dir.prompts();
+    let mut prompt_ids: HashSet<String> = HashSet::new();
+    let mut repeated_prompts = 0u64;
+    let mut bad_prompt_lines = 0u64;
+    if prompts_path.exists() {
+        let check = check_framed(&prompts_path, |line| {
+            match serde_json::from_slice::<gen_sources::Prompt>(line) {
+                Ok(prompt) => {
+                    if !prompt_ids.insert(prompt.id) {
+                        repeated_prompts += 1;
+                    }
+                }
+                Err(_) => bad_prompt_lines += 1,
+            }
+            Ok(())
+        })?;
+        if check.torn_bytes > 0 {
+            // The prompts file is renamed into place whole: any damage is a problem.
+            audit.problems.push(format!(
+                "`prompts.jsonl.zst` does not decode after byte {} ({} bytes unreadable)",
+                fs_err::metadata(&prompts_path)?.len() - check.torn_bytes,
+                check.torn_bytes
+            ));
+        }
+        if bad_prompt_lines > 0 {
+            audit.problems.push(format!(
+                "`prompts.jsonl.zst` has {bad_prompt_lines} lines that are not prompts"
+            ));
+        }
+        if repeated_prompts > 0 {
+            audit.problems.push(format!(
+                "`prompts.jsonl.zst` lists {repeated_prompts} prompt ids more than once"
+            ));
+        }
+        if manifest.is_none() {
+            audit.notes.push(
+                "prompts without `manifest.json`: preparation did not complete; the next run \
+                 prepares the source again"
+                    .to_owned(),
+            );
+        }
+    } else if manifest.is_some() {
+        audit
+            .problems
+            .push("`manifest.json` is present but `prompts.jsonl.zst` is missing".to_owned());
+    }
+    audit.prompts = prompt_ids.len() as u64;
+
+    // Manifest arithmetic.
+    if let Some(manifest) = &manifest {
+        let c = &manifest.counters;
+        let dropped: u64 = c.dropped.values().sum();
+        let accounted =
+            c.kept + dropped + c.duplicates_within + c.duplicates_across + c.sampled_out;
+        if c.rows_read != accounted {
+            audit.problems.push(format!(
+                "manifest: rows_read {} != kept {} + dropped {dropped} + duplicates {} + {} + \
+                 sampled_out {} (= {accounted})",
+                c.rows_read, c.kept, c.duplicates_within, c.duplicates_across, c.sampled_out
+            ));
+        }
+        if manifest.prompts != c.kept {
+            audit.problems.push(format!(
+                "manifest: prompts {} != kept {}",
+                manifest.prompts, c.kept
+            ));
+        }
+        if prompts_path.exists() && manifest.prompts != audit.prompts {
+            audit.problems.push(format!(
+                "manifest says {} prompts, `prompts.jsonl.zst` holds {}",
+                manifest.prompts, audit.prompts
+            ));
+        }
+    }
+
+    // Completions.
+    let completions_path = dir.completions();
+    let mut completion_counts: HashMap<String, u64> = HashMap::new();
+    let mut bad_completion_lines = 0u64;
+    let check = check_framed(&completions_path, |line| {
+        match serde_json::from_slice::<CompletionId>(line) {
+            Ok(record) => *completion_counts.entry(record.id).or_default() += 1,
+            Err(_) => bad_completion_lines += 1,
+        }
+        Ok(())
+    })?;
+    if check.damaged_middle {
+        audit.problems.push(format!(
+            "`completions.jsonl.zst` does not decode in the middle: {} bytes unreadable before \
+             later whole frames",
+            check.torn_bytes
+        ));
+    } else if check.torn_bytes > 0 {
+        audit.notes.push(format!(
+            "`completions.jsonl.zst`: torn tail of {} bytes (repaired on the next run)",
+            check.torn_bytes
+        ));
+    }
+    if bad_completion_lines > 0 {
+        audit.problems.push(format!(
+            "`completions.jsonl.zst` has {bad_completion_lines} lines that are not completion \
+             records"
+        ));
+    }
+    audit.duplicated = completion_counts.values().map(|n| n - 1).sum();
+    if audit.duplicated > 0 {
+        let mut ids: Vec<&str> = completion_counts
+            .iter()
+            .filter(|(_, n)| **n > 1)
+            .map(|(id, _)| id.as_str())
+            .collect();
+        ids.sort_unstable();
+        audit.problems.push(format!(
+            "{} duplicate completion records (e.g. `{}`)",
+            audit.duplicated, ids[0]
+        ));
+    }
+    if prompts_path.exists() {
+        let mut unknown: Vec<&str> = completion_counts
+            .keys()
+            .filter(|id| !prompt_ids.contains(id.as_str()))
+            .map(String::as_str)
+            .collect();
+        unknown.sort_unstable();
+        audit.unknown = unknown.len() as u64;
+        if let Some(first) = unknown.first() {
+            audit.problems.push(format!(
+                "{} completion ids are not prepared prompts (e.g. `{first}`)",
+                unknown.len()
+            ));
+        }
+    } else if !completion_counts.is_empty() {
+        audit.problems.push(format!(
+            "{} completions but no prepared prompts",
+            completion_counts.len()
+        ));
+        audit.unknown = completion_counts.len() as u64;
+    }
+
+    // Rejections: one JSON line each, appended; only the last line can be torn.
+    let rejected_path = dir.rejected();
+    let mut permanent: HashSet<String> = HashSet::new();
+    let mut exhausted: HashSet<String> = HashSet::new();
+    match fs_err::read(&rejected_path) {
+        Ok(bytes) => {
+            let lines: Vec<&[u8]> = bytes
+                .split(|b| *b == b'\n')
+                .filter(|l| !l.trim_ascii().is_empty())
+                .collect();
+            let ends_whole = bytes.last().is_none_or(|b| *b == b'\n');
+            for (i, line) in lines.iter().enumerate() {
+                match serde_json::from_slice::<RejectedRecord>(line) {
+                    Ok(record) => {
+                        match record.kind {
+                            RejectKind::Rejected | RejectKind::Truncated => {
+                                permanent.insert(record.id)
+                            }
+                            RejectKind::Exhausted => exhausted.insert(record.id),
+                        };
+                    }
+                    Err(_) if i + 1 == lines.len() && !ends_whole => audit.notes.push(format!(
+                        "`rejected.jsonl`: torn last line of {} bytes",
+                        line.len()
+                    )),
+                    Err(e) => audit.problems.push(format!(
+                        "`rejected.jsonl` line {} does not decode: {e}",
+                        i + 1
+                    )),
+                }
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e.into()),
+    }
+
+    // Every prompt: completed, refused for good, or still to do.
+    for id in &prompt_ids {
+        if completion_counts.contains_key(id) {
+            audit.completed += 1;
+        } else if permanent.contains(id) {
+            audit.rejected += 1;
+        } else {
+            if exhausted.contains(id) {
+                audit.retry += 1;
+            }
+            audit.pending += 1;
+        }
+    }
+    if audit.pending > 0 {
+        if phase == Some(Phase::Done) {
+            audit.lost = audit.pending;
+            audit.pending = 0;
+            audit.problems.push(format!(
+                "{} prompts have no completion or rejection, yet `status.json` says the source \
+                 is done",
+                audit.lost
+            ));
+        } else {
+            let why = match (run_finished, phase) {
+                (Some(false), _) => "the run is in progress or was killed",
+                (_, Some(Phase::Failed)) => "the source failed in the last run",
+                _ => "the last run stopped before them",
+            };
+            let retry = if audit.retry > 0 {
+                format!(" ({} ran out of attempts)", audit.retry)
+            } else {
+                String::new()
+            };
+            audit.notes.push(format!(
+                "{} pending{retry}: {why}; `gen run` sends them",
+                audit.pending
+            ));
+        }
+    }
+    if !audit.prepared && !prompts_path.exists() {
+        audit
+            .notes
+            .push("not prepared yet: the next run prepares it".to_owned());
+    }
+    Ok(audit)
+}
+
+const WIDTH: usize = 80;
+
+/// Splits `text` at spaces into lines of at most `width` columns (a longer word stays whole);
+/// continuation lines are indented by four spaces.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    let mut words = 0;
+    for word in text.split(' ') {
+        if words > 0 && line.chars().count() + 1 + word.chars().count() > width {
+            lines.push(std::mem::replace(&mut line, "    ".to_owned()));
+            words = 0;
+        }
+        if words > 0 {
+            line.push(' ');
+        }
+        line.push_str(word);
+        words += 1;
+    }
+    lines.push(line);
+    lines
+}
+
+/// The audit as a table of at most 80 columns, notes and problems under it, then the verdict.
+pub fn render(audit: &Audit) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let state = match audit.run_finished {
+        Some(true) => "the last `gen run` ended",
+        Some(false) => "a `gen run` is in progress or was killed",
+        None => "no `status.json`",
+    };
+    writeln!(out, "run `{}`: {state}", audit.run_dir).ok();
+    writeln!(out).ok();
+    writeln!(
+        out,
+        "{:<16}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}",
+        "source", "prompts", "done", "rejected", "pending", "lost", "dup", "unknown"
+    )
+    .ok();
+    let row = |out: &mut String, name: &str, s: (u64, u64, u64, u64, u64, u64, u64)| {
+        writeln!(
+            out,
+            "{:<16}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}",
+            name, s.0, s.1, s.2, s.3, s.4, s.5, s.6
+        )
+        .ok();
+    };
+    for s in &audit.sources {
+        let name = if s.name.chars().count() > 15 {
+            writeln!(out, "{}", s.name).ok();
+            String::new()
+        } else {
+            s.name.clone()
+        };
+        row(
+            &mut out,
+            &name,
+            (
+                s.prompts,
+                s.completed,
+                s.rejected,
+                s.pending,
+                s.lost,
+                s.duplicated,
+                s.unknown,
+            ),
+        );
+    }
+    let t = &audit.totals;
+    row(
+        &mut out,
+        "total",
+        (
+            t.prompts,
+            t.completed,
+            t.rejected,
+            t.pending,
+            t.lost,
+            t.duplicated,
+            t.unknown,
+        ),
+    );
+    let mut said = false;
+    for s in &audit.sources {
+        for (mark, text) in s
+            .problems
+            .iter()
+            .map(|p| ("problem", p))
+            .chain(s.notes.iter().map(|n| ("note", n)))
+        {
+            if !said {
+                writeln!(out).ok();
+                said = true;
+            }
+            for line in wrap(&format!("{mark}: `{}`: {text}", s.name), WIDTH) {
+                writeln!(out, "{line}").ok();
+            }
+        }
+    }
+    writeln!(out).ok();
+    let verdict = if audit.consistent {
+        format!(
+            "verdict: consistent: {} lost, {} duplicated, {} unknown ids, every file decodes",
+            t.lost, t.duplicated, t.unknown
+        )
+    } else {
+        let noun = if t.problems == 1 {
+            "problem"
+        } else {
+            "problems"
+        };
+        format!(
+            "verdict: {} {noun}: {} lost, {} duplicated, {} unknown ids",
+            t.problems, t.lost, t.duplicated, t.unknown
+        )
+    };
+    writeln!(out, "{verdict}").ok();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::frames::FrameWriter;
+    use gen_sources::{Message, Prompt, Role};
+
+    fn prompt(source: &str, n: u64) -> Prompt {
+        Prompt {
+            id: format!("{source}-{n:016x}"),
+            source: source.to_owned(),
+            messages: vec![Message::new(Role::User, format!("q{n}"))],
+            source_key: None,
+            row: n,
+        }
+    }
+
+    fn completion(prompt: &Prompt) -> serde_json::Value {
+        serde_json::json!({
+            "id": prompt.id,
+            "source": prompt.source,
+            "model": "m",
+            "messages": prompt.messages,
+            "content": "a",
+            "finish_reason": "stop",
+        })
+    }
+
+    /// A prepared source `s` with `n` prompts; returns them.
+    fn prepared(run_dir: &RunDir, n: u64) -> Vec<Prompt> {
+        let dir = run_dir.source("s");
+        fs_err::create_dir_all(dir.root()).expect("mkdir");
+        let prompts: Vec<Prompt> = (0..n).map(|i| prompt("s", i)).collect();
+        let (mut writer, _) = FrameWriter::open(&dir.prompts()).expect("open");
+        for p in &prompts {
+            writer.push(p).expect("push");
+        }
+        writer.flush().expect("flush");
+        let manifest = PrepManifest {
+            layout: 1,
+            prompts: n,
+            counters: gen_sources::Manifest {
+                source: "s".into(),
+                rows_read: n + 2,
+                kept: n,
+                dropped: [("bad_json".to_owned(), 1)].into(),
+                duplicates_within: 1,
+                ..gen_sources::Manifest::default()
+            },
+        };
+        atomic::write_json(&dir.manifest(), &manifest).expect("manifest");
+        prompts
+    }
+
+    fn complete(run_dir: &RunDir, prompts: &[&Prompt]) {
+        let (mut writer, _) = FrameWriter::open(&run_dir.source("s").completions()).expect("open");
+        for p in prompts {
+            writer.push(&completion(p)).expect("push");
+        }
+        writer.flush().expect("flush");
+    }
+
+    #[test]
+    fn a_complete_source_is_consistent_and_the_table_fits_80_columns() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let run_dir = RunDir::new(tmp.path());
+        let prompts = prepared(&run_dir, 3);
+        complete(&run_dir, &prompts.iter().collect::<Vec<_>>());
+        let audit = audit(&run_dir).expect("audit");
+        assert!(audit.consistent, "{audit:#?}");
+        assert_eq!(audit.totals.completed, 3);
+        let text = render(&audit);
+        assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
+        assert_eq!(
+            text.lines().last(),
+            Some("verdict: consistent: 0 lost, 0 duplicated, 0 unknown ids, every file decodes"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn duplicates_unknown_ids_and_lost_prompts_are_problems() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let run_dir = RunDir::new(tmp.path());
+        let prompts = prepared(&run_dir, 4);
+        let stranger = prompt("s", 99);
+        complete(&run_dir, &[&prompts[0], &prompts[0], &stranger]);
+        let audit_before = audit(&run_dir).expect("audit");
+        let s = &audit_before.sources[0];
+        assert_eq!((s.duplicated, s.unknown, s.pending, s.lost), (1, 1, 3, 0));
+        assert!(!audit_before.consistent);
+
+        // The same state under a status that says the source is done: 3 lost.
+        let status = serde_json::json!({
+            "finished": true,
+            "sources": [{"name": "s", "phase": "done", "prepared": 4, "done": 4}],
+        });
+        atomic::write_json(&run_dir.status(), &status).expect("status");
+        let audit = audit(&run_dir).expect("audit");
+        assert_eq!(audit.sources[0].lost, 3);
+        assert_eq!(audit.totals.problems, 3, "{:#?}", audit.sources[0].problems);
+    }
+
+    #[test]
+    fn a_torn_tail_is_a_note_and_damage_in_the_middle_a_problem() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let run_dir = RunDir::new(tmp.path());
+        let prompts = prepared(&run_dir, 3);
+        complete(&run_dir, &[&prompts[0]]);
+        let path = run_dir.source("s").completions();
+        let mut bytes = fs_err::read(&path).expect("read");
+        bytes.extend_from_slice(b"garbage!");
+        fs_err::write(&path, &bytes).expect("write");
+        let torn = audit(&run_dir).expect("audit");
+        assert!(torn.consistent, "{torn:#?}");
+        let text = render(&torn);
+        assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
+        assert!(
+            text.contains("note: `s`: `completions.jsonl.zst`: torn tail of 8 bytes (repaired on the next\n    run)"),
+            "{text}"
+        );
+        assert!(
+            torn.sources[0].notes.contains(
+                &"`completions.jsonl.zst`: torn tail of 8 bytes (repaired on the next run)"
+                    .to_owned()
+            ),
+            "{:?}",
+            torn.sources[0].notes
+        );
+
+        // A whole frame after the garbage (appended raw: a writer would cut the tail first).
+        let frame = zstd::encode_all(&b"{\"id\":\"s-0000000000000001\"}\n"[..], 3).expect("zstd");
+        bytes.extend_from_slice(&frame);
+        fs_err::write(&path, &bytes).expect("write");
+        let damaged = audit(&run_dir).expect("audit");
+        assert!(!damaged.consistent);
+        assert!(
+            damaged.sources[0].problems[0].contains("does not decode in the middle"),
+            "{:?}",
+            damaged.sources[0].problems
+        );
+    }
+
+    #[test]
+    fn manifest_arithmetic_is_checked_and_rejections_count() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let run_dir = RunDir::new(tmp.path());
+        let prompts = prepared(&run_dir, 2);
+        complete(&run_dir, &[&prompts[0]]);
+        let record = RejectedRecord {
+            id: prompts[1].id.clone(),
+            kind: RejectKind::Rejected,
+            reason: "HTTP 400".into(),
+            attempts: 1,
+            created_unix_ms: 0,
+        };
+        let mut line = serde_json::to_vec(&record).expect("json");
+        line.push(b'\n');
+        fs_err::write(run_dir.source("s").rejected(), line).expect("write");
+        let audit_ok = audit(&run_dir).expect("audit");
+        assert!(audit_ok.consistent, "{audit_ok:#?}");
+        assert_eq!(audit_ok.sources[0].rejected, 1);
+
+        let path = run_dir.source("s").manifest();
+        let text = fs_err::read_to_string(&path).expect("read");
+        fs_err::write(&path, text.replace("\"rows_read\": 4", "\"rows_read\": 5")).expect("w");
+        let bad = audit(&run_dir).expect("audit");
+        assert!(
+            bad.sources[0].problems[0].starts_with("manifest: rows_read 5 != kept 2"),
+            "{:?}",
+            bad.sources[0].problems
+        );
+    }
 }

@@ -6,6 +6,7 @@ pub mod cgroup;
 pub mod dispatch;
 pub mod kernel_log;
 pub mod limiter;
+pub mod lock;
 pub mod observe;
 pub mod orchestrator;
 pub mod pin;

@@ -1,0 +1,438 @@
+//! The malformed-input corpus: each case is one source of a single `gen run`, with the outcome
+//! it must have — rows counted as dropped with a reason in `manifest.json`, or the source
+//! failed with a message naming the file. Never a panic, never exit code 101.
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+use crate::harness::{Project, phase_of};
+use gen_tests::fake_openai::{FakeOpenAi, Knobs};
+
+/// What a malformed input must lead to.
+#[derive(Debug)]
+enum Expect {
+    /// Prepared: `rows_read`, `kept`, and exactly these `dropped` counters (plus duplicates).
+    Rows {
+        read: u64,
+        kept: u64,
+        dropped: &'static [(&'static str, u64)],
+        duplicates: u64,
+    },
+    /// The source failed; its `prep.log` names the file and says this.
+    Fails(&'static str),
+}
+
+use Expect::{Fails, Rows};
+
+const fn rows(read: u64, kept: u64, dropped: &'static [(&'static str, u64)]) -> Expect {
+    Rows {
+        read,
+        kept,
+        dropped,
+        duplicates: 0,
+    }
+}
+
+struct Case {
+    name: &'static str,
+    file: &'static str,
+    bytes: Vec<u8>,
+    /// Extra `[[source]]` lines.
+    extra: &'static str,
+    expect: Expect,
+}
+
+fn case(name: &'static str, file: &'static str, bytes: impl Into<Vec<u8>>, expect: Expect) -> Case {
+    Case {
+        name,
+        file,
+        bytes: bytes.into(),
+        extra: "",
+        expect,
+    }
+}
+
+const OK: &str = "{\"prompt\": \"a fine row\"}\n";
+
+fn with_ok(bad: &str) -> Vec<u8> {
+    format!("{OK}{bad}").into_bytes()
+}
+
+fn zstd_of(text: &str) -> Vec<u8> {
+    zstd::encode_all(text.as_bytes(), 3).expect("zstd")
+}
+
+fn cases() -> Vec<Case> {
+    let many: String = (0..3000)
+        .map(|i| format!("{{\"prompt\": \"row {i}\"}}\n"))
+        .collect();
+    let big = zstd_of(&many);
+    let huge = format!("{{\"prompt\": \"{}\"}}\n", "x".repeat(4 << 20));
+    let deep = format!(
+        "{{\"prompt\": {}{}}}\n",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let mut gz = Vec::new();
+    gz.extend_from_slice(&[0x1f, 0x8b, 0x08, 0x00]);
+    gz.extend_from_slice(b"not really gzip at all");
+    let mut utf8 = OK.as_bytes().to_vec();
+    utf8.extend_from_slice(b"{\"prompt\": \"caf\xe9 \xff\xfe\"}\n");
+    let mut nul = OK.as_bytes().to_vec();
+    nul.extend_from_slice(b"{\"prompt\": \"a\x00b\"}\n");
+    vec![
+        case(
+            "bad_json",
+            "x.jsonl",
+            with_ok("not json\n"),
+            rows(2, 1, &[("bad_json", 1)]),
+        ),
+        case(
+            "truncated_line",
+            "x.jsonl",
+            with_ok("{\"prompt\": \"cut"),
+            rows(2, 1, &[("bad_json", 1)]),
+        ),
+        case(
+            "array_row",
+            "x.jsonl",
+            with_ok("[1, 2]\n"),
+            rows(2, 1, &[("not_an_object", 1)]),
+        ),
+        case(
+            "number_row",
+            "x.jsonl",
+            with_ok("42\n"),
+            rows(2, 1, &[("not_an_object", 1)]),
+        ),
+        case(
+            "string_row",
+            "x.jsonl",
+            with_ok("\"hello\"\n"),
+            rows(2, 1, &[("not_an_object", 1)]),
+        ),
+        case(
+            "null_row",
+            "x.jsonl",
+            with_ok("null\n"),
+            rows(2, 1, &[("not_an_object", 1)]),
+        ),
+        case(
+            "prompt_number",
+            "x.jsonl",
+            with_ok("{\"prompt\": 5}\n"),
+            rows(2, 1, &[("wrong_type", 1)]),
+        ),
+        case(
+            "prompt_null",
+            "x.jsonl",
+            with_ok("{\"prompt\": null}\n"),
+            rows(2, 1, &[("no_user_turn", 1)]),
+        ),
+        case(
+            "prompt_list",
+            "x.jsonl",
+            with_ok("{\"prompt\": [1, 2]}\n"),
+            rows(2, 1, &[("wrong_type", 1)]),
+        ),
+        case(
+            "messages_string",
+            "x.jsonl",
+            with_ok("{\"messages\": \"hi\"}\n"),
+            rows(2, 1, &[("wrong_type", 1)]),
+        ),
+        case(
+            "role_missing",
+            "x.jsonl",
+            with_ok("{\"messages\": [{\"content\": \"x\"}]}\n"),
+            rows(2, 1, &[("missing_field", 1)]),
+        ),
+        case(
+            "unknown_role",
+            "x.jsonl",
+            with_ok("{\"messages\": [{\"role\": \"wizard\", \"content\": \"x\"}]}\n"),
+            rows(2, 1, &[("unknown_role", 1)]),
+        ),
+        case(
+            "only_empty_turns",
+            "x.jsonl",
+            with_ok(
+                "{\"messages\": [{\"role\": \"user\", \"content\": \"\"}, {\"role\": \"assistant\", \"content\": \"\"}]}\n",
+            ),
+            rows(2, 1, &[("no_user_turn", 1)]),
+        ),
+        case(
+            "only_assistant",
+            "x.jsonl",
+            with_ok("{\"messages\": [{\"role\": \"assistant\", \"content\": \"hi\"}]}\n"),
+            rows(2, 1, &[("no_user_turn", 1)]),
+        ),
+        case(
+            "empty_conversation",
+            "x.jsonl",
+            with_ok("{\"messages\": []}\n"),
+            rows(2, 1, &[("no_user_turn", 1)]),
+        ),
+        case(
+            "whitespace_prompt",
+            "x.jsonl",
+            with_ok("{\"prompt\": \"   \"}\n"),
+            rows(2, 1, &[("no_user_turn", 1)]),
+        ),
+        case(
+            "unknown_fields",
+            "x.jsonl",
+            with_ok("{\"foo\": 1}\n"),
+            rows(2, 1, &[("missing_field", 1)]),
+        ),
+        case(
+            "empty_object",
+            "x.jsonl",
+            with_ok("{}\n"),
+            rows(2, 1, &[("missing_field", 1)]),
+        ),
+        case(
+            "invalid_utf8",
+            "x.jsonl",
+            utf8,
+            rows(2, 1, &[("bad_json", 1)]),
+        ),
+        case(
+            "lone_surrogate",
+            "x.jsonl",
+            with_ok("{\"prompt\": \"\\ud800\"}\n"),
+            rows(2, 1, &[("bad_json", 1)]),
+        ),
+        case(
+            "raw_nul_byte",
+            "x.jsonl",
+            nul,
+            rows(2, 1, &[("bad_json", 1)]),
+        ),
+        case(
+            "byte_order_mark",
+            "x.jsonl",
+            format!("\u{feff}{OK}{OK}"),
+            rows(2, 1, &[("bad_json", 1)]),
+        ),
+        case(
+            "crlf_lines",
+            "x.jsonl",
+            "{\"prompt\": \"one\"}\r\n{\"prompt\": \"two\"}\r\n",
+            rows(2, 2, &[]),
+        ),
+        case("huge_row", "x.jsonl", huge.clone(), rows(1, 1, &[])),
+        Case {
+            extra: "max-chars = 1000",
+            ..case(
+                "huge_row_over_max_chars",
+                "x.jsonl",
+                huge,
+                rows(1, 0, &[("too_long", 1)]),
+            )
+        },
+        case(
+            "deep_nesting",
+            "x.jsonl",
+            with_ok(&deep),
+            rows(2, 1, &[("bad_json", 1)]),
+        ),
+        case("empty_file", "x.jsonl", "", rows(0, 0, &[])),
+        case(
+            "blank_lines_only",
+            "x.jsonl",
+            "\n\n   \n\n",
+            rows(0, 0, &[]),
+        ),
+        case(
+            "repeated_rows",
+            "x.jsonl",
+            format!("{OK}{OK}{OK}"),
+            Rows {
+                read: 3,
+                kept: 1,
+                dropped: &[],
+                duplicates: 2,
+            },
+        ),
+        Case {
+            extra: "prompt-field = \"question\"",
+            ..case(
+                "wrong_schema",
+                "x.jsonl",
+                "{\"text\": \"what?\"}\n{\"text\": \"why?\"}\n",
+                rows(2, 0, &[("missing_field", 2)]),
+            )
+        },
+        case("json_array_empty", "x.json", "[]", rows(0, 0, &[])),
+        case(
+            "json_array_mixed",
+            "x.json",
+            "[1, {\"prompt\": \"a\"}, \"s\"]",
+            rows(3, 1, &[("not_an_object", 2)]),
+        ),
+        case(
+            "json_array_truncated",
+            "x.json",
+            "[{\"prompt\": \"a\"}, {\"prompt\": ",
+            Fails("invalid JSON array after 1 rows"),
+        ),
+        case(
+            "json_array_not_array",
+            "x.json",
+            "{\"prompt\": \"x\"}",
+            Fails("invalid JSON array after 0 rows"),
+        ),
+        case(
+            "json_array_garbage",
+            "x.json",
+            "<html>502 Bad Gateway</html>",
+            Fails("invalid JSON array after 0 rows"),
+        ),
+        case(
+            "zstd_corrupt",
+            "x.jsonl.zst",
+            b"\x28\xb5\x2f\xfd this is not zstd".to_vec(),
+            Fails("Data corruption detected"),
+        ),
+        case(
+            "zstd_truncated",
+            "x.jsonl.zst",
+            big[..big.len() / 2].to_vec(),
+            Fails("incomplete frame"),
+        ),
+        case(
+            "gzip_corrupt",
+            "x.jsonl.gz",
+            gz,
+            Fails("corrupt deflate stream"),
+        ),
+        case(
+            "parquet_garbage",
+            "x.parquet",
+            "definitely not parquet",
+            Fails("Invalid Parquet file. Corrupt footer"),
+        ),
+        case(
+            "parquet_empty",
+            "x.parquet",
+            "",
+            Fails("Parquet file too small. Size is 0"),
+        ),
+        case(
+            "parquet_magic_only",
+            "x.parquet",
+            "PAR1PAR1",
+            Fails("Parquet file too small. Size is 8"),
+        ),
+        case(
+            "path_is_a_directory",
+            "x.jsonl/inner.txt",
+            "",
+            Fails("Is a directory"),
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn every_malformed_input_has_its_expected_outcome_and_nothing_panics() {
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let project = Project::new();
+    let cases = cases();
+    assert!(cases.len() >= 30);
+    let mut config = format!(
+        "[run]\nmax-parallel-prep = 6\n\n[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = 8\n",
+        server.url()
+    );
+    for case in &cases {
+        let file = format!("data/{}/{}", case.name, case.file);
+        project.write(&file, &case.bytes);
+        // The directory case points at the directory, not the file inside it.
+        let path = file.trim_end_matches("/inner.txt");
+        writeln!(
+            config,
+            "\n[[source]]\nname = \"{}\"\npath = \"{path}\"\n{}",
+            case.name, case.extra
+        )
+        .expect("fmt");
+    }
+    project.write("cfg.toml", &config);
+    let out = project.run_gen(&["run", "cfg.toml"]).await;
+    assert_eq!(out.code, Some(1), "some sources fail: {}", out.stderr);
+    assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+    let status = project.status("runs/cfg").expect("status.json");
+
+    let mut report = String::new();
+    let mut mismatches = Vec::new();
+    for case in &cases {
+        let dir = project.path(&format!("runs/cfg/sources/{}", case.name));
+        let log = std::fs::read_to_string(dir.join("prep.log")).unwrap_or_default();
+        let worker: Value = std::fs::read(dir.join("worker.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
+            .unwrap_or_default();
+        let exit = worker["report"]["exit"].to_string();
+        let phase = phase_of(&status, case.name);
+        let manifest: Option<Value> = std::fs::read(dir.join("manifest.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        assert!(!log.contains("panicked"), "{}: {log}", case.name);
+        assert!(!exit.contains("101"), "{}: {exit}", case.name);
+        let actual = match &manifest {
+            Some(m) => format!(
+                "rows {} kept {} dropped {} duplicates {}",
+                m["rows_read"], m["kept"], m["dropped"], m["duplicates_within"]
+            ),
+            None => format!(
+                "failed ({phase}): {}",
+                log.lines()
+                    .find(|l| l.contains("caused by"))
+                    .unwrap_or("")
+                    .trim()
+            ),
+        };
+        writeln!(report, "{:<26} {actual}", case.name).expect("fmt");
+        let ok = match (&case.expect, &manifest) {
+            (
+                Rows {
+                    read,
+                    kept,
+                    dropped,
+                    duplicates,
+                },
+                Some(m),
+            ) => {
+                let expected: serde_json::Map<String, Value> = dropped
+                    .iter()
+                    .map(|(k, n)| ((*k).to_owned(), Value::from(*n)))
+                    .collect();
+                m["rows_read"] == *read
+                    && m["kept"] == *kept
+                    && m["dropped"] == Value::Object(expected)
+                    && m["duplicates_within"] == *duplicates
+                    && phase == "done"
+            }
+            (Fails(text), None) => {
+                let file = format!("data/{}/{}", case.name, case.file);
+                let file = file.trim_end_matches("/inner.txt");
+                phase == "failed"
+                    && log.contains(&format!("error: failed to read `{file}`"))
+                    && log.contains(text)
+            }
+            _ => false,
+        };
+        if !ok {
+            mismatches.push(format!(
+                "{}: expected {:?}, got {actual}\n{log}",
+                case.name, case.expect
+            ));
+        }
+    }
+    eprintln!("{report}");
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+
+    // The audit agrees: failed sources are pending, nothing is inconsistent.
+    let (code, audit) = project.verify("runs/cfg").await;
+    assert_eq!(code, Some(0), "{audit:#}");
+}
