@@ -1,7 +1,652 @@
 //! `gen doctor` and the preflight of `gen run`: reads the real machine (RAM, cgroup limit,
 //! CPUs, disk, GPU memory) and the server, compares them with the plan, and refuses a plan
 //! that cannot fit, with the numbers.
+//!
+//! Three layers, so the arithmetic is testable with plain numbers:
+//! - [`read_machine`] reads `/proc`, cgroups, the disk, `nvidia-smi` and what earlier runs
+//!   left in the run directory into a [`Machine`];
+//! - [`assess`] compares a [`Plan`] with a [`Machine`] (pure);
+//! - [`preflight`] does both, with [`Overrides`] (`GEN_TEST_MEM_AVAILABLE`, `--run-dir`).
+//!
+//! `gen doctor` adds the server checks ([`server`]: the model is served, the context covers
+//! `max-tokens`), which need the network; the preflight does not contact the server.
+//!
+//! Memory demand: `max-parallel-prep` (at most the number of sources) × the largest
+//! per-source worker demand — its `memory-limit`, else the peak RSS its last worker reached
+//! (`worker.json`), else [`DEFAULT_WORKER_MEMORY`] — plus `[server] host-memory`. It is
+//! refused above what is available (`MemAvailable`, or less when a memory cgroup limits this
+//! process) and warned about above [`WARN_FRACTION`] of it. Disk demand: every prompt
+//! answered at full `max-tokens`, [`BYTES_PER_TOKEN`] bytes a token, divided by
+//! [`COMPRESSION`] (zstd on text) — an upper bound.
 
-pub fn doctor(_config: &std::path::Path) -> anyhow::Result<std::process::ExitCode> {
-    anyhow::bail!("`gen doctor` is not implemented yet")
+mod machine;
+mod server;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+pub use machine::{CgroupMemory, Disk, Gpu, Machine, read_machine};
+
+use crate::config::Plan;
+
+/// Memory assumed for a worker with no `memory-limit` and no earlier run.
+pub const DEFAULT_WORKER_MEMORY: u64 = 2 << 30;
+/// Above this share of what is available, a check warns.
+pub const WARN_FRACTION: f64 = 0.8;
+/// Bytes of JSON a generated token takes, before compression.
+pub const BYTES_PER_TOKEN: u64 = 4;
+/// What zstd divides generated text by.
+pub const COMPRESSION: u64 = 3;
+/// Test hook: bytes to use instead of `MemAvailable` (e.g. a small budget).
+pub const MEM_AVAILABLE_ENV: &str = "GEN_TEST_MEM_AVAILABLE";
+
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Ok,
+    Warn,
+    Fail,
+}
+
+impl Level {
+    fn label(self) -> &'static str {
+        match self {
+            Level::Ok => "ok",
+            Level::Warn => "warn",
+            Level::Fail => "FAIL",
+        }
+    }
+}
+
+/// One line of the report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub name: &'static str,
+    pub level: Level,
+    pub message: String,
+}
+
+impl Check {
+    fn new(name: &'static str, level: Level, message: impl Into<String>) -> Check {
+        Check {
+            name,
+            level,
+            message: message.into(),
+        }
+    }
+}
+
+/// The outcome of the preflight: every check, in report order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Preflight {
+    pub checks: Vec<Check>,
+}
+
+impl Preflight {
+    /// Nothing failed: the plan fits (warnings allowed).
+    pub fn fits(&self) -> bool {
+        self.checks.iter().all(|c| c.level != Level::Fail)
+    }
+
+    /// Why the plan cannot run here (the failed checks), or `None` when it fits.
+    pub fn refusal(&self) -> Option<String> {
+        let failed: Vec<&str> = self
+            .checks
+            .iter()
+            .filter(|c| c.level == Level::Fail)
+            .map(|c| c.message.as_str())
+            .collect();
+        (!failed.is_empty()).then(|| failed.join("; "))
+    }
+
+    pub fn warnings(&self) -> impl Iterator<Item = &Check> {
+        self.checks.iter().filter(|c| c.level == Level::Warn)
+    }
+
+    /// One line per check: `ok    memory   needs …`.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for check in &self.checks {
+            out.push_str(&format!(
+                "{:<5} {:<7} {}\n",
+                check.level.label(),
+                check.name,
+                check.message
+            ));
+        }
+        out
+    }
+}
+
+/// What replaces a reading of the machine.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// The run directory when not the plan's (`gen run --run-dir`).
+    pub run_dir: Option<PathBuf>,
+    /// Bytes to use instead of `MemAvailable`.
+    pub mem_available: Option<u64>,
+}
+
+impl Overrides {
+    /// [`MEM_AVAILABLE_ENV`] when set (bytes, or a size such as `512M`).
+    pub fn from_env() -> Overrides {
+        Overrides {
+            run_dir: None,
+            mem_available: std::env::var(MEM_AVAILABLE_ENV)
+                .ok()
+                .and_then(|v| crate::run::cgroup::parse_size(&v)),
+        }
+    }
+}
+
+/// Reads the machine and assesses `plan` against it. For `gen run`, before anything starts:
+///
+/// ```ignore
+/// let preflight = doctor::preflight(&plan, &Overrides { run_dir: Some(dir), ..Overrides::from_env() });
+/// for warning in preflight.warnings() { eprintln!("gen: warning: {}", warning.message); }
+/// if let Some(why) = preflight.refusal() { bail!("the plan does not fit this machine: {why}"); }
+/// ```
+///
+/// It only reads local files and runs `nvidia-smi`; it does not contact the server.
+pub fn preflight(plan: &Plan, overrides: &Overrides) -> Preflight {
+    let run_dir = overrides.run_dir.as_deref().unwrap_or(&plan.run_dir);
+    let mut machine = read_machine(run_dir);
+    if let Some(available) = overrides.mem_available {
+        machine.mem_available = Some(available);
+    }
+    assess(plan, &machine)
+}
+
+/// Formats bytes for people: `540 GiB`, `2.2 GiB`, `512 MiB`.
+pub fn human(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 4] = [
+        ("TiB", 1 << 40),
+        ("GiB", 1 << 30),
+        ("MiB", 1 << 20),
+        ("KiB", 1 << 10),
+    ];
+    for (unit, size) in UNITS {
+        if bytes >= size {
+            let value = bytes as f64 / size as f64;
+            return if bytes.is_multiple_of(size) || value >= 100.0 {
+                format!("{value:.0} {unit}")
+            } else {
+                format!("{value:.1} {unit}")
+            };
+        }
+    }
+    format!("{bytes} B")
+}
+
+fn percent(part: u64, whole: u64) -> u64 {
+    if whole == 0 {
+        return 100;
+    }
+    (part as f64 * 100.0 / whole as f64).round() as u64
+}
+
+/// Where a worker's memory figure comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Basis {
+    Limit,
+    Measured,
+    Assumed,
+}
+
+/// Compares `plan` with `machine`: memory, CPUs, disk, GPUs. Pure.
+pub fn assess(plan: &Plan, machine: &Machine) -> Preflight {
+    let mut checks = vec![host(machine), memory(plan, machine), cpus(plan, machine)];
+    checks.push(disk(plan, machine));
+    checks.push(gpus(plan, machine));
+    Preflight { checks }
+}
+
+/// The tightest of `MemAvailable` and the cgroup's headroom, and whether the cgroup binds.
+fn available(machine: &Machine) -> Option<(u64, bool)> {
+    let headroom = machine
+        .cgroup
+        .as_ref()
+        .map(|c| c.limit.saturating_sub(c.usage));
+    match (machine.mem_available, headroom) {
+        (Some(ram), Some(cgroup)) if cgroup < ram => Some((cgroup, true)),
+        (Some(ram), _) => Some((ram, false)),
+        (None, Some(cgroup)) => Some((cgroup, true)),
+        (None, None) => None,
+    }
+}
+
+fn host(machine: &Machine) -> Check {
+    let ram = match (machine.mem_total, machine.mem_available) {
+        (Some(total), Some(available)) => {
+            format!("{} RAM, {} available", human(total), human(available))
+        }
+        _ => "RAM unknown (`/proc/meminfo` unreadable)".to_owned(),
+    };
+    let cgroup = match &machine.cgroup {
+        Some(c) => format!(
+            "cgroup limit {} ({} in use) at `{}`",
+            human(c.limit),
+            human(c.usage),
+            c.path.display()
+        ),
+        None => "no cgroup memory limit".to_owned(),
+    };
+    Check::new(
+        "host",
+        Level::Ok,
+        format!("{ram}, {cgroup}, {} CPUs", machine.cpus),
+    )
+}
+
+fn memory(plan: &Plan, machine: &Machine) -> Check {
+    let workers = plan.max_parallel_prep.get().min(plan.sources.len());
+    // The largest per-source demand, with where it comes from.
+    let largest = plan
+        .sources
+        .iter()
+        .zip(&plan.workers)
+        .map(|(spec, worker)| {
+            let name = spec.name();
+            match (worker.memory_limit, machine.peak_rss.get(name)) {
+                (Some(limit), _) => (limit, Basis::Limit, name),
+                (None, Some(peak)) => (*peak, Basis::Measured, name),
+                (None, None) => (DEFAULT_WORKER_MEMORY, Basis::Assumed, name),
+            }
+        })
+        .max_by_key(|(bytes, _, _)| *bytes);
+    let mut parts = Vec::new();
+    let mut demand = 0u64;
+    if let Some((bytes, basis, name)) = largest
+        && workers > 0
+    {
+        let count = if workers == 1 {
+            "1 worker".to_owned()
+        } else {
+            format!("{workers} workers")
+        };
+        let what = match basis {
+            Basis::Limit => "memory-limit".to_owned(),
+            Basis::Measured => format!("peak RSS measured for `{name}`"),
+            Basis::Assumed => "assumed per worker (no memory-limit, no earlier run)".to_owned(),
+        };
+        parts.push(format!("{count} × {} {what}", human(bytes)));
+        demand = demand.saturating_add(bytes.saturating_mul(workers as u64));
+    }
+    if let Some(server) = plan.server_host_memory {
+        parts.push(format!("{} server host-memory", human(server)));
+        demand = demand.saturating_add(server);
+    }
+    let parts = parts.join(" + ");
+    let Some((available, cgroup_binds)) = available(machine) else {
+        return Check::new(
+            "memory",
+            Level::Warn,
+            format!(
+                "needs {} host RAM, available RAM unknown: {parts}",
+                human(demand)
+            ),
+        );
+    };
+    let mut available_text = human(available);
+    if cgroup_binds {
+        available_text.push_str(" (under the cgroup limit)");
+    }
+    if demand > available {
+        Check::new(
+            "memory",
+            Level::Fail,
+            format!(
+                "needs {} host RAM, {available_text} available: {parts}",
+                human(demand)
+            ),
+        )
+    } else if demand as f64 > WARN_FRACTION * available as f64 {
+        Check::new(
+            "memory",
+            Level::Warn,
+            format!(
+                "needs {} host RAM, {}% of the {available_text} available: {parts}",
+                human(demand),
+                percent(demand, available)
+            ),
+        )
+    } else {
+        Check::new(
+            "memory",
+            Level::Ok,
+            format!(
+                "needs {} host RAM of {available_text} available: {parts}",
+                human(demand)
+            ),
+        )
+    }
+}
+
+fn cpus(plan: &Plan, machine: &Machine) -> Check {
+    let workers = plan.max_parallel_prep.get().min(plan.sources.len());
+    let message = format!(
+        "{} CPUs for {workers} preparation worker(s) at once",
+        machine.cpus
+    );
+    if workers > machine.cpus {
+        Check::new(
+            "cpus",
+            Level::Warn,
+            format!("{message}: more workers than CPUs, they will take turns"),
+        )
+    } else {
+        Check::new("cpus", Level::Ok, message)
+    }
+}
+
+fn disk(plan: &Plan, machine: &Machine) -> Check {
+    let prompts: u64 = plan
+        .sources
+        .iter()
+        .map(|spec| {
+            machine
+                .prepared
+                .get(spec.name())
+                .copied()
+                .unwrap_or_else(|| spec.limit())
+        })
+        .sum();
+    let max_tokens = u64::from(plan.generation.max_tokens);
+    let estimate = prompts
+        .saturating_mul(max_tokens)
+        .saturating_mul(BYTES_PER_TOKEN)
+        / COMPRESSION;
+    let basis = format!(
+        "{prompts} prompts × {max_tokens} max-tokens × ~{BYTES_PER_TOKEN} bytes/token ÷ {COMPRESSION} (zstd)"
+    );
+    let Some(disk) = &machine.disk else {
+        return Check::new(
+            "disk",
+            Level::Warn,
+            format!(
+                "output up to {} ({basis}); free space of the run directory unknown",
+                human(estimate)
+            ),
+        );
+    };
+    let free = format!(
+        "{} free on `{}`",
+        human(disk.free),
+        disk.mount_point.display()
+    );
+    if estimate > disk.free {
+        Check::new(
+            "disk",
+            Level::Fail,
+            format!("output needs up to {} ({basis}), {free}", human(estimate)),
+        )
+    } else if estimate as f64 > WARN_FRACTION * disk.free as f64 {
+        Check::new(
+            "disk",
+            Level::Warn,
+            format!(
+                "output needs up to {} ({basis}), {}% of the {free}",
+                human(estimate),
+                percent(estimate, disk.free)
+            ),
+        )
+    } else {
+        Check::new(
+            "disk",
+            Level::Ok,
+            format!("output up to {} ({basis}), {free}", human(estimate)),
+        )
+    }
+}
+
+fn gpus(plan: &Plan, machine: &Machine) -> Check {
+    let Some(gpus) = &machine.gpus else {
+        return Check::new("gpu", Level::Ok, "no `nvidia-smi`: GPU memory not checked");
+    };
+    if gpus.is_empty() {
+        return Check::new("gpu", Level::Ok, "`nvidia-smi` lists no GPU");
+    }
+    let listed: Vec<String> = gpus
+        .iter()
+        .enumerate()
+        .map(|(i, g)| format!("GPU {i} {} of {} used", human(g.used), human(g.total)))
+        .collect();
+    let busy: Vec<String> = gpus
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| g.used as f64 > WARN_FRACTION * g.total as f64)
+        .map(|(i, _)| i.to_string())
+        .collect();
+    if plan.server.launch.is_some() && !busy.is_empty() {
+        Check::new(
+            "gpu",
+            Level::Warn,
+            format!(
+                "{}: GPU {} over {:.0}% used before `gen` launches its server",
+                listed.join(", "),
+                busy.join(", "),
+                WARN_FRACTION * 100.0
+            ),
+        )
+    } else {
+        Check::new("gpu", Level::Ok, listed.join(", "))
+    }
+}
+
+/// `gen doctor CONFIG`: the preflight plus the server checks, one line each; exit 1 when
+/// something cannot fit.
+pub fn doctor(config: &Path) -> anyhow::Result<ExitCode> {
+    let plan = Plan::load(config)?;
+    let mut report = preflight(&plan, &Overrides::from_env());
+    report.checks.extend(server::probe(&plan));
+    println!(
+        "gen doctor: `{}`, run directory `{}`",
+        config.display(),
+        plan.run_dir.display()
+    );
+    print!("{}", report.render());
+    let failed = report
+        .checks
+        .iter()
+        .filter(|c| c.level == Level::Fail)
+        .count();
+    if failed > 0 {
+        println!("the plan does not fit: {failed} problem(s) marked FAIL above");
+        return Ok(ExitCode::from(crate::exit::FAILED));
+    }
+    match report.warnings().count() {
+        0 => println!("the plan fits"),
+        n => println!("the plan fits, with {n} warning(s)"),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    const GIB: u64 = 1 << 30;
+
+    fn plan(parallel: usize, limits: &[Option<&str>], server: &str, max_tokens: u32) -> Plan {
+        let mut text = format!(
+            "[run]\nmax-parallel-prep = {parallel}\n\n[server]\nurl = \"http://127.0.0.1:9\"\n{server}\n\n[generation]\nmax-tokens = {max_tokens}\n"
+        );
+        for (i, limit) in limits.iter().enumerate() {
+            text.push_str(&format!(
+                "\n[[source]]\nname = \"s{i}\"\npath = \"data/s{i}.jsonl\"\nlimit = 1000\n"
+            ));
+            if let Some(limit) = limit {
+                text.push_str(&format!("memory-limit = \"{limit}\"\n"));
+            }
+        }
+        Plan::from_text(Path::new("/tmp/doctor-test/cfg.toml"), &text)
+            .unwrap_or_else(|e| panic!("{e:?}\n{text}"))
+    }
+
+    fn machine(available: u64) -> Machine {
+        Machine {
+            mem_total: Some(available * 2),
+            mem_available: Some(available),
+            cgroup: None,
+            cpus: 8,
+            disk: Some(Disk {
+                mount_point: "/".into(),
+                free: 1 << 40,
+                total: 2 << 40,
+            }),
+            gpus: None,
+            peak_rss: BTreeMap::new(),
+            prepared: BTreeMap::new(),
+        }
+    }
+
+    fn check<'p>(preflight: &'p Preflight, name: &str) -> &'p Check {
+        preflight
+            .checks
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("no {name} check"))
+    }
+
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        assert_eq!(human(540 * GIB), "540 GiB");
+        assert_eq!(human(2 * GIB + GIB / 5), "2.2 GiB");
+        assert_eq!(human(512 << 20), "512 MiB");
+        assert_eq!(human(100 * GIB + 7), "100 GiB");
+        assert_eq!(human(12), "12 B");
+    }
+
+    #[test]
+    fn a_plan_that_fits_is_ok() {
+        let preflight = assess(
+            &plan(2, &[Some("1G"), Some("1G")], "", 100),
+            &machine(16 * GIB),
+        );
+        let memory = check(&preflight, "memory");
+        assert_eq!(memory.level, Level::Ok);
+        assert_eq!(
+            memory.message,
+            "needs 2 GiB host RAM of 16 GiB available: 2 workers × 1 GiB memory-limit"
+        );
+        assert!(preflight.fits());
+        assert_eq!(preflight.refusal(), None);
+    }
+
+    #[test]
+    fn above_eighty_percent_warns() {
+        let preflight = assess(
+            &plan(2, &[Some("1G"), Some("1G")], "", 100),
+            &machine(2 * GIB + GIB / 5),
+        );
+        let memory = check(&preflight, "memory");
+        assert_eq!(memory.level, Level::Warn);
+        assert_eq!(
+            memory.message,
+            "needs 2 GiB host RAM, 91% of the 2.2 GiB available: 2 workers × 1 GiB memory-limit"
+        );
+        assert!(preflight.fits());
+    }
+
+    #[test]
+    fn a_plan_over_the_budget_is_refused_with_the_numbers() {
+        let plan = plan(
+            4,
+            &[Some("128G"), Some("64G"), None, None, None],
+            "host-memory = \"28G\"",
+            100,
+        );
+        assert_eq!(plan.server_host_memory, Some(28 * GIB));
+        let preflight = assess(&plan, &machine(201 * GIB));
+        assert!(!preflight.fits());
+        assert_eq!(
+            preflight.refusal().as_deref(),
+            Some(
+                "needs 540 GiB host RAM, 201 GiB available: 4 workers × 128 GiB memory-limit + 28 GiB server host-memory"
+            )
+        );
+        assert!(preflight.render().contains(
+            "FAIL  memory  needs 540 GiB host RAM, 201 GiB available: 4 workers × 128 GiB memory-limit"
+        ));
+    }
+
+    #[test]
+    fn measured_peaks_stand_in_for_missing_limits_and_else_a_default() {
+        let mut host = machine(64 * GIB);
+        let plan = plan(3, &[None, None], "", 100);
+        let assumed = assess(&plan, &host);
+        assert_eq!(
+            check(&assumed, "memory").message,
+            "needs 4 GiB host RAM of 64 GiB available: 2 workers × 2 GiB assumed per worker (no memory-limit, no earlier run)"
+        );
+        host.peak_rss.insert("s1".into(), 3 * GIB);
+        host.peak_rss.insert("s0".into(), GIB);
+        let measured = assess(&plan, &host);
+        assert_eq!(
+            check(&measured, "memory").message,
+            "needs 6 GiB host RAM of 64 GiB available: 2 workers × 3 GiB peak RSS measured for `s1`"
+        );
+    }
+
+    #[test]
+    fn a_cgroup_limit_below_available_ram_binds() {
+        let mut host = machine(64 * GIB);
+        host.cgroup = Some(CgroupMemory {
+            path: "/sys/fs/cgroup/memory/job".into(),
+            limit: 4 * GIB,
+            usage: GIB,
+        });
+        let preflight = assess(&plan(2, &[Some("2G"), Some("2G")], "", 100), &host);
+        assert_eq!(
+            check(&preflight, "memory").message,
+            "needs 4 GiB host RAM, 3 GiB (under the cgroup limit) available: 2 workers × 2 GiB memory-limit"
+        );
+        assert!(!preflight.fits());
+    }
+
+    #[test]
+    fn disk_is_checked_against_every_prompt_at_full_length() {
+        let mut host = machine(64 * GIB);
+        host.prepared.insert("s0".into(), 3000);
+        host.disk = Some(Disk {
+            mount_point: "/data".into(),
+            free: 10 << 20,
+            total: 1 << 40,
+        });
+        // (3000 prepared + 1000 limit) × 8192 × 4 / 3 = 41.7 MiB.
+        let preflight = assess(&plan(1, &[None, None], "", 8192), &host);
+        let disk = check(&preflight, "disk");
+        assert_eq!(disk.level, Level::Fail);
+        assert_eq!(
+            disk.message,
+            "output needs up to 41.7 MiB (4000 prompts × 8192 max-tokens × ~4 bytes/token ÷ 3 (zstd)), 10 MiB free on `/data`"
+        );
+    }
+
+    #[test]
+    fn busy_gpus_warn_only_when_gen_launches_the_server() {
+        let mut host = machine(64 * GIB);
+        host.gpus = Some(vec![Gpu {
+            total: 80 * GIB,
+            used: 79 * GIB,
+        }]);
+        let external = assess(&plan(1, &[None], "", 100), &host);
+        assert_eq!(check(&external, "gpu").level, Level::Ok);
+        let launched = assess(&plan(1, &[None], "launch = [\"llama-server\"]", 100), &host);
+        assert_eq!(
+            check(&launched, "gpu").message,
+            "GPU 0 79 GiB of 80 GiB used: GPU 0 over 80% used before `gen` launches its server"
+        );
+    }
+
+    #[test]
+    fn a_bad_host_memory_is_a_located_config_problem() {
+        let text = "[server]\nurl = \"http://127.0.0.1:9\"\nhost-memory = \"lots\"\n\n[generation]\nmax-tokens = 8\n\n[[source]]\nname = \"a\"\npath = \"a.jsonl\"\n";
+        let error = Plan::from_text(Path::new("cfg.toml"), text).expect_err("bad size");
+        assert_eq!(
+            error.to_string(),
+            "`cfg.toml` has 1 problem\n  cfg.toml:3:15  `host-memory` must be a size such as \"150G\" or \"512M\""
+        );
+    }
 }

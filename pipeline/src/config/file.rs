@@ -33,6 +33,9 @@ pub struct ServerTable {
     pub launch: Option<Spanned<Vec<String>>>,
     /// Seconds to wait for `/health` after launch (default 300).
     pub health_timeout_secs: Option<Spanned<i64>>,
+    /// Host RAM the server takes on this machine beyond its GPUs (e.g. `"150G"` for a
+    /// hierarchical KV cache); counted by the preflight (`gen doctor`).
+    pub host_memory: Option<Spanned<String>>,
 }
 
 /// `[generation]`: what each request asks for.

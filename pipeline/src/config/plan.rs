@@ -34,6 +34,8 @@ pub struct Plan {
     pub max_parallel_prep: NonZeroUsize,
     pub stall_timeout: Duration,
     pub server: ServerPlan,
+    /// `[server] host-memory`: host RAM the server takes, counted by the preflight.
+    pub server_host_memory: Option<u64>,
     pub generation: GenerationPlan,
     pub sources: Vec<SourceSpec>,
     /// How each source's preparation worker runs, parallel to `sources`.
@@ -219,6 +221,7 @@ impl<'t> Resolver<'t> {
             .map(|(spec, w)| self.worker(&spec, w))
             .collect();
         let sources = specs;
+        let mut server_host_memory = None;
         let server = match server {
             None => {
                 self.problem(
@@ -227,7 +230,10 @@ impl<'t> Resolver<'t> {
                 );
                 None
             }
-            Some(parsed) => parsed.map(|s| self.server(s)),
+            Some(parsed) => parsed.map(|s| {
+                server_host_memory = self.host_memory(&s);
+                self.server(s)
+            }),
         };
         let generation = match generation {
             None => {
@@ -272,6 +278,7 @@ impl<'t> Resolver<'t> {
             max_parallel_prep,
             stall_timeout,
             server,
+            server_host_memory,
             generation,
             sources,
             workers,
@@ -360,6 +367,18 @@ impl<'t> Resolver<'t> {
             expected,
             on_length: worker.on_length,
         }
+    }
+
+    fn host_memory(&mut self, server: &ServerTable) -> Option<u64> {
+        let size = server.host_memory.as_ref()?;
+        let parsed = crate::run::cgroup::parse_size(size.get_ref());
+        if parsed.is_none() {
+            self.problem(
+                Some(size.span()),
+                "`host-memory` must be a size such as \"150G\" or \"512M\"",
+            );
+        }
+        parsed
     }
 
     fn server(&mut self, server: ServerTable) -> ServerPlan {

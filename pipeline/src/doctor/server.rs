@@ -1,0 +1,237 @@
+//! The server checks of `gen doctor`: within [`PROBE_TIMEOUT`], does `/v1/models` serve the
+//! model, and does the context (vLLM's `max_model_len`, llama.cpp's `/props`
+//! `default_generation_settings.n_ctx` per slot) hold `max-tokens` plus [`PROMPT_MARGIN`]?
+//! A server that does not answer is a warning (`gen run` waits for it), not a failure; a
+//! server `gen` launches itself is checked when it starts.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{Check, Level};
+use crate::config::Plan;
+
+/// How long the doctor waits for each answer.
+pub(super) const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Tokens kept free for the prompt on top of `max-tokens`.
+pub(super) const PROMPT_MARGIN: u64 = 512;
+
+/// The server checks, or one line saying why there are none.
+pub(super) fn probe(plan: &Plan) -> Vec<Check> {
+    if plan.server.launch.is_some() {
+        return vec![Check::new(
+            "server",
+            Level::Ok,
+            "launched by `gen run` (`launch`): checked when it starts",
+        )];
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            return vec![Check::new(
+                "server",
+                Level::Warn,
+                format!("not probed: cannot start the async runtime: {e}"),
+            )];
+        }
+    };
+    runtime.block_on(probe_async(plan))
+}
+
+async fn get_json(
+    client: &reqwest::Client,
+    url: &str,
+    api_key: Option<&str>,
+) -> Result<Value, String> {
+    let mut request = client.get(url);
+    if let Some(key) = api_key {
+        request = request.bearer_auth(key);
+    }
+    let response = request
+        .send()
+        .await
+        .map_err(|e| e.without_url().to_string())?;
+    if !response.status().is_success() {
+        return Err(format!("HTTP {}", response.status()));
+    }
+    response
+        .json()
+        .await
+        .map_err(|e| format!("not JSON: {}", e.without_url()))
+}
+
+async fn probe_async(plan: &Plan) -> Vec<Check> {
+    let url = &plan.server.url;
+    let Ok(client) = reqwest::Client::builder().timeout(PROBE_TIMEOUT).build() else {
+        return vec![Check::new(
+            "server",
+            Level::Warn,
+            "not probed: no HTTP client",
+        )];
+    };
+    let api_key = plan
+        .server
+        .api_key_env
+        .as_deref()
+        .and_then(|name| std::env::var(name).ok());
+    let models = match get_json(&client, &format!("{url}/v1/models"), api_key.as_deref()).await {
+        Ok(models) => models,
+        Err(reason) => {
+            return vec![Check::new(
+                "server",
+                Level::Warn,
+                format!(
+                    "server not reachable at `{url}/v1/models` within {} s ({reason}): `gen run` waits for it",
+                    PROBE_TIMEOUT.as_secs()
+                ),
+            )];
+        }
+    };
+    let listed: Vec<&Value> = models
+        .get("data")
+        .and_then(Value::as_array)
+        .map(|d| d.iter().collect())
+        .unwrap_or_default();
+    let ids: Vec<&str> = listed
+        .iter()
+        .filter_map(|m| m.get("id").and_then(Value::as_str))
+        .collect();
+    let (model_check, served) = model_check(url, plan.server.model.as_deref(), &ids);
+    let mut checks = vec![model_check];
+    // vLLM and SGLang list the context with the model; llama.cpp says it in `/props`.
+    let max_model_len = served.and_then(|id| {
+        listed
+            .iter()
+            .find(|m| m.get("id").and_then(Value::as_str) == Some(id))
+            .and_then(|m| m.get("max_model_len"))
+            .and_then(Value::as_u64)
+    });
+    let context = match max_model_len {
+        Some(n) => Some((n, "`max_model_len`")),
+        None => get_json(&client, &format!("{url}/props"), api_key.as_deref())
+            .await
+            .ok()
+            .and_then(|props| {
+                props
+                    .pointer("/default_generation_settings/n_ctx")
+                    .and_then(Value::as_u64)
+            })
+            .map(|n| (n, "llama.cpp `n_ctx` per slot")),
+    };
+    checks.push(match context {
+        Some((tokens, what)) => context_check(tokens, what, plan.generation.max_tokens),
+        None => Check::new(
+            "context",
+            Level::Ok,
+            "the server does not report its context length: not checked",
+        ),
+    });
+    checks
+}
+
+/// Whether the wanted model (or any) is listed; the served model's id when known.
+fn model_check<'a>(
+    url: &str,
+    wanted: Option<&'a str>,
+    ids: &[&'a str],
+) -> (Check, Option<&'a str>) {
+    match (wanted, ids.first()) {
+        (Some(wanted), _) if ids.contains(&wanted) => (
+            Check::new("server", Level::Ok, format!("`{url}` serves `{wanted}`")),
+            Some(wanted),
+        ),
+        (Some(wanted), None) => (
+            Check::new(
+                "server",
+                Level::Warn,
+                format!("`{url}` lists no model at `/v1/models`: cannot check `{wanted}`"),
+            ),
+            None,
+        ),
+        (Some(wanted), Some(_)) => (
+            Check::new(
+                "server",
+                Level::Fail,
+                format!(
+                    "`{url}` does not serve `{wanted}`; it serves {}: fix `[server] model`",
+                    ids.iter()
+                        .map(|id| format!("`{id}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            ),
+            None,
+        ),
+        (None, Some(first)) => (
+            Check::new(
+                "server",
+                Level::Ok,
+                format!("`{url}` serves `{first}` (the first it lists; `[server] model` pins one)"),
+            ),
+            Some(*first),
+        ),
+        (None, None) => (
+            Check::new(
+                "server",
+                Level::Fail,
+                format!("`{url}` lists no model at `/v1/models`"),
+            ),
+            None,
+        ),
+    }
+}
+
+fn context_check(tokens: u64, what: &str, max_tokens: u32) -> Check {
+    let needed = u64::from(max_tokens) + PROMPT_MARGIN;
+    if tokens < needed {
+        Check::new(
+            "context",
+            Level::Fail,
+            format!(
+                "{tokens} tokens ({what}) cannot hold max-tokens {max_tokens} + {PROMPT_MARGIN} for the prompt: lower `max-tokens` or give the server a longer context"
+            ),
+        )
+    } else {
+        Check::new(
+            "context",
+            Level::Ok,
+            format!(
+                "{tokens} tokens ({what}) hold max-tokens {max_tokens} + {PROMPT_MARGIN} for the prompt"
+            ),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wanted_model_must_be_listed() {
+        let (ok, served) = model_check("http://s", Some("m"), &["a", "m"]);
+        assert_eq!((ok.level, served), (Level::Ok, Some("m")));
+        let (missing, _) = model_check("http://s", Some("m"), &["a", "b"]);
+        assert_eq!(missing.level, Level::Fail);
+        assert_eq!(
+            missing.message,
+            "`http://s` does not serve `m`; it serves `a`, `b`: fix `[server] model`"
+        );
+        let (first, served) = model_check("http://s", None, &["a"]);
+        assert_eq!((first.level, served), (Level::Ok, Some("a")));
+        assert_eq!(model_check("http://s", None, &[]).0.level, Level::Fail);
+    }
+
+    #[test]
+    fn the_context_must_hold_max_tokens_and_a_prompt() {
+        assert_eq!(context_check(2048, "n_ctx", 1536).level, Level::Ok);
+        let short = context_check(2048, "llama.cpp `n_ctx` per slot", 2000);
+        assert_eq!(short.level, Level::Fail);
+        assert_eq!(
+            short.message,
+            "2048 tokens (llama.cpp `n_ctx` per slot) cannot hold max-tokens 2000 + 512 for the prompt: lower `max-tokens` or give the server a longer context"
+        );
+    }
+}

@@ -1,0 +1,104 @@
+//! `gen doctor` end to end: a plan over a small memory budget (given through
+//! `GEN_TEST_MEM_AVAILABLE`) is refused with the numbers and exit 1; one that fits exits 0;
+//! the server is probed (the fake OpenAI server), and one that does not answer is a warning.
+
+mod support;
+
+use gen_tests::fake_openai::{FakeOpenAi, Knobs};
+use support::{Gen, Output};
+
+fn config(url: &str) -> String {
+    format!(
+        "[run]\nmax-parallel-prep = 2\n\n[server]\nurl = \"{url}\"\nhost-memory = \"1G\"\n\n\
+         [generation]\nmax-tokens = 16\n\n\
+         [[source]]\nname = \"alpha\"\npath = \"data/a.jsonl\"\nmemory-limit = \"512M\"\n\n\
+         [[source]]\nname = \"beta\"\npath = \"data/b.jsonl\"\nmemory-limit = \"256M\"\n"
+    )
+}
+
+async fn doctor(gen_: &Gen, mem_available: &str) -> Output {
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_gen"))
+        .args(["doctor", "cfg.toml"])
+        .current_dir(gen_.path(""))
+        .env("NO_COLOR", "1")
+        .env("GEN_TEST_MEM_AVAILABLE", mem_available)
+        .output()
+        .await
+        .expect("spawn gen");
+    Output {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn line<'a>(out: &'a Output, check: &str) -> &'a str {
+    out.stdout
+        .lines()
+        .find(|l| l.split_whitespace().nth(1) == Some(check))
+        .unwrap_or_else(|| panic!("no `{check}` line in:\n{}", out.stdout))
+}
+
+#[tokio::test]
+async fn a_plan_over_a_small_memory_budget_is_refused_with_the_numbers() {
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let gen_ = Gen::new();
+    gen_.write("cfg.toml", &config(&server.url()));
+
+    let refused = doctor(&gen_, "1073741824").await;
+    assert_eq!(refused.code, 1, "{}\n{}", refused.stdout, refused.stderr);
+    let memory = line(&refused, "memory");
+    assert!(
+        memory.starts_with("FAIL  memory  needs 2 GiB host RAM, 1 GiB"),
+        "{memory}"
+    );
+    assert!(
+        memory.ends_with("available: 2 workers × 512 MiB memory-limit + 1 GiB server host-memory"),
+        "{memory}"
+    );
+    assert_eq!(
+        line(&refused, "server"),
+        format!(
+            "ok    server  `{}` serves `fake-model` (the first it lists; `[server] model` pins one)",
+            server.url()
+        )
+    );
+    assert_eq!(
+        refused.stdout.lines().last(),
+        Some("the plan does not fit: 1 problem(s) marked FAIL above")
+    );
+
+    let fits = doctor(&gen_, "1T").await;
+    assert_eq!(fits.code, 0, "{}\n{}", fits.stdout, fits.stderr);
+    assert!(
+        line(&fits, "memory").starts_with("ok    memory  needs 2 GiB host RAM of 1 TiB available"),
+        "{}",
+        fits.stdout
+    );
+    assert!(line(&fits, "disk").contains("20000 prompts × 16 max-tokens"));
+    assert!(
+        fits.stdout.ends_with("the plan fits\n") || fits.stdout.contains("the plan fits, with"),
+        "{}",
+        fits.stdout
+    );
+}
+
+#[tokio::test]
+async fn a_server_that_does_not_answer_is_a_warning_not_a_failure() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let gen_ = Gen::new();
+    let url = format!("http://127.0.0.1:{port}");
+    gen_.write("cfg.toml", &config(&url));
+    let out = doctor(&gen_, "1T").await;
+    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    let server = line(&out, "server");
+    assert!(
+        server.starts_with(&format!(
+            "warn  server  server not reachable at `{url}/v1/models` within 5 s ("
+        )) && server.ends_with("): `gen run` waits for it"),
+        "{server}"
+    );
+}
