@@ -31,6 +31,10 @@ pub enum Command {
         /// Resume even though the model or sampling settings changed since the run started.
         #[arg(long)]
         allow_config_change: bool,
+        /// Run only share `i` of `n` of every source's prompts (1-based), e.g. `--shard 2/8`
+        /// on the second of eight hosts; `gen merge` combines the shares.
+        #[arg(long, value_name = "I/N")]
+        shard: Option<crate::run::shard::Shard>,
     },
     /// Show the state of a run: a config file or a run directory.
     Status {
@@ -56,6 +60,15 @@ pub enum Command {
         /// Print the audit as JSON.
         #[arg(long)]
         json: bool,
+    },
+    /// Combine the run directories of `--shard i/n` runs; report duplicates and gaps.
+    Merge {
+        /// The merged run directory to create.
+        #[arg(long, short)]
+        output: PathBuf,
+        /// The shards' run directories.
+        #[arg(required = true)]
+        shards: Vec<PathBuf>,
     },
     /// Check the machine and the server against the plan before a run.
     Doctor { config: PathBuf },

@@ -17,6 +17,7 @@ pub mod diagnose;
 pub mod doctor;
 pub mod export;
 pub mod inference;
+pub mod merge;
 pub mod prep;
 pub mod run;
 pub mod status;
@@ -119,6 +120,7 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             remote,
         } => status_command(target.as_deref(), json, watch, remote.as_deref()),
         Command::Export(args) => Ok(export::export(&args)?),
+        Command::Merge { output, shards } => Ok(merge::merge(&output, &shards)?),
         Command::Verify { target, json } => Ok(verify::verify(&target, json)?),
         Command::Doctor { config } => Ok(doctor::doctor(&config)?),
         Command::Diagnose(args) => diagnose_command(args),
@@ -128,6 +130,7 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             only_failed,
             sources,
             allow_config_change,
+            shard,
         } => {
             let plan = Plan::load(&config)?;
             let run_dir = run_dir_for(&plan, run_dir);
@@ -146,6 +149,7 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
                 only_failed,
                 sources,
                 allow_config_change,
+                shard,
             };
             let runtime =
                 tokio::runtime::Runtime::new().context("failed to start the async runtime")?;

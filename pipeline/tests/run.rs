@@ -429,3 +429,78 @@ async fn resuming_under_changed_generation_settings_is_refused_unless_allowed() 
     let allowed = gen_.run(&["run", &config, "--allow-config-change"]).await;
     assert_eq!(allowed.code, 0, "{}", allowed.stderr);
 }
+
+#[tokio::test]
+async fn shards_split_the_prompts_and_merge_puts_them_back_together() {
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let gen_ = Gen::new();
+    let rows: String = (0..40)
+        .map(|i| format!("{{\"prompt\": \"p{i}\"}}\n"))
+        .collect();
+    gen_.write("data/a.jsonl", &rows);
+    let config = write_config(&gen_, &server.url(), &[("alpha", "data/a.jsonl")]);
+    let mut counts = Vec::new();
+    for shard in ["1/2", "2/2"] {
+        let dir = format!("host-{}", &shard[..1]);
+        let out = gen_
+            .run(&["run", &config, "--shard", shard, "--run-dir", &dir])
+            .await;
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        counts.push(
+            completions(&gen_.path(&format!("{dir}/sources/alpha/completions.jsonl.zst"))).len(),
+        );
+    }
+    assert_eq!(counts.iter().sum::<usize>(), 40, "{counts:?}");
+    assert!(
+        counts.iter().all(|c| (8..=32).contains(c)),
+        "both shares have work: {counts:?}"
+    );
+    assert_eq!(server.chat_requests(), 40, "no prompt sent twice");
+
+    let merged = gen_
+        .run(&["merge", "--output", "merged", "host-1", "host-2"])
+        .await;
+    assert_eq!(merged.code, 0, "{}{}", merged.stdout, merged.stderr);
+    assert!(
+        merged.stdout.contains("0 gaps, 0 duplicates"),
+        "{}",
+        merged.stdout
+    );
+    let records = completions(&gen_.path("merged/sources/alpha/completions.jsonl.zst"));
+    let ids: std::collections::HashSet<&str> = records
+        .iter()
+        .map(|r| r["id"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!((records.len(), ids.len()), (40, 40));
+
+    let partial = gen_.run(&["merge", "--output", "partial", "host-1"]).await;
+    assert_eq!(partial.code, 1);
+    assert!(
+        partial
+            .stdout
+            .contains(&format!("{} gaps, 0 duplicates", counts[1])),
+        "{}",
+        partial.stdout
+    );
+    let twice = gen_
+        .run(&["merge", "--output", "twice", "host-1", "host-1", "host-2"])
+        .await;
+    assert_eq!(twice.code, 1);
+    assert!(
+        twice
+            .stdout
+            .contains(&format!("0 gaps, {} duplicates", counts[0])),
+        "{}",
+        twice.stdout
+    );
+
+    let changed = gen_
+        .run(&["run", &config, "--shard", "2/3", "--run-dir", "host-1"])
+        .await;
+    assert_eq!(changed.code, 2, "{}", changed.stderr);
+    assert!(
+        changed.stderr.contains("shard: was 1/2, now 2/3"),
+        "{}",
+        changed.stderr
+    );
+}

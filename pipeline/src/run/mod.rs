@@ -12,6 +12,7 @@ pub mod orchestrator;
 pub mod pin;
 pub mod record;
 pub mod rss;
+pub mod shard;
 pub mod supervisor;
 pub mod sys;
 pub mod tuner;

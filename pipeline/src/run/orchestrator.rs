@@ -63,6 +63,8 @@ pub struct Selection {
     pub sources: Vec<String>,
     /// Resume even though model or sampling settings changed since the run started.
     pub allow_config_change: bool,
+    /// Only this host's share of every source's prompts.
+    pub shard: Option<super::shard::Shard>,
 }
 
 impl Selection {
@@ -98,6 +100,7 @@ struct Orchestrator<'p> {
     status: RunStatus,
     tokens: u64,
     started: Instant,
+    shard: Option<super::shard::Shard>,
     kernel_log: Option<KernelLogFollower>,
 }
 
@@ -111,6 +114,7 @@ pub async fn run(
     create_private_dir(run_dir.root())?;
     let previous: Option<RunStatus> = atomic::read_json(&run_dir.status()).ok().flatten();
     let mut orchestrator = Orchestrator::load(plan, run_dir)?;
+    orchestrator.shard = selection.shard;
     let selected: Vec<bool> = orchestrator
         .sources
         .iter()
@@ -124,8 +128,8 @@ pub async fn run(
         .filter(|i| selected[*i] && orchestrator.sources[*i].status.prepared.is_none())
         .collect();
     let mut pending: Vec<(usize, Vec<gen_sources::Prompt>)> = Vec::new();
-    for i in 0..orchestrator.sources.len() {
-        if !selected[i] {
+    for (i, selected) in selected.iter().enumerate() {
+        if !selected {
             if let Some(old) = previous.as_ref().and_then(|p| {
                 p.sources
                     .iter()
@@ -178,6 +182,7 @@ pub async fn run(
         model: model.clone(),
         max_tokens: plan.generation.max_tokens,
         params: plan.generation.params.clone(),
+        shard: selection.shard.map(|s| s.to_string()),
     };
     if let Err(e) = pin.check_or_record(run_dir, selection.allow_config_change) {
         if let Some(server) = managed {
@@ -484,6 +489,7 @@ impl<'p> Orchestrator<'p> {
             status,
             tokens: 0,
             started: Instant::now(),
+            shard: None,
             kernel_log: None,
         })
     }
@@ -491,9 +497,13 @@ impl<'p> Orchestrator<'p> {
     /// The prepared prompts of source `i` without a stored completion; opens its writer.
     fn pending_prompts(&mut self, i: usize) -> anyhow::Result<Vec<gen_sources::Prompt>> {
         let dir = self.run_dir.source(&self.sources[i].status.name);
-        let prompts = prep::read_prompts(&dir.prompts())?;
+        let mut prompts = prep::read_prompts(&dir.prompts())?;
+        if let Some(shard) = self.shard {
+            prompts.retain(|p| shard.contains(&p.id));
+        }
         let state = &mut self.sources[i];
         let all: HashSet<&str> = prompts.iter().map(|p| p.id.as_str()).collect();
+        state.status.prepared = Some(all.len() as u64);
         state.status.done = state
             .done_ids
             .iter()

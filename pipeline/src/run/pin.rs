@@ -14,6 +14,9 @@ pub struct RunPin {
     pub max_tokens: u32,
     /// Everything else sent in each request body (temperature, top_p, chat_template_kwargs, …).
     pub params: Map<String, Value>,
+    /// The share of prompts this run directory holds (`--shard i/n`).
+    #[serde(default)]
+    pub shard: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +38,14 @@ impl RunPin {
             out.push(format!(
                 "  model: was `{}`, now `{}`",
                 stored.model, self.model
+            ));
+        }
+        if self.shard != stored.shard {
+            let show = |s: &Option<String>| s.clone().unwrap_or_else(|| "all prompts".to_owned());
+            out.push(format!(
+                "  shard: was {}, now {}",
+                show(&stored.shard),
+                show(&self.shard)
             ));
         }
         if self.max_tokens != stored.max_tokens {
@@ -95,6 +106,7 @@ mod tests {
             model: "a".into(),
             max_tokens: 100,
             params: params.clone(),
+            shard: None,
         };
         params.insert("temperature".into(), Value::from(1.0));
         params.insert("top_p".into(), Value::from(0.9));
@@ -103,6 +115,7 @@ mod tests {
             model: "b".into(),
             max_tokens: 100,
             params,
+            shard: None,
         };
         assert_eq!(
             now.differences(&stored),

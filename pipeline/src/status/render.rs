@@ -118,6 +118,17 @@ pub fn render(status: &RunStatus, now_ms: u64) -> String {
             let _ = writeln!(out, "{}", cut(&format!("tuning {decision}"), WIDTH));
         }
     }
+    if let Some(machine) = &status.machine {
+        let peak = machine
+            .peak_worker_rss_bytes
+            .map_or_else(String::new, |p| format!("; peak worker RSS {}", gib(p)));
+        let line = format!(
+            "host   {} RAM, {} available{peak}",
+            gib(machine.memory_total_bytes),
+            gib(machine.memory_available_bytes)
+        );
+        let _ = writeln!(out, "{}", cut(&line, WIDTH));
+    }
     let _ = writeln!(out);
     let _ = writeln!(
         out,

@@ -1,0 +1,142 @@
+//! `gen merge OUT SHARD_DIR...`: combines the run directories of `--shard i/n` runs into one,
+//! and checks the result: a prompt completed in two shards is a duplicate (kept once, and
+//! reported), a prompt completed or settled in none is a gap.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+
+use crate::run::record::{self, CompletionRecord};
+use crate::store::frames::{self, FrameWriter};
+use crate::store::{RunDir, atomic};
+
+/// Per-source result of a merge.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct MergedSource {
+    pub prompts: u64,
+    pub completed: u64,
+    pub settled: u64,
+    pub duplicates: u64,
+    pub gaps: u64,
+}
+
+fn source_names(shards: &[RunDir]) -> anyhow::Result<BTreeSet<String>> {
+    let mut names = BTreeSet::new();
+    for shard in shards {
+        let dir = shard.root().join("sources");
+        let entries = fs_err::read_dir(&dir)
+            .with_context(|| format!("`{}` is not a run directory", shard.root().display()))?;
+        for entry in entries {
+            let entry = entry?;
+            if entry.file_type()?.is_dir() {
+                names.insert(entry.file_name().to_string_lossy().into_owned());
+            }
+        }
+    }
+    Ok(names)
+}
+
+/// Merges one source of every shard into `out`.
+fn merge_source(name: &str, shards: &[RunDir], out: &RunDir) -> anyhow::Result<MergedSource> {
+    let target = out.source(name);
+    fs_err::create_dir_all(target.root())?;
+    let mut result = MergedSource::default();
+    // Every shard prepared the same prompts; the first that has them provides the file.
+    let mut prompt_ids: HashSet<String> = HashSet::new();
+    if let Some(first) = shards
+        .iter()
+        .map(|s| s.source(name))
+        .find(|d| d.prompts().exists())
+    {
+        for prompt in crate::prep::read_prompts(&first.prompts())? {
+            prompt_ids.insert(prompt.id);
+        }
+        fs_err::copy(first.prompts(), target.prompts())?;
+        if first.manifest().exists() {
+            fs_err::copy(first.manifest(), target.manifest())?;
+        }
+    }
+    result.prompts = prompt_ids.len() as u64;
+    let (mut writer, _) = FrameWriter::open(&target.completions())?;
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut settled: HashSet<String> = HashSet::new();
+    let mut rejected_lines = Vec::new();
+    for shard in shards {
+        let dir = shard.source(name);
+        let mut records: Vec<CompletionRecord> = Vec::new();
+        frames::scan(&dir.completions(), |line| {
+            records.push(serde_json::from_slice(line).map_err(std::io::Error::other)?);
+            Ok(())
+        })
+        .with_context(|| format!("failed to read `{}`", dir.completions().display()))?;
+        for record in records {
+            if seen.insert(record.id.clone()) {
+                writer.push(&record)?;
+                if writer.pending() >= 1000 {
+                    writer.flush()?;
+                }
+            } else {
+                result.duplicates += 1;
+            }
+        }
+        settled.extend(record::settled_ids(&dir.rejected())?);
+        if let Ok(text) = fs_err::read(dir.rejected()) {
+            rejected_lines.extend_from_slice(&text);
+        }
+    }
+    writer.flush()?;
+    if !rejected_lines.is_empty() {
+        atomic::write(&target.rejected(), &rejected_lines)?;
+    }
+    result.completed = seen.len() as u64;
+    result.settled = settled.iter().filter(|id| !seen.contains(*id)).count() as u64;
+    result.gaps = prompt_ids
+        .iter()
+        .filter(|id| !seen.contains(*id) && !settled.contains(*id))
+        .count() as u64;
+    Ok(result)
+}
+
+/// Merges `shards` into `output`; prints a table; exit 1 when there are gaps or duplicates.
+pub fn merge(output: &Path, shards: &[PathBuf]) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        !shards.is_empty(),
+        "name the shard run directories to merge"
+    );
+    let out = RunDir::new(output);
+    anyhow::ensure!(
+        !out.root().join("sources").exists(),
+        "`{}` already holds a run: merge into a new directory",
+        output.display()
+    );
+    let shards: Vec<RunDir> = shards.iter().map(RunDir::new).collect();
+    let mut results = BTreeMap::new();
+    for name in source_names(&shards)? {
+        let merged = merge_source(&name, &shards, &out)?;
+        results.insert(name, merged);
+    }
+    println!(
+        "{:<18} {:>9} {:>10} {:>8} {:>10} {:>6}",
+        "SOURCE", "PROMPTS", "COMPLETED", "SETTLED", "DUPLICATES", "GAPS"
+    );
+    for (name, r) in &results {
+        println!(
+            "{:<18} {:>9} {:>10} {:>8} {:>10} {:>6}",
+            name, r.prompts, r.completed, r.settled, r.duplicates, r.gaps
+        );
+    }
+    let gaps: u64 = results.values().map(|r| r.gaps).sum();
+    let duplicates: u64 = results.values().map(|r| r.duplicates).sum();
+    println!(
+        "merged {} shards into `{}`: {gaps} gaps, {duplicates} duplicates (kept once)",
+        shards.len(),
+        output.display()
+    );
+    Ok(ExitCode::from(if gaps == 0 && duplicates == 0 {
+        0
+    } else {
+        1
+    }))
+}
