@@ -507,7 +507,6 @@ async fn the_run_lock_is_released_when_its_holder_is_killed() {
 }
 
 #[tokio::test]
-#[ignore = "needs the orchestrator to take `RunLock::acquire` at the start of `gen run`"]
 async fn a_second_gen_run_on_the_same_run_dir_is_refused_naming_the_holder() {
     use gen_pipeline::run::lock::RunLock;
     use gen_pipeline::store::RunDir;
@@ -680,7 +679,6 @@ async fn secrets_never_reach_the_run_directory_or_any_output_and_files_are_priva
 }
 
 #[tokio::test]
-#[ignore = "needs the lead's redaction of credentials in server URLs (issue 7, security)"]
 async fn credentials_in_the_server_url_are_redacted() {
     let server = FakeOpenAi::start(Knobs::default()).await;
     let project = Project::new();

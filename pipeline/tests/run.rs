@@ -240,7 +240,7 @@ async fn config_errors_name_file_line_and_column_and_exit_2() {
         out.stderr.lines().take(4).collect::<Vec<_>>(),
         [
             "error: `bad.toml` has 3 problems",
-            "  bad.toml:3:1  unknown field `colour`, expected one of `url`, `model`, `api-key-env`, `launch`, `health-timeout-secs`",
+            "  bad.toml:3:1  unknown field `colour`, expected one of `url`, `model`, `api-key-env`, `launch`, `health-timeout-secs`, `host-memory`",
             "  bad.toml:6:14  `max-tokens` must be between 1 and 4294967295",
             "  bad.toml:9:8  source name `a b` must be non-empty and use only letters, digits, `_` and `-`",
         ]
@@ -502,5 +502,45 @@ async fn shards_split_the_prompts_and_merge_puts_them_back_together() {
         changed.stderr.contains("shard: was 1/2, now 2/3"),
         "{}",
         changed.stderr
+    );
+}
+
+#[tokio::test]
+async fn a_plan_that_cannot_fit_the_machine_is_refused_before_anything_starts() {
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let gen_ = Gen::new();
+    gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
+    let config = write_config(&gen_, &server.url(), &[("alpha", "data/a.jsonl")]);
+    let text = gen_.read(&config).replace(
+        "path = \"data/a.jsonl\"",
+        "path = \"data/a.jsonl\"\nmemory-limit = \"8G\"",
+    );
+    gen_.write(&config, &text);
+    // 1 GiB available, one worker capped at 8 GiB.
+    let out = gen_
+        .run_with_env(
+            &["run", &config],
+            &[("GEN_TEST_MEM_AVAILABLE", "1073741824")],
+        )
+        .await;
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("error: the plan does not fit this machine: needs"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr
+            .contains("needs 8 GiB host RAM, 1 GiB available: 1 worker × 8 GiB memory-limit"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(server.chat_requests(), 0);
+    assert!(
+        !gen_
+            .path("runs/cfg/sources/alpha/prompts.jsonl.zst")
+            .exists(),
+        "nothing was prepared"
     );
 }

@@ -243,8 +243,11 @@ fn classify_status(status: u16, body: &str) -> RequestError {
 }
 
 fn describe_reqwest(error: &reqwest::Error) -> String {
-    // The URL is ours (no credentials in it), the source chain has the OS reason.
+    // Without the URL (it may hold credentials); the source chain has the OS reason.
     let mut text = error.to_string();
+    if let Some(url) = error.url() {
+        text = text.replace(url.as_str(), &super::probe::redact(url.as_str()));
+    }
     let mut source = std::error::Error::source(error);
     while let Some(cause) = source {
         text.push_str(": ");

@@ -30,6 +30,8 @@ pub enum Health {
 #[derive(Debug, Clone)]
 pub struct Liveness {
     url: Arc<str>,
+    /// The URL as shown to people (credentials redacted).
+    shown: Arc<str>,
     state: watch::Sender<Health>,
 }
 
@@ -38,6 +40,7 @@ impl Liveness {
         let (state, _) = watch::channel(Health::Up);
         Liveness {
             url: url.into(),
+            shown: probe::redact(url).into(),
             state,
         }
     }
@@ -57,7 +60,7 @@ impl Liveness {
     /// stale pooled connection the server had closed: only a failed probe pauses everyone.
     pub async fn confirm_down(&self, reason: &str) {
         if self.health() == Health::Up && matches!(probe::health(&self.url).await, Ok(true)) {
-            tracing::debug!(url = %self.url, %reason, "request failed but the server answers /health");
+            tracing::debug!(url = %self.shown, %reason, "request failed but the server answers /health");
             return;
         }
         self.report_down(reason);
@@ -77,7 +80,7 @@ impl Liveness {
         if newly_down {
             eprintln!(
                 "gen: server {} is down ({reason}); pausing until it answers again",
-                self.url
+                self.shown
             );
             tokio::spawn(self.clone().probe_until_up());
         }
@@ -96,7 +99,7 @@ impl Liveness {
                 };
                 eprintln!(
                     "gen: server {} is back after {down_for} s; resuming",
-                    self.url
+                    self.shown
                 );
                 self.state.send_replace(Health::Up);
                 return;

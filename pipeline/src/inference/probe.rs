@@ -4,6 +4,19 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+/// `url` with any user name and password replaced by `***`, for messages, logs and status:
+/// credentials in a server URL must never reach the disk or the terminal.
+pub fn redact(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut parsed) if !parsed.username().is_empty() || parsed.password().is_some() => {
+            parsed.set_username("***").ok();
+            parsed.set_password(None).ok();
+            parsed.as_str().trim_end_matches('/').to_owned()
+        }
+        _ => url.to_owned(),
+    }
+}
+
 /// How long `gen run` waits for an external server before it gives up, naming the URL.
 pub const REACH_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -43,7 +56,7 @@ pub async fn model(
     wanted: Option<&str>,
 ) -> Result<String, ProbeError> {
     let unreachable = |reason: String| ProbeError::Unreachable {
-        url: url.to_owned(),
+        url: redact(url),
         reason,
     };
     let deadline = tokio::time::Instant::now() + REACH_TIMEOUT;
@@ -70,9 +83,7 @@ pub async fn model(
                 return match (wanted, ids.first()) {
                     (Some(w), _) => Ok(w.to_owned()),
                     (None, Some(first)) => Ok((*first).to_owned()),
-                    (None, None) => Err(ProbeError::NoModel {
-                        url: url.to_owned(),
-                    }),
+                    (None, None) => Err(ProbeError::NoModel { url: redact(url) }),
                 };
             }
             Ok(response) => {
@@ -86,4 +97,18 @@ pub async fn model(
         "{last_error} (gave up after {} s)",
         REACH_TIMEOUT.as_secs()
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_are_redacted() {
+        assert_eq!(
+            redact("http://user:secret@127.0.0.1:8000"),
+            "http://***@127.0.0.1:8000"
+        );
+        assert_eq!(redact("http://127.0.0.1:8000"), "http://127.0.0.1:8000");
+    }
 }

@@ -112,6 +112,8 @@ pub async fn run(
     cancel: CancellationToken,
 ) -> anyhow::Result<RunOutcome> {
     create_private_dir(run_dir.root())?;
+    // One `gen run` per run directory; held until this function returns.
+    let _lock = super::lock::RunLock::acquire(run_dir)?;
     let previous: Option<RunStatus> = atomic::read_json(&run_dir.status()).ok().flatten();
     let mut orchestrator = Orchestrator::load(plan, run_dir)?;
     orchestrator.shard = selection.shard;
@@ -153,6 +155,21 @@ pub async fn run(
         eprintln!("gen: nothing to do: every prompt of every source is already completed");
         return Ok(RunOutcome::NothingToDo);
     }
+    // Refuse a plan this machine cannot hold, with the numbers, before anything starts.
+    let overrides = crate::doctor::Overrides {
+        run_dir: Some(run_dir.root().to_path_buf()),
+        ..crate::doctor::Overrides::from_env()
+    };
+    let preflight = crate::doctor::preflight(plan, &overrides);
+    for warning in preflight.warnings() {
+        eprintln!("gen: warning: {}: {}", warning.name, warning.message);
+    }
+    if let Some(refusal) = preflight.refusal() {
+        anyhow::bail!(
+            "the plan does not fit this machine: {refusal} (see `gen doctor {}`)",
+            plan.config_path.display()
+        );
+    }
     orchestrator.write_status()?;
 
     // The server must answer before anything can fail.
@@ -176,7 +193,8 @@ pub async fn run(
         .as_ref()
         .map_or_else(|| plan.server.url.clone(), |m| m.url.clone());
     let model = probe::model(&url, api_key.as_deref(), plan.server.model.as_deref()).await?;
-    eprintln!("gen: server {url} serves `{model}`");
+    let shown_url = probe::redact(&url);
+    eprintln!("gen: server {shown_url} serves `{model}`");
     let pin = super::pin::RunPin {
         layout: LAYOUT_VERSION,
         model: model.clone(),
@@ -191,7 +209,7 @@ pub async fn run(
         return Err(e);
     }
     orchestrator.status.server = Some(ServerStatus {
-        url: url.clone(),
+        url: shown_url.clone(),
         model: model.clone(),
         concurrency: match plan.generation.concurrency {
             Concurrency::Fixed(n) => n.get(),

@@ -12,7 +12,14 @@ pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
     name.push(format!(".{}.tmp", std::process::id()));
     let tmp = path.with_file_name(name);
     {
-        let mut file = fs_err::File::create(&tmp)?;
+        // Owner-only: manifests quote rows, worker reports quote stderr.
+        use fs_err::os::unix::fs::OpenOptionsExt as _;
+        let mut file = fs_err::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
         file.write_all(bytes)?;
         file.sync_all()?;
     }

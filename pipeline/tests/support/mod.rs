@@ -39,8 +39,14 @@ impl Gen {
 
     /// Runs `gen ARGS` in the project directory and waits for it.
     pub async fn run(&self, args: &[&str]) -> Output {
+        self.run_with_env(args, &[]).await
+    }
+
+    /// Runs `gen ARGS` with extra environment variables.
+    pub async fn run_with_env(&self, args: &[&str], envs: &[(&str, &str)]) -> Output {
         let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_gen"))
             .args(args)
+            .envs(envs.iter().copied())
             .current_dir(self.dir.path())
             .env("NO_COLOR", "1")
             .output()
