@@ -303,6 +303,10 @@ mod tests {
         );
         assert!(matches!(
             classify_status(503, "Loading model"),
+            RequestError::ServerDown(_)
+        ));
+        assert!(matches!(
+            classify_status(500, "boom"),
             RequestError::Transient(_)
         ));
         assert!(matches!(classify_status(401, "{}"), RequestError::Fatal(_)));
