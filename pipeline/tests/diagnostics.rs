@@ -192,3 +192,36 @@ async fn offline_diagnosis_of_captured_logs() {
     let missing = gen_.run(&["diagnose"]).await;
     assert_eq!(missing.code, 2);
 }
+
+#[tokio::test]
+async fn without_dev_kmsg_the_kernel_line_comes_from_dmesg_after_the_fact() {
+    if let Some(reason) = oom_skip_reason() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let gen_ = Gen::new();
+    let hog = "chunks = []\nwhile True:\n    chunks.append(bytearray(8 << 20))\n";
+    gen_.write(
+        "cfg.toml",
+        &config(
+            &server.url(),
+            &custom_source("hog", hog, "memory-limit = \"48M\""),
+        ),
+    );
+    let out = gen_
+        .run_with_env(
+            &["run", "cfg.toml"],
+            &[("GEN_TEST_KMSG", "/nonexistent/kmsg")],
+        )
+        .await;
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    let record = worker(&gen_, "hog");
+    let verdict = &record["verdict"];
+    assert_eq!(verdict["class"], "oom", "{record:#}");
+    assert_eq!(verdict["subtype"], "kernel_memcg", "{record:#}");
+    assert!(
+        verdict["evidence"].to_string().contains("Killed process"),
+        "{record:#}"
+    );
+}

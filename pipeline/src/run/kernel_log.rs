@@ -28,7 +28,9 @@ enum Followed {
 impl KernelLogFollower {
     /// Opens `/dev/kmsg` at its end and follows it on a background thread.
     pub fn start() -> KernelLogFollower {
-        let state = match std::fs::File::open("/dev/kmsg") {
+        // Tests force the fallback path with GEN_TEST_KMSG=/nonexistent.
+        let path = std::env::var_os("GEN_TEST_KMSG").unwrap_or_else(|| "/dev/kmsg".into());
+        let state = match std::fs::File::open(&path) {
             Ok(mut file) => match file.seek(SeekFrom::End(0)) {
                 Ok(_) => {
                     let state = Arc::new(Mutex::new(Followed::Records(VecDeque::new())));
@@ -69,6 +71,41 @@ impl KernelLogFollower {
                 reason: reason.clone(),
             },
         }
+    }
+}
+
+/// When `/dev/kmsg` could not be followed: one read of the kernel log after the fact, from
+/// `dmesg`, else `journalctl -k` (both keep monotonic timestamps). An OOM report may have
+/// scrolled out of the ring buffer by then; the verdict says which source was used.
+pub async fn fallback_snapshot(kmsg_reason: String) -> KernelLog {
+    let attempts: [(&str, &[&str]); 2] = [
+        ("dmesg", &[]),
+        (
+            "journalctl",
+            &["-k", "--no-pager", "-o", "short-monotonic", "-b"],
+        ),
+    ];
+    let mut reasons = vec![kmsg_reason];
+    for (program, args) in attempts {
+        match tokio::process::Command::new(program)
+            .args(args)
+            .output()
+            .await
+        {
+            Ok(out) if out.status.success() && !out.stdout.is_empty() => {
+                return KernelLog::Text {
+                    text: String::from_utf8_lossy(&out.stdout).into_owned(),
+                };
+            }
+            Ok(out) => reasons.push(format!(
+                "`{program}` failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )),
+            Err(e) => reasons.push(format!("`{program}` unavailable: {e}")),
+        }
+    }
+    KernelLog::Unavailable {
+        reason: reasons.join("; "),
     }
 }
 

@@ -664,6 +664,12 @@ impl<'p> Orchestrator<'p> {
                 },
                 KernelLogFollower::snapshot,
             );
+            let kernel_log = match kernel_log {
+                gen_diagnostics::KernelLog::Unavailable { reason } => {
+                    super::kernel_log::fallback_snapshot(reason).await
+                }
+                text => text,
+            };
             let observation =
                 observe::observation(&report, &dir.prep_log(), kernel_log, manifest.is_some());
             Some(observe::verdict(&observation))
@@ -674,6 +680,9 @@ impl<'p> Orchestrator<'p> {
             &WorkerFile {
                 succeeded,
                 report: report.clone(),
+                verdict_ms: verdict
+                    .as_ref()
+                    .map(|_| super::sys::monotonic_usec().saturating_sub(report.exit_usec) / 1000),
                 verdict: verdict.clone(),
             },
         )?;
@@ -853,6 +862,9 @@ pub struct WorkerFile {
     /// The diagnostics verdict, when the worker did not simply succeed.
     #[serde(default)]
     pub verdict: Option<Verdict>,
+    /// Milliseconds from the worker's exit to its verdict (the budget is 1 s).
+    #[serde(default)]
+    pub verdict_ms: Option<u64>,
 }
 
 /// A custom worker's output counts as complete only with its done marker, and with the
