@@ -61,6 +61,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Measure the server: sweep concurrency on prepared prompts, print a table and write a plot.
+    Bench(BenchArgs),
     /// Combine the run directories of `--shard i/n` runs; report duplicates and gaps.
     Merge {
         /// The merged run directory to create.
@@ -159,4 +161,25 @@ pub struct ExportArgs {
 pub enum ExportFormat {
     Jsonl,
     Parquet,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// The config whose prepared sources provide the prompts.
+    pub config: PathBuf,
+    /// Concurrency levels to sweep, comma-separated (e.g. `1,2,4,8,16`), or `auto`.
+    #[arg(long, default_value = "auto")]
+    pub concurrency: String,
+    /// Server URLs to compare side by side (default: the config's server).
+    #[arg(long = "url", value_name = "URL")]
+    pub urls: Vec<String>,
+    /// Requests per concurrency level.
+    #[arg(long, default_value_t = 64)]
+    pub requests: usize,
+    /// Where to write the throughput plot (SVG).
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Print the results as JSON.
+    #[arg(long)]
+    pub json: bool,
 }

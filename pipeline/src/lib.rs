@@ -11,6 +11,7 @@
 //! Failures of a worker or a prompt are data (counted, shown in status, retried on the next
 //! run); an `Err` from [`run_cli`] means the run itself could not go on.
 
+pub mod bench;
 pub mod cli;
 pub mod config;
 pub mod diagnose;
@@ -120,6 +121,7 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             remote,
         } => status_command(target.as_deref(), json, watch, remote.as_deref()),
         Command::Export(args) => Ok(export::export(&args)?),
+        Command::Bench(args) => Ok(bench::bench(&args)?),
         Command::Merge { output, shards } => Ok(merge::merge(&output, &shards)?),
         Command::Verify { target, json } => Ok(verify::verify(&target, json)?),
         Command::Doctor { config } => Ok(doctor::doctor(&config)?),
