@@ -63,6 +63,21 @@ async fn completes_every_prompt_once_and_a_second_run_sends_nothing() {
         2
     );
     assert_eq!(server.chat_requests(), 6);
+    let events: Vec<serde_json::Value> = gen_
+        .read("runs/cfg/events.jsonl")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("event line"))
+        .collect();
+    let alpha: Vec<&str> = events
+        .iter()
+        .filter(|e| e["event"] == "source_phase" && e["source"] == "alpha")
+        .map(|e| e["detail"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(alpha.first(), Some(&"pending"), "{alpha:?}");
+    assert_eq!(alpha.last(), Some(&"done"), "{alpha:?}");
+    assert!(alpha.contains(&"generating"), "{alpha:?}");
+    assert_eq!(events.first().map(|e| e["event"].clone()), Some("run_started".into()));
+    assert_eq!(events.last().map(|e| e["detail"].clone()), Some("finished".into()));
 
     let second = gen_.run(&["run", &config]).await;
     assert_eq!(second.code, 0, "{}", second.stderr);

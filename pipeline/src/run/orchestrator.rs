@@ -102,6 +102,11 @@ struct Orchestrator<'p> {
     started: Instant,
     shard: Option<super::shard::Shard>,
     kernel_log: Option<KernelLogFollower>,
+    events: crate::store::events::EventLog,
+    /// What the last status write said, to log changes as events.
+    logged_phases: Vec<Phase>,
+    logged_limit: Option<usize>,
+    logged_down: Option<u64>,
 }
 
 /// `gen run`: see the module documentation.
@@ -116,6 +121,11 @@ pub async fn run(
     let _lock = super::lock::RunLock::acquire(run_dir)?;
     let previous: Option<RunStatus> = atomic::read_json(&run_dir.status()).ok().flatten();
     let mut orchestrator = Orchestrator::load(plan, run_dir)?;
+    orchestrator.events.append(
+        "run_started",
+        None,
+        format!("pid {} on {}", std::process::id(), state::host_name()),
+    );
     orchestrator.shard = selection.shard;
     let selected: Vec<bool> = orchestrator
         .sources
@@ -398,6 +408,14 @@ pub async fn run(
         task.await.ok();
     }
     orchestrator.flush_all()?;
+    let ending = if interrupted {
+        "interrupted"
+    } else if fatal.is_some() || server_died.is_some() {
+        "stopped by an error"
+    } else {
+        "finished"
+    };
+    orchestrator.events.append("run_finished", None, ending);
     orchestrator.status.finished = true;
     orchestrator.write_status()?;
     orchestrator.print_progress();
@@ -508,6 +526,10 @@ impl<'p> Orchestrator<'p> {
             tokens: 0,
             started: Instant::now(),
             shard: None,
+            events: crate::store::events::EventLog::new(run_dir.events()),
+            logged_phases: Vec::new(),
+            logged_limit: None,
+            logged_down: None,
             kernel_log: None,
         })
     }
@@ -687,6 +709,15 @@ impl<'p> Orchestrator<'p> {
             },
         )?;
         self.sources[i].status.verdict = verdict.as_ref().map(VerdictLine::from);
+        if let Some(verdict) = &verdict {
+            let detail = format!(
+                "{}: {}; {}",
+                report.exit.describe(),
+                verdict.headline(),
+                verdict.next_action()
+            );
+            self.events.append("worker_verdict", Some(&name), detail);
+        }
         let Some(manifest) = manifest else {
             let state = &mut self.sources[i].status;
             if interrupted {
@@ -834,7 +865,54 @@ impl<'p> Orchestrator<'p> {
         self.status.machine = state::MachineStatus::read(peak);
     }
 
+    /// Appends an event for every change since the last status write.
+    fn log_changes(&mut self) {
+        for (i, source) in self.sources.iter().enumerate() {
+            let phase = source.status.phase;
+            if self.logged_phases.get(i) != Some(&phase) {
+                let detail = if source.status.note.is_empty() {
+                    phase.label().to_owned()
+                } else {
+                    format!("{}: {}", phase.label(), source.status.note)
+                };
+                self.events
+                    .append("source_phase", Some(&source.status.name), detail);
+            }
+        }
+        self.logged_phases = self.sources.iter().map(|s| s.status.phase).collect();
+        if let Some(server) = &self.status.server {
+            if server.down_since_unix_ms != self.logged_down {
+                match server.down_since_unix_ms {
+                    Some(_) => self.events.append(
+                        "server_down",
+                        None,
+                        format!("{} stopped answering; dispatch paused", server.url),
+                    ),
+                    None => self.events.append(
+                        "server_up",
+                        None,
+                        format!("{} answers again; dispatch resumed", server.url),
+                    ),
+                }
+                self.logged_down = server.down_since_unix_ms;
+            }
+            if Some(server.concurrency) != self.logged_limit {
+                let why = server
+                    .decision
+                    .clone()
+                    .unwrap_or_else(|| "fixed".to_owned());
+                self.events.append(
+                    "concurrency",
+                    None,
+                    format!("{} ({why})", server.concurrency),
+                );
+                self.logged_limit = Some(server.concurrency);
+            }
+        }
+    }
+
     fn write_status(&mut self) -> anyhow::Result<()> {
+        self.log_changes();
         self.status.heartbeat_unix_ms = state::unix_ms();
         self.status.sources = self.sources.iter().map(|s| s.status.clone()).collect();
         atomic::write_json(&self.run_dir.status(), &self.status)

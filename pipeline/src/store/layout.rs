@@ -4,6 +4,7 @@
 //! ```text
 //! RUN_DIR/
 //!   status.json                 live view written by `gen run` (heartbeat, phases, counters)
+//!   events.jsonl                append-only history: phase changes, verdicts, outages
 //!   server.log                  output of a server `gen` launched
 //!   sources/NAME/prep.log       the preparation worker's stdout and stderr
 //!   sources/NAME/prompts.jsonl.zst   prepared prompts (written whole, then renamed)
@@ -34,6 +35,10 @@ impl RunDir {
 
     pub fn status(&self) -> PathBuf {
         self.root.join("status.json")
+    }
+
+    pub fn events(&self) -> PathBuf {
+        self.root.join("events.jsonl")
     }
 
     pub fn server_log(&self) -> PathBuf {

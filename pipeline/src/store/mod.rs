@@ -2,6 +2,7 @@
 //! framed zstd JSONL files prompts and completions live in ([`frames`]).
 
 pub mod atomic;
+pub mod events;
 pub mod frames;
 pub mod layout;
 

@@ -1,0 +1,62 @@
+//! `events.jsonl`: the run's append-only history — runs started and finished, every phase
+//! change of a source (with its note), worker verdicts, server outages and concurrency
+//! changes — one JSON object per line, so a multi-day run can be reconstructed after the fact.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use super::frames::open_private;
+
+/// One line of `events.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Event<'a> {
+    pub unix_ms: u64,
+    /// `run_started`, `run_finished`, `source_phase`, `worker_verdict`, `server_down`,
+    /// `server_up`, `concurrency`.
+    pub event: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<&'a str>,
+    pub detail: String,
+}
+
+/// Appends events; a failure to write one is reported once and never stops the run.
+#[derive(Debug)]
+pub struct EventLog {
+    path: PathBuf,
+    warned: bool,
+}
+
+impl EventLog {
+    pub fn new(path: PathBuf) -> EventLog {
+        EventLog {
+            path,
+            warned: false,
+        }
+    }
+
+    pub fn append(&mut self, event: &str, source: Option<&str>, detail: impl Into<String>) {
+        let event = Event {
+            unix_ms: crate::status::state::unix_ms(),
+            event,
+            source,
+            detail: detail.into(),
+        };
+        let result = serde_json::to_vec(&event)
+            .map_err(std::io::Error::other)
+            .and_then(|mut line| {
+                line.push(b'\n');
+                open_private(&self.path)?.write_all(&line)
+            });
+        if let Err(e) = result
+            && !self.warned
+        {
+            self.warned = true;
+            eprintln!(
+                "gen: warning: cannot append to `{}`: {e}",
+                self.path.display()
+            );
+        }
+    }
+}
