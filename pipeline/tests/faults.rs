@@ -7,7 +7,9 @@
 //! - a corpus of malformed inputs, each with its expected outcome ([`corpus`]);
 //! - bad configs: exit 2 and `file:line:column` ([`configs`]);
 //! - two runs on one run directory (the run lock); SIGTERM mid-generation;
-//! - secrets never reach the run directory or any output; private file modes.
+//! - secrets never reach the run directory or any output; private file modes;
+//! - disk full while writing output: a 1 MiB tmpfs as the run directory ([`disk`]);
+//! - the real llama-server stopped with `SIGSTOP` mid-run, then continued ([`llama`]).
 //!
 //! Every `gen` is spawned from the built binary against the fake OpenAI server on
 //! `127.0.0.1:0`. Faults are timed from observed progress (`status.json`, the server's request
@@ -17,8 +19,12 @@
 mod configs;
 #[path = "faults/corpus.rs"]
 mod corpus;
+#[path = "faults/disk.rs"]
+mod disk;
 #[path = "faults/harness.rs"]
 mod harness;
+#[path = "faults/llama.rs"]
+mod llama;
 
 use std::time::Duration;
 

@@ -4,7 +4,9 @@
 //!
 //! Knobs: the first `fail_first` chat requests get a 503; a prompt containing `REJECT` gets a
 //! 400 (a permanent error); a prompt containing `CUT` gets a stream without `[DONE]` every time;
-//! a prompt containing `LONG` finishes with `length` unless `max_tokens` ≥ 100.
+//! a prompt containing `LONG` finishes with `length` unless `max_tokens` ≥ 100; with
+//! `answer_bytes` set, each answer is padded to that many bytes (deterministic per prompt, and
+//! barely compressible, so outputs fill a disk).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -25,6 +27,9 @@ pub struct Knobs {
     pub fail_status: Option<u16>,
     /// Delay before each chat answer, so a run lasts long enough to be interrupted.
     pub delay: std::time::Duration,
+    /// When non-zero, the answer `echo: <prompt>` is padded with pseudo-random alphanumeric text
+    /// (seeded by the prompt, so the same prompt gets the same answer) up to this many bytes.
+    pub answer_bytes: usize,
 }
 
 #[derive(Debug, Default)]
@@ -125,7 +130,8 @@ async fn chat(State(shared): State<Arc<Shared>>, axum::Json(body): axum::Json<Va
         return (StatusCode::BAD_REQUEST, axum::Json(json!({"error": {"message": "prompt too long", "type": "exceed_context_size_error"}})))
             .into_response();
     }
-    let answer = format!("echo: {last_user}");
+    let mut answer = format!("echo: {last_user}");
+    pad(&mut answer, &last_user, shared.knobs.answer_bytes);
     // A prompt containing LONG is cut by max_tokens unless the budget is at least 100.
     let budget = body["max_tokens"].as_u64().unwrap_or(0);
     let finish = if last_user.contains("LONG") && budget < 100 {
@@ -142,4 +148,30 @@ async fn chat(State(shared): State<Arc<Shared>>, axum::Json(body): axum::Json<Va
         json!({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": words, "total_tokens": 5 + words}}),
     ];
     sse(&events, !last_user.contains("CUT"))
+}
+
+/// Pads `answer` to `bytes` with alphanumeric text drawn from a PRNG seeded by `prompt`
+/// (FNV-1a, then splitmix64): about 6 bits of entropy a byte, so zstd cannot shrink it much.
+fn pad(answer: &mut String, prompt: &str, bytes: usize) {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    if answer.len() >= bytes {
+        return;
+    }
+    let mut state = prompt.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    answer.push(' ');
+    while answer.len() < bytes {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        for byte in z.to_le_bytes() {
+            if answer.len() >= bytes {
+                break;
+            }
+            answer.push(char::from(ALPHABET[usize::from(byte) % ALPHABET.len()]));
+        }
+    }
 }

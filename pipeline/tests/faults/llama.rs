@@ -1,0 +1,137 @@
+//! The real llama-server frozen mid-run: `SIGSTOP` for a few seconds (shorter than the client's
+//! 120 s per-chunk idle timeout), then `SIGCONT`. The run must simply resume: no prompt marked
+//! failed or rejected, every prompt completed exactly once, audited by `gen verify`.
+//!
+//! Skipped with a printed reason when llama-server is not installed, unless `GEN_REQUIRE_LLAMA`
+//! is set (as in `pipeline/tests/llama.rs`). The `kill -9` + restart scenario lives there.
+
+use std::time::{Duration, Instant};
+
+use gen_tests::llama::{self, LlamaServer};
+use serde_json::Value;
+
+use super::harness::{Project, completion_ids, wait_for_status};
+use super::{RUN, assert_complete};
+
+/// How long the server stays frozen: the one deliberate sleep of the test.
+const STOP: Duration = Duration::from_secs(4);
+const PROMPTS: u64 = 32;
+
+/// `Some(reason)` when the test must be skipped.
+fn skip_reason() -> Option<String> {
+    match llama::installed() {
+        Ok(_) => None,
+        Err(reason) if std::env::var_os("GEN_REQUIRE_LLAMA").is_some() => {
+            panic!("GEN_REQUIRE_LLAMA is set but {reason}")
+        }
+        Err(reason) => Some(reason),
+    }
+}
+
+/// `kill -SIGNAL PID` (the workspace forbids `unsafe`, so no direct `kill(2)`).
+fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} {pid}: {status}");
+}
+
+fn source(status: &Value) -> &Value {
+    &status["sources"][0]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigstopped_llama_server_resumes_after_sigcont_with_nothing_failed_or_lost() {
+    if let Some(reason) = skip_reason() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let project = Project::new();
+    let server = LlamaServer::start(&project.path(""), 2)
+        .await
+        .expect("llama-server");
+    let rows: String = (0..PROMPTS)
+        .map(|i| format!("{{\"prompt\": \"Count from {i} to {}.\"}}\n", i + 5))
+        .collect();
+    project.write("data/a.jsonl", rows);
+    project.write(
+        "cfg.toml",
+        format!(
+            "[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = 24\nconcurrency = 2\n\n\
+             [[source]]\nname = \"counting\"\npath = \"data/a.jsonl\"\n",
+            server.url()
+        ),
+    );
+    let started = Instant::now();
+    let mut child = project.spawn(&["run", "cfg.toml"]);
+    let before = wait_for_status(
+        &project,
+        RUN,
+        &mut child,
+        "3 completions",
+        Duration::from_secs(120),
+        |s| source(s)["done"].as_u64().unwrap_or(0) >= 3,
+    )
+    .await;
+    let done_at_stop = source(&before)["done"].as_u64().unwrap_or(0);
+    assert!(done_at_stop < PROMPTS, "stopped mid-run: {before:#}");
+
+    signal(server.pid(), "STOP");
+    let stopped = Instant::now();
+    // The deliberate freeze; `status.json` is sampled meanwhile, to see what gen made of it.
+    let mut saw_down = false;
+    let mut max_failed = 0;
+    while stopped.elapsed() < STOP {
+        if let Some(status) = project.status(RUN) {
+            saw_down |= status["server"]["down_since_unix_ms"].is_u64();
+            max_failed = max_failed.max(source(&status)["failed"].as_u64().unwrap_or(0));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let frozen = project.status(RUN).expect("status.json");
+    assert!(
+        child.try_wait().expect("try_wait").is_none(),
+        "gen must still be running while the server is stopped"
+    );
+    signal(server.pid(), "CONT");
+    let resumed = Instant::now();
+
+    let output = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
+        .await
+        .expect("gen finished within 120 s of SIGCONT")
+        .expect("wait");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    eprintln!(
+        "SIGSTOP at {done_at_stop} done, {:?} after start; frozen {:?}: done {}, server shown down: \
+         {saw_down}; finished {:?} after SIGCONT\n{stderr}",
+        stopped - started,
+        STOP,
+        source(&frozen)["done"],
+        resumed.elapsed()
+    );
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(max_failed, 0, "no prompt failed during the stop");
+
+    let status = project.status(RUN).expect("status.json");
+    assert_eq!(status["finished"], true, "{status:#}");
+    assert_eq!(source(&status)["phase"], "done", "{status:#}");
+    assert_eq!(source(&status)["done"], PROMPTS, "{status:#}");
+    assert_eq!(source(&status)["failed"], 0, "{status:#}");
+    assert_eq!(source(&status)["rejected"], 0, "{status:#}");
+    assert!(
+        !project
+            .path(&format!("{RUN}/sources/counting/rejected.jsonl"))
+            .exists(),
+        "nothing rejected"
+    );
+    let (code, audit) = project.verify(RUN).await;
+    assert_eq!(code, Some(0), "{audit:#}");
+    assert_complete(&audit, PROMPTS);
+    let mut ids =
+        completion_ids(&project.path(&format!("{RUN}/sources/counting/completions.jsonl.zst")));
+    let count = ids.len();
+    ids.sort();
+    ids.dedup();
+    assert_eq!((ids.len(), count), (PROMPTS as usize, PROMPTS as usize));
+}
