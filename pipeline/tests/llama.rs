@@ -305,3 +305,86 @@ async fn auto_concurrency_settles_within_the_servers_slots() {
         12
     );
 }
+
+/// Children of `parent` (from `/proc/*/stat`).
+fn children_of(parent: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // The fields after the parenthesised comm: state, ppid, ...
+        let after = stat.rsplit_once(") ").map_or("", |(_, rest)| rest);
+        if after
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<u32>().ok())
+            == Some(parent)
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_launched_server_that_dies_mid_run_is_restarted_and_the_run_completes() {
+    if let Some(reason) = skip_reason() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let (bin, model) = llama::installed().expect("installed");
+    let gen_ = Gen::new();
+    let rows: String = (0..10)
+        .map(|i| format!("{{\"prompt\": \"Name a fruit ({i}).\"}}\n"))
+        .collect();
+    gen_.write("data/a.jsonl", &rows);
+    gen_.write(
+        "cfg.toml",
+        &format!(
+            "[server]\nurl = \"http://127.0.0.1:{{port}}\"\nlaunch = [\"{}\", \"-m\", \"{}\", \"--host\", \"127.0.0.1\", \"--port\", \"{{port}}\", \"-np\", \"2\", \"-c\", \"2048\", \"-t\", \"2\"]\n\n[generation]\nmax-tokens = 16\nconcurrency = 2\n\n[[source]]\nname = \"fruit\"\npath = \"data/a.jsonl\"\n",
+            bin.display(),
+            model.display()
+        ),
+    );
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_gen"))
+        .args(["run", "cfg.toml"])
+        .current_dir(gen_.path(""))
+        .kill_on_drop(true)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn gen");
+    let gen_pid = child.id().expect("pid");
+    let run = tokio::spawn(child.wait_with_output());
+    wait_for_status(&gen_, std::time::Duration::from_secs(120), |s| {
+        s["sources"][0]["done"].as_u64().unwrap_or(0) >= 2
+    })
+    .await;
+    let servers = children_of(gen_pid);
+    assert_eq!(servers.len(), 1, "one llama-server child: {servers:?}");
+    // kill -9 the server gen launched (our own process tree).
+    std::process::Command::new("kill")
+        .args(["-9", &servers[0].to_string()])
+        .status()
+        .expect("kill");
+    let output = run.await.expect("join").expect("gen run");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("restarting the inference server (1 of 3)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("the inference server is back (restart 1)"),
+        "{stderr}"
+    );
+    let records = completions(&gen_.path("runs/cfg/sources/fruit/completions.jsonl.zst"));
+    let ids: std::collections::HashSet<&str> = records
+        .iter()
+        .map(|r| r["id"].as_str().expect("id"))
+        .collect();
+    assert_eq!((records.len(), ids.len()), (10, 10));
+}

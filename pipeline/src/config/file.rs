@@ -33,6 +33,10 @@ pub struct ServerTable {
     pub launch: Option<Spanned<Vec<String>>>,
     /// Seconds to wait for `/health` after launch (default 300).
     pub health_timeout_secs: Option<Spanned<i64>>,
+    /// Restarts of a launched server that dies during the run (default 3; 0 = never).
+    pub max_restarts: Option<Spanned<i64>>,
+    /// The log of an external server: read for a diagnosis when it goes down.
+    pub log: Option<String>,
     /// Host RAM the server takes on this machine beyond its GPUs (e.g. `"150G"` for a
     /// hierarchical KV cache); counted by the preflight (`gen doctor`).
     pub host_memory: Option<Spanned<String>>,

@@ -21,6 +21,7 @@ use super::problem::{ConfigError, Problem};
 
 const DEFAULT_PARALLEL_PREP: usize = 2;
 const DEFAULT_STALL_SECS: usize = 1800;
+const DEFAULT_MAX_RESTARTS: u32 = 3;
 const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(300);
 const DEFAULT_MAX_ATTEMPTS: u32 = 4;
 
@@ -62,6 +63,9 @@ pub struct ServerPlan {
     pub api_key_env: Option<String>,
     pub launch: Option<Vec<String>>,
     pub health_timeout: Duration,
+    pub max_restarts: u32,
+    /// An external server's log file, for a diagnosis when it goes down.
+    pub log: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -106,6 +110,11 @@ impl Plan {
         let mut resolver = Resolver {
             text,
             problems: Vec::new(),
+            base_dir_hint: path
+                .parent()
+                .map(Path::to_path_buf)
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or_else(|| PathBuf::from(".")),
         };
         let plan = resolver.resolve(path);
         match plan {
@@ -139,6 +148,8 @@ impl Plan {
 struct Resolver<'t> {
     text: &'t str,
     problems: Vec<Problem>,
+    /// The config file's directory, for paths written relative to it.
+    base_dir_hint: PathBuf,
 }
 
 impl<'t> Resolver<'t> {
@@ -434,6 +445,19 @@ impl<'t> Resolver<'t> {
             api_key_env: server.api_key_env.map(Spanned::into_inner),
             launch: server.launch.map(Spanned::into_inner),
             health_timeout,
+            max_restarts: server
+                .max_restarts
+                .as_ref()
+                .map_or(DEFAULT_MAX_RESTARTS, |n| {
+                    match u32::try_from(*n.get_ref()) {
+                        Ok(n) => n,
+                        Err(_) => {
+                            self.problem(Some(n.span()), "`max-restarts` must be 0 or more");
+                            0
+                        }
+                    }
+                }),
+            log: server.log.map(|l| self.base_dir_hint.join(l)),
         }
     }
 

@@ -40,6 +40,17 @@ pub struct Completion {
     pub usage: Option<Usage>,
 }
 
+/// A completion with its timing, as [`ChatClient::complete_timed`] measures it.
+#[derive(Debug, Clone)]
+pub struct TimedCompletion {
+    pub completion: Completion,
+    /// From sending the request to the first chunk with content or reasoning; `None` when the
+    /// answer was empty.
+    pub first_token: Option<Duration>,
+    /// From sending the request to `[DONE]`.
+    pub total: Duration,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RequestError {
     /// The server is not there: refused or reset connection, a cut stream, 503 while loading.
@@ -114,6 +125,20 @@ impl ChatClient {
         messages: &[Message],
         max_tokens: u32,
     ) -> Result<Completion, RequestError> {
+        self.complete_timed(messages, max_tokens)
+            .await
+            .map(|timed| timed.completion)
+    }
+
+    /// [`ChatClient::complete`], also measuring the time to the first generated token (the
+    /// first chunk that carries content or reasoning) and to the end of the stream.
+    pub async fn complete_timed(
+        &self,
+        messages: &[Message],
+        max_tokens: u32,
+    ) -> Result<TimedCompletion, RequestError> {
+        let started = std::time::Instant::now();
+        let mut first_token = None;
         let mut request = self
             .http
             .post(&self.url)
@@ -172,12 +197,20 @@ impl ChatClient {
             }
             let chunk: Value = serde_json::from_str(&event.data)
                 .map_err(|e| RequestError::Transient(format!("unreadable stream chunk: {e}")))?;
+            let generated = completion.content.len() + reasoning.len();
             apply_chunk(&chunk, &mut completion, &mut reasoning)?;
+            if first_token.is_none() && completion.content.len() + reasoning.len() > generated {
+                first_token = Some(started.elapsed());
+            }
         }
         if !reasoning.is_empty() {
             completion.reasoning_content = Some(reasoning);
         }
-        Ok(completion)
+        Ok(TimedCompletion {
+            completion,
+            first_token,
+            total: started.elapsed(),
+        })
     }
 }
 

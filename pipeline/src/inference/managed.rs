@@ -47,6 +47,11 @@ pub struct ManagedServer {
     pgid: i32,
     pub url: String,
     pub log: PathBuf,
+    /// The expanded command line, for restarts (same port, same URL).
+    args: Vec<String>,
+    health_timeout: Duration,
+    /// Restarts so far.
+    pub restarts: u32,
 }
 
 /// Expands `${VAR}`, `${VAR:-default}` and `{port}` in one launch argument.
@@ -127,7 +132,6 @@ impl ManagedServer {
         launch: &[String],
         log: &Path,
     ) -> Result<ManagedServer, LaunchError> {
-        use std::os::unix::process::CommandExt as _;
         let port = free_port()?;
         let env = |name: &str| std::env::var(name).ok();
         let args = launch
@@ -135,6 +139,24 @@ impl ManagedServer {
             .map(|a| expand(a, port, &env))
             .collect::<Result<Vec<_>, _>>()?;
         let url = expand(&plan.url, port, &env)?;
+        ManagedServer::launch(args, url, log.to_path_buf(), plan.health_timeout, 0).await
+    }
+
+    /// Starts the same command again after the server died (its log is appended to).
+    pub async fn restart(self) -> Result<ManagedServer, LaunchError> {
+        let restarts = self.restarts + 1;
+        ManagedServer::launch(self.args, self.url, self.log, self.health_timeout, restarts).await
+    }
+
+    async fn launch(
+        args: Vec<String>,
+        url: String,
+        log: PathBuf,
+        health_timeout: Duration,
+        restarts: u32,
+    ) -> Result<ManagedServer, LaunchError> {
+        use std::os::unix::process::CommandExt as _;
+        let log = log.as_path();
         let program = args.first().cloned().unwrap_or_default();
         let out = crate::store::frames::open_private(log)?;
         let err = out.try_clone()?;
@@ -171,10 +193,10 @@ impl ManagedServer {
                 let status = status.map_or_else(|e| e.to_string(), describe_status);
                 Err(LaunchError::Exited { status, log: log.to_path_buf(), tail: tail(log, TAIL_LINES), diagnosis: diagnosis(log) })
             }
-            () = healthy => Ok(ManagedServer { child, pgid, url, log: log.to_path_buf() }),
-            () = tokio::time::sleep(plan.health_timeout) => {
+            () = healthy => Ok(ManagedServer { child, pgid, url, log: log.to_path_buf(), args, health_timeout, restarts }),
+            () = tokio::time::sleep(health_timeout) => {
                 sys::kill_group(pgid, libc::SIGKILL).ok();
-                Err(LaunchError::NotHealthy { timeout: plan.health_timeout, log: log.to_path_buf(), tail: tail(log, TAIL_LINES), diagnosis: diagnosis(log) })
+                Err(LaunchError::NotHealthy { timeout: health_timeout, log: log.to_path_buf(), tail: tail(log, TAIL_LINES), diagnosis: diagnosis(log) })
             }
         }
     }
@@ -239,6 +261,8 @@ mod tests {
             api_key_env: None,
             launch: None,
             health_timeout: Duration::from_secs(3600),
+            max_restarts: 0,
+            log: None,
         };
         let launch = [
             "/bin/sh",

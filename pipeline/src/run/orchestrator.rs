@@ -303,6 +303,10 @@ pub async fn run(
 
     let mut fatal: Option<String> = None;
     let mut server_died: Option<String> = None;
+    let mut restarting: Option<
+        tokio::task::JoinHandle<Result<ManagedServer, managed::LaunchError>>,
+    > = None;
+    let mut explained_outage = false;
     let mut tick = tokio::time::interval(TICK);
     let mut last_progress = Instant::now();
     let mut interrupted = false;
@@ -382,8 +386,40 @@ pub async fn run(
                     let log = run_dir.server_log();
                     let message = format!("the inference server exited ({exit}); last lines of `{}`:\n{}\n{}", log.display(), managed::tail(&log, 25), managed::diagnosis(&log));
                     eprintln!("gen: {message}");
-                    server_died = Some(message);
-                    dispatch_cancel.cancel();
+                    let server = managed.take().expect("checked above");
+                    if server.restarts < plan.server.max_restarts {
+                        eprintln!("gen: restarting the inference server ({} of {}); requests wait for it", server.restarts + 1, plan.server.max_restarts);
+                        orchestrator.events.append("server_restart", None, format!("{exit}; restart {} of {}", server.restarts + 1, plan.server.max_restarts));
+                        restarting = Some(tokio::spawn(server.restart()));
+                    } else {
+                        server_died = Some(message);
+                        dispatch_cancel.cancel();
+                    }
+                }
+                // An external server that went down: its log, if configured, says why.
+                if let (Some(log), Health::Down { .. }) = (&plan.server.log, liveness.health())
+                    && !explained_outage
+                {
+                    explained_outage = true;
+                    eprintln!("gen: server log `{}`:\n{}", log.display(), managed::diagnosis(log));
+                } else if liveness.health() == Health::Up {
+                    explained_outage = false;
+                }
+            }
+            restarted = async { restarting.as_mut().expect("guarded").await }, if restarting.is_some() => {
+                restarting = None;
+                match restarted {
+                    Ok(Ok(server)) => {
+                        eprintln!("gen: the inference server is back (restart {})", server.restarts);
+                        managed = Some(server);
+                    }
+                    Ok(Err(e)) => {
+                        let message = format!("the inference server could not be restarted: {e}");
+                        eprintln!("gen: {message}");
+                        server_died = Some(message);
+                        dispatch_cancel.cancel();
+                    }
+                    Err(e) => anyhow::bail!("the server restart task failed: {e}"),
                 }
             }
             () = cancel.cancelled(), if !interrupted => {
