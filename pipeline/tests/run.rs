@@ -76,8 +76,14 @@ async fn completes_every_prompt_once_and_a_second_run_sends_nothing() {
     assert_eq!(alpha.first(), Some(&"pending"), "{alpha:?}");
     assert_eq!(alpha.last(), Some(&"done"), "{alpha:?}");
     assert!(alpha.contains(&"generating"), "{alpha:?}");
-    assert_eq!(events.first().map(|e| e["event"].clone()), Some("run_started".into()));
-    assert_eq!(events.last().map(|e| e["detail"].clone()), Some("finished".into()));
+    assert_eq!(
+        events.first().map(|e| e["event"].clone()),
+        Some("run_started".into())
+    );
+    assert_eq!(
+        events.last().map(|e| e["detail"].clone()),
+        Some("finished".into())
+    );
 
     let second = gen_.run(&["run", &config]).await;
     assert_eq!(second.code, 0, "{}", second.stderr);
