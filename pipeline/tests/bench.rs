@@ -1,0 +1,196 @@
+//! `gen bench` end to end against fake OpenAI servers: a sweep over two servers side by side
+//! with a plot, `--json`, `auto`, and the errors a user meets first.
+
+mod support;
+
+use std::time::Duration;
+
+use gen_tests::fake_openai::{FakeOpenAi, Knobs};
+use support::{Gen, write_config};
+
+fn slow_server(delay_ms: u64) -> Knobs {
+    Knobs {
+        delay: Duration::from_millis(delay_ms),
+        ..Knobs::default()
+    }
+}
+
+/// A project with two prepared sources (6 prompts), prepared and generated against `url`.
+async fn prepared(url: &str) -> (Gen, String) {
+    let gen_ = Gen::new();
+    gen_.write(
+        "data/a.jsonl",
+        "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n{\"prompt\": \"three\"}\n",
+    );
+    gen_.write(
+        "data/b.jsonl",
+        "{\"prompt\": \"four\"}\n{\"prompt\": \"five\"}\n{\"prompt\": \"six\"}\n",
+    );
+    let config = write_config(
+        &gen_,
+        url,
+        &[("alpha", "data/a.jsonl"), ("beta", "data/b.jsonl")],
+    );
+    let run = gen_.run(&["run", &config]).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    (gen_, config)
+}
+
+/// The tok/s cells of the table row for level `level`: one per server, markers stripped.
+fn tokens_per_second(table: &str, level: usize) -> Vec<f64> {
+    let row = table
+        .lines()
+        .find(|line| line.split_whitespace().next() == Some(&level.to_string()))
+        .unwrap_or_else(|| panic!("no row for L={level}:\n{table}"));
+    row.split_whitespace()
+        .skip(1)
+        .step_by(4)
+        .map(|cell| {
+            cell.trim_end_matches(['*', '!'])
+                .parse()
+                .unwrap_or_else(|e| panic!("tok/s cell `{cell}`: {e}\n{table}"))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn sweeps_two_servers_side_by_side_and_plots_them() {
+    let fast = FakeOpenAi::start(slow_server(100)).await;
+    let slow = FakeOpenAi::start(slow_server(300)).await;
+    let (gen_, config) = prepared(&fast.url()).await;
+    let before = fast.chat_requests();
+
+    let (fast_url, slow_url) = (fast.url(), slow.url());
+    let bench = gen_
+        .run(&[
+            "bench",
+            &config,
+            "--concurrency",
+            "1,4",
+            "--requests",
+            "8",
+            "--url",
+            &fast_url,
+            "--url",
+            &slow_url,
+            "--plot",
+            "out.svg",
+        ])
+        .await;
+    assert_eq!(bench.code, 0, "{}", bench.stderr);
+    let table = &bench.stdout;
+    assert!(
+        table.contains(&fast_url) && table.contains(&slow_url),
+        "{table}"
+    );
+    assert!(table.lines().all(|l| l.chars().count() <= 80), "{table}");
+    assert!(table.contains("tok/s") && table.contains("TTFT"), "{table}");
+    let at_1 = tokens_per_second(table, 1);
+    let at_4 = tokens_per_second(table, 4);
+    assert_eq!((at_1.len(), at_4.len()), (2, 2), "{table}");
+    assert!(at_4[0] > at_1[0], "the fast server scales with L:\n{table}");
+    assert!(
+        at_1[0] > at_1[1],
+        "the slow server is slower at L=1:\n{table}"
+    );
+    let best_row = table
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some("4"))
+        .expect("L=4 row");
+    assert!(best_row.contains('*'), "L=4 is the best level:\n{table}");
+    assert_eq!(fast.chat_requests() - before, 16, "8 requests per level");
+    assert_eq!(slow.chat_requests(), 16);
+
+    let svg = gen_.read("out.svg");
+    assert!(svg.starts_with("<svg"), "{}", &svg[..svg.len().min(200)]);
+    assert!(svg.contains("tok/s"), "axis label in the plot");
+}
+
+#[tokio::test]
+async fn json_reports_every_level_of_the_config_server() {
+    let server = FakeOpenAi::start(slow_server(20)).await;
+    let (gen_, config) = prepared(&server.url()).await;
+    let bench = gen_
+        .run(&[
+            "bench",
+            &config,
+            "--concurrency",
+            "1,2",
+            "--requests",
+            "4",
+            "--json",
+        ])
+        .await;
+    assert_eq!(bench.code, 0, "{}", bench.stderr);
+    let report: serde_json::Value = serde_json::from_str(&bench.stdout).expect("--json parses");
+    assert_eq!(report["requests_per_level"], 4);
+    assert_eq!(report["sources"], serde_json::json!(["alpha", "beta"]));
+    let servers = report["servers"].as_array().expect("servers");
+    assert_eq!(servers.len(), 1);
+    assert_eq!(servers[0]["url"], server.url());
+    assert_eq!(servers[0]["model"], "fake-model");
+    let levels = servers[0]["levels"].as_array().expect("levels");
+    assert_eq!(levels.len(), 2);
+    for (level, expected) in levels.iter().zip([1, 2]) {
+        assert_eq!(level["concurrency"], expected);
+        assert_eq!(level["completed"], 4);
+        assert_eq!(level["failed"], 0);
+        assert!(level["output_tokens"].as_u64() > Some(0), "{level}");
+        assert!(level["output_tokens_per_s"].as_f64() > Some(0.0), "{level}");
+        for key in ["latency_p50_s", "latency_p95_s", "ttft_p50_s"] {
+            assert!(level[key].as_f64() >= Some(0.02), "{key}: {level}");
+        }
+    }
+    assert!(servers[0]["best_concurrency"].is_u64());
+}
+
+#[tokio::test]
+async fn auto_doubles_until_a_level_could_not_fill() {
+    let server = FakeOpenAi::start(slow_server(50)).await;
+    let (gen_, config) = prepared(&server.url()).await;
+    let bench = gen_
+        .run(&["bench", &config, "--requests", "8", "--json"])
+        .await;
+    assert_eq!(bench.code, 0, "{}", bench.stderr);
+    let report: serde_json::Value = serde_json::from_str(&bench.stdout).expect("--json parses");
+    let server_report = &report["servers"][0];
+    let levels: Vec<u64> = server_report["levels"]
+        .as_array()
+        .expect("levels")
+        .iter()
+        .filter_map(|l| l["concurrency"].as_u64())
+        .collect();
+    assert_eq!(levels, [1, 2, 4, 8], "{server_report}");
+    assert!(
+        server_report["stopped"]
+            .as_str()
+            .is_some_and(|s| s.contains("8 requests per level")),
+        "{server_report}"
+    );
+}
+
+#[tokio::test]
+async fn without_prepared_prompts_it_says_to_run_gen_run_first() {
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let gen_ = Gen::new();
+    gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
+    let config = write_config(&gen_, &server.url(), &[("alpha", "data/a.jsonl")]);
+    let bench = gen_.run(&["bench", &config, "--concurrency", "1"]).await;
+    assert_eq!(bench.code, 1, "{}", bench.stderr);
+    assert!(
+        bench.stderr.contains("no prepared prompts") && bench.stderr.contains("gen run cfg.toml"),
+        "{}",
+        bench.stderr
+    );
+    assert_eq!(server.chat_requests(), 0);
+
+    let usage = gen_
+        .run(&["bench", &config, "--concurrency", "1,zero"])
+        .await;
+    assert_eq!(usage.code, 2, "{}", usage.stderr);
+    assert!(
+        usage.stderr.contains("`zero` is not a positive integer"),
+        "{}",
+        usage.stderr
+    );
+}
