@@ -274,8 +274,14 @@ async fn soak_twenty_kills() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(20);
+    // Enough rows that a preparation lasts long enough to be seen and hit in release mode too
+    // (with 50 000 rows a release-mode worker is done between two polls of `status.json`).
+    let rows: usize = std::env::var("GEN_SOAK_ROWS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(400_000);
     let prep_kills = kills / 4;
-    let report = kill_scenario(seed(), prep_kills, kills - prep_kills, 50_000, 200).await;
+    let report = kill_scenario(seed(), prep_kills, kills - prep_kills, rows, 200).await;
     print_report(&report);
     assert_eq!(report.kills.len(), kills);
 }

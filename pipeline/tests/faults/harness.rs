@@ -103,17 +103,28 @@ pub(crate) async fn wait_for_status(
     mut ready: impl FnMut(&Value) -> bool,
 ) -> Value {
     let until = Instant::now() + deadline;
+    let mut seen = Vec::new();
     loop {
-        if let Some(status) = project.status(run_dir)
-            && ready(&status)
-        {
-            return status;
+        if let Some(status) = project.status(run_dir) {
+            if ready(&status) {
+                return status;
+            }
+            let phases: Vec<Value> = sources(&status)
+                .iter()
+                .map(|s| s["phase"].clone())
+                .collect();
+            if seen.last() != Some(&phases) {
+                seen.push(phases);
+            }
         }
         if let Some(exit) = child.try_wait().expect("try_wait") {
-            panic!("gen exited ({exit}) before {what}");
+            panic!("gen exited ({exit}) before {what}; phases seen: {seen:?}");
         }
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert!(
+            Instant::now() < until,
+            "timed out waiting for {what}; phases seen: {seen:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
 

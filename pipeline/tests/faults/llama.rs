@@ -15,7 +15,9 @@ use super::{RUN, assert_complete};
 
 /// How long the server stays frozen: the one deliberate sleep of the test.
 const STOP: Duration = Duration::from_secs(4);
-const PROMPTS: u64 = 32;
+/// Small enough for the CI budget (a loaded 2-core machine generates ~8 tokens/s), large
+/// enough that the first completion comes long before the last.
+const PROMPTS: u64 = 12;
 
 /// `Some(reason)` when the test must be skipped.
 fn skip_reason() -> Option<String> {
@@ -58,7 +60,7 @@ async fn a_sigstopped_llama_server_resumes_after_sigcont_with_nothing_failed_or_
     project.write(
         "cfg.toml",
         format!(
-            "[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = 24\nconcurrency = 2\n\n\
+            "[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = 12\nconcurrency = 2\n\n\
              [[source]]\nname = \"counting\"\npath = \"data/a.jsonl\"\n",
             server.url()
         ),
@@ -69,9 +71,9 @@ async fn a_sigstopped_llama_server_resumes_after_sigcont_with_nothing_failed_or_
         &project,
         RUN,
         &mut child,
-        "3 completions",
+        "a first completion",
         Duration::from_secs(120),
-        |s| source(s)["done"].as_u64().unwrap_or(0) >= 3,
+        |s| source(s)["done"].as_u64().unwrap_or(0) >= 1,
     )
     .await;
     let done_at_stop = source(&before)["done"].as_u64().unwrap_or(0);
@@ -91,6 +93,10 @@ async fn a_sigstopped_llama_server_resumes_after_sigcont_with_nothing_failed_or_
     }
     let frozen = project.status(RUN).expect("status.json");
     assert!(
+        frozen["server"]["in_flight"].as_u64().unwrap_or(0) > 0,
+        "requests were in flight on the frozen server: {frozen:#}"
+    );
+    assert!(
         child.try_wait().expect("try_wait").is_none(),
         "gen must still be running while the server is stopped"
     );
@@ -103,11 +109,12 @@ async fn a_sigstopped_llama_server_resumes_after_sigcont_with_nothing_failed_or_
         .expect("wait");
     let stderr = String::from_utf8_lossy(&output.stderr);
     eprintln!(
-        "SIGSTOP at {done_at_stop} done, {:?} after start; frozen {:?}: done {}, server shown down: \
-         {saw_down}; finished {:?} after SIGCONT\n{stderr}",
+        "SIGSTOP at {done_at_stop} done, {:?} after start; frozen {:?}: done {}, in flight {}, \
+         server shown down: {saw_down}; finished {:?} after SIGCONT\n{stderr}",
         stopped - started,
         STOP,
         source(&frozen)["done"],
+        frozen["server"]["in_flight"],
         resumed.elapsed()
     );
     assert_eq!(output.status.code(), Some(0), "{stderr}");
