@@ -32,6 +32,14 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     if args.requests == 0 {
         return Ok(usage_error("`--requests` must be at least 1"));
     }
+    if let Levels::List(list) = &levels
+        && list.iter().any(|&level| level > args.requests)
+    {
+        eprintln!(
+            "gen bench: warning: levels above `--requests {}` never have that many requests in flight",
+            args.requests
+        );
+    }
     let plan = Plan::load(&args.config)?;
     let prompts = prompts::load(&plan, args.requests)?;
     let urls = if args.urls.is_empty() {

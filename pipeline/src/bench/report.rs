@@ -90,7 +90,7 @@ fn cut(text: &str, width: usize) -> String {
 fn cells(server: &ServerReport, level: usize) -> String {
     let Some(result) = server.levels.iter().find(|l| l.concurrency == level) else {
         return format!(
-            "{:>w$}{:>w$}{:>w$}{:>w$} ",
+            "{:>w$} {:>w$}{:>w$}{:>w$}",
             "-",
             "-",
             "-",
@@ -247,7 +247,7 @@ mod tests {
             sources: vec!["alpha".into(), "beta".into()],
             max_tokens: 16,
             servers: vec![
-                server("A", vec![level(1, 40.0, 0), level(4, 1234.5, 0)]),
+                server("A", vec![level(1, 40.0, 0), level(4, 1234.6, 0)]),
                 server("B", vec![level(1, 20.0, 0), level(2, 35.0, 1)]),
                 server("C", vec![level(1, 20.0, 0)]),
             ],
