@@ -8,6 +8,7 @@
 #   ./scripts/soak.sh                      # seed 1, 20 kills
 #   GEN_SOAK_SEEDS="1 2 3" ./scripts/soak.sh
 #   GEN_SOAK_KILLS=50 ./scripts/soak.sh
+#   GEN_SOAK_ROWS=1000000 ./scripts/soak.sh   # rows per source (default 400 000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +30,8 @@ for seed in $seeds; do
     else
         result=FAILED
         failed=1
+        # The panic message first: with a backtrace it scrolls out of the tail.
+        grep -A3 "panicked at" "$log" >&2 || true
         tail -40 "$log" >&2
     fi
     echo "$seed $result $(( $(date +%s) - started ))" >>"$logs/results"
