@@ -20,6 +20,7 @@ pub mod export;
 pub mod inference;
 pub mod merge;
 pub mod prep;
+pub mod report;
 pub mod run;
 pub mod status;
 pub mod store;

@@ -78,7 +78,7 @@ impl Liveness {
             Health::Down { .. } => false,
         });
         if newly_down {
-            eprintln!(
+            crate::say!(
                 "gen: server {} is down ({reason}); pausing until it answers again",
                 self.shown
             );
@@ -97,7 +97,7 @@ impl Liveness {
                     }
                     Health::Up => 0,
                 };
-                eprintln!(
+                crate::say!(
                     "gen: server {} is back after {down_for} s; resuming",
                     self.shown
                 );

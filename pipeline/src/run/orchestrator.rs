@@ -133,7 +133,7 @@ pub async fn run(
         .map(|s| selection.includes(&s.status.name, previous.as_ref()))
         .collect();
     if selection.only_failed && !selected.contains(&true) {
-        eprintln!("gen: no source failed in the last run: nothing to restart");
+        crate::say!("gen: no source failed in the last run: nothing to restart");
         return Ok(RunOutcome::NothingToDo);
     }
     let needs_prep: Vec<usize> = (0..orchestrator.sources.len())
@@ -162,7 +162,7 @@ pub async fn run(
     if needs_prep.is_empty() && pending.is_empty() {
         orchestrator.status.finished = true;
         orchestrator.write_status()?;
-        eprintln!("gen: nothing to do: every prompt of every source is already completed");
+        crate::say!("gen: nothing to do: every prompt of every source is already completed");
         return Ok(RunOutcome::NothingToDo);
     }
     // Refuse a plan this machine cannot hold, with the numbers, before anything starts.
@@ -172,7 +172,7 @@ pub async fn run(
     };
     let preflight = crate::doctor::preflight(plan, &overrides);
     for warning in preflight.warnings() {
-        eprintln!("gen: warning: {}: {}", warning.name, warning.message);
+        crate::say!("gen: warning: {}: {}", warning.name, warning.message);
     }
     if let Some(refusal) = preflight.refusal() {
         anyhow::bail!(
@@ -190,7 +190,7 @@ pub async fn run(
         .and_then(|var| std::env::var(var).ok());
     let mut managed = match &plan.server.launch {
         Some(launch) => {
-            eprintln!(
+            crate::say!(
                 "gen: starting the inference server (log: {})",
                 run_dir.server_log().display()
             );
@@ -204,7 +204,7 @@ pub async fn run(
         .map_or_else(|| plan.server.url.clone(), |m| m.url.clone());
     let model = probe::model(&url, api_key.as_deref(), plan.server.model.as_deref()).await?;
     let shown_url = probe::redact(&url);
-    eprintln!("gen: server {shown_url} serves `{model}`");
+    crate::say!("gen: server {shown_url} serves `{model}`");
     let pin = super::pin::RunPin {
         layout: LAYOUT_VERSION,
         model: model.clone(),
@@ -295,6 +295,13 @@ pub async fn run(
         // Followed from before the first worker starts, so no OOM report scrolls away unread.
         orchestrator.kernel_log = Some(KernelLogFollower::start());
     }
+    crate::report::start_bars(
+        &orchestrator
+            .sources
+            .iter()
+            .map(|s| s.status.name.clone())
+            .collect::<Vec<_>>(),
+    );
     let mut prep_queue: VecDeque<usize> = needs_prep.into();
     let mut preps: JoinSet<(usize, std::io::Result<WorkerReport>)> = JoinSet::new();
     let prep_cancel = cancel.child_token();
@@ -346,7 +353,7 @@ pub async fn run(
                 }
                 DispatchEvent::Fatal(message) => {
                     if fatal.is_none() {
-                        eprintln!("gen: stopping: {message}");
+                        crate::say!("gen: stopping: {message}");
                         fatal = Some(message);
                         dispatch_cancel.cancel();
                         prep_cancel.cancel();
@@ -376,7 +383,8 @@ pub async fn run(
                 orchestrator.flush_all()?;
                 orchestrator.refresh_rates();
                 orchestrator.write_status()?;
-                if last_progress.elapsed() >= PROGRESS_EVERY {
+                crate::report::update_bars(&orchestrator.status.sources);
+                if last_progress.elapsed() >= PROGRESS_EVERY && !crate::report::bars_wanted() {
                     orchestrator.print_progress();
                     last_progress = Instant::now();
                 }
@@ -385,10 +393,10 @@ pub async fn run(
                 {
                     let log = run_dir.server_log();
                     let message = format!("the inference server exited ({exit}); last lines of `{}`:\n{}\n{}", log.display(), managed::tail(&log, 25), managed::diagnosis(&log));
-                    eprintln!("gen: {message}");
+                    crate::say!("gen: {message}");
                     let server = managed.take().expect("checked above");
                     if server.restarts < plan.server.max_restarts {
-                        eprintln!("gen: restarting the inference server ({} of {}); requests wait for it", server.restarts + 1, plan.server.max_restarts);
+                        crate::say!("gen: restarting the inference server ({} of {}); requests wait for it", server.restarts + 1, plan.server.max_restarts);
                         orchestrator.events.append("server_restart", None, format!("{exit}; restart {} of {}", server.restarts + 1, plan.server.max_restarts));
                         restarting = Some(tokio::spawn(server.restart()));
                     } else {
@@ -401,7 +409,7 @@ pub async fn run(
                     && !explained_outage
                 {
                     explained_outage = true;
-                    eprintln!("gen: server log `{}`:\n{}", log.display(), managed::diagnosis(log));
+                    crate::say!("gen: server log `{}`:\n{}", log.display(), managed::diagnosis(log));
                 } else if liveness.health() == Health::Up {
                     explained_outage = false;
                 }
@@ -410,12 +418,12 @@ pub async fn run(
                 restarting = None;
                 match restarted {
                     Ok(Ok(server)) => {
-                        eprintln!("gen: the inference server is back (restart {})", server.restarts);
+                        crate::say!("gen: the inference server is back (restart {})", server.restarts);
                         managed = Some(server);
                     }
                     Ok(Err(e)) => {
                         let message = format!("the inference server could not be restarted: {e}");
-                        eprintln!("gen: {message}");
+                        crate::say!("gen: {message}");
                         server_died = Some(message);
                         dispatch_cancel.cancel();
                     }
@@ -423,7 +431,7 @@ pub async fn run(
                 }
             }
             () = cancel.cancelled(), if !interrupted => {
-                eprintln!(
+                crate::say!(
                     "gen: interrupted: no new requests; {} in flight get {} s to finish (a second Ctrl-C stops at once)",
                     limiter.in_flight(),
                     SHUTDOWN_GRACE.as_secs()
@@ -452,6 +460,7 @@ pub async fn run(
         "finished"
     };
     orchestrator.events.append("run_finished", None, ending);
+    crate::report::finish_bars();
     orchestrator.status.finished = true;
     orchestrator.write_status()?;
     orchestrator.print_progress();
@@ -661,7 +670,7 @@ impl<'p> Orchestrator<'p> {
             }
             self.sources[i].status.phase = Phase::Preparing;
             self.sources[i].status.note.clear();
-            eprintln!("gen: preparing `{name}`");
+            crate::say!("gen: preparing `{name}`");
             let cancel = cancel.clone();
             preps.spawn(async move { (i, supervisor::supervise(&command, cancel).await) });
         }
@@ -683,7 +692,7 @@ impl<'p> Orchestrator<'p> {
                 let state = &mut self.sources[i].status;
                 state.phase = Phase::Failed;
                 state.note = format!("could not start the preparation worker: {e}");
-                eprintln!("gen: `{name}`: {}", state.note);
+                crate::say!("gen: `{name}`: {}", state.note);
                 return Ok(None);
             }
         };
@@ -775,10 +784,10 @@ impl<'p> Orchestrator<'p> {
                         last_line(&dir.prep_log())
                     ),
                 };
-                eprintln!("gen: `{name}` failed: {}", state.note);
+                crate::say!("gen: `{name}` failed: {}", state.note);
                 if let Some(v) = &verdict {
                     for line in &v.evidence {
-                        eprintln!("gen:   evidence: {line}");
+                        crate::say!("gen:   evidence: {line}");
                     }
                 }
             }
@@ -793,9 +802,9 @@ impl<'p> Orchestrator<'p> {
                 .as_ref()
                 .map_or_else(|| report.exit.describe(), Verdict::headline);
             state.note = format!("{headline}; output kept");
-            eprintln!("gen: `{name}`: {}", state.note);
+            crate::say!("gen: `{name}`: {}", state.note);
         }
-        eprintln!("gen: prepared `{name}`: {} prompts", manifest.prompts);
+        crate::say!("gen: prepared `{name}`: {} prompts", manifest.prompts);
         if interrupted {
             return Ok(None);
         }
@@ -851,12 +860,12 @@ impl<'p> Orchestrator<'p> {
             } else {
                 String::new()
             };
-            eprintln!("gen: `{}` done: {} completions", status.name, status.done);
+            crate::say!("gen: `{}` done: {} completions", status.name, status.done);
         } else if stopped {
             status.phase = Phase::Prepared;
         } else {
             status.phase = Phase::Failed;
-            eprintln!("gen: `{}`: {}", status.name, status.note);
+            crate::say!("gen: `{}`: {}", status.name, status.note);
         }
         Ok(())
     }
@@ -960,7 +969,7 @@ impl<'p> Orchestrator<'p> {
         let done: u64 = self.sources.iter().map(|s| s.status.done).sum();
         let failed: u64 = self.sources.iter().map(|s| s.status.failed).sum();
         let secs = self.started.elapsed().as_secs_f64().max(0.001);
-        eprintln!(
+        crate::say!(
             "gen: [{:>4.0}s] {done}/{prepared} completed, {failed} failed, {:.1} output tok/s",
             secs,
             self.tokens as f64 / secs

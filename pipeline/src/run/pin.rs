@@ -80,7 +80,7 @@ impl RunPin {
                     }
                     .into());
                 }
-                eprintln!(
+                crate::say!(
                     "gen: continuing with changed settings (--allow-config-change):\n{}",
                     differences.join("\n")
                 );

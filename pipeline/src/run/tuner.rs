@@ -121,7 +121,7 @@ impl Tuner {
             ceiling: controller.ceiling(),
             decision: decision.reason.clone(),
         });
-        eprintln!(
+        crate::say!(
             "gen: concurrency auto: {} ({})",
             decision.limit,
             describe_caps(caps)
@@ -197,7 +197,7 @@ impl Tuner {
 
     fn apply(&mut self, decision: &Decision) {
         if decision.limit != self.limiter.limit() {
-            eprintln!(
+            crate::say!(
                 "gen: concurrency {} → {} ({})",
                 self.limiter.limit(),
                 decision.limit,
