@@ -565,3 +565,50 @@ async fn a_plan_that_cannot_fit_the_machine_is_refused_before_anything_starts() 
         "nothing was prepared"
     );
 }
+
+#[tokio::test]
+async fn after_gen_run_is_killed_status_says_it_is_not_running() {
+    let server = FakeOpenAi::start(Knobs {
+        delay: std::time::Duration::from_millis(200),
+        ..Knobs::default()
+    })
+    .await;
+    let gen_ = Gen::new();
+    let rows: String = (0..50)
+        .map(|i| format!("{{\"prompt\": \"p{i}\"}}\n"))
+        .collect();
+    gen_.write("data/a.jsonl", &rows);
+    let config = write_config(&gen_, &server.url(), &[("alpha", "data/a.jsonl")]);
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_gen"))
+        .args(["run", &config])
+        .current_dir(gen_.path(""))
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn gen");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while server.chat_requests() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "gen never sent a request"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    child.kill().await.expect("kill -9 gen run");
+    // Age the heartbeat instead of waiting 15 s: what a later `gen status` would find.
+    let path = gen_.path("runs/cfg/status.json");
+    let mut status: serde_json::Value =
+        serde_json::from_str(&gen_.read("runs/cfg/status.json")).expect("json");
+    assert_eq!(status["finished"], false);
+    let beat = status["heartbeat_unix_ms"].as_u64().expect("heartbeat");
+    status["heartbeat_unix_ms"] = (beat - 5 * 60_000).into();
+    std::fs::write(&path, serde_json::to_vec(&status).expect("json")).expect("write");
+    let out = gen_.run(&["status", &config]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout
+            .contains("state  not running: last heartbeat 5 min ago (pid "),
+        "{}",
+        out.stdout
+    );
+}
