@@ -160,7 +160,14 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
                 let cancel = CancellationToken::new();
                 tokio::spawn(cancel_on_signal(cancel.clone()));
                 run::run(&plan, &run_dir, &selection, cancel).await
-            })?;
+            });
+            let outcome = match outcome {
+                Ok(outcome) => outcome,
+                Err(error) => {
+                    mark_stopped(&run_dir, &error);
+                    return Err(error.into());
+                }
+            };
             let code = match outcome {
                 RunOutcome::NothingToDo => exit::OK,
                 RunOutcome::Finished { failed } if failed.is_empty() => {
@@ -183,6 +190,29 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             Ok(ExitCode::from(code))
         }
     }
+}
+
+/// After a run stopped with an error, says so in `status.json` (if the run got far enough to
+/// write one), so `gen status` shows why instead of a stale "running".
+fn mark_stopped(run_dir: &RunDir, error: &anyhow::Error) {
+    let path = run_dir.status();
+    let Ok(Some(mut status)) = store::atomic::read_json::<status::RunStatus>(&path) else {
+        return;
+    };
+    if status.pid != std::process::id() {
+        // Another run's status (e.g. this one was refused by the lock): not ours to change.
+        return;
+    }
+    status.finished = true;
+    status.stopped_by = Some(
+        format!("{error:#}")
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_owned(),
+    );
+    status.heartbeat_unix_ms = status::state::unix_ms();
+    store::atomic::write_json(&path, &status).ok();
 }
 
 /// Cancels `cancel` on the first SIGINT or SIGTERM; a second one exits at once.

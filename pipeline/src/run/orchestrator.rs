@@ -562,6 +562,7 @@ impl<'p> Orchestrator<'p> {
             server: None,
             sources: Vec::new(),
             machine: None,
+            stopped_by: None,
         };
         Ok(Orchestrator {
             plan,

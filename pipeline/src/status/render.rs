@@ -20,7 +20,9 @@ fn ago(ms: u64) -> String {
 
 fn liveness(status: &RunStatus, now_ms: u64) -> String {
     let age = now_ms.saturating_sub(status.heartbeat_unix_ms);
-    if status.finished {
+    if let (true, Some(error)) = (status.finished, &status.stopped_by) {
+        format!("stopped {} by an error: {error}", ago(age))
+    } else if status.finished {
         format!("finished {}", ago(age))
     } else if age > STALE_AFTER_MS {
         format!(
@@ -165,6 +167,7 @@ mod tests {
             finished: false,
             server: Some(ServerStatus { url: "http://127.0.0.1:8080".into(), model: "smollm2".into(), concurrency: 4, down_since_unix_ms: None, in_flight: None, ceiling: None, decision: None }),
             machine: None,
+            stopped_by: None,
             sources: vec![
                 SourceStatus { name: "alpaca".into(), phase: Phase::Done, prepared: Some(20), done: 20, failed: 0, rejected: 0, truncated: 0, output_tokens: 0, tokens_per_sec: None, eta_secs: None, note: String::new(), verdict: None },
                 SourceStatus {

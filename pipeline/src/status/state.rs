@@ -119,6 +119,9 @@ pub struct RunStatus {
     /// The machine `gen run` runs on.
     #[serde(default)]
     pub machine: Option<MachineStatus>,
+    /// Why the run stopped early, when an error stopped it.
+    #[serde(default)]
+    pub stopped_by: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
