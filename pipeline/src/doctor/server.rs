@@ -129,7 +129,99 @@ async fn probe_async(plan: &Plan) -> Vec<Check> {
             "the server does not report its context length: not checked",
         ),
     });
+    if let Some(model) = served {
+        checks.push(reasoning_probe(plan, url, model, api_key).await);
+    }
     checks
+}
+
+/// Whether thinking was asked for through `chat-template-kwargs` (`enable_thinking` for
+/// Qwen3/GLM, `thinking` for DeepSeek/Kimi): `None` when the config does not say.
+fn thinking_expected(plan: &Plan) -> Option<bool> {
+    let kwargs = plan.generation.params.get("chat_template_kwargs")?;
+    ["enable_thinking", "thinking"]
+        .iter()
+        .find_map(|k| kwargs.get(*k).and_then(Value::as_bool))
+}
+
+/// One small real request with the run's own parameters: is reasoning separated by the
+/// server's reasoning parser, and are the template kwargs honoured?
+async fn reasoning_probe(plan: &Plan, url: &str, model: &str, api_key: Option<String>) -> Check {
+    let expected = thinking_expected(plan);
+    let budget = 64;
+    let client = match crate::inference::ChatClient::new(
+        url,
+        model.to_owned(),
+        api_key,
+        budget,
+        plan.generation.params.clone(),
+    ) {
+        Ok(client) => client,
+        Err(e) => return Check::new("reasoning", Level::Warn, format!("not probed: {e}")),
+    };
+    let question = [gen_sources::Message::new(
+        gen_sources::Role::User,
+        "What is 2 + 2? Answer briefly.",
+    )];
+    let answer =
+        match tokio::time::timeout(PROBE_TIMEOUT * 6, client.complete(&question, budget)).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(e)) => {
+                return Check::new(
+                    "reasoning",
+                    Level::Warn,
+                    format!("probe request failed: {e}"),
+                );
+            }
+            Err(_) => {
+                return Check::new(
+                    "reasoning",
+                    Level::Warn,
+                    "probe request took too long: not checked",
+                );
+            }
+        };
+    let separated = answer
+        .reasoning_content
+        .as_deref()
+        .is_some_and(|r| !r.trim().is_empty());
+    let inline = answer.content.contains("<think>");
+    reasoning_verdict(expected, separated, inline)
+}
+
+fn reasoning_verdict(expected: Option<bool>, separated: bool, inline: bool) -> Check {
+    match (expected, separated, inline) {
+        (_, _, true) => Check::new(
+            "reasoning",
+            if expected == Some(false) {
+                Level::Warn
+            } else {
+                Level::Fail
+            },
+            "reasoning arrives inside `content` (`<think>…`): start the server with a reasoning parser \
+             (SGLang/vLLM `--reasoning-parser NAME`, llama.cpp `--reasoning-format deepseek`)",
+        ),
+        (Some(false), true, false) => Check::new(
+            "reasoning",
+            Level::Warn,
+            "the server returned reasoning although `chat-template-kwargs` turn thinking off: the template ignores the kwargs",
+        ),
+        (Some(true), false, false) => Check::new(
+            "reasoning",
+            Level::Warn,
+            "no reasoning came back although `chat-template-kwargs` turn thinking on: the model or template may ignore it, or the reasoning parser is off",
+        ),
+        (_, true, false) => Check::new(
+            "reasoning",
+            Level::Ok,
+            "reasoning arrives separated in `reasoning_content`",
+        ),
+        (_, false, false) => Check::new(
+            "reasoning",
+            Level::Ok,
+            "no reasoning in a probe answer (none asked for)",
+        ),
+    }
 }
 
 /// Whether the wanted model (or any) is listed; the served model's id when known.
@@ -222,6 +314,29 @@ mod tests {
         let (first, served) = model_check("http://s", None, &["a"]);
         assert_eq!((first.level, served), (Level::Ok, Some("a")));
         assert_eq!(model_check("http://s", None, &[]).0.level, Level::Fail);
+    }
+
+    #[test]
+    fn reasoning_parser_and_template_kwargs() {
+        let level = |e, s, i| reasoning_verdict(e, s, i).level;
+        assert_eq!(level(Some(true), true, false), Level::Ok);
+        assert_eq!(level(Some(true), false, true), Level::Fail, "parser off");
+        assert_eq!(
+            level(Some(true), false, false),
+            Level::Warn,
+            "kwargs ignored or no reasoning"
+        );
+        assert_eq!(
+            level(Some(false), true, false),
+            Level::Warn,
+            "kwargs ignored"
+        );
+        assert_eq!(level(None, false, false), Level::Ok);
+        assert!(
+            reasoning_verdict(None, false, true)
+                .message
+                .contains("--reasoning-parser")
+        );
     }
 
     #[test]
