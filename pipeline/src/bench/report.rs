@@ -1,6 +1,7 @@
 //! A bench's results ([`Report`]) and their 80-column rendering: one table with a block of
 //! columns per server (two servers side by side per table), the best level of each marked.
 
+use crate::status::render::cut;
 use std::fmt::Write as _;
 
 use serde::Serialize;
@@ -75,15 +76,6 @@ fn rate(value: f64) -> String {
     } else {
         format!("{value:.0}")
     }
-}
-
-fn cut(text: &str, width: usize) -> String {
-    if text.chars().count() <= width {
-        return text.to_owned();
-    }
-    let mut out: String = text.chars().take(width.saturating_sub(1)).collect();
-    out.push('…');
-    out
 }
 
 /// The four cells of one server at one level (the tok/s cell carries the best-level marker).

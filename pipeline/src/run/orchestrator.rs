@@ -462,6 +462,9 @@ pub async fn run(
     orchestrator.events.append("run_finished", None, ending);
     crate::report::finish_bars();
     orchestrator.status.finished = true;
+    if let Some(server) = orchestrator.status.server.as_mut() {
+        server.in_flight = Some(limiter.in_flight());
+    }
     orchestrator.write_status()?;
     orchestrator.print_progress();
     if let Some(server) = managed {

@@ -36,9 +36,13 @@ fn liveness(status: &RunStatus, now_ms: u64) -> String {
     }
 }
 
-/// Bytes in GiB with one decimal.
+/// Bytes in GiB with one decimal, or MiB below 1 GiB.
 fn gib(bytes: u64) -> String {
-    format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+    if bytes < 1 << 30 {
+        format!("{:.0} MiB", bytes as f64 / (1u64 << 20) as f64)
+    } else {
+        format!("{:.1} GiB", bytes as f64 / (1u64 << 30) as f64)
+    }
 }
 
 /// Seconds as `45s`, `12 min`, `3h05`.
@@ -50,7 +54,8 @@ fn duration(secs: u64) -> String {
     }
 }
 
-fn cut(text: &str, width: usize) -> String {
+/// `text` cut to `width` columns, with `…` where it was cut.
+pub fn cut(text: &str, width: usize) -> String {
     if text.chars().count() <= width {
         return text.to_owned();
     }
