@@ -20,7 +20,7 @@
 //! [`COMPRESSION`] (zstd on text) — an upper bound.
 
 mod machine;
-mod server;
+pub(crate) mod server;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

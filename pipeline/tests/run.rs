@@ -612,3 +612,34 @@ async fn after_gen_run_is_killed_status_says_it_is_not_running() {
         out.stdout
     );
 }
+
+#[tokio::test]
+async fn thinking_without_a_reasoning_parser_is_refused_before_generating() {
+    for (inline, code) in [(false, 0), (true, 1)] {
+        let server = FakeOpenAi::start(Knobs {
+            inline_reasoning: inline,
+            ..Knobs::default()
+        })
+        .await;
+        let gen_ = Gen::new();
+        gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
+        let config = write_config(&gen_, &server.url(), &[("alpha", "data/a.jsonl")]);
+        let text = gen_.read(&config).replace(
+            "max-tokens = 16",
+            "max-tokens = 16\nchat-template-kwargs = { enable_thinking = true }",
+        );
+        gen_.write(&config, &text);
+        let out = gen_.run(&["run", &config]).await;
+        assert_eq!(out.code, code, "{}", out.stderr);
+        if inline {
+            assert!(
+                out.stderr.contains("reasoning arrives inside `content`"),
+                "{}",
+                out.stderr
+            );
+            assert_eq!(server.chat_requests(), 1, "only the probe");
+        } else {
+            assert_eq!(server.chat_requests(), 2, "the probe and the prompt");
+        }
+    }
+}

@@ -27,6 +27,9 @@ pub struct Knobs {
     pub fail_status: Option<u16>,
     /// Delay before each chat answer, so a run lasts long enough to be interrupted.
     pub delay: std::time::Duration,
+    /// Send reasoning inline in `content` (`<think>…</think>`), as a server without a
+    /// reasoning parser does.
+    pub inline_reasoning: bool,
     /// When non-zero, the answer `echo: <prompt>` is padded with pseudo-random alphanumeric text
     /// (seeded by the prompt, so the same prompt gets the same answer) up to this many bytes.
     pub answer_bytes: usize,
@@ -142,7 +145,11 @@ async fn chat(State(shared): State<Arc<Shared>>, axum::Json(body): axum::Json<Va
     let (head, tail) = answer.split_at(answer.len() / 2);
     let words = answer.split_whitespace().count() as u64;
     let events = [
-        json!({"choices": [{"index": 0, "delta": {"role": "assistant", "reasoning_content": "thinking"}}]}),
+        if shared.knobs.inline_reasoning {
+            json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": "<think>thinking</think>"}}]})
+        } else {
+            json!({"choices": [{"index": 0, "delta": {"role": "assistant", "reasoning_content": "thinking"}}]})
+        },
         json!({"choices": [{"index": 0, "delta": {"content": head}}]}),
         json!({"choices": [{"index": 0, "delta": {"content": tail}, "finish_reason": finish}]}),
         json!({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": words, "total_tokens": 5 + words}}),

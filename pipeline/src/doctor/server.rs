@@ -137,7 +137,7 @@ async fn probe_async(plan: &Plan) -> Vec<Check> {
 
 /// Whether thinking was asked for through `chat-template-kwargs` (`enable_thinking` for
 /// Qwen3/GLM, `thinking` for DeepSeek/Kimi): `None` when the config does not say.
-fn thinking_expected(plan: &Plan) -> Option<bool> {
+pub(crate) fn thinking_expected(plan: &Plan) -> Option<bool> {
     let kwargs = plan.generation.params.get("chat_template_kwargs")?;
     ["enable_thinking", "thinking"]
         .iter()
@@ -146,7 +146,12 @@ fn thinking_expected(plan: &Plan) -> Option<bool> {
 
 /// One small real request with the run's own parameters: is reasoning separated by the
 /// server's reasoning parser, and are the template kwargs honoured?
-async fn reasoning_probe(plan: &Plan, url: &str, model: &str, api_key: Option<String>) -> Check {
+pub(crate) async fn reasoning_probe(
+    plan: &Plan,
+    url: &str,
+    model: &str,
+    api_key: Option<String>,
+) -> Check {
     let expected = thinking_expected(plan);
     let budget = 64;
     let client = match crate::inference::ChatClient::new(

@@ -230,6 +230,25 @@ pub async fn run(
         ceiling: None,
         decision: None,
     });
+    // When the config asks for thinking, one probe request checks that the server separates
+    // reasoning (its reasoning parser is on) before days of output are generated without it.
+    if crate::doctor::server::thinking_expected(plan).is_some() {
+        let check =
+            crate::doctor::server::reasoning_probe(plan, &url, &model, api_key.clone()).await;
+        match check.level {
+            crate::doctor::Level::Fail => {
+                if let Some(server) = managed {
+                    server.stop().await;
+                }
+                anyhow::bail!(
+                    "{} (override: remove `chat-template-kwargs` thinking settings)",
+                    check.message
+                );
+            }
+            crate::doctor::Level::Warn => crate::say!("gen: warning: reasoning: {}", check.message),
+            crate::doctor::Level::Ok => {}
+        }
+    }
     let model_name = model.clone();
     let client = ChatClient::new(
         &url,
