@@ -26,9 +26,10 @@ export GEN_REQUIRE_SSHD=1
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
+# Doc tests first (nextest does not run them), so the suite's own summary closes the output.
+cargo test --workspace --locked --doc
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --locked --no-fail-fast
 else
   cargo test --workspace --locked --no-fail-fast
 fi
-cargo test --workspace --locked --doc
