@@ -225,3 +225,25 @@ async fn without_dev_kmsg_the_kernel_line_comes_from_dmesg_after_the_fact() {
         "{record:#}"
     );
 }
+
+#[tokio::test]
+async fn a_worker_that_makes_no_progress_is_stopped_by_the_watchdog_and_called_a_timeout() {
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let gen_ = Gen::new();
+    let hang = "import time\nprint('started', flush=True)\ntime.sleep(3600)\n";
+    let text = config(&server.url(), &custom_source("stuck", hang, ""))
+        .replace("[server]", "[run]\nstall-timeout-secs = 2\n\n[server]");
+    gen_.write("cfg.toml", &text);
+    let started = std::time::Instant::now();
+    let out = gen_.run(&["run", "cfg.toml"]).await;
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "the watchdog fired"
+    );
+    let record = worker(&gen_, "stuck");
+    assert_eq!(record["report"]["timed_out"], true, "{record:#}");
+    assert_eq!(record["verdict"]["class"], "other", "{record:#}");
+    assert_eq!(record["verdict"]["subtype"], "timeout", "{record:#}");
+    assert_eq!(server.chat_requests(), 0);
+}
