@@ -17,19 +17,11 @@ fn config(url: &str) -> String {
 }
 
 async fn doctor(gen_: &Gen, mem_available: &str) -> Output {
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_gen"))
-        .args(["doctor", "cfg.toml"])
-        .current_dir(gen_.path(""))
-        .env("NO_COLOR", "1")
-        .env("GEN_TEST_MEM_AVAILABLE", mem_available)
-        .output()
-        .await
-        .expect("spawn gen");
-    Output {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    gen_.run_with_env(
+        &["doctor", "cfg.toml"],
+        &[("GEN_TEST_MEM_AVAILABLE", mem_available)],
+    )
+    .await
 }
 
 fn line<'a>(out: &'a Output, check: &str) -> &'a str {
