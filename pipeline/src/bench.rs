@@ -43,7 +43,7 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     let plan = Plan::load(&args.config)?;
     let prompts = prompts::load(&plan, args.requests)?;
     let urls = if args.urls.is_empty() {
-        vec![plan.server.url.clone()]
+        plan.server.urls.clone()
     } else {
         args.urls
             .iter()

@@ -397,9 +397,9 @@ fn audit_source(
                 match serde_json::from_slice::<RejectedRecord>(line) {
                     Ok(record) => {
                         match record.kind {
-                            RejectKind::Rejected | RejectKind::Truncated => {
-                                permanent.insert(record.id)
-                            }
+                            RejectKind::Rejected
+                            | RejectKind::Truncated
+                            | RejectKind::Duplicate => permanent.insert(record.id),
                             RejectKind::Exhausted => exhausted.insert(record.id),
                         };
                     }

@@ -230,7 +230,7 @@ async fn a_killed_server_pauses_the_run_and_a_restart_resumes_it_with_nothing_lo
 
     server.kill().expect("kill -9 llama-server");
     let paused = wait_for_status(&gen_, std::time::Duration::from_secs(30), |s| {
-        s["server"]["down_since_unix_ms"].is_u64()
+        s["servers"][0]["down_since_unix_ms"].is_u64()
     })
     .await;
     assert_eq!(
@@ -289,8 +289,8 @@ async fn auto_concurrency_settles_within_the_servers_slots() {
     );
     let status: serde_json::Value =
         serde_json::from_str(&gen_.read("runs/cfg/status.json")).expect("status");
-    let limit = status["server"]["concurrency"].as_u64().expect("limit");
-    let ceiling = status["server"]["ceiling"].as_u64().expect("ceiling");
+    let limit = status["servers"][0]["concurrency"].as_u64().expect("limit");
+    let ceiling = status["servers"][0]["ceiling"].as_u64().expect("ceiling");
     // The ceiling is the 4 slots plus a queue headroom of 2 (a finished slot is refilled at once).
     assert!(ceiling <= 6, "{status:#}");
     assert!((1..=ceiling).contains(&limit), "{status:#}");

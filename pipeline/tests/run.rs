@@ -261,7 +261,7 @@ async fn config_errors_name_file_line_and_column_and_exit_2() {
         out.stderr.lines().take(4).collect::<Vec<_>>(),
         [
             "error: `bad.toml` has 3 problems",
-            "  bad.toml:3:1  unknown field `colour`, expected one of `url`, `model`, `api-key-env`, `launch`, `health-timeout-secs`, `max-restarts`, `log`, `host-memory`",
+            "  bad.toml:3:1  unknown field `colour`, expected one of `url`, `urls`, `model`, `api-key-env`, `launch`, `health-timeout-secs`, `max-restarts`, `log`, `host-memory`, `max-outage-secs`",
             "  bad.toml:6:14  `max-tokens` must be between 1 and 4294967295",
             "  bad.toml:9:8  source name `a b` must be non-empty and use only letters, digits, `_` and `-`",
         ]
@@ -375,7 +375,9 @@ async fn truncated_answers_follow_the_sources_length_policy() {
     );
     for (name, policy) in [("kept", "keep"), ("dropped", "drop"), ("retried", "retry")] {
         text.push_str(&format!(
-            "\n[[source]]\nname = \"{name}\"\npath = \"data/a.jsonl\"\non-length = \"{policy}\"\n"
+            // Same prompts in every source: without `dedup = false`, later sources would
+            // leave them to the first.
+            "\n[[source]]\nname = \"{name}\"\npath = \"data/a.jsonl\"\non-length = \"{policy}\"\ndedup = false\n"
         ));
     }
     gen_.write("cfg.toml", &text);

@@ -23,7 +23,10 @@ pub struct RunTable {
 pub struct ServerTable {
     /// Base URL, e.g. `http://127.0.0.1:30000`. `{port}` is replaced by a free port when `gen`
     /// launches the server itself.
-    pub url: Spanned<String>,
+    pub url: Option<Spanned<String>>,
+    /// Several servers serving the same model (instead of `url`): one shared queue, each
+    /// request to the least-loaded healthy server.
+    pub urls: Option<Spanned<Vec<String>>>,
     /// Model name to request (default: the first model the server lists).
     pub model: Option<String>,
     /// Name of the environment variable that holds the API key (the key itself never goes in a
@@ -40,6 +43,9 @@ pub struct ServerTable {
     /// Host RAM the server takes on this machine beyond its GPUs (e.g. `"150G"` for a
     /// hierarchical KV cache); counted by the preflight (`gen doctor`).
     pub host_memory: Option<Spanned<String>>,
+    /// Give up (exit 1, resumable) when every server has been down this long (default: wait
+    /// for them forever).
+    pub max_outage_secs: Option<Spanned<i64>>,
 }
 
 /// `[generation]`: what each request asks for.
@@ -65,7 +71,13 @@ pub struct GenerationTable {
 pub const TOP_LEVEL_KEYS: [&str; 4] = ["run", "server", "generation", "source"];
 
 /// The keys of a `[[source]]` entry that say how its worker runs (the rest describe data).
-pub const WORKER_KEYS: [&str; 4] = ["memory-limit", "command", "expected-prompts", "on-length"];
+pub const WORKER_KEYS: [&str; 5] = [
+    "memory-limit",
+    "command",
+    "expected-prompts",
+    "on-length",
+    "order",
+];
 
 /// The worker keys of one `[[source]]`.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -81,4 +93,7 @@ pub struct WorkerTable {
     /// What to do with answers cut by `max-tokens`: `keep` (default), `drop` or `retry`.
     #[serde(default)]
     pub on_length: crate::run::dispatch::LengthPolicy,
+    /// The order prompts are sent in: `file` (default) or `longest-first`.
+    #[serde(default)]
+    pub order: crate::run::feed::Order,
 }

@@ -54,11 +54,14 @@ pub struct WorkerPlan {
     /// the done marker alone decides).
     pub expected: Option<u64>,
     pub on_length: crate::run::dispatch::LengthPolicy,
+    pub order: crate::run::feed::Order,
 }
 
 #[derive(Debug, Clone)]
 pub struct ServerPlan {
-    pub url: String,
+    /// One URL, or several servers of the same model sharing one queue (at least one; only
+    /// one when `gen` launches the server).
+    pub urls: Vec<String>,
     pub model: Option<String>,
     pub api_key_env: Option<String>,
     pub launch: Option<Vec<String>>,
@@ -66,6 +69,15 @@ pub struct ServerPlan {
     pub max_restarts: u32,
     /// An external server's log file, for a diagnosis when it goes down.
     pub log: Option<PathBuf>,
+    /// Give up when every server has been down this long (`None`: wait forever).
+    pub max_outage: Option<Duration>,
+}
+
+impl ServerPlan {
+    /// The first (with `launch`: the only) server URL.
+    pub fn url(&self) -> &str {
+        &self.urls[0]
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -188,7 +200,10 @@ impl<'t> Resolver<'t> {
         for (key, value) in table.into_inner() {
             match key.get_ref().as_ref() {
                 "run" => run = self.section::<RunTable>(value),
-                "server" => server = Some(self.section::<ServerTable>(value)),
+                "server" => {
+                    let span = value.span();
+                    server = Some(self.section::<ServerTable>(value).map(|s| (s, span)));
+                }
                 "generation" => generation = Some(self.section::<GenerationTable>(value)),
                 "source" => {
                     let span = value.span();
@@ -241,9 +256,9 @@ impl<'t> Resolver<'t> {
                 );
                 None
             }
-            Some(parsed) => parsed.map(|s| {
+            Some(parsed) => parsed.map(|(s, span)| {
                 server_host_memory = self.host_memory(&s);
-                self.server(s)
+                self.server(s, span)
             }),
         };
         let generation = match generation {
@@ -377,6 +392,7 @@ impl<'t> Resolver<'t> {
             command: worker.command.map(Spanned::into_inner),
             expected,
             on_length: worker.on_length,
+            order: worker.order,
         }
     }
 
@@ -392,23 +408,72 @@ impl<'t> Resolver<'t> {
         parsed
     }
 
-    fn server(&mut self, server: ServerTable) -> ServerPlan {
-        let url = server.url.get_ref().trim().to_owned();
-        let url_ok = (url.starts_with("http://") || url.starts_with("https://"))
-            && reqwest::Url::parse(&url.replace("{port}", "1")).is_ok();
-        if !url_ok {
+    fn server(&mut self, server: ServerTable, table: std::ops::Range<usize>) -> ServerPlan {
+        let (urls, span, key) = match (&server.url, &server.urls) {
+            (Some(url), None) => (vec![url.get_ref().clone()], url.span(), "url"),
+            (None, Some(urls)) => (urls.get_ref().clone(), urls.span(), "urls"),
+            (Some(url), Some(_)) => {
+                self.problem(
+                    Some(url.span()),
+                    "`url` and `urls` are exclusive: one server in `url`, or several in `urls`",
+                );
+                (Vec::new(), url.span(), "url")
+            }
+            (None, None) => {
+                self.problem(
+                    Some(table.clone()),
+                    "`[server]` needs `url = \"http://…\"` (or `urls = [\"http://…\", …]` for several servers)",
+                );
+                (Vec::new(), table, "url")
+            }
+        };
+        let mut seen = std::collections::HashSet::new();
+        let mut urls: Vec<String> = urls
+            .iter()
+            .map(|u| u.trim().trim_end_matches('/').to_owned())
+            .collect();
+        for url in &urls {
+            let url_ok = (url.starts_with("http://") || url.starts_with("https://"))
+                && reqwest::Url::parse(&url.replace("{port}", "1")).is_ok();
+            if !url_ok {
+                let what = if key == "url" {
+                    "`url` must be an http(s) URL"
+                } else {
+                    "`urls` must hold http(s) URLs"
+                };
+                self.problem(
+                    Some(span.clone()),
+                    format!("{what} such as `http://127.0.0.1:30000`, got `{url}`"),
+                );
+            }
+            if url.contains("{port}") && server.launch.is_none() {
+                self.problem(
+                    Some(span.clone()),
+                    "`{port}` in `url` is only filled in when `gen` launches the server (`launch = [...]`)",
+                );
+            }
+            if !seen.insert(url.clone()) {
+                self.problem(
+                    Some(span.clone()),
+                    format!("`{url}` is listed twice in `urls`"),
+                );
+            }
+        }
+        if key == "urls" && urls.is_empty() {
             self.problem(
-                Some(server.url.span()),
-                format!(
-                    "`url` must be an http(s) URL such as `http://127.0.0.1:30000`, got `{url}`"
-                ),
+                Some(span.clone()),
+                "`urls` is empty: list at least one server",
             );
         }
-        if url.contains("{port}") && server.launch.is_none() {
+        if key == "urls" && urls.len() > 1 && server.launch.is_some() {
             self.problem(
-                Some(server.url.span()),
-                "`{port}` in `url` is only filled in when `gen` launches the server (`launch = [...]`)",
+                Some(span.clone()),
+                "`gen` launches one server (`launch`); list several servers in `urls` only when they run on their own",
             );
+        }
+        if urls.is_empty() {
+            // Reported above; a placeholder keeps the rest of the resolution going.
+            urls.push("http://127.0.0.1".to_owned());
         }
         if let Some(launch) = &server.launch
             && launch.get_ref().is_empty()
@@ -439,8 +504,20 @@ impl<'t> Resolver<'t> {
                 }
             },
         };
+        let max_outage =
+            server
+                .max_outage_secs
+                .as_ref()
+                .and_then(|secs| match u64::try_from(*secs.get_ref()) {
+                    Ok(s) if s > 0 => Some(Duration::from_secs(s)),
+                    _ => {
+                        self.problem(Some(secs.span()), "`max-outage-secs` must be at least 1");
+                        None
+                    }
+                });
         ServerPlan {
-            url: url.trim_end_matches('/').to_owned(),
+            urls,
+            max_outage,
             model: server.model,
             api_key_env: server.api_key_env.map(Spanned::into_inner),
             launch: server.launch.map(Spanned::into_inner),
@@ -636,5 +713,31 @@ path = "a.jsonl"
             found[0].contains("NAME of an environment variable"),
             "{found:?}"
         );
+    }
+
+    #[test]
+    fn several_servers_in_urls_each_checked_and_exclusive_with_url() {
+        let several = GOOD.replace(
+            "url = \"http://127.0.0.1:8080\"",
+            "urls = [\"http://127.0.0.1:8080/\", \"http://127.0.0.1:8081\"]",
+        );
+        let plan = Plan::from_text(Path::new("x.toml"), &several).expect("valid");
+        assert_eq!(
+            plan.server.urls,
+            ["http://127.0.0.1:8080", "http://127.0.0.1:8081"]
+        );
+        let both = GOOD.replace("[server]", "[server]\nurls = [\"http://127.0.0.1:8081\"]");
+        assert!(problems(&both)[0].contains("`url` and `urls` are exclusive"));
+        let none = GOOD.replace("url = \"http://127.0.0.1:8080\"", "");
+        assert!(problems(&none)[0].contains("`[server]` needs `url"));
+        let twice = GOOD.replace(
+            "url = \"http://127.0.0.1:8080\"",
+            "urls = [\"http://127.0.0.1:8080\", \"http://127.0.0.1:8080/\"]",
+        );
+        assert!(problems(&twice)[0].contains("listed twice"));
+        let empty = GOOD.replace("url = \"http://127.0.0.1:8080\"", "urls = []");
+        assert!(problems(&empty)[0].contains("`urls` is empty"));
+        let outage = GOOD.replace("[server]", "[server]\nmax-outage-secs = 0");
+        assert!(problems(&outage)[0].contains("`max-outage-secs` must be at least 1"));
     }
 }

@@ -64,7 +64,25 @@ async fn get_json(
 }
 
 async fn probe_async(plan: &Plan) -> Vec<Check> {
-    let url = &plan.server.url;
+    let mut checks = Vec::new();
+    for url in &plan.server.urls {
+        let mut these = probe_one(plan, url).await;
+        if plan.server.urls.len() > 1 {
+            // Which server each line is about.
+            for check in &mut these {
+                check.message = format!(
+                    "{}: {}",
+                    super::super::inference::probe::redact(url),
+                    check.message
+                );
+            }
+        }
+        checks.extend(these);
+    }
+    checks
+}
+
+async fn probe_one(plan: &Plan, url: &str) -> Vec<Check> {
     let Ok(client) = reqwest::Client::builder().timeout(PROBE_TIMEOUT).build() else {
         return vec![Check::new(
             "server",
@@ -101,6 +119,41 @@ async fn probe_async(plan: &Plan) -> Vec<Check> {
         .collect();
     let (model_check, served) = model_check(url, plan.server.model.as_deref(), &ids);
     let mut checks = vec![model_check];
+    checks.push(context(plan, &client, url, served, &listed, api_key.as_deref()).await);
+    if let Some(model) = served {
+        checks.push(reasoning_probe(plan, url, model, api_key).await);
+    }
+    checks
+}
+
+/// Whether the server's context holds `max-tokens` plus a margin for the prompt, asked of
+/// the server at `url` serving `model` (what `gen run` checks before generating).
+pub(crate) async fn context_at(
+    plan: &Plan,
+    url: &str,
+    model: &str,
+    api_key: Option<&str>,
+) -> Check {
+    let Ok(client) = reqwest::Client::builder().timeout(PROBE_TIMEOUT).build() else {
+        return Check::new("context", Level::Warn, "not checked: no HTTP client");
+    };
+    let listed: Vec<Value> = get_json(&client, &format!("{url}/v1/models"), api_key)
+        .await
+        .ok()
+        .and_then(|models| models.get("data").and_then(Value::as_array).cloned())
+        .unwrap_or_default();
+    let listed: Vec<&Value> = listed.iter().collect();
+    context(plan, &client, url, Some(model), &listed, api_key).await
+}
+
+async fn context(
+    plan: &Plan,
+    client: &reqwest::Client,
+    url: &str,
+    served: Option<&str>,
+    listed: &[&Value],
+    api_key: Option<&str>,
+) -> Check {
     // vLLM and SGLang list the context with the model; llama.cpp says it in `/props`.
     let max_model_len = served.and_then(|id| {
         listed
@@ -111,7 +164,7 @@ async fn probe_async(plan: &Plan) -> Vec<Check> {
     });
     let context = match max_model_len {
         Some(n) => Some((n, "`max_model_len`")),
-        None => get_json(&client, &format!("{url}/props"), api_key.as_deref())
+        None => get_json(client, &format!("{url}/props"), api_key)
             .await
             .ok()
             .and_then(|props| {
@@ -121,18 +174,14 @@ async fn probe_async(plan: &Plan) -> Vec<Check> {
             })
             .map(|n| (n, "llama.cpp `n_ctx` per slot")),
     };
-    checks.push(match context {
+    match context {
         Some((tokens, what)) => context_check(tokens, what, plan.generation.max_tokens),
         None => Check::new(
             "context",
             Level::Ok,
             "the server does not report its context length: not checked",
         ),
-    });
-    if let Some(model) = served {
-        checks.push(reasoning_probe(plan, url, model, api_key).await);
     }
-    checks
 }
 
 /// Whether thinking was asked for through `chat-template-kwargs` (`enable_thinking` for

@@ -6,6 +6,8 @@
 //! wrong for every prompt ([`RequestError::Fatal`]). There is no total timeout — long
 //! reasoning takes many minutes — only a connect timeout and an idle timeout per chunk.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use eventsource_stream::Eventsource as _;
@@ -77,6 +79,8 @@ pub struct ChatClient {
     api_key: Option<String>,
     max_tokens: u32,
     params: Map<String, Value>,
+    /// When set: the Unix time (ms) each stream event arrived, for a stall watchdog.
+    activity: Option<Arc<AtomicU64>>,
 }
 
 impl ChatClient {
@@ -98,7 +102,14 @@ impl ChatClient {
             api_key,
             max_tokens,
             params,
+            activity: None,
         })
+    }
+
+    /// Stores the Unix time (ms) of every stream event this client receives in `activity`.
+    pub fn with_activity(mut self, activity: Arc<AtomicU64>) -> ChatClient {
+        self.activity = Some(activity);
+        self
     }
 
     pub fn model(&self) -> &str {
@@ -189,6 +200,9 @@ impl ChatClient {
                 Ok(Some(Ok(event))) => event,
             };
             first = false;
+            if let Some(activity) = &self.activity {
+                activity.store(crate::status::state::unix_ms(), Ordering::Relaxed);
+            }
             if event.data.trim() == "[DONE]" {
                 break;
             }

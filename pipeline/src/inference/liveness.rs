@@ -49,6 +49,31 @@ impl Liveness {
         *self.state.borrow()
     }
 
+    /// Follows the server's state (e.g. to wake up when any of several servers changes).
+    pub fn subscribe(&self) -> watch::Receiver<Health> {
+        self.state.subscribe()
+    }
+
+    /// Waits until the server is found down (never, while it stays up).
+    pub async fn wait_down(&self) {
+        let mut receiver = self.state.subscribe();
+        receiver
+            .wait_for(|h| matches!(h, Health::Down { .. }))
+            .await
+            .ok();
+    }
+
+    /// The URL as shown to people (credentials redacted).
+    pub fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    /// Sets the state without probing (tests).
+    #[cfg(test)]
+    pub(crate) fn force(&self, health: Health) {
+        self.state.send_replace(health);
+    }
+
     /// Waits until the server is up (at once when it is).
     pub async fn wait_up(&self) {
         let mut receiver = self.state.subscribe();

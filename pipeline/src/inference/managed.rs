@@ -138,7 +138,7 @@ impl ManagedServer {
             .iter()
             .map(|a| expand(a, port, &env))
             .collect::<Result<Vec<_>, _>>()?;
-        let url = expand(&plan.url, port, &env)?;
+        let url = expand(plan.url(), port, &env)?;
         ManagedServer::launch(args, url, log.to_path_buf(), plan.health_timeout, 0).await
     }
 
@@ -256,13 +256,14 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let log = dir.path().join("server.log");
         let plan = ServerPlan {
-            url: "http://127.0.0.1:{port}".into(),
+            urls: vec!["http://127.0.0.1:{port}".into()],
             model: None,
             api_key_env: None,
             launch: None,
             health_timeout: Duration::from_secs(3600),
             max_restarts: 0,
             log: None,
+            max_outage: None,
         };
         let launch = [
             "/bin/sh",

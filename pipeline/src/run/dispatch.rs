@@ -1,16 +1,20 @@
-//! Feeds one source's pending prompts to the server at a fixed concurrency shared by all
-//! sources. Results go back to the orchestrator as [`DispatchEvent`]s; nothing here writes
-//! files or status.
+//! Feeds one source's pending prompts to the servers of the run ([`Fleet`]): each
+//! conversation takes a [`Lease`] on the least-loaded healthy server and keeps it (its turns
+//! reuse that server's prefix cache) unless the server goes down. Results go back to the
+//! orchestrator as [`DispatchEvent`]s; nothing here writes files or status.
 //!
-//! Error handling per prompt: a server that is down ([`RequestError::ServerDown`]) pauses every
-//! request until it answers again (see [`Liveness`]) and costs the prompt no attempt — only
-//! after [`MAX_CRASHES`] outages during one prompt is it set aside; transient errors are
-//! retried with backoff and jitter up to `max_attempts`; a rejection (400) is final;
+//! Error handling per prompt: a server that is down ([`RequestError::ServerDown`], or marked
+//! down while the request streams) costs the prompt no attempt: its lease is returned and the
+//! request goes to another server, or waits until one answers (see [`Liveness`]) — only after
+//! [`MAX_CRASHES`] outages during one prompt is it set aside; transient errors are retried
+//! with backoff and jitter up to `max_attempts`; a rejection (400) is final;
 //! `finish_reason = length` follows the source's [`LengthPolicy`].
 //!
 //! A prompt with several user turns is regenerated turn by turn: each turn is answered on the
 //! model's own earlier answers (their reasoning stripped from the history), and the whole
 //! conversation is one record.
+//!
+//! [`Liveness`]: crate::inference::liveness::Liveness
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,12 +25,11 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use super::limiter::Limiter;
+use super::fleet::{Fleet, Lease};
 use super::record::{CompletionRecord, RejectKind, RejectedRecord, TurnRecord};
-use super::tuner::Telemetry;
+use crate::inference::RequestError;
 use crate::inference::client::{Completion, Usage};
-use crate::inference::liveness::Liveness;
-use crate::inference::{ChatClient, RequestError};
+use crate::inference::liveness::Health;
 use crate::status::state::unix_ms;
 use gen_sources::{Message, Prompt, Role};
 
@@ -69,10 +72,10 @@ pub enum DispatchEvent {
 /// Shared by every source's dispatch task.
 #[derive(Debug, Clone)]
 pub struct Dispatcher {
-    pub client: Arc<ChatClient>,
-    pub liveness: Liveness,
-    pub limiter: Arc<Limiter>,
-    pub telemetry: Arc<Telemetry>,
+    pub fleet: Fleet,
+    /// The model every server serves (recorded with each completion).
+    pub model: Arc<str>,
+    pub max_tokens: u32,
     pub max_attempts: u32,
     pub events: mpsc::UnboundedSender<DispatchEvent>,
     /// Aborts requests in flight.
@@ -90,23 +93,37 @@ enum TurnOutcome {
 }
 
 impl Dispatcher {
-    /// Sends every prompt of `source` and reports [`DispatchEvent::SourceFinished`] at the end.
-    pub async fn run_source(self, source: usize, prompts: Vec<Prompt>, length: LengthPolicy) {
+    /// Sends every prompt `feed` yields for `source` and reports
+    /// [`DispatchEvent::SourceFinished`] at the end.
+    pub async fn run_source(
+        self,
+        source: usize,
+        mut feed: mpsc::Receiver<Prompt>,
+        length: LengthPolicy,
+    ) {
         let mut in_flight = JoinSet::new();
-        for prompt in prompts {
-            let permit = tokio::select! {
-                slot = self.limiter.acquire() => slot,
+        loop {
+            let prompt = tokio::select! {
+                prompt = feed.recv() => match prompt {
+                    Some(prompt) => prompt,
+                    None => break,
+                },
+                () = self.stop_admitting.cancelled() => break,
+            };
+            let lease = tokio::select! {
+                lease = self.fleet.acquire() => lease,
                 () = self.stop_admitting.cancelled() => break,
             };
             let this = self.clone();
             in_flight.spawn(async move {
-                let event = this.conversation(source, prompt, length).await;
-                drop(permit);
+                let event = this.conversation(source, prompt, length, lease).await;
                 if let Some(event) = event {
                     // A closed channel means the orchestrator is shutting down.
                     this.events.send(event).ok();
                 }
             });
+            // Reaps finished conversations, so the set holds only those in flight.
+            while in_flight.try_join_next().is_some() {}
         }
         while in_flight.join_next().await.is_some() {}
         self.events
@@ -120,7 +137,9 @@ impl Dispatcher {
         source: usize,
         prompt: Prompt,
         length: LengthPolicy,
+        lease: Lease,
     ) -> Option<DispatchEvent> {
+        let mut lease = Some(lease);
         let started = Instant::now();
         let mut history: Vec<Message> = Vec::new();
         let mut turns: Vec<TurnRecord> = Vec::new();
@@ -134,10 +153,10 @@ impl Dispatcher {
             if message.role != Role::User || (with_history && Some(index) != last_user) {
                 continue;
             }
-            let mut budget = self.client.max_tokens();
+            let mut budget = self.max_tokens;
             let mut retried_length = false;
             let completion = loop {
-                match self.turn(&prompt.id, &history, budget).await {
+                match self.turn(&mut lease, &prompt.id, &history, budget).await {
                     TurnOutcome::Answered(completion, used) => {
                         attempts += used;
                         let truncated = completion.finish_reason.as_deref() == Some("length");
@@ -185,7 +204,7 @@ impl Dispatcher {
             record: Box::new(CompletionRecord {
                 id: prompt.id,
                 source: prompt.source,
-                model: self.client.model().to_owned(),
+                model: self.model.to_string(),
                 messages: prompt.messages,
                 content: last.content,
                 reasoning_content: last.reasoning_content,
@@ -199,26 +218,51 @@ impl Dispatcher {
         })
     }
 
-    /// One request, retried: transient errors with backoff, outages by waiting them out.
-    async fn turn(&self, id: &str, messages: &[Message], max_tokens: u32) -> TurnOutcome {
+    /// One request, retried: transient errors with backoff on the same server, outages by
+    /// moving to another server or waiting until one answers. `lease` is `None` only between
+    /// giving a down server's place back and getting the next one.
+    async fn turn(
+        &self,
+        lease: &mut Option<Lease>,
+        id: &str,
+        messages: &[Message],
+        max_tokens: u32,
+    ) -> TurnOutcome {
         let mut attempt = 0u32;
         let mut crashes = 0u32;
         loop {
-            tokio::select! {
-                () = self.liveness.wait_up() => {}
-                () = self.cancel.cancelled() => return TurnOutcome::Cancelled,
+            if lease
+                .as_ref()
+                .is_none_or(|l| l.backend.liveness.health() != Health::Up)
+            {
+                // Its place goes back first: with one server, it is the place to wait for.
+                *lease = None;
+                *lease = tokio::select! {
+                    next = self.fleet.acquire() => Some(next),
+                    () = self.cancel.cancelled() => return TurnOutcome::Cancelled,
+                };
             }
+            let backend = lease.as_ref().expect("leased above").backend.clone();
             attempt += 1;
+            backend.touch();
             let result = tokio::select! {
-                result = self.client.complete(messages, max_tokens) => result,
+                result = backend.client.complete(messages, max_tokens) => result,
+                // Another request found the server down (or the stall watchdog did): this
+                // stream is lost with it; the prompt moves on without spending an attempt.
+                () = backend.liveness.wait_down() => Err(RequestError::ServerDown(
+                    "the server was found down while this request streamed".into(),
+                )),
                 () = self.cancel.cancelled() => return TurnOutcome::Cancelled,
             };
             let reason = match result {
                 Ok(completion) => {
+                    let output = completion.usage.as_ref().map_or(0, |u| u.completion_tokens);
                     if let Some(usage) = &completion.usage {
-                        self.telemetry
+                        backend
+                            .telemetry
                             .finished(usage.prompt_tokens, usage.completion_tokens);
                     }
+                    backend.finished(output);
                     return TurnOutcome::Answered(completion, attempt);
                 }
                 Err(RequestError::Fatal(message)) => return TurnOutcome::Fatal(message),
@@ -227,7 +271,7 @@ impl Dispatcher {
                 }
                 Err(RequestError::ServerDown(reason)) => {
                     if reason.starts_with("HTTP 503") {
-                        self.telemetry.overloaded();
+                        backend.telemetry.overloaded();
                     }
                     // An outage is not this prompt's attempt.
                     attempt -= 1;
@@ -238,11 +282,11 @@ impl Dispatcher {
                         );
                         return TurnOutcome::GaveUp(RejectKind::Exhausted, reason, attempt);
                     }
-                    self.liveness.confirm_down(&reason).await;
+                    backend.liveness.confirm_down(&reason).await;
                     continue;
                 }
                 Err(RequestError::Transient(reason)) => {
-                    self.telemetry.retryable_error();
+                    backend.telemetry.retryable_error();
                     reason
                 }
             };

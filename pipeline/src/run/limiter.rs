@@ -53,6 +53,22 @@ impl Limiter {
         }
     }
 
+    /// A free place under the current limit, if there is one now.
+    pub fn try_acquire(self: &Arc<Self>) -> Option<Slot> {
+        let mut state = self.state.lock().expect("limiter lock not poisoned");
+        (state.in_flight < state.limit).then(|| {
+            state.in_flight += 1;
+            Slot {
+                limiter: self.clone(),
+            }
+        })
+    }
+
+    /// Resolves when a place is released or the limit changes (register it before checking).
+    pub fn changed(&self) -> tokio::sync::futures::Notified<'_> {
+        self.released.notified()
+    }
+
     pub fn set_limit(&self, limit: u32) {
         self.state.lock().expect("limiter lock not poisoned").limit = limit.max(1);
         self.released.notify_waiters();

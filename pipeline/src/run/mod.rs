@@ -1,9 +1,12 @@
 //! `gen run`: the orchestrator's event loop ([`orchestrator`]), preparation workers as
 //! supervised processes ([`supervisor`], [`rss`], [`sys`]) and the request dispatcher
-//! ([`dispatch`]) with its stored records ([`record`]).
+//! ([`dispatch`]) over one or several servers ([`fleet`]), fed from the prepared prompts
+//! ([`feed`]), with its stored records ([`record`]).
 
 pub mod cgroup;
 pub mod dispatch;
+pub mod feed;
+pub mod fleet;
 pub mod kernel_log;
 pub mod limiter;
 pub mod lock;

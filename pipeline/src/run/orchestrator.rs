@@ -19,19 +19,17 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use super::dispatch::{DispatchEvent, Dispatcher};
+use super::feed::{Feed, Skip};
+use super::fleet::{self, Fleet};
 use super::kernel_log::KernelLogFollower;
-use super::limiter::Limiter;
 use super::observe;
 use super::record::{self, RejectKind, RejectedRecord};
 use super::supervisor::{self, WorkerCommand, WorkerReport};
-use super::tuner::{Telemetry, Tuner};
 use crate::config::Plan;
-use crate::config::plan::Concurrency;
-use crate::inference::liveness::{Health, Liveness};
 use crate::inference::managed::{self, ManagedServer};
-use crate::inference::{ChatClient, probe};
+use crate::inference::probe;
 use crate::prep;
-use crate::status::state::{self, Phase, RunStatus, ServerStatus, SourceStatus, VerdictLine};
+use crate::status::state::{self, Phase, RunStatus, SourceStatus, VerdictLine};
 use crate::store::frames::{self, FrameWriter};
 use crate::store::{RunDir, atomic, layout::LAYOUT_VERSION};
 use gen_diagnostics::Verdict;
@@ -83,9 +81,19 @@ impl Selection {
 
 struct SourceState {
     status: SourceStatus,
+    /// Prompts with a completion when the run started (handed to the feed when it opens).
     done_ids: HashSet<String>,
-    /// Prompts settled without a completion: rejected by the server, or truncated and dropped.
+    /// Prompts settled without a completion: rejected by the server, truncated and dropped,
+    /// or duplicates of an earlier source.
     settled_ids: HashSet<String>,
+    /// Completions stored in this run.
+    completed_here: u64,
+    /// Counted and ready to stream, until its dispatch starts.
+    feed: Option<Feed>,
+    /// Its prompts were counted in this run (at most once).
+    opened: bool,
+    /// Content hashes of its prompts, for later sources' cross-source deduplication.
+    hashes: Option<Arc<HashSet<u64>>>,
     /// When generation of this source started in this run.
     generating_since: Option<Instant>,
     /// Peak RSS of its preparation worker in this run.
@@ -105,8 +113,9 @@ struct Orchestrator<'p> {
     events: crate::store::events::EventLog,
     /// What the last status write said, to log changes as events.
     logged_phases: Vec<Phase>,
-    logged_limit: Option<usize>,
-    logged_down: Option<u64>,
+    /// Per server, what the last status write said.
+    logged_limit: Vec<Option<usize>>,
+    logged_down: Vec<Option<u64>>,
 }
 
 /// `gen run`: see the module documentation.
@@ -139,27 +148,20 @@ pub async fn run(
     let needs_prep: Vec<usize> = (0..orchestrator.sources.len())
         .filter(|i| selected[*i] && orchestrator.sources[*i].status.prepared.is_none())
         .collect();
-    let mut pending: Vec<(usize, Vec<gen_sources::Prompt>)> = Vec::new();
     for (i, selected) in selected.iter().enumerate() {
-        if !selected {
-            if let Some(old) = previous.as_ref().and_then(|p| {
+        if !selected
+            && let Some(old) = previous.as_ref().and_then(|p| {
                 p.sources
                     .iter()
                     .find(|s| s.name == orchestrator.sources[i].status.name)
-            }) {
-                // Untouched this run: keep what the last run said about it.
-                orchestrator.sources[i].status = old.clone();
-            }
-            continue;
-        }
-        if orchestrator.sources[i].status.prepared.is_some() {
-            let prompts = orchestrator.pending_prompts(i)?;
-            if !prompts.is_empty() {
-                pending.push((i, prompts));
-            }
+            })
+        {
+            // Untouched this run: keep what the last run said about it.
+            orchestrator.sources[i].status = old.clone();
         }
     }
-    if needs_prep.is_empty() && pending.is_empty() {
+    orchestrator.open_ready(&selected)?;
+    if needs_prep.is_empty() && orchestrator.sources.iter().all(|s| s.feed.is_none()) {
         orchestrator.status.finished = true;
         orchestrator.write_status()?;
         crate::say!("gen: nothing to do: every prompt of every source is already completed");
@@ -182,7 +184,7 @@ pub async fn run(
     }
     orchestrator.write_status()?;
 
-    // The server must answer before anything can fail.
+    // The servers must answer before anything can fail.
     let api_key = plan
         .server
         .api_key_env
@@ -199,12 +201,28 @@ pub async fn run(
         }
         None => None,
     };
-    let url = managed
-        .as_ref()
-        .map_or_else(|| plan.server.url.clone(), |m| m.url.clone());
-    let model = probe::model(&url, api_key.as_deref(), plan.server.model.as_deref()).await?;
-    let shown_url = probe::redact(&url);
-    crate::say!("gen: server {shown_url} serves `{model}`");
+    let urls = match &managed {
+        Some(server) => vec![server.url.clone()],
+        None => plan.server.urls.clone(),
+    };
+    let dispatch_cancel = CancellationToken::new();
+    let connected = fleet::connect(plan, &urls, api_key.clone(), run_dir, &dispatch_cancel).await;
+    let fleet::Connected {
+        fleet,
+        model,
+        tuners,
+    } = match connected {
+        Ok(connected) => connected,
+        Err(e) => {
+            if let Some(server) = managed {
+                server.stop().await;
+            }
+            return Err(e);
+        }
+    };
+    for url in &urls {
+        crate::say!("gen: server {} serves `{model}`", probe::redact(url));
+    }
     let pin = super::pin::RunPin {
         layout: LAYOUT_VERSION,
         model: model.clone(),
@@ -212,101 +230,42 @@ pub async fn run(
         params: plan.generation.params.clone(),
         shard: selection.shard.map(|s| s.to_string()),
     };
-    if let Err(e) = pin.check_or_record(run_dir, selection.allow_config_change) {
+    let checked = match pin.check_or_record(run_dir, selection.allow_config_change) {
+        Ok(()) => server_checks(plan, &fleet, &urls, &model, api_key.clone()).await,
+        Err(e) => Err(e),
+    };
+    if let Err(e) = checked {
+        dispatch_cancel.cancel();
         if let Some(server) = managed {
             server.stop().await;
         }
         return Err(e);
     }
-    orchestrator.status.server = Some(ServerStatus {
-        url: shown_url.clone(),
-        model: model.clone(),
-        concurrency: match plan.generation.concurrency {
-            Concurrency::Fixed(n) => n.get(),
-            Concurrency::Auto { .. } => 0,
-        },
-        down_since_unix_ms: None,
-        in_flight: None,
-        ceiling: None,
-        decision: None,
-    });
-    // When the config asks for thinking, one probe request checks that the server separates
-    // reasoning (its reasoning parser is on) before days of output are generated without it.
-    if crate::doctor::server::thinking_expected(plan).is_some() {
-        let check =
-            crate::doctor::server::reasoning_probe(plan, &url, &model, api_key.clone()).await;
-        match check.level {
-            crate::doctor::Level::Fail => {
-                if let Some(server) = managed {
-                    server.stop().await;
-                }
-                anyhow::bail!(
-                    "{} (override: remove `chat-template-kwargs` thinking settings)",
-                    check.message
-                );
-            }
-            crate::doctor::Level::Warn => crate::say!("gen: warning: reasoning: {}", check.message),
-            crate::doctor::Level::Ok => {}
-        }
-    }
-    let model_name = model.clone();
-    let client = ChatClient::new(
-        &url,
-        model,
-        api_key,
-        plan.generation.max_tokens,
-        plan.generation.params.clone(),
-    )
-    .context("failed to build the HTTP client")?;
+    let started_at = Instant::now();
+    orchestrator.status.servers = fleet
+        .backends()
+        .iter()
+        .map(|b| b.status(started_at.elapsed()))
+        .collect();
+    tokio::spawn(fleet.clone().watch_stalls(dispatch_cancel.clone()));
 
     let (events_tx, mut events) = mpsc::unbounded_channel();
     // On a signal, admission stops at once; requests in flight get a grace period to finish
     // (their completions are kept), then are aborted.
     let stop_admitting = cancel.child_token();
-    let dispatch_cancel = CancellationToken::new();
-    let liveness = Liveness::new(&url);
-    let mut tuner_task = None;
-    let (limiter, telemetry, tuner_view) = match plan.generation.concurrency {
-        Concurrency::Fixed(n) => {
-            let limit = u32::try_from(n.get()).unwrap_or(u32::MAX);
-            (Limiter::new(limit), Arc::new(Telemetry::default()), None)
-        }
-        Concurrency::Auto { max } => {
-            let max = max.map(|m| u32::try_from(m).unwrap_or(u32::MAX));
-            let stats = run_dir.root().join("controller.json");
-            let tuner = Tuner::new(
-                &url,
-                &model_name,
-                max,
-                plan.generation.max_tokens,
-                stats,
-                liveness.clone(),
-            )
-            .await;
-            let parts = (
-                tuner.limiter.clone(),
-                tuner.telemetry.clone(),
-                Some(tuner.view.subscribe()),
-            );
-            tuner_task = Some(tokio::spawn(tuner.run(dispatch_cancel.clone())));
-            parts
-        }
-    };
     let dispatcher = Dispatcher {
-        client: Arc::new(client),
-        liveness: liveness.clone(),
-        limiter: limiter.clone(),
-        telemetry,
+        fleet: fleet.clone(),
+        model: model.as_str().into(),
+        max_tokens: plan.generation.max_tokens,
         max_attempts: plan.generation.max_attempts,
         events: events_tx,
         cancel: dispatch_cancel.clone(),
         stop_admitting: stop_admitting.clone(),
     };
     let mut dispatching = 0usize;
-    for (i, prompts) in pending {
-        orchestrator.sources[i].status.phase = Phase::Generating;
+    for (i, feed) in orchestrator.take_feeds() {
         let length = plan.worker(&orchestrator.sources[i].status.name).on_length;
-        tokio::spawn(dispatcher.clone().run_source(i, prompts, length));
+        tokio::spawn(dispatcher.clone().run_source(i, feed, length));
         dispatching += 1;
     }
 
@@ -340,11 +299,14 @@ pub async fn run(
         tokio::select! {
             Some(joined) = preps.join_next() => {
                 let (i, report) = joined.context("a preparation supervisor panicked")?;
-                if let Some(prompts) = orchestrator.finish_prep(i, report, interrupted).await? {
-                    orchestrator.sources[i].status.phase = Phase::Generating;
-                    let length = plan.worker(&orchestrator.sources[i].status.name).on_length;
-                    tokio::spawn(dispatcher.clone().run_source(i, prompts, length));
-                    dispatching += 1;
+                orchestrator.finish_prep(i, report, interrupted).await?;
+                if !interrupted && fatal.is_none() {
+                    orchestrator.open_ready(&selected)?;
+                    for (i, feed) in orchestrator.take_feeds() {
+                        let length = plan.worker(&orchestrator.sources[i].status.name).on_length;
+                        tokio::spawn(dispatcher.clone().run_source(i, feed, length));
+                        dispatching += 1;
+                    }
                 }
                 if !interrupted {
                     orchestrator.start_preps(&mut prep_queue, &mut preps, &prep_cancel)?;
@@ -360,7 +322,7 @@ pub async fn run(
                     if record.finish_reason.as_deref() == Some("length") {
                         state.status.truncated += 1;
                     }
-                    state.done_ids.insert(record.id.clone());
+                    state.completed_here += 1;
                     let writer = state.writer.as_mut().expect("a generating source has a writer");
                     writer.push(&record)?;
                     if writer.pending() >= FRAME_RECORDS {
@@ -386,19 +348,11 @@ pub async fn run(
                 }
             },
             _ = tick.tick() => {
-                if let Some(server) = orchestrator.status.server.as_mut() {
-                    server.concurrency = limiter.limit() as usize;
-                    server.in_flight = Some(limiter.in_flight());
-                    if let Some(view) = &tuner_view {
-                        let view = view.borrow();
-                        server.ceiling = Some(view.ceiling);
-                        server.decision = Some(view.decision.clone());
-                    }
-                    server.down_since_unix_ms = match liveness.health() {
-                        Health::Up => None,
-                        Health::Down { since_unix_ms } => Some(since_unix_ms),
-                    };
-                }
+                orchestrator.status.servers = fleet
+                    .backends()
+                    .iter()
+                    .map(|b| b.status(started_at.elapsed()))
+                    .collect();
                 orchestrator.flush_all()?;
                 orchestrator.refresh_rates();
                 orchestrator.write_status()?;
@@ -424,13 +378,28 @@ pub async fn run(
                     }
                 }
                 // An external server that went down: its log, if configured, says why.
-                if let (Some(log), Health::Down { .. }) = (&plan.server.log, liveness.health())
+                let all_down_since = fleet.all_down_since();
+                if let (Some(log), Some(_)) = (&plan.server.log, all_down_since)
                     && !explained_outage
                 {
                     explained_outage = true;
                     crate::say!("gen: server log `{}`:\n{}", log.display(), managed::diagnosis(log));
-                } else if liveness.health() == Health::Up {
+                } else if all_down_since.is_none() {
                     explained_outage = false;
+                }
+                if let (Some(max), Some(since)) = (plan.server.max_outage, all_down_since)
+                    && server_died.is_none()
+                    && state::unix_ms().saturating_sub(since) >= max.as_millis() as u64
+                {
+                    let message = format!(
+                        "giving up: no server has answered for {} s (`max-outage-secs`); nothing was marked failed: run `gen run` again once a server is back",
+                        max.as_secs()
+                    );
+                    crate::say!("gen: {message}");
+                    orchestrator.events.append("outage_give_up", None, message.clone());
+                    server_died = Some(message);
+                    dispatch_cancel.cancel();
+                    stop_admitting.cancel();
                 }
             }
             restarted = async { restarting.as_mut().expect("guarded").await }, if restarting.is_some() => {
@@ -452,7 +421,7 @@ pub async fn run(
             () = cancel.cancelled(), if !interrupted => {
                 crate::say!(
                     "gen: interrupted: no new requests; {} in flight get {} s to finish (a second Ctrl-C stops at once)",
-                    limiter.in_flight(),
+                    fleet.in_flight(),
                     SHUTDOWN_GRACE.as_secs()
                 );
                 interrupted = true;
@@ -465,9 +434,9 @@ pub async fn run(
             }
         }
     }
-    // Stops the tuner too, which saves what it learnt.
+    // Stops the tuners too, which save what they learnt.
     dispatch_cancel.cancel();
-    if let Some(task) = tuner_task {
+    for task in tuners {
         task.await.ok();
     }
     orchestrator.flush_all()?;
@@ -481,9 +450,11 @@ pub async fn run(
     orchestrator.events.append("run_finished", None, ending);
     crate::report::finish_bars();
     orchestrator.status.finished = true;
-    if let Some(server) = orchestrator.status.server.as_mut() {
-        server.in_flight = Some(limiter.in_flight());
-    }
+    orchestrator.status.servers = fleet
+        .backends()
+        .iter()
+        .map(|b| b.status(started_at.elapsed()))
+        .collect();
     orchestrator.write_status()?;
     orchestrator.print_progress();
     if let Some(server) = managed {
@@ -507,6 +478,51 @@ pub async fn run(
         .map(|s| s.status.name.clone())
         .collect();
     Ok(RunOutcome::Finished { failed })
+}
+
+/// Before generating, on the first server that answers: its context holds `max-tokens` plus a
+/// margin for the prompt, and — when the config asks for thinking — it separates reasoning
+/// (its reasoning parser is on), so days of output are not generated without it.
+async fn server_checks(
+    plan: &Plan,
+    fleet: &Fleet,
+    urls: &[String],
+    model: &str,
+    api_key: Option<String>,
+) -> anyhow::Result<()> {
+    let up = fleet
+        .backends()
+        .iter()
+        .zip(urls)
+        .find(|(b, _)| b.liveness.health() == crate::inference::liveness::Health::Up);
+    let Some((_, url)) = up else {
+        return Ok(());
+    };
+    let context = crate::doctor::server::context_at(plan, url, model, api_key.as_deref()).await;
+    match context.level {
+        crate::doctor::Level::Fail => anyhow::bail!(
+            "server {}: {} (see `gen doctor {}`)",
+            probe::redact(url),
+            context.message,
+            plan.config_path.display()
+        ),
+        crate::doctor::Level::Warn => crate::say!("gen: warning: context: {}", context.message),
+        crate::doctor::Level::Ok => {}
+    }
+    if crate::doctor::server::thinking_expected(plan).is_some() {
+        let check = crate::doctor::server::reasoning_probe(plan, url, model, api_key).await;
+        match check.level {
+            crate::doctor::Level::Fail => anyhow::bail!(
+                "{} (override: remove `chat-template-kwargs` thinking settings)",
+                check.message
+            ),
+            crate::doctor::Level::Warn => {
+                crate::say!("gen: warning: reasoning: {}", check.message);
+            }
+            crate::doctor::Level::Ok => {}
+        }
+    }
+    Ok(())
 }
 
 fn create_private_dir(path: &std::path::Path) -> std::io::Result<()> {
@@ -568,6 +584,10 @@ impl<'p> Orchestrator<'p> {
                 },
                 done_ids,
                 settled_ids,
+                completed_here: 0,
+                feed: None,
+                opened: false,
+                hashes: None,
                 generating_since: None,
                 peak_rss_bytes: None,
                 writer: None,
@@ -581,7 +601,7 @@ impl<'p> Orchestrator<'p> {
             started_unix_ms: state::unix_ms(),
             heartbeat_unix_ms: state::unix_ms(),
             finished: false,
-            server: None,
+            servers: Vec::new(),
             sources: Vec::new(),
             machine: None,
             stopped_by: None,
@@ -596,43 +616,128 @@ impl<'p> Orchestrator<'p> {
             shard: None,
             events: crate::store::events::EventLog::new(run_dir.events()),
             logged_phases: Vec::new(),
-            logged_limit: None,
-            logged_down: None,
+            logged_limit: Vec::new(),
+            logged_down: Vec::new(),
             kernel_log: None,
         })
     }
 
-    /// The prepared prompts of source `i` without a stored completion; opens its writer.
-    fn pending_prompts(&mut self, i: usize) -> anyhow::Result<Vec<gen_sources::Prompt>> {
-        let dir = self.run_dir.source(&self.sources[i].status.name);
-        let mut prompts = prep::read_prompts(&dir.prompts())?;
-        if let Some(shard) = self.shard {
-            prompts.retain(|p| shard.contains(&p.id));
+    /// Counts the prompts of every selected, prepared source not counted yet whose earlier
+    /// sources are settled (prepared, failed or not in this run): cross-source deduplication
+    /// needs them first.
+    fn open_ready(&mut self, selected: &[bool]) -> anyhow::Result<()> {
+        for i in 0..self.sources.len() {
+            let state = &self.sources[i];
+            if !selected[i] || state.opened || state.status.prepared.is_none() {
+                continue;
+            }
+            let blocked = (0..i).any(|j| {
+                let earlier = &self.sources[j].status;
+                selected[j] && earlier.prepared.is_none() && earlier.phase != Phase::Failed
+            });
+            if !blocked {
+                self.open_source(i)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts source `i`'s prompts, settles those an earlier source holds as duplicates, and
+    /// keeps a feed of the rest (opening its output) when there are any.
+    fn open_source(&mut self, i: usize) -> anyhow::Result<()> {
+        let name = self.sources[i].status.name.clone();
+        let dir = self.run_dir.source(&name);
+        let earlier = if self.plan.sources[i].dedup() {
+            self.earlier_prompts(i)?
+        } else {
+            Arc::default()
+        };
+        let state = &mut self.sources[i];
+        state.opened = true;
+        let skip = Skip {
+            done: std::mem::take(&mut state.done_ids),
+            settled: std::mem::take(&mut state.settled_ids),
+            shard: self.shard,
+            earlier,
+        };
+        let order = self.plan.worker(&name).order;
+        let (census, feed) = Feed::open(&dir.prompts(), skip, order)?;
+        if !census.duplicates.is_empty() {
+            let mut file = frames::open_private(&dir.rejected())?;
+            let mut lines = Vec::new();
+            for (id, j) in &census.duplicates {
+                let record = RejectedRecord {
+                    id: id.clone(),
+                    kind: RejectKind::Duplicate,
+                    reason: format!(
+                        "the same prompt is in the earlier source `{}`, which answers it",
+                        self.sources[*j].status.name
+                    ),
+                    attempts: 0,
+                    created_unix_ms: state::unix_ms(),
+                };
+                serde_json::to_writer(&mut lines, &record)?;
+                lines.push(b'\n');
+            }
+            file.write_all(&lines)?;
+            file.sync_all()?;
+            let note = format!(
+                "{} prompts are duplicates of earlier sources (the earlier source answers them)",
+                census.duplicates.len()
+            );
+            crate::say!("gen: `{name}`: {note}");
+            self.events.append("duplicates_across", Some(&name), note);
         }
         let state = &mut self.sources[i];
-        let all: HashSet<&str> = prompts.iter().map(|p| p.id.as_str()).collect();
-        state.status.prepared = Some(all.len() as u64);
-        state.status.done = state
-            .done_ids
-            .iter()
-            .filter(|id| all.contains(id.as_str()))
-            .count() as u64;
-        state.status.rejected = state
-            .settled_ids
-            .iter()
-            .filter(|id| all.contains(id.as_str()))
-            .count() as u64;
-        let pending: Vec<_> = prompts
-            .into_iter()
-            .filter(|p| !state.done_ids.contains(&p.id) && !state.settled_ids.contains(&p.id))
-            .collect();
-        if pending.is_empty() {
+        state.status.prepared = Some(census.prepared);
+        state.status.done = census.done;
+        state.status.rejected = census.settled + census.duplicates.len() as u64;
+        if census.pending == 0 {
             state.status.phase = Phase::Done;
         } else {
             let (writer, _) = FrameWriter::open(&dir.completions())?;
             state.writer = Some(writer);
+            state.feed = Some(feed);
         }
-        Ok(pending)
+        Ok(())
+    }
+
+    /// The content hashes of every prepared source before `i`, each with the first source
+    /// holding it.
+    fn earlier_prompts(
+        &mut self,
+        i: usize,
+    ) -> anyhow::Result<Arc<std::collections::HashMap<u64, usize>>> {
+        let mut earlier = std::collections::HashMap::new();
+        for j in 0..i {
+            let name = self.sources[j].status.name.clone();
+            if self.sources[j].hashes.is_none() {
+                if prep::read_manifest(&self.run_dir, &name)?.is_none() {
+                    continue;
+                }
+                let path = self.run_dir.source(&name).prompts();
+                let hashes = super::feed::content_hashes(&path)?;
+                self.sources[j].hashes = Some(Arc::new(hashes));
+            }
+            if let Some(hashes) = &self.sources[j].hashes {
+                for hash in hashes.iter() {
+                    earlier.entry(*hash).or_insert(j);
+                }
+            }
+        }
+        Ok(Arc::new(earlier))
+    }
+
+    /// Starts streaming every source counted with prompts left; marks them generating.
+    fn take_feeds(&mut self) -> Vec<(usize, mpsc::Receiver<gen_sources::Prompt>)> {
+        let mut started = Vec::new();
+        for (i, state) in self.sources.iter_mut().enumerate() {
+            if let Some(feed) = state.feed.take() {
+                state.status.phase = Phase::Generating;
+                started.push((i, feed.start()));
+            }
+        }
+        started
     }
 
     fn start_preps(
@@ -700,13 +805,13 @@ impl<'p> Orchestrator<'p> {
         Ok(())
     }
 
-    /// Records how a worker ended; returns the prompts to generate when it prepared its source.
+    /// Records how a worker ended.
     async fn finish_prep(
         &mut self,
         i: usize,
         report: std::io::Result<WorkerReport>,
         interrupted: bool,
-    ) -> anyhow::Result<Option<Vec<gen_sources::Prompt>>> {
+    ) -> anyhow::Result<()> {
         let name = self.sources[i].status.name.clone();
         let dir = self.run_dir.source(&name);
         let report = match report {
@@ -716,7 +821,7 @@ impl<'p> Orchestrator<'p> {
                 state.phase = Phase::Failed;
                 state.note = format!("could not start the preparation worker: {e}");
                 crate::say!("gen: `{name}`: {}", state.note);
-                return Ok(None);
+                return Ok(());
             }
         };
         let worker = self.plan.worker(&name);
@@ -814,7 +919,7 @@ impl<'p> Orchestrator<'p> {
                     }
                 }
             }
-            return Ok(None);
+            return Ok(());
         };
         let state = &mut self.sources[i].status;
         state.prepared = Some(manifest.prompts);
@@ -828,11 +933,7 @@ impl<'p> Orchestrator<'p> {
             crate::say!("gen: `{name}`: {}", state.note);
         }
         crate::say!("gen: prepared `{name}`: {} prompts", manifest.prompts);
-        if interrupted {
-            return Ok(None);
-        }
-        let prompts = self.pending_prompts(i)?;
-        Ok((!prompts.is_empty()).then_some(prompts))
+        Ok(())
     }
 
     fn record_rejected(&mut self, i: usize, record: &RejectedRecord) -> anyhow::Result<()> {
@@ -847,6 +948,7 @@ impl<'p> Orchestrator<'p> {
             RejectKind::Rejected => "rejected",
             RejectKind::Truncated => "truncated",
             RejectKind::Exhausted => "out of attempts",
+            RejectKind::Duplicate => "duplicate",
         };
         if record.kind == RejectKind::Exhausted {
             state.failed += 1;
@@ -856,7 +958,6 @@ impl<'p> Orchestrator<'p> {
             );
         } else {
             state.rejected += 1;
-            source.settled_ids.insert(record.id.clone());
             if state.failed == 0 {
                 state.note = format!(
                     "{} settled without answer; last {what}: {}",
@@ -921,7 +1022,7 @@ impl<'p> Orchestrator<'p> {
             let rate = status.output_tokens as f64 / secs;
             status.tokens_per_sec = Some(rate);
             // Mean tokens per completion in this run, times what is left.
-            let completed_here = source.done_ids.len().max(1) as f64;
+            let completed_here = source.completed_here.max(1) as f64;
             let per_completion = status.output_tokens as f64 / completed_here;
             let remaining = status
                 .prepared
@@ -948,13 +1049,28 @@ impl<'p> Orchestrator<'p> {
             }
         }
         self.logged_phases = self.sources.iter().map(|s| s.status.phase).collect();
-        if let Some(server) = &self.status.server {
-            if server.down_since_unix_ms != self.logged_down {
+        let all_down = !self.status.servers.is_empty()
+            && self
+                .status
+                .servers
+                .iter()
+                .all(|s| s.down_since_unix_ms.is_some());
+        self.logged_down.resize(self.status.servers.len(), None);
+        self.logged_limit.resize(self.status.servers.len(), None);
+        for (i, server) in self.status.servers.iter().enumerate() {
+            if server.down_since_unix_ms != self.logged_down[i] {
                 match server.down_since_unix_ms {
                     Some(_) => self.events.append(
                         "server_down",
                         None,
-                        format!("{} stopped answering; dispatch paused", server.url),
+                        if all_down {
+                            format!("{} stopped answering; dispatch paused", server.url)
+                        } else {
+                            format!(
+                                "{} stopped answering; its requests go to the others",
+                                server.url
+                            )
+                        },
                     ),
                     None => self.events.append(
                         "server_up",
@@ -962,9 +1078,9 @@ impl<'p> Orchestrator<'p> {
                         format!("{} answers again; dispatch resumed", server.url),
                     ),
                 }
-                self.logged_down = server.down_since_unix_ms;
+                self.logged_down[i] = server.down_since_unix_ms;
             }
-            if Some(server.concurrency) != self.logged_limit {
+            if Some(server.concurrency) != self.logged_limit[i] {
                 let why = server
                     .decision
                     .clone()
@@ -972,9 +1088,9 @@ impl<'p> Orchestrator<'p> {
                 self.events.append(
                     "concurrency",
                     None,
-                    format!("{} ({why})", server.concurrency),
+                    format!("{} {} ({why})", server.url, server.concurrency),
                 );
-                self.logged_limit = Some(server.concurrency);
+                self.logged_limit[i] = Some(server.concurrency);
             }
         }
     }

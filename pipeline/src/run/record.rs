@@ -61,6 +61,8 @@ pub enum RejectKind {
     Exhausted,
     /// Cut by `max-tokens` with `on-length = "drop"`: final, not retried.
     Truncated,
+    /// The same prompt (after normalization) is in an earlier source, which answers it.
+    Duplicate,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -100,7 +100,7 @@ pub fn render(status: &RunStatus, now_ms: u64) -> String {
         "{}",
         cut(&format!("state  {}", liveness(status, now_ms)), WIDTH)
     );
-    if let Some(server) = &status.server {
+    for server in &status.servers {
         let line = match server.down_since_unix_ms {
             Some(since) => format!(
                 "server {} DOWN since {}: paused, nothing lost",
@@ -114,8 +114,11 @@ pub fn render(status: &RunStatus, now_ms: u64) -> String {
                 let in_flight = server
                     .in_flight
                     .map_or_else(String::new, |n| format!(", {n} in flight"));
+                let rate = server
+                    .tokens_per_sec
+                    .map_or_else(String::new, |r| format!(", {r:.0} tok/s"));
                 format!(
-                    "server {} ({}), concurrency {}{tuned}{in_flight}",
+                    "server {} ({}), concurrency {}{tuned}{in_flight}{rate}",
                     server.url, server.model, server.concurrency
                 )
             }
@@ -170,7 +173,7 @@ mod tests {
             started_unix_ms: 1_000,
             heartbeat_unix_ms: 10_000,
             finished: false,
-            server: Some(ServerStatus { url: "http://127.0.0.1:8080".into(), model: "smollm2".into(), concurrency: 4, down_since_unix_ms: None, in_flight: None, ceiling: None, decision: None }),
+            servers: vec![ServerStatus { url: "http://127.0.0.1:8080".into(), model: "smollm2".into(), concurrency: 4, down_since_unix_ms: None, in_flight: None, ceiling: None, decision: None, completed: 0, tokens_per_sec: None }],
             machine: None,
             stopped_by: None,
             sources: vec![

@@ -86,7 +86,7 @@ impl From<&gen_diagnostics::Verdict> for VerdictLine {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ServerStatus {
     pub url: String,
     pub model: String,
@@ -102,6 +102,12 @@ pub struct ServerStatus {
     pub ceiling: Option<u32>,
     #[serde(default)]
     pub decision: Option<String>,
+    /// Requests this server answered in this run.
+    #[serde(default)]
+    pub completed: u64,
+    /// Output tokens per second this server generated in this run.
+    #[serde(default)]
+    pub tokens_per_sec: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -114,7 +120,9 @@ pub struct RunStatus {
     pub heartbeat_unix_ms: u64,
     /// `gen run` ended (normally or by a handled signal).
     pub finished: bool,
-    pub server: Option<ServerStatus>,
+    /// Every server of the run, in config order (empty before they are contacted).
+    #[serde(default)]
+    pub servers: Vec<ServerStatus>,
     pub sources: Vec<SourceStatus>,
     /// The machine `gen run` runs on.
     #[serde(default)]

@@ -86,14 +86,14 @@ async fn a_sigstopped_llama_server_resumes_after_sigcont_with_nothing_failed_or_
     let mut max_failed = 0;
     while stopped.elapsed() < STOP {
         if let Some(status) = project.status(RUN) {
-            saw_down |= status["server"]["down_since_unix_ms"].is_u64();
+            saw_down |= status["servers"][0]["down_since_unix_ms"].is_u64();
             max_failed = max_failed.max(source(&status)["failed"].as_u64().unwrap_or(0));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let frozen = project.status(RUN).expect("status.json");
     assert!(
-        frozen["server"]["in_flight"].as_u64().unwrap_or(0) > 0,
+        frozen["servers"][0]["in_flight"].as_u64().unwrap_or(0) > 0,
         "requests were in flight on the frozen server: {frozen:#}"
     );
     assert!(
@@ -114,7 +114,7 @@ async fn a_sigstopped_llama_server_resumes_after_sigcont_with_nothing_failed_or_
         stopped - started,
         STOP,
         source(&frozen)["done"],
-        frozen["server"]["in_flight"],
+        frozen["servers"][0]["in_flight"],
         resumed.elapsed()
     );
     assert_eq!(output.status.code(), Some(0), "{stderr}");

@@ -1,0 +1,392 @@
+//! The servers one run sends to (`[server] url`, or several in `urls`, or one router URL):
+//! one [`Backend`] each — its client, its health ([`Liveness`]), its concurrency limit (fixed,
+//! or tuned by its own [`Tuner`]) — and one shared queue in front of them: every request takes
+//! a [`Lease`] on the least-loaded healthy server with a free place.
+//!
+//! A server found down (refused, reset, cut stream, or stalled: no stream event for
+//! [`STALL_AFTER`] with requests in flight, confirmed by a failed health probe) stops getting
+//! requests; the requests it held go back to the queue and move to another server without
+//! spending an attempt. When every server is down, leases wait: dispatch pauses. A server
+//! that answers again is re-admitted, its tuner re-reading its caps.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use futures_util::future::{join_all, select_all};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::limiter::{Limiter, Slot};
+use super::tuner::{Telemetry, Tuner, TunerView};
+use crate::config::Plan;
+use crate::config::plan::Concurrency;
+use crate::inference::liveness::{Health, Liveness};
+use crate::inference::{ChatClient, probe};
+use crate::status::state::{ServerStatus, unix_ms};
+
+/// No stream event on any of a server's requests for this long, with requests in flight,
+/// makes the watchdog ask the server's `/health`: no answer, and the server is marked down.
+pub const STALL_AFTER: Duration = Duration::from_secs(60);
+
+/// One server.
+#[derive(Debug)]
+pub struct Backend {
+    pub client: ChatClient,
+    pub liveness: Liveness,
+    pub limiter: Arc<Limiter>,
+    pub telemetry: Arc<Telemetry>,
+    /// With `concurrency = "auto"`: the tuner's ceiling and last decision.
+    pub tuner: Option<watch::Receiver<TunerView>>,
+    /// Unix time (ms) of the last stream event or request start.
+    activity: Arc<AtomicU64>,
+    completed: AtomicU64,
+    output_tokens: AtomicU64,
+}
+
+impl Backend {
+    /// A request is about to start (counts as activity for the stall watchdog).
+    pub fn touch(&self) {
+        self.activity.store(unix_ms(), Ordering::Relaxed);
+    }
+
+    /// A request finished with `output_tokens`.
+    pub fn finished(&self, output_tokens: u64) {
+        self.completed.fetch_add(1, Ordering::Relaxed);
+        self.output_tokens
+            .fetch_add(output_tokens, Ordering::Relaxed);
+    }
+
+    /// Load as a fraction of the limit, in thousandths (for least-loaded choice).
+    fn load(&self) -> (u64, u32) {
+        let in_flight = self.limiter.in_flight();
+        let limit = self.limiter.limit().max(1);
+        (u64::from(in_flight) * 1000 / u64::from(limit), in_flight)
+    }
+
+    /// This server's line of `gen status`; `elapsed` is the run's age, for tok/s.
+    pub fn status(&self, elapsed: Duration) -> ServerStatus {
+        let view = self.tuner.as_ref().map(|v| v.borrow().clone());
+        let output_tokens = self.output_tokens.load(Ordering::Relaxed);
+        let secs = elapsed.as_secs_f64();
+        ServerStatus {
+            url: self.liveness.shown().to_owned(),
+            model: self.client.model().to_owned(),
+            concurrency: self.limiter.limit() as usize,
+            down_since_unix_ms: match self.liveness.health() {
+                Health::Up => None,
+                Health::Down { since_unix_ms } => Some(since_unix_ms),
+            },
+            in_flight: Some(self.limiter.in_flight()),
+            ceiling: view.as_ref().map(|v| v.ceiling),
+            decision: view.map(|v| v.decision),
+            completed: self.completed.load(Ordering::Relaxed),
+            tokens_per_sec: (secs >= 1.0 && output_tokens > 0).then(|| output_tokens as f64 / secs),
+        }
+    }
+}
+
+/// A request's place on one server; released on drop.
+#[derive(Debug)]
+pub struct Lease {
+    pub backend: Arc<Backend>,
+    _slot: Slot,
+}
+
+/// Every server of the run, behind one queue.
+#[derive(Debug, Clone)]
+pub struct Fleet {
+    backends: Arc<[Arc<Backend>]>,
+}
+
+impl Fleet {
+    pub fn new(backends: Vec<Backend>) -> Fleet {
+        Fleet {
+            backends: backends.into_iter().map(Arc::new).collect(),
+        }
+    }
+
+    pub fn backends(&self) -> &[Arc<Backend>] {
+        &self.backends
+    }
+
+    /// Waits for a place on a healthy server: the least loaded one (in flight ÷ limit; ties to
+    /// the one with fewer requests, then the first listed).
+    pub async fn acquire(&self) -> Lease {
+        loop {
+            // Registered before looking, so a release or a recovery in between is not missed.
+            let mut released: Vec<_> = self
+                .backends
+                .iter()
+                .map(|b| Box::pin(b.limiter.changed()))
+                .collect();
+            for notified in &mut released {
+                notified.as_mut().enable();
+            }
+            let mut health: Vec<_> = self
+                .backends
+                .iter()
+                .map(|b| b.liveness.subscribe())
+                .collect();
+            if let Some(lease) = self.try_acquire() {
+                return lease;
+            }
+            let recovered = select_all(health.iter_mut().map(|h| Box::pin(h.changed())));
+            tokio::select! {
+                _ = select_all(released) => {}
+                _ = recovered => {}
+            }
+        }
+    }
+
+    fn try_acquire(&self) -> Option<Lease> {
+        let mut candidates: Vec<&Arc<Backend>> = self
+            .backends
+            .iter()
+            .filter(|b| b.liveness.health() == Health::Up)
+            .collect();
+        candidates.sort_by_key(|b| b.load());
+        candidates.into_iter().find_map(|backend| {
+            backend.limiter.try_acquire().map(|slot| Lease {
+                backend: backend.clone(),
+                _slot: slot,
+            })
+        })
+    }
+
+    /// Since when every server has been down (the latest of their outages), or `None` while
+    /// one is up.
+    pub fn all_down_since(&self) -> Option<u64> {
+        self.backends
+            .iter()
+            .map(|b| match b.liveness.health() {
+                Health::Up => None,
+                Health::Down { since_unix_ms } => Some(since_unix_ms),
+            })
+            .collect::<Option<Vec<u64>>>()
+            .and_then(|since| since.into_iter().max())
+    }
+
+    pub fn in_flight(&self) -> u32 {
+        self.backends.iter().map(|b| b.limiter.in_flight()).sum()
+    }
+
+    /// Every `STALL_AFTER / 4`, marks down a server with requests in flight but no stream
+    /// event for [`STALL_AFTER`] whose `/health` does not answer.
+    pub async fn watch_stalls(self, cancel: CancellationToken) {
+        let mut tick = tokio::time::interval(STALL_AFTER / 4);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                () = cancel.cancelled() => return,
+            }
+            let now = unix_ms();
+            for backend in self.backends.iter() {
+                let quiet_ms = now.saturating_sub(backend.activity.load(Ordering::Relaxed));
+                if backend.limiter.in_flight() > 0
+                    && backend.liveness.health() == Health::Up
+                    && quiet_ms >= STALL_AFTER.as_millis() as u64
+                {
+                    let reason = format!(
+                        "no token on any of its {} streams for {} s",
+                        backend.limiter.in_flight(),
+                        quiet_ms / 1000
+                    );
+                    backend.liveness.confirm_down(&reason).await;
+                }
+            }
+        }
+    }
+}
+
+/// What [`connect`] found.
+pub struct Connected {
+    pub fleet: Fleet,
+    /// The model every server serves.
+    pub model: String,
+    /// The tuners of `concurrency = "auto"`, running until `cancel`.
+    pub tuners: Vec<JoinHandle<()>>,
+}
+
+/// Probes every server in `urls` for its model (they must serve the same one), then builds
+/// one backend each with its limiter or tuner. With several servers, one that does not answer
+/// yet starts as down and joins when it does; with one, that is an error.
+pub async fn connect(
+    plan: &Plan,
+    urls: &[String],
+    api_key: Option<String>,
+    run_dir: &crate::store::RunDir,
+    cancel: &CancellationToken,
+) -> anyhow::Result<Connected> {
+    let wanted = plan.server.model.as_deref();
+    let probes = join_all(
+        urls.iter()
+            .map(|url| probe::model(url, api_key.as_deref(), wanted)),
+    )
+    .await;
+    let mut model: Option<(String, String)> = None;
+    let mut unreachable = Vec::new();
+    for (url, probed) in urls.iter().zip(probes) {
+        match probed {
+            Ok(served) => match &model {
+                None => model = Some((served, probe::redact(url))),
+                Some((first, first_url)) if *first != served => anyhow::bail!(
+                    "the servers serve different models: {first_url} serves `{first}`, {} serves `{served}`; list servers of one model in `urls` (or set `[server] model`)",
+                    probe::redact(url)
+                ),
+                Some(_) => {}
+            },
+            Err(e) if urls.len() == 1 => return Err(e.into()),
+            Err(e) => unreachable.push((url.clone(), e.to_string())),
+        }
+    }
+    let Some((model, _)) = model else {
+        let reasons: Vec<String> = unreachable.iter().map(|(_, e)| e.clone()).collect();
+        anyhow::bail!("no server answers: {}", reasons.join("; "));
+    };
+    let mut backends = Vec::new();
+    let mut tuners = Vec::new();
+    for (i, url) in urls.iter().enumerate() {
+        let liveness = Liveness::new(url);
+        let activity = Arc::new(AtomicU64::new(unix_ms()));
+        let client = ChatClient::new(
+            url,
+            model.clone(),
+            api_key.clone(),
+            plan.generation.max_tokens,
+            plan.generation.params.clone(),
+        )
+        .context("failed to build the HTTP client")?
+        .with_activity(activity.clone());
+        let (limiter, telemetry, tuner) = match plan.generation.concurrency {
+            Concurrency::Fixed(n) => {
+                let limit = u32::try_from(n.get()).unwrap_or(u32::MAX);
+                (Limiter::new(limit), Arc::new(Telemetry::default()), None)
+            }
+            Concurrency::Auto { max } => {
+                let max = max.map(|m| u32::try_from(m).unwrap_or(u32::MAX));
+                // One statistics file per server: servers may differ (GPUs, MTP, caches).
+                let stats = match i {
+                    0 => run_dir.root().join("controller.json"),
+                    _ => run_dir.root().join(format!("controller.{i}.json")),
+                };
+                let tuner = Tuner::new(
+                    url,
+                    &model,
+                    max,
+                    plan.generation.max_tokens,
+                    stats,
+                    liveness.clone(),
+                )
+                .await;
+                let parts = (
+                    tuner.limiter.clone(),
+                    tuner.telemetry.clone(),
+                    Some(tuner.view.subscribe()),
+                );
+                tuners.push(tokio::spawn(tuner.run(cancel.clone())));
+                parts
+            }
+        };
+        if let Some((_, reason)) = unreachable.iter().find(|(u, _)| u == url) {
+            liveness.report_down(reason);
+        }
+        backends.push(Backend {
+            client,
+            liveness,
+            limiter,
+            telemetry,
+            tuner,
+            activity,
+            completed: AtomicU64::new(0),
+            output_tokens: AtomicU64::new(0),
+        });
+    }
+    Ok(Connected {
+        fleet: Fleet::new(backends),
+        model,
+        tuners,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn backend(url: &str, limit: u32) -> Backend {
+        Backend {
+            client: ChatClient::new(url, "m".into(), None, 8, serde_json::Map::new())
+                .expect("client"),
+            liveness: Liveness::new(url),
+            limiter: Limiter::new(limit),
+            telemetry: Arc::new(Telemetry::default()),
+            tuner: None,
+            activity: Arc::new(AtomicU64::new(0)),
+            completed: AtomicU64::new(0),
+            output_tokens: AtomicU64::new(0),
+        }
+    }
+
+    fn url_of(lease: &Lease) -> String {
+        lease.backend.liveness.shown().to_owned()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn leases_go_to_the_least_loaded_server_relative_to_its_limit() {
+        let fleet = Fleet::new(vec![
+            backend("http://127.0.0.1:1", 2),
+            backend("http://127.0.0.1:2", 4),
+        ]);
+        let mut leases = Vec::new();
+        for _ in 0..6 {
+            leases.push(fleet.acquire().await);
+        }
+        let on = |url: &str| leases.iter().filter(|l| url_of(l) == url).count();
+        assert_eq!((on("http://127.0.0.1:1"), on("http://127.0.0.1:2")), (2, 4));
+        // Full: the next lease waits until one is released, and takes its place.
+        let waiting = tokio::spawn({
+            let fleet = fleet.clone();
+            async move { url_of(&fleet.acquire().await) }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished());
+        let index = leases
+            .iter()
+            .position(|l| url_of(l) == "http://127.0.0.1:1")
+            .expect("one on server 1");
+        leases.remove(index);
+        assert_eq!(waiting.await.expect("join"), "http://127.0.0.1:1");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_down_server_gets_nothing_and_all_down_pauses_until_one_returns() {
+        let fleet = Fleet::new(vec![
+            backend("http://127.0.0.1:1", 4),
+            backend("http://127.0.0.1:2", 4),
+        ]);
+        let first = fleet.backends()[0].clone();
+        let second = fleet.backends()[1].clone();
+        let down = Health::Down { since_unix_ms: 1 };
+        first.liveness.force(down);
+        for _ in 0..3 {
+            let lease = fleet.acquire().await;
+            assert_eq!(url_of(&lease), "http://127.0.0.1:2");
+        }
+        assert_eq!(fleet.all_down_since(), None);
+        second.liveness.force(down);
+        assert!(fleet.all_down_since().is_some());
+        let waiting = tokio::spawn({
+            let fleet = fleet.clone();
+            async move { url_of(&fleet.acquire().await) }
+        });
+        tokio::task::yield_now().await;
+        assert!(
+            !waiting.is_finished(),
+            "every server is down: dispatch pauses"
+        );
+        second.liveness.force(Health::Up);
+        assert_eq!(waiting.await.expect("join"), "http://127.0.0.1:2");
+    }
+}
