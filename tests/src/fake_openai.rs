@@ -2,17 +2,28 @@
 //! `/v1/chat/completions` that answers `echo: <last user message>` in a few chunks, with
 //! reasoning, a finish reason and a usage chunk.
 //!
-//! Knobs: the first `fail_first` chat requests get a 503; a prompt containing `REJECT` gets a
-//! 400 (a permanent error); a prompt containing `CUT` gets a stream without `[DONE]` every time;
-//! a prompt containing `LONG` finishes with `length` unless `max_tokens` ≥ 100; with
-//! `answer_bytes` set, each answer is padded to that many bytes (deterministic per prompt, and
-//! barely compressible, so outputs fill a disk).
+//! Fault knobs: the first `fail_first` chat requests get an HTTP error (503 "loading" by
+//! default, or a queue-full 503 with [`FailKind::QueueFull`]); a prompt containing `REJECT`
+//! gets a 400 (a permanent error); a prompt containing `CUT` gets a stream without `[DONE]`
+//! every time; a prompt containing `LONG` finishes with `length` unless `max_tokens` ≥ 100;
+//! with `answer_bytes` set, each answer is padded to that many bytes (deterministic per prompt,
+//! and barely compressible, so outputs fill a disk); `error_event` puts an error event in the
+//! stream after the first answer chunk.
+//!
+//! Protocol-variant knobs, the ways real servers differ on the wire (field notes §2.3): the
+//! reasoning field's name ([`ReasoningField`]), the error JSON's shape in bodies and events
+//! ([`ErrorShape`]), usage in the last chunk or in every chunk ([`UsageMode`]), `: keep-alive`
+//! comment lines, `data:` without a space, CRLF line endings, and how the body is cut into
+//! writes ([`Writes`]: all at once, one event per write, fixed-size pieces, or split inside a
+//! multi-byte UTF-8 character).
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::Router;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -23,8 +34,10 @@ use serde_json::{Value, json};
 pub struct Knobs {
     /// Chat requests answered with an error before the server starts answering.
     pub fail_first: usize,
-    /// The status of those errors (default 503, "loading").
+    /// The status of those errors (default 503).
     pub fail_status: Option<u16>,
+    /// What those errors say (default: the model is still loading).
+    pub fail_kind: FailKind,
     /// Delay before each chat answer, so a run lasts long enough to be interrupted.
     pub delay: std::time::Duration,
     /// Send reasoning inline in `content` (`<think>…</think>`), as a server without a
@@ -33,6 +46,81 @@ pub struct Knobs {
     /// When non-zero, the answer `echo: <prompt>` is padded with pseudo-random alphanumeric text
     /// (seeded by the prompt, so the same prompt gets the same answer) up to this many bytes.
     pub answer_bytes: usize,
+    /// The delta field reasoning is streamed in.
+    pub reasoning_field: ReasoningField,
+    /// The shape of error JSON, in HTTP error bodies and in error events.
+    pub error_shape: ErrorShape,
+    /// An error event with this code and message after the first answer chunk (then `[DONE]`,
+    /// as vLLM and SGLang do).
+    pub error_event: Option<(u16, String)>,
+    /// Where usage is reported.
+    pub usage: UsageMode,
+    /// A `: keep-alive` comment line before every event.
+    pub keep_alive_comments: bool,
+    /// `data:{…}` instead of `data: {…}`.
+    pub data_without_space: bool,
+    /// `\r\n` line endings instead of `\n`.
+    pub crlf: bool,
+    /// How the event stream is cut into writes.
+    pub writes: Writes,
+}
+
+/// The message of the `fail_first` errors.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FailKind {
+    /// "Loading model", as llama.cpp says on every endpoint while it loads.
+    #[default]
+    Loading,
+    /// A full request queue, as SGLang reports it.
+    QueueFull,
+}
+
+/// The delta field reasoning is streamed in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ReasoningField {
+    /// `reasoning_content` (SGLang, llama.cpp, vLLM before the rename).
+    #[default]
+    ReasoningContent,
+    /// `reasoning` (vLLM after the rename).
+    Reasoning,
+}
+
+/// The shape of error JSON.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ErrorShape {
+    /// `{"error": {"message": …, "code": …}}` (vLLM ≥ 0.10.1, llama.cpp).
+    #[default]
+    Nested,
+    /// `{"object": "error", "message": …, "code": …}` (older vLLM, SGLang chat).
+    FlatMessage,
+    /// `{"error": "…"}` (some gateways).
+    FlatString,
+}
+
+/// Where usage is reported.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum UsageMode {
+    /// One extra `choices: []` chunk at the end (`stream_options.include_usage`).
+    #[default]
+    LastChunk,
+    /// Cumulative usage on every chunk too (`continuous_usage_stats`), then the final chunk.
+    Continuous,
+    /// No usage at all.
+    Absent,
+}
+
+/// How the event stream is cut into writes (HTTP chunks, each flushed on its own).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Writes {
+    /// The whole stream in one write: several events per write.
+    #[default]
+    Whole,
+    /// One write per event.
+    PerEvent,
+    /// Pieces of this many bytes: events, line endings and characters split across writes.
+    Bytes(usize),
+    /// Two writes, cut inside the first multi-byte UTF-8 character of the stream.
+    InsideChar,
 }
 
 #[derive(Debug, Default)]
@@ -96,32 +184,105 @@ impl Drop for FakeOpenAi {
     }
 }
 
-fn sse(events: &[Value], done: bool) -> Response {
-    let mut body = String::new();
-    for event in events {
-        body.push_str(&format!("data: {event}\n\n"));
+/// The error JSON for `code` and `message` in `shape`.
+fn error_json(shape: ErrorShape, code: u16, message: &str) -> Value {
+    match shape {
+        ErrorShape::Nested => {
+            json!({"error": {"message": message, "code": code, "type": "server_error"}})
+        }
+        ErrorShape::FlatMessage => json!({"object": "error", "message": message, "code": code}),
+        ErrorShape::FlatString => json!({"error": message}),
     }
+}
+
+fn error_response(knobs: &Knobs, status: StatusCode, message: &str) -> Response {
+    (
+        status,
+        axum::Json(error_json(knobs.error_shape, status.as_u16(), message)),
+    )
+        .into_response()
+}
+
+/// The SSE text of `events` as `knobs` format it.
+fn sse_text(knobs: &Knobs, events: &[Value], done: bool) -> Vec<String> {
+    let eol = if knobs.crlf { "\r\n" } else { "\n" };
+    let prefix = if knobs.data_without_space {
+        "data:"
+    } else {
+        "data: "
+    };
+    let comment = if knobs.keep_alive_comments {
+        format!(": keep-alive{eol}{eol}")
+    } else {
+        String::new()
+    };
+    let mut out: Vec<String> = events
+        .iter()
+        .map(|event| format!("{comment}{prefix}{event}{eol}{eol}"))
+        .collect();
     if done {
-        body.push_str("data: [DONE]\n\n");
+        out.push(format!("{comment}{prefix}[DONE]{eol}{eol}"));
     }
-    ([(header::CONTENT_TYPE, "text/event-stream")], body).into_response()
+    out
+}
+
+/// Cuts the event texts into writes.
+fn cut(writes: Writes, events: Vec<String>) -> Vec<Bytes> {
+    let whole = events.concat().into_bytes();
+    let pieces: Vec<Vec<u8>> = match writes {
+        Writes::Whole => vec![whole],
+        Writes::PerEvent => events.into_iter().map(String::into_bytes).collect(),
+        Writes::Bytes(n) => whole.chunks(n.max(1)).map(<[u8]>::to_vec).collect(),
+        Writes::InsideChar => {
+            // The first byte that continues a multi-byte character.
+            match whole.iter().position(|b| b & 0b1100_0000 == 0b1000_0000) {
+                Some(at) => vec![whole[..at].to_vec(), whole[at..].to_vec()],
+                None => vec![whole],
+            }
+        }
+    };
+    pieces.into_iter().map(Bytes::from).collect()
+}
+
+/// A streaming body that yields between writes, so each one reaches the socket on its own.
+fn sse_body(writes: Vec<Bytes>) -> Response {
+    let stream = futures_util::stream::unfold(writes.into_iter(), |mut rest| async move {
+        let next = rest.next()?;
+        tokio::task::yield_now().await;
+        Some((Ok::<_, Infallible>(next), rest))
+    });
+    (
+        [(header::CONTENT_TYPE, "text/event-stream")],
+        Body::from_stream(stream),
+    )
+        .into_response()
+}
+
+/// Splits `text` near its middle, on a character boundary.
+fn split_half(text: &str) -> (&str, &str) {
+    let mut at = text.len() / 2;
+    while !text.is_char_boundary(at) {
+        at -= 1;
+    }
+    text.split_at(at)
 }
 
 async fn chat(State(shared): State<Arc<Shared>>, axum::Json(body): axum::Json<Value>) -> Response {
+    let knobs = &shared.knobs;
     let n = shared.chat_requests.fetch_add(1, Ordering::SeqCst);
-    if !shared.knobs.delay.is_zero() {
-        tokio::time::sleep(shared.knobs.delay).await;
+    if !knobs.delay.is_zero() {
+        tokio::time::sleep(knobs.delay).await;
     }
-    if n < shared.knobs.fail_first {
-        let status = shared
-            .knobs
+    if n < knobs.fail_first {
+        let status = knobs
             .fail_status
-            .and_then(|s| StatusCode::from_u16(s).ok());
-        return (
-            status.unwrap_or(StatusCode::SERVICE_UNAVAILABLE),
-            axum::Json(json!({"error": {"message": "Loading model", "code": 503}})),
-        )
-            .into_response();
+            .and_then(|s| StatusCode::from_u16(s).ok())
+            .unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+        let message = match knobs.fail_kind {
+            FailKind::Loading => "Loading model",
+            FailKind::QueueFull => "The request queue is full.",
+        };
+        return error_response(knobs, status, message);
     }
     let last_user = body["messages"]
         .as_array()
@@ -130,11 +291,10 @@ async fn chat(State(shared): State<Arc<Shared>>, axum::Json(body): axum::Json<Va
         .unwrap_or("")
         .to_owned();
     if last_user.contains("REJECT") {
-        return (StatusCode::BAD_REQUEST, axum::Json(json!({"error": {"message": "prompt too long", "type": "exceed_context_size_error"}})))
-            .into_response();
+        return error_response(knobs, StatusCode::BAD_REQUEST, "prompt too long");
     }
     let mut answer = format!("echo: {last_user}");
-    pad(&mut answer, &last_user, shared.knobs.answer_bytes);
+    pad(&mut answer, &last_user, knobs.answer_bytes);
     // A prompt containing LONG is cut by max_tokens unless the budget is at least 100.
     let budget = body["max_tokens"].as_u64().unwrap_or(0);
     let finish = if last_user.contains("LONG") && budget < 100 {
@@ -142,19 +302,40 @@ async fn chat(State(shared): State<Arc<Shared>>, axum::Json(body): axum::Json<Va
     } else {
         "stop"
     };
-    let (head, tail) = answer.split_at(answer.len() / 2);
+    let (head, tail) = split_half(&answer);
     let words = answer.split_whitespace().count() as u64;
-    let events = [
-        if shared.knobs.inline_reasoning {
-            json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": "<think>thinking</think>"}}]})
-        } else {
-            json!({"choices": [{"index": 0, "delta": {"role": "assistant", "reasoning_content": "thinking"}}]})
-        },
+    let reasoning_key = match knobs.reasoning_field {
+        ReasoningField::ReasoningContent => "reasoning_content",
+        ReasoningField::Reasoning => "reasoning",
+    };
+    let first = if knobs.inline_reasoning {
+        json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": "<think>thinking</think>"}}]})
+    } else {
+        json!({"choices": [{"index": 0, "delta": {"role": "assistant", reasoning_key: "thinking"}}]})
+    };
+    let mut events = vec![
+        first,
         json!({"choices": [{"index": 0, "delta": {"content": head}}]}),
         json!({"choices": [{"index": 0, "delta": {"content": tail}, "finish_reason": finish}]}),
-        json!({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": words, "total_tokens": 5 + words}}),
     ];
-    sse(&events, !last_user.contains("CUT"))
+    if let Some((code, message)) = &knobs.error_event {
+        events.truncate(2);
+        events.push(error_json(knobs.error_shape, *code, message));
+    }
+    if knobs.usage == UsageMode::Continuous {
+        // Cumulative: the answer's words so far (the reasoning chunk counts none).
+        let head_words = head.split_whitespace().count() as u64;
+        for (event, done) in events.iter_mut().zip([0, head_words, words]) {
+            if event.get("choices").is_some() {
+                event["usage"] = json!({"prompt_tokens": 5, "completion_tokens": done, "total_tokens": 5 + done});
+            }
+        }
+    }
+    if knobs.usage != UsageMode::Absent && knobs.error_event.is_none() {
+        events.push(json!({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": words, "total_tokens": 5 + words}}));
+    }
+    let text = sse_text(knobs, &events, !last_user.contains("CUT"));
+    sse_body(cut(knobs.writes, text))
 }
 
 /// Pads `answer` to `bytes` with alphanumeric text drawn from a PRNG seeded by `prompt`

@@ -229,19 +229,31 @@ impl ChatClient {
 }
 
 /// Folds one stream chunk into the completion; an error event is transient.
+///
+/// Error events come nested (`{"error": {"message": …}}`, vLLM ≥ 0.10.1, llama.cpp), flat
+/// (`{"error": "…"}`) or as a flat error object (`{"object": "error", "message": …}`, older vLLM
+/// and SGLang); missing the last kind would store a cut answer as complete, since `[DONE]`
+/// usually follows.
 fn apply_chunk(
     chunk: &Value,
     completion: &mut Completion,
     reasoning: &mut String,
 ) -> Result<(), RequestError> {
-    if let Some(error) = chunk.get("error") {
+    let error = chunk.get("error").filter(|e| !e.is_null()).or_else(|| {
+        (chunk.get("object").and_then(Value::as_str) == Some("error")).then_some(chunk)
+    });
+    if let Some(error) = error {
         return Err(RequestError::Transient(format!(
             "error event in stream: {}",
             error_message(error)
         )));
     }
-    if let Some(usage) = chunk.get("usage").filter(|u| !u.is_null()) {
-        completion.usage = serde_json::from_value(usage.clone()).ok();
+    // With continuous usage every chunk carries the counts so far; the last readable ones win,
+    // and an unreadable one never erases them.
+    if let Some(usage) = chunk.get("usage").filter(|u| !u.is_null())
+        && let Ok(usage) = serde_json::from_value(usage.clone())
+    {
+        completion.usage = Some(usage);
     }
     let Some(choice) = chunk.get("choices").and_then(|c| c.get(0)) else {
         return Ok(());
@@ -328,6 +340,27 @@ mod tests {
     }
 
     #[test]
+    fn an_unreadable_usage_or_a_null_error_erases_nothing() {
+        let mut completion = Completion::default();
+        let mut reasoning = String::new();
+        for chunk in [
+            json!({"choices": [{"delta": {"content": "a"}}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}),
+            json!({"choices": [{"delta": {"content": "b"}}], "usage": {"completion_tokens": "?"}, "error": null}),
+        ] {
+            apply_chunk(&chunk, &mut completion, &mut reasoning).expect("chunk");
+        }
+        assert_eq!(completion.content, "ab");
+        assert_eq!(
+            completion.usage,
+            Some(Usage {
+                prompt_tokens: 3,
+                completion_tokens: 1,
+                total_tokens: 0
+            })
+        );
+    }
+
+    #[test]
     fn error_events_and_statuses_are_classified() {
         let mut c = Completion::default();
         let mut r = String::new();
@@ -342,6 +375,20 @@ mod tests {
                 "error event in stream: Context size has been exceeded.".into()
             ))
         );
+        for (event, message) in [
+            (
+                json!({"object": "error", "message": "flat", "code": 500}),
+                "flat",
+            ),
+            (json!({"error": "plain"}), "plain"),
+        ] {
+            assert_eq!(
+                apply_chunk(&event, &mut c, &mut r),
+                Err(RequestError::Transient(format!(
+                    "error event in stream: {message}"
+                )))
+            );
+        }
         assert!(
             matches!(classify_status(400, r#"{"error":{"message":"too long"}}"#), RequestError::Rejected(m) if m == "HTTP 400: too long")
         );

@@ -74,21 +74,9 @@ pub struct RejectedRecord {
     pub created_unix_ms: u64,
 }
 
-#[derive(Deserialize)]
-struct IdOnly {
-    id: String,
-}
-
 /// Ids with a stored completion (the done-set), cutting a torn tail first.
 pub fn completed_ids(path: &Path) -> io::Result<HashSet<String>> {
-    super::super::store::frames::repair(path)?;
-    let mut ids = HashSet::new();
-    super::super::store::frames::scan(path, |line| {
-        let record: IdOnly = serde_json::from_slice(line).map_err(io::Error::other)?;
-        ids.insert(record.id);
-        Ok(())
-    })?;
-    Ok(ids)
+    crate::store::done::completed_ids(path)
 }
 
 /// Ids settled without a completion: permanently rejected or truncated-and-dropped prompts.

@@ -1,0 +1,151 @@
+//! Benchmark of the done-set rebuild on resume (issue 5, Performance 3).
+//!
+//! `bench_resume write FILE N` writes N realistic completion records (prompt, reasoning and
+//! answer in word-like text, about 1.5 KB of JSON each) through the real `FrameWriter`, 64
+//! records a frame as `gen run` flushes them. `bench_resume rebuild FILE [REPEATS]` times
+//! `completed_ids`, the function `gen run` calls on start, and prints each run and the median.
+//! `scripts/bench-resume.sh` runs both.
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{Context as _, bail};
+use gen_pipeline::inference::client::Usage;
+use gen_pipeline::run::record::{self, CompletionRecord};
+use gen_pipeline::store::frames::FrameWriter;
+use gen_sources::{Message, Role};
+
+/// Records per frame, as the orchestrator flushes them.
+const FRAME_RECORDS: usize = 64;
+
+/// splitmix64: a seeded, dependency-free source of pseudo-random words.
+struct Words {
+    state: u64,
+    vocabulary: Vec<String>,
+}
+
+impl Words {
+    fn new(seed: u64) -> Words {
+        let mut words = Words {
+            state: seed,
+            vocabulary: Vec::new(),
+        };
+        const SYLLABLES: [&str; 24] = [
+            "the", "con", "ing", "re", "ta", "ly", "tion", "pro", "ver", "al", "ex", "mo", "de",
+            "si", "an", "ter", "com", "ment", "ab", "ne", "ous", "gra", "ph", "ca",
+        ];
+        // 4096 distinct words of 1–4 syllables; drawn Zipf-like below.
+        while words.vocabulary.len() < 4096 {
+            let n = 1 + words.next() % 4;
+            let word: String = (0..n)
+                .map(|_| SYLLABLES[(words.next() % 24) as usize])
+                .collect();
+            words.vocabulary.push(word);
+        }
+        words
+    }
+
+    fn next(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// About `bytes` of text: Zipf-like words, numbers, punctuation and line breaks.
+    fn text(&mut self, bytes: usize) -> String {
+        let mut out = String::with_capacity(bytes + 16);
+        while out.len() < bytes {
+            let r = self.next();
+            // Squaring a uniform draw favours the first words, as natural text does.
+            let u = (r >> 11) as f64 / (1u64 << 53) as f64;
+            let word = &self.vocabulary[(u * u * u * 4096.0) as usize];
+            out.push_str(word);
+            match r % 23 {
+                0 => out.push_str(". "),
+                1 => out.push_str(", "),
+                2 => out.push('\n'),
+                3 => out.push_str(&format!(" {} ", r % 10_000)),
+                _ => out.push(' '),
+            }
+        }
+        out
+    }
+}
+
+fn write(path: &Path, count: u64) -> anyhow::Result<()> {
+    if path.exists() {
+        bail!("`{}` exists; remove it first", path.display());
+    }
+    let (mut writer, _) = FrameWriter::open(path)?;
+    let mut words = Words::new(42);
+    let started = Instant::now();
+    for i in 0..count {
+        let lengths = [words.next() % 300, words.next() % 700, words.next() % 500];
+        let prompt = words.text(150 + lengths[0] as usize);
+        let reasoning = words.text(500 + lengths[1] as usize);
+        let content = words.text(200 + lengths[2] as usize);
+        let record = CompletionRecord {
+            id: gen_sources::prompt::prompt_id("bench", i, 0),
+            source: "bench".into(),
+            model: "Qwen/Qwen3-8B".into(),
+            messages: vec![Message::new(Role::User, prompt)],
+            content,
+            reasoning_content: Some(reasoning),
+            finish_reason: Some("stop".into()),
+            usage: Some(Usage {
+                prompt_tokens: 120,
+                completion_tokens: 380,
+                total_tokens: 500,
+            }),
+            turns: Vec::new(),
+            attempts: 1,
+            latency_ms: 12_345,
+            created_unix_ms: 1_760_000_000_000 + i,
+        };
+        writer.push(&record)?;
+        if writer.pending() >= FRAME_RECORDS {
+            writer.flush()?;
+        }
+    }
+    writer.flush()?;
+    let bytes = fs_err::metadata(path)?.len();
+    eprintln!(
+        "wrote {count} records, {:.1} MiB, in {:.1} s",
+        bytes as f64 / (1 << 20) as f64,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+fn rebuild(path: &Path, repeats: usize) -> anyhow::Result<()> {
+    let mut times = Vec::new();
+    for _ in 0..repeats {
+        let started = Instant::now();
+        let ids = record::completed_ids(path)
+            .with_context(|| format!("failed to read `{}`", path.display()))?;
+        let seconds = started.elapsed().as_secs_f64();
+        eprintln!("rebuild: {} ids in {seconds:.3} s", ids.len());
+        times.push(seconds);
+    }
+    times.sort_by(f64::total_cmp);
+    let median = times[times.len() / 2];
+    println!("median of {repeats}: {median:.3} s");
+    Ok(())
+}
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
+        ["write", path, count] => write(Path::new(path), count.parse()?),
+        ["rebuild", path] => rebuild(Path::new(path), 5),
+        ["rebuild", path, repeats] => rebuild(Path::new(path), repeats.parse()?),
+        _ => bail!("usage: bench_resume write FILE N | rebuild FILE [REPEATS]"),
+    }
+}
