@@ -6,11 +6,13 @@
 //! 400 (a permanent error); a prompt containing `CUT` gets a stream without `[DONE]` every time;
 //! a prompt containing `LONG` finishes with `length` unless `max_tokens` ≥ 100; with
 //! `answer_bytes` set, each answer is padded to that many bytes (deterministic per prompt, and
-//! barely compressible, so outputs fill a disk).
+//! barely compressible, so outputs fill a disk). Every chat request's last user message and
+//! arrival time are recorded ([`FakeOpenAi::received`]).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use axum::Router;
 use axum::extract::State;
@@ -39,6 +41,15 @@ pub struct Knobs {
 struct Shared {
     knobs: Knobs,
     chat_requests: AtomicUsize,
+    received: Mutex<Vec<Received>>,
+}
+
+/// One chat request as the fake server saw it arrive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    /// The last user message of the request.
+    pub prompt: String,
+    pub at: Instant,
 }
 
 /// A running fake server; it stops when dropped.
@@ -59,6 +70,7 @@ impl FakeOpenAi {
         let shared = Arc::new(Shared {
             knobs,
             chat_requests: AtomicUsize::new(0),
+            received: Mutex::new(Vec::new()),
         });
         let app = Router::new()
             .route("/health", get(|| async { axum::Json(json!({"status": "ok"})) }))
@@ -88,6 +100,15 @@ impl FakeOpenAi {
     pub fn chat_requests(&self) -> usize {
         self.shared.chat_requests.load(Ordering::SeqCst)
     }
+
+    /// Every chat request received so far, in arrival order.
+    pub fn received(&self) -> Vec<Received> {
+        self.shared
+            .received
+            .lock()
+            .expect("no test panicked while holding the lock")
+            .clone()
+    }
 }
 
 impl Drop for FakeOpenAi {
@@ -109,6 +130,20 @@ fn sse(events: &[Value], done: bool) -> Response {
 
 async fn chat(State(shared): State<Arc<Shared>>, axum::Json(body): axum::Json<Value>) -> Response {
     let n = shared.chat_requests.fetch_add(1, Ordering::SeqCst);
+    let last_user = body["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("")
+        .to_owned();
+    shared
+        .received
+        .lock()
+        .expect("no request panicked while holding the lock")
+        .push(Received {
+            prompt: last_user.clone(),
+            at: Instant::now(),
+        });
     if !shared.knobs.delay.is_zero() {
         tokio::time::sleep(shared.knobs.delay).await;
     }
@@ -123,12 +158,6 @@ async fn chat(State(shared): State<Arc<Shared>>, axum::Json(body): axum::Json<Va
         )
             .into_response();
     }
-    let last_user = body["messages"]
-        .as_array()
-        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or("")
-        .to_owned();
     if last_user.contains("REJECT") {
         return (StatusCode::BAD_REQUEST, axum::Json(json!({"error": {"message": "prompt too long", "type": "exceed_context_size_error"}})))
             .into_response();
