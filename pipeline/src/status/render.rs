@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::state::{RunStatus, SourceStatus};
+use super::state::{RunStatus, SourceStatus, VerdictLine};
 
 const WIDTH: usize = 80;
 /// A heartbeat older than this means `gen run` is no longer running.
@@ -64,6 +64,28 @@ pub fn cut(text: &str, width: usize) -> String {
     out
 }
 
+/// A worker verdict on its own line under its source's row, `  ! HEADLINE; NEXT ACTION`: the
+/// headline is cut if need be so the next action always shows whole.
+fn verdict_line(verdict: &VerdictLine) -> Option<String> {
+    if verdict.class == "success" {
+        return None;
+    }
+    let next = format!("; {}", verdict.next_action);
+    let indent = "  ! ";
+    let room = WIDTH.saturating_sub(indent.len() + next.chars().count());
+    Some(cut(
+        &format!("{indent}{}{next}", cut(&verdict.headline, room)),
+        WIDTH,
+    ))
+}
+
+/// The note the orchestrator writes for a failed worker, which the verdict line says in full.
+fn repeats_verdict(s: &SourceStatus) -> bool {
+    s.verdict
+        .as_ref()
+        .is_some_and(|v| s.note == format!("{}; {}", v.headline, v.next_action))
+}
+
 fn row(s: &SourceStatus) -> String {
     let prepared = s.prepared.map_or_else(|| "-".to_owned(), |p| p.to_string());
     let line = format!(
@@ -82,6 +104,7 @@ fn row(s: &SourceStatus) -> String {
                 .map_or_else(String::new, |e| format!(", ETA {}", duration(e)));
             format!("{rate:.0} tok/s{eta}")
         }
+        _ if repeats_verdict(s) => String::new(),
         _ => s.note.clone(),
     };
     format!("{line}{}", cut(&note, room)).trim_end().to_owned()
@@ -144,6 +167,9 @@ pub fn render(status: &RunStatus, now_ms: u64) -> String {
     );
     for source in &status.sources {
         let _ = writeln!(out, "{}", row(source));
+        if let Some(line) = source.verdict.as_ref().and_then(verdict_line) {
+            let _ = writeln!(out, "{line}");
+        }
     }
     let prepared: u64 = status.sources.iter().filter_map(|s| s.prepared).sum();
     let done: u64 = status.sources.iter().map(|s| s.done).sum();
@@ -210,6 +236,34 @@ a-source-with-a-v… failed            -        0      0  preparation failed: ex
 total                               20       20      0
 ";
         assert_eq!(text, expected);
+    }
+
+    #[test]
+    fn a_verdict_gets_its_own_line_with_the_whole_next_action() {
+        let mut status = status();
+        let verdict = VerdictLine {
+            class: "traceback".into(),
+            headline: "traceback: ValueError: the dataset row 17 has no `prompt` field at all"
+                .into(),
+            next_action: "fix the error, then rerun with --only-failed".into(),
+        };
+        status.sources[1].note = format!("{}; {}", verdict.headline, verdict.next_action);
+        status.sources[1].verdict = Some(verdict);
+        let text = render(&status, 11_000);
+        let lines: Vec<&str> = text.lines().collect();
+        let row = lines
+            .iter()
+            .position(|l| l.starts_with("a-source"))
+            .expect("row");
+        assert!(
+            lines[row].ends_with(" 0"),
+            "the note is not repeated: {text}"
+        );
+        assert_eq!(
+            lines[row + 1],
+            "  ! traceback: ValueError: the da…; fix the error, then rerun with --only-failed"
+        );
+        assert!(lines.iter().all(|l| l.chars().count() <= WIDTH), "{text}");
     }
 
     #[test]
