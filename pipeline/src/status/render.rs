@@ -64,19 +64,20 @@ pub fn cut(text: &str, width: usize) -> String {
     out
 }
 
-/// A worker verdict on its own line under its source's row, `  ! HEADLINE; NEXT ACTION`: the
-/// headline is cut if need be so the next action always shows whole.
-fn verdict_line(verdict: &VerdictLine) -> Option<String> {
+/// A worker verdict under its source's row: `  ! HEADLINE; NEXT ACTION` on one line when it
+/// fits 80 columns, else the next action on a line of its own, so it always shows whole.
+fn verdict_lines(verdict: &VerdictLine) -> Vec<String> {
     if verdict.class == "success" {
-        return None;
+        return Vec::new();
     }
-    let next = format!("; {}", verdict.next_action);
-    let indent = "  ! ";
-    let room = WIDTH.saturating_sub(indent.len() + next.chars().count());
-    Some(cut(
-        &format!("{indent}{}{next}", cut(&verdict.headline, room)),
-        WIDTH,
-    ))
+    let one_line = format!("  ! {}; {}", verdict.headline, verdict.next_action);
+    if one_line.chars().count() <= WIDTH {
+        return vec![one_line];
+    }
+    vec![
+        cut(&format!("  ! {}", verdict.headline), WIDTH),
+        cut(&format!("    next: {}", verdict.next_action), WIDTH),
+    ]
 }
 
 /// The note the orchestrator writes for a failed worker, which the verdict line says in full.
@@ -167,7 +168,12 @@ pub fn render(status: &RunStatus, now_ms: u64) -> String {
     );
     for source in &status.sources {
         let _ = writeln!(out, "{}", row(source));
-        if let Some(line) = source.verdict.as_ref().and_then(verdict_line) {
+        for line in source
+            .verdict
+            .as_ref()
+            .map(verdict_lines)
+            .unwrap_or_default()
+        {
             let _ = writeln!(out, "{line}");
         }
     }
@@ -239,7 +245,7 @@ total                               20       20      0
     }
 
     #[test]
-    fn a_verdict_gets_its_own_line_with_the_whole_next_action() {
+    fn a_verdict_gets_its_own_lines_with_the_whole_next_action() {
         let mut status = status();
         let verdict = VerdictLine {
             class: "traceback".into(),
@@ -260,8 +266,11 @@ total                               20       20      0
             "the note is not repeated: {text}"
         );
         assert_eq!(
-            lines[row + 1],
-            "  ! traceback: ValueError: the da…; fix the error, then rerun with --only-failed"
+            lines[row + 1..row + 3],
+            [
+                "  ! traceback: ValueError: the dataset row 17 has no `prompt` field at all",
+                "    next: fix the error, then rerun with --only-failed"
+            ]
         );
         assert!(lines.iter().all(|l| l.chars().count() <= WIDTH), "{text}");
     }
