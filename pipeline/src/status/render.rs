@@ -80,11 +80,12 @@ fn verdict_lines(verdict: &VerdictLine) -> Vec<String> {
     ]
 }
 
-/// The note the orchestrator writes for a failed worker, which the verdict line says in full.
+/// The note the orchestrator writes about a worker's verdict, which the verdict lines say in
+/// full.
 fn repeats_verdict(s: &SourceStatus) -> bool {
     s.verdict
         .as_ref()
-        .is_some_and(|v| s.note == format!("{}; {}", v.headline, v.next_action))
+        .is_some_and(|v| v.class != "success" && s.note.starts_with(&v.headline))
 }
 
 fn row(s: &SourceStatus) -> String {
@@ -98,15 +99,19 @@ fn row(s: &SourceStatus) -> String {
         s.failed
     );
     let room = WIDTH.saturating_sub(line.chars().count());
-    let note = match (s.phase, s.tokens_per_sec, s.note.is_empty()) {
+    let note = if repeats_verdict(s) {
+        ""
+    } else {
+        s.note.as_str()
+    };
+    let note = match (s.phase, s.tokens_per_sec, note.is_empty()) {
         (super::state::Phase::Generating, Some(rate), true) => {
             let eta = s
                 .eta_secs
                 .map_or_else(String::new, |e| format!(", ETA {}", duration(e)));
             format!("{rate:.0} tok/s{eta}")
         }
-        _ if repeats_verdict(s) => String::new(),
-        _ => s.note.clone(),
+        _ => note.to_owned(),
     };
     format!("{line}{}", cut(&note, room)).trim_end().to_owned()
 }
@@ -190,97 +195,244 @@ pub fn render(status: &RunStatus, now_ms: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::status::state::{Phase, ServerStatus};
+    //! Snapshots of the table as `gen status` prints it (`snapshots/`), every line checked
+    //! against 80 columns. Fixtures are built through the helpers below; the server part only
+    //! through [`with_server`], so a change to `RunStatus.server` is adapted in one place.
 
-    fn status() -> RunStatus {
+    use super::*;
+    use crate::status::state::{MachineStatus, Phase, ServerStatus};
+    use gen_diagnostics::{Class, Confidence, Subtype, Verdict};
+
+    const GIB: u64 = 1 << 30;
+    /// "Now" for every fixture: 2027-01-15 08:00 UTC, a fixed clock.
+    const NOW: u64 = 1_800_000_000_000;
+    const MINUTE: u64 = 60_000;
+
+    /// A run alive a second ago, on a 64 GiB host, without a server yet.
+    fn run(sources: Vec<SourceStatus>) -> RunStatus {
         RunStatus {
             layout: 1,
-            config: "examples/quickstart.toml".into(),
+            config: "/data/jobs/datasets.toml".into(),
             pid: 4242,
             host: "gpu-box".into(),
-            started_unix_ms: 1_000,
-            heartbeat_unix_ms: 10_000,
+            started_unix_ms: NOW - 90 * MINUTE,
+            heartbeat_unix_ms: NOW - 1_000,
             finished: false,
-            server: Some(ServerStatus { url: "http://127.0.0.1:8080".into(), model: "smollm2".into(), concurrency: 4, down_since_unix_ms: None, in_flight: None, ceiling: None, decision: None }),
-            machine: None,
+            server: None,
+            sources,
+            machine: Some(MachineStatus {
+                memory_total_bytes: 64 * GIB,
+                memory_available_bytes: 41 * GIB + GIB / 2,
+                peak_worker_rss_bytes: Some(3 * GIB + GIB / 4),
+            }),
             stopped_by: None,
-            sources: vec![
-                SourceStatus { name: "alpaca".into(), phase: Phase::Done, prepared: Some(20), done: 20, failed: 0, rejected: 0, truncated: 0, output_tokens: 0, tokens_per_sec: None, eta_secs: None, note: String::new(), verdict: None },
-                SourceStatus {
-                    name: "a-source-with-a-very-long-name".into(),
-                    phase: Phase::Failed,
-                    prepared: None,
-                    done: 0,
-                    failed: 0,
-                    rejected: 0,
-                    truncated: 0,
-                    output_tokens: 0,
-                    tokens_per_sec: None,
-                    eta_secs: None,
-                    note: "preparation failed: exit code 1: KeyError: 'prompt' — fix it, then run gen run again".into(),
-                    verdict: None,
-                },
-            ],
         }
     }
 
-    #[test]
-    fn table_fits_80_columns() {
-        let text = render(&status(), 11_000);
+    /// A healthy server at a fixed concurrency of 64.
+    fn server() -> ServerStatus {
+        ServerStatus {
+            url: "http://127.0.0.1:30000".into(),
+            model: "Qwen/Qwen3-8B".into(),
+            concurrency: 64,
+            down_since_unix_ms: None,
+            in_flight: Some(64),
+            ceiling: None,
+            decision: None,
+        }
+    }
+
+    /// The one place a fixture gets its server.
+    fn with_server(mut status: RunStatus, server: ServerStatus) -> RunStatus {
+        status.server = Some(server);
+        status
+    }
+
+    fn source(name: &str, phase: Phase, prepared: Option<u64>, done: u64) -> SourceStatus {
+        SourceStatus {
+            name: name.into(),
+            phase,
+            prepared,
+            done,
+            failed: 0,
+            rejected: 0,
+            truncated: 0,
+            output_tokens: 0,
+            tokens_per_sec: None,
+            eta_secs: None,
+            note: String::new(),
+            verdict: None,
+        }
+    }
+
+    fn generating(name: &str, prepared: u64, done: u64, rate: f64, eta_secs: u64) -> SourceStatus {
+        SourceStatus {
+            tokens_per_sec: Some(rate),
+            eta_secs: Some(eta_secs),
+            ..source(name, Phase::Generating, Some(prepared), done)
+        }
+    }
+
+    /// A source whose worker ended with `verdict`, with the note the orchestrator writes.
+    fn failed(name: &str, verdict: &Verdict) -> SourceStatus {
+        SourceStatus {
+            note: format!("{}; {}", verdict.headline(), verdict.next_action()),
+            verdict: Some(VerdictLine::from(verdict)),
+            ..source(name, Phase::Failed, None, 0)
+        }
+    }
+
+    /// A kernel OOM kill inside the worker's 8 GiB memory cgroup.
+    fn oom() -> Verdict {
+        Verdict {
+            limit_bytes: Some(8 * GIB),
+            ..Verdict::new(Class::Oom, Some(Subtype::KernelMemcg), Confidence::High)
+        }
+    }
+
+    fn traceback() -> Verdict {
+        let stderr = "Traceback (most recent call last):\n  File \"prep.py\", line 12, in <module>\n    rows = load(path)\n  File \"prep.py\", line 7, in load\n    return row[\"prompt\"]\nKeyError: 'prompt'\n";
+        Verdict {
+            error: gen_diagnostics::traceback::parse(stderr),
+            ..Verdict::new(Class::Traceback, Some(Subtype::Python), Confidence::High)
+        }
+    }
+
+    /// Renders `status` at `now`, checks the width, and compares with the snapshot `name`.
+    fn snapshot(name: &str, status: &RunStatus, now: u64) {
+        let text = render(status, now);
         for line in text.lines() {
-            assert!(line.chars().count() <= WIDTH, "too wide: {line:?}");
+            assert!(line.chars().count() <= WIDTH, "wider than 80: {line:?}");
         }
-        let expected = "\
-run    examples/quickstart.toml
-state  running (pid 4242 on gpu-box)
-server http://127.0.0.1:8080 (smollm2), concurrency 4
-
-SOURCE             PHASE      PREPARED     DONE FAILED  NOTE
-alpaca             done             20       20      0
-a-source-with-a-v… failed            -        0      0  preparation failed: exi…
-total                               20       20      0
-";
-        assert_eq!(text, expected);
+        insta::assert_snapshot!(name, text);
     }
 
     #[test]
-    fn a_verdict_gets_its_own_lines_with_the_whole_next_action() {
-        let mut status = status();
-        let verdict = VerdictLine {
-            class: "traceback".into(),
-            headline: "traceback: ValueError: the dataset row 17 has no `prompt` field at all"
-                .into(),
-            next_action: "fix the error, then rerun with --only-failed".into(),
+    fn preparing() {
+        let mut tulu = source("tulu-3-sft-mixture", Phase::Preparing, None, 0);
+        tulu.note = "reading rows".into();
+        let status = run(vec![
+            source("sharegpt", Phase::Prepared, Some(10_000), 0),
+            tulu,
+            source("wildchat", Phase::Preparing, None, 0),
+            source("lmsys-chat-1m", Phase::Pending, None, 0),
+        ]);
+        snapshot("preparing", &status, NOW);
+    }
+
+    #[test]
+    fn generating_with_eta_and_tokens_per_second() {
+        let status = with_server(
+            run(vec![
+                source("sharegpt", Phase::Done, Some(10_000), 10_000),
+                generating("wildchat", 10_000, 6_512, 2_841.7, 3 * 3_600 + 5 * 60),
+                generating("ultrachat-200k", 8_000, 120, 312.0, 45 * 60),
+                source("lmsys-chat-1m", Phase::Prepared, Some(10_000), 0),
+            ]),
+            server(),
+        );
+        snapshot("generating", &status, NOW);
+    }
+
+    #[test]
+    fn a_failed_source_with_an_oom_verdict_and_the_next_action() {
+        let status = with_server(
+            run(vec![
+                failed("wildchat", &oom()),
+                generating("sharegpt", 10_000, 2_000, 1_500.0, 20 * 60),
+            ]),
+            server(),
+        );
+        snapshot("oom_verdict", &status, NOW);
+    }
+
+    #[test]
+    fn a_traceback_verdict() {
+        let status = with_server(
+            run(vec![
+                source("sharegpt", Phase::Done, Some(10_000), 10_000),
+                failed("my-script", &traceback()),
+            ]),
+            server(),
+        );
+        snapshot("traceback_verdict", &status, NOW);
+    }
+
+    #[test]
+    fn a_cleanup_crash_after_complete_output_keeps_generating() {
+        let verdict = Verdict {
+            outputs_complete: true,
+            ..Verdict::new(
+                Class::CleanupAfterCompletion,
+                Some(Subtype::Abort),
+                Confidence::High,
+            )
         };
-        status.sources[1].note = format!("{}; {}", verdict.headline, verdict.next_action);
-        status.sources[1].verdict = Some(verdict);
-        let text = render(&status, 11_000);
-        let lines: Vec<&str> = text.lines().collect();
-        let row = lines
-            .iter()
-            .position(|l| l.starts_with("a-source"))
-            .expect("row");
-        assert!(
-            lines[row].ends_with(" 0"),
-            "the note is not repeated: {text}"
-        );
-        assert_eq!(
-            lines[row + 1..row + 3],
-            [
-                "  ! traceback: ValueError: the dataset row 17 has no `prompt` field at all",
-                "    next: fix the error, then rerun with --only-failed"
-            ]
-        );
-        assert!(lines.iter().all(|l| l.chars().count() <= WIDTH), "{text}");
+        let mut crashed = generating("nemotron-post-training", 10_000, 4_100, 1_820.4, 55 * 60);
+        crashed.note = format!("{}; output kept", verdict.headline());
+        crashed.verdict = Some(VerdictLine::from(&verdict));
+        let status = with_server(run(vec![crashed]), server());
+        snapshot("cleanup_crash_verdict", &status, NOW);
     }
 
     #[test]
-    fn stale_heartbeat_says_not_running() {
-        let text = render(&status(), 10_000 + 5 * 60_000);
-        assert!(
-            text.contains("\nstate  not running: last heartbeat 5 min ago (pid 4242 on gpu-box)\n"),
-            "{text}"
+    fn a_server_that_is_down_pauses_the_run() {
+        let status = with_server(
+            run(vec![generating(
+                "sharegpt",
+                10_000,
+                2_000,
+                1_480.5,
+                21 * 60,
+            )]),
+            ServerStatus {
+                down_since_unix_ms: Some(NOW - 3 * MINUTE),
+                in_flight: Some(0),
+                ..server()
+            },
+        );
+        snapshot("server_down", &status, NOW);
+    }
+
+    #[test]
+    fn auto_concurrency_shows_its_ceiling_and_decision() {
+        let status = with_server(
+            run(vec![generating(
+                "sharegpt",
+                10_000,
+                2_000,
+                3_120.0,
+                40 * 60,
+            )]),
+            ServerStatus {
+                concurrency: 38,
+                in_flight: Some(37),
+                ceiling: Some(46),
+                decision: Some(
+                    "creep 36 → 38 (kv ceiling 46 (u=0.90, E_resident 7.9k tok))".into(),
+                ),
+                ..server()
+            },
+        );
+        snapshot("auto_concurrency", &status, NOW);
+    }
+
+    #[test]
+    fn not_running_when_the_heartbeat_is_stale() {
+        let status = with_server(
+            run(vec![generating(
+                "sharegpt",
+                10_000,
+                2_000,
+                1_500.0,
+                20 * 60,
+            )]),
+            server(),
+        );
+        snapshot(
+            "not_running",
+            &status,
+            status.heartbeat_unix_ms + 5 * MINUTE,
         );
     }
 }
