@@ -1,10 +1,14 @@
 //! `gen bench`: sweeps concurrency against one or more servers on prompts from the prepared
 //! sources, and reports output tok/s, p50/p95 latency and time to first token per level.
 //!
-//! Servers are measured one after the other, each over its own sweep ([`levels`]); a level
-//! keeps exactly L requests in flight until `--requests` have finished ([`measure`]). The
-//! results go to an 80-column table or `--json` ([`report`]) and optionally an SVG plot
-//! ([`plot`]). A bench never writes to the run directory.
+//! The sweep goes in rounds: in each round every server still sweeping ([`levels`]) measures
+//! its next level in turn (A at L=1, B at L=1, A at L=2, …), so servers are compared at the
+//! same moment and drift (heat, other load) is not pinned on one of them. Each round sends
+//! prompts no earlier round sent ([`prompts`]), so a prefix cache cannot flatter later
+//! levels; when the prepared prompts run out, the output says from which level they were
+//! reused. A level keeps exactly L requests in flight until `--requests` have finished
+//! ([`measure`]). The results go to an 80-column table or `--json` ([`report`]) and
+//! optionally an SVG plot ([`plot`]). A bench never writes to the run directory.
 
 pub mod levels;
 pub mod measure;
@@ -21,6 +25,8 @@ use crate::cli::BenchArgs;
 use crate::config::Plan;
 use crate::inference::{ChatClient, RequestError, probe, signals};
 use levels::{Levels, Sweep};
+use measure::LevelResult;
+use prompts::BenchPrompts;
 use report::{Report, ServerReport};
 
 /// Runs `gen bench`.
@@ -41,7 +47,7 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let plan = Plan::load(&args.config)?;
-    let prompts = prompts::load(&plan, args.requests)?;
+    let prompts = prompts::load(&plan, args.requests * levels.max_rounds(args.requests))?;
     let urls = if args.urls.is_empty() {
         plan.server.urls.clone()
     } else {
@@ -51,13 +57,14 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
             .collect()
     };
     let runtime = tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
-    let servers = runtime.block_on(async {
-        let prompts = Arc::new(prompts.messages.clone());
-        let mut servers = Vec::new();
+    let (servers, prompts_reused_from) = runtime.block_on(async {
+        let mut contenders = Vec::new();
         for (index, url) in urls.iter().enumerate() {
-            servers.push(sweep_server(&plan, &levels, args.requests, &prompts, index, url).await?);
+            contenders.push(Contender::connect(&plan, &levels, args.requests, index, url).await?);
         }
-        anyhow::Ok(servers)
+        let reused_from = sweep_in_rounds(&mut contenders, &prompts, args.requests).await?;
+        let servers: Vec<ServerReport> = contenders.into_iter().map(Contender::report).collect();
+        anyhow::Ok((servers, reused_from))
     })?;
     let any_failed = servers
         .iter()
@@ -65,6 +72,7 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     let report = Report {
         requests_per_level: args.requests,
         prompts: prompts.messages.len(),
+        prompts_reused_from,
         sources: prompts.sources,
         max_tokens: plan.generation.max_tokens,
         servers,
@@ -99,37 +107,65 @@ fn label(index: usize) -> String {
     )
 }
 
-/// Measures every level of one server's sweep; progress goes to stderr.
-async fn sweep_server(
-    plan: &Plan,
-    levels: &Levels,
-    requests: usize,
-    prompts: &Arc<Vec<Vec<gen_sources::Message>>>,
-    index: usize,
-    url: &str,
-) -> anyhow::Result<ServerReport> {
-    let api_key = plan
-        .server
-        .api_key_env
-        .as_ref()
-        .and_then(|var| std::env::var(var).ok());
-    let shown = probe::redact(url);
-    let label = label(index);
-    let model = probe::model(url, api_key.as_deref(), plan.server.model.as_deref()).await?;
-    let slots = signals::caps(url).await.max_running;
-    let client = ChatClient::new(
-        url,
-        model.clone(),
-        api_key,
-        plan.generation.max_tokens,
-        plan.generation.params.clone(),
-    )
-    .context("failed to build the HTTP client")?;
-    eprintln!("gen bench: {label} = {shown} serves `{model}`");
-    let mut sweep = Sweep::new(levels, slots, requests);
-    let mut results = Vec::new();
-    while let Some(level) = sweep.next_level() {
-        let result = measure::run_level(&client, prompts, level, requests)
+/// One server of a bench: how to reach it and what its sweep measured so far.
+struct Contender {
+    label: String,
+    /// The URL with credentials redacted.
+    shown: String,
+    model: String,
+    slots: Option<u32>,
+    client: ChatClient,
+    sweep: Sweep,
+    results: Vec<LevelResult>,
+}
+
+impl Contender {
+    /// Asks the `index`-th server for its model and slots; progress goes to stderr.
+    async fn connect(
+        plan: &Plan,
+        levels: &Levels,
+        requests: usize,
+        index: usize,
+        url: &str,
+    ) -> anyhow::Result<Contender> {
+        let api_key = plan
+            .server
+            .api_key_env
+            .as_ref()
+            .and_then(|var| std::env::var(var).ok());
+        let shown = probe::redact(url);
+        let label = label(index);
+        let model = probe::model(url, api_key.as_deref(), plan.server.model.as_deref()).await?;
+        let slots = signals::caps(url).await.max_running;
+        let client = ChatClient::new(
+            url,
+            model.clone(),
+            api_key,
+            plan.generation.max_tokens,
+            plan.generation.params.clone(),
+        )
+        .context("failed to build the HTTP client")?;
+        eprintln!("gen bench: {label} = {shown} serves `{model}`");
+        Ok(Contender {
+            label,
+            shown,
+            model,
+            slots,
+            client,
+            sweep: Sweep::new(levels, slots, requests),
+            results: Vec::new(),
+        })
+    }
+
+    /// Measures `level` on `prompts` and feeds the result to the sweep.
+    async fn measure(
+        &mut self,
+        level: usize,
+        prompts: &Arc<Vec<Vec<gen_sources::Message>>>,
+        requests: usize,
+    ) -> anyhow::Result<()> {
+        let (label, shown) = (&self.label, &self.shown);
+        let result = measure::run_level(&self.client, prompts, level, requests)
             .await
             .map_err(|error| match error {
                 RequestError::Fatal(message) => {
@@ -142,19 +178,55 @@ async fn sweep_server(
             result.output_tokens_per_s, result.completed
         );
         if result.completed == 0 {
-            sweep.abandon();
+            self.sweep.abandon();
         } else {
-            sweep.record(level, result.output_tokens_per_s);
+            self.sweep.record(level, result.output_tokens_per_s);
         }
-        results.push(result);
+        self.results.push(result);
+        Ok(())
     }
-    Ok(ServerReport {
-        label,
-        url: shown,
-        model,
-        slots,
-        best_concurrency: ServerReport::best(&results),
-        levels: results,
-        stopped: sweep.stopped().map(|stop| stop.to_string()),
-    })
+
+    fn report(self) -> ServerReport {
+        ServerReport {
+            best_concurrency: ServerReport::best(&self.results),
+            stopped: self.sweep.stopped().map(|stop| stop.to_string()),
+            label: self.label,
+            url: self.shown,
+            model: self.model,
+            slots: self.slots,
+            levels: self.results,
+        }
+    }
+}
+
+/// Runs the sweeps in rounds until every one is over: in round k each server still sweeping
+/// measures its next level on round k's prompts. Returns the first level that reused prompts.
+async fn sweep_in_rounds(
+    contenders: &mut [Contender],
+    prompts: &BenchPrompts,
+    requests: usize,
+) -> anyhow::Result<Option<usize>> {
+    let mut reused_from = None;
+    for round in 0.. {
+        let batch = prompts.round(round, requests);
+        let mut measured = false;
+        for contender in contenders.iter_mut() {
+            let Some(level) = contender.sweep.next_level() else {
+                continue;
+            };
+            if batch.reused && reused_from.is_none() {
+                reused_from = Some(level);
+                eprintln!(
+                    "gen bench: warning: the {} prepared prompts ran out at L={level}; from there levels reuse prompts sent before, which a prefix cache favours",
+                    prompts.messages.len()
+                );
+            }
+            measured = true;
+            contender.measure(level, &batch.messages, requests).await?;
+        }
+        if !measured {
+            break;
+        }
+    }
+    Ok(reused_from)
 }

@@ -1,11 +1,13 @@
 //! `gen bench` end to end against fake OpenAI servers: a sweep over two servers side by side
-//! with a plot, `--json`, `auto`, and the errors a user meets first.
+//! with a plot, fresh prompts per level and servers taking turns (checked by what the fake
+//! servers received), `--json`, `auto`, and the errors a user meets first.
 
 mod support;
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
-use gen_tests::fake_openai::{FakeOpenAi, Knobs};
+use gen_tests::fake_openai::{FakeOpenAi, Knobs, Received};
 use support::{Gen, write_config};
 
 fn slow_server(delay_ms: u64) -> Knobs {
@@ -106,6 +108,89 @@ async fn sweeps_two_servers_side_by_side_and_plots_them() {
     assert!(svg.contains("tok/s"), "axis label in the plot");
 }
 
+/// The prompts of `received`, `per_level` at a time: one set per level, in order.
+fn prompts_per_level(received: &[Received], per_level: usize) -> Vec<BTreeSet<String>> {
+    received
+        .chunks(per_level)
+        .map(|chunk| chunk.iter().map(|r| r.prompt.clone()).collect())
+        .collect()
+}
+
+#[tokio::test]
+async fn each_level_gets_new_prompts_and_servers_take_turns() {
+    let preparer = FakeOpenAi::start(Knobs::default()).await;
+    let (gen_, config) = prepared(&preparer.url()).await;
+    let a = FakeOpenAi::start(slow_server(20)).await;
+    let b = FakeOpenAi::start(slow_server(20)).await;
+    let (a_url, b_url) = (a.url(), b.url());
+    let bench = gen_
+        .run(&[
+            "bench",
+            &config,
+            "--concurrency",
+            "1,2,4",
+            "--requests",
+            "3",
+            "--url",
+            &a_url,
+            "--url",
+            &b_url,
+        ])
+        .await;
+    assert_eq!(bench.code, 0, "{}", bench.stderr);
+
+    // 6 prepared prompts, 3 per level: L=1 and L=2 get disjoint halves, L=4 must reuse.
+    let a_levels = prompts_per_level(&a.received(), 3);
+    let b_levels = prompts_per_level(&b.received(), 3);
+    assert_eq!(a_levels.len(), 3, "{a_levels:?}");
+    assert_eq!(
+        a_levels, b_levels,
+        "both servers get the same prompts per level"
+    );
+    assert!(a_levels[0].is_disjoint(&a_levels[1]), "{a_levels:?}");
+    assert_eq!(a_levels[0].len() + a_levels[1].len(), 6, "{a_levels:?}");
+    assert!(
+        a_levels[2].is_subset(&(&a_levels[0] | &a_levels[1])),
+        "{a_levels:?}"
+    );
+    assert!(
+        bench
+            .stdout
+            .contains("! prompts ran out at L=4: from there levels reuse prompts sent before"),
+        "{}",
+        bench.stdout
+    );
+    assert!(
+        bench
+            .stderr
+            .contains("the 6 prepared prompts ran out at L=4"),
+        "{}",
+        bench.stderr
+    );
+
+    // Merged by arrival time, the requests come in turns: A L=1, B L=1, A L=2, B L=2, ….
+    let mut arrivals: Vec<(std::time::Instant, &str)> = a
+        .received()
+        .into_iter()
+        .map(|r| (r.at, "A"))
+        .chain(b.received().into_iter().map(|r| (r.at, "B")))
+        .collect();
+    arrivals.sort();
+    let mut turns: Vec<&str> = arrivals.iter().map(|(_, server)| *server).collect();
+    turns.dedup();
+    assert_eq!(turns, ["A", "B", "A", "B", "A", "B"]);
+    assert!(
+        bench.stdout.contains("servers take turns at each level"),
+        "{}",
+        bench.stdout
+    );
+    assert!(
+        bench.stdout.lines().all(|l| l.chars().count() <= 80),
+        "{}",
+        bench.stdout
+    );
+}
+
 #[tokio::test]
 async fn json_reports_every_level_of_the_config_server() {
     let server = FakeOpenAi::start(slow_server(20)).await;
@@ -124,6 +209,8 @@ async fn json_reports_every_level_of_the_config_server() {
     assert_eq!(bench.code, 0, "{}", bench.stderr);
     let report: serde_json::Value = serde_json::from_str(&bench.stdout).expect("--json parses");
     assert_eq!(report["requests_per_level"], 4);
+    assert_eq!(report["prompts"], 6);
+    assert_eq!(report["prompts_reused_from"], 2, "8 requests, 6 prompts");
     assert_eq!(report["sources"], serde_json::json!(["alpha", "beta"]));
     let servers = report["servers"].as_array().expect("servers");
     assert_eq!(servers.len(), 1);

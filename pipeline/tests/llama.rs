@@ -9,18 +9,7 @@ mod support;
 use std::path::Path;
 
 use gen_tests::llama::{self, LlamaServer};
-use support::{Gen, completions};
-
-/// `Some(reason)` when the test must be skipped.
-fn skip_reason() -> Option<String> {
-    match llama::installed() {
-        Ok(_) => None,
-        Err(reason) if std::env::var_os("GEN_REQUIRE_LLAMA").is_some() => {
-            panic!("GEN_REQUIRE_LLAMA is set but {reason}")
-        }
-        Err(reason) => Some(reason),
-    }
-}
+use support::{Gen, completions, llama_project, llama_skip_reason};
 
 fn copy_examples(gen_: &Gen) {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
@@ -40,7 +29,7 @@ fn copy_examples(gen_: &Gen) {
 
 #[tokio::test]
 async fn quickstart_completes_every_prompt_and_reruns_as_a_no_op() {
-    if let Some(reason) = skip_reason() {
+    if let Some(reason) = llama_skip_reason() {
         eprintln!("skipped: {reason}");
         return;
     }
@@ -119,14 +108,9 @@ async fn quickstart_completes_every_prompt_and_reruns_as_a_no_op() {
 
 #[tokio::test]
 async fn resume_sends_no_request_according_to_the_server() {
-    if let Some(reason) = skip_reason() {
-        eprintln!("skipped: {reason}");
+    let Some((gen_, server)) = llama_project(2).await else {
         return;
-    }
-    let gen_ = Gen::new();
-    let server = LlamaServer::start(&gen_.path(""), 2)
-        .await
-        .expect("llama-server");
+    };
     let rows: String = (0..6)
         .map(|i| format!("{{\"prompt\": \"Name a colour. ({i})\"}}\n"))
         .collect();
@@ -196,14 +180,9 @@ async fn wait_for_status(
 
 #[tokio::test]
 async fn a_killed_server_pauses_the_run_and_a_restart_resumes_it_with_nothing_lost() {
-    if let Some(reason) = skip_reason() {
-        eprintln!("skipped: {reason}");
+    let Some((gen_, mut server)) = llama_project(2).await else {
         return;
-    }
-    let gen_ = Gen::new();
-    let mut server = LlamaServer::start(&gen_.path(""), 2)
-        .await
-        .expect("llama-server");
+    };
     let port = server.port;
     let rows: String = (0..16)
         .map(|i| format!("{{\"prompt\": \"Count from {i} to {}.\"}}\n", i + 5))
@@ -263,14 +242,9 @@ async fn a_killed_server_pauses_the_run_and_a_restart_resumes_it_with_nothing_lo
 
 #[tokio::test]
 async fn auto_concurrency_settles_within_the_servers_slots() {
-    if let Some(reason) = skip_reason() {
-        eprintln!("skipped: {reason}");
+    let Some((gen_, server)) = llama_project(4).await else {
         return;
-    }
-    let gen_ = Gen::new();
-    let server = LlamaServer::start(&gen_.path(""), 4)
-        .await
-        .expect("llama-server");
+    };
     let rows: String = (0..12)
         .map(|i| format!("{{\"prompt\": \"Say hello {i}.\"}}\n"))
         .collect();
@@ -332,7 +306,7 @@ fn children_of(parent: u32) -> Vec<u32> {
 
 #[tokio::test]
 async fn a_launched_server_that_dies_mid_run_is_restarted_and_the_run_completes() {
-    if let Some(reason) = skip_reason() {
+    if let Some(reason) = llama_skip_reason() {
         eprintln!("skipped: {reason}");
         return;
     }

@@ -16,11 +16,15 @@
 //! comment lines, `data:` without a space, CRLF line endings, and how the body is cut into
 //! writes ([`Writes`]: all at once, one event per write, fixed-size pieces, or split inside a
 //! multi-byte UTF-8 character).
+//!
+//! Every chat request's last user message and arrival time are recorded
+//! ([`FakeOpenAi::received`]).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -127,6 +131,15 @@ pub enum Writes {
 struct Shared {
     knobs: Knobs,
     chat_requests: AtomicUsize,
+    received: Mutex<Vec<Received>>,
+}
+
+/// One chat request as the fake server saw it arrive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    /// The last user message of the request.
+    pub prompt: String,
+    pub at: Instant,
 }
 
 /// A running fake server; it stops when dropped.
@@ -147,6 +160,7 @@ impl FakeOpenAi {
         let shared = Arc::new(Shared {
             knobs,
             chat_requests: AtomicUsize::new(0),
+            received: Mutex::new(Vec::new()),
         });
         let app = Router::new()
             .route("/health", get(|| async { axum::Json(json!({"status": "ok"})) }))
@@ -175,6 +189,15 @@ impl FakeOpenAi {
     /// Chat completion requests received so far.
     pub fn chat_requests(&self) -> usize {
         self.shared.chat_requests.load(Ordering::SeqCst)
+    }
+
+    /// Every chat request received so far, in arrival order.
+    pub fn received(&self) -> Vec<Received> {
+        self.shared
+            .received
+            .lock()
+            .expect("no test panicked while holding the lock")
+            .clone()
     }
 }
 
@@ -270,6 +293,20 @@ fn split_half(text: &str) -> (&str, &str) {
 async fn chat(State(shared): State<Arc<Shared>>, axum::Json(body): axum::Json<Value>) -> Response {
     let knobs = &shared.knobs;
     let n = shared.chat_requests.fetch_add(1, Ordering::SeqCst);
+    let last_user = body["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("")
+        .to_owned();
+    shared
+        .received
+        .lock()
+        .expect("no request panicked while holding the lock")
+        .push(Received {
+            prompt: last_user.clone(),
+            at: Instant::now(),
+        });
     if !knobs.delay.is_zero() {
         tokio::time::sleep(knobs.delay).await;
     }
@@ -284,12 +321,6 @@ async fn chat(State(shared): State<Arc<Shared>>, axum::Json(body): axum::Json<Va
         };
         return error_response(knobs, status, message);
     }
-    let last_user = body["messages"]
-        .as_array()
-        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or("")
-        .to_owned();
     if last_user.contains("REJECT") {
         return error_response(knobs, StatusCode::BAD_REQUEST, "prompt too long");
     }

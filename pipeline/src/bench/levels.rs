@@ -41,6 +41,18 @@ impl Levels {
         levels.dedup();
         Ok(Levels::List(levels))
     }
+
+    /// The most levels a sweep at `requests` per level can visit: the list's length, or for
+    /// `auto` the doublings from 1 up to the requests per level (or the ceiling).
+    pub fn max_rounds(&self, requests: usize) -> usize {
+        match self {
+            Levels::List(list) => list.len(),
+            Levels::Auto => {
+                let top = requests.clamp(1, AUTO_CEILING);
+                top.ilog2() as usize + 1
+            }
+        }
+    }
 }
 
 /// Why an `auto` sweep ended.
@@ -202,6 +214,16 @@ mod tests {
         assert!(Levels::parse("1,0").is_err());
         assert!(Levels::parse("1,x").is_err());
         assert!(Levels::parse("").is_err());
+    }
+
+    #[test]
+    fn max_rounds_bounds_the_levels_a_sweep_visits() {
+        assert_eq!(Levels::List(vec![1, 4, 8]).max_rounds(2), 3);
+        let (visited, _) = sweep(&Levels::Auto, None, |l| l as f64);
+        assert_eq!(Levels::Auto.max_rounds(64), visited.len());
+        assert_eq!(Levels::Auto.max_rounds(63), 6, "1..=32");
+        assert_eq!(Levels::Auto.max_rounds(1), 1);
+        assert_eq!(Levels::Auto.max_rounds(1 << 20), 11, "1..=1024");
     }
 
     #[test]

@@ -55,7 +55,8 @@ impl From<&TimedCompletion> for Sample {
 }
 
 /// Runs one level: `level` requests in flight (fewer only at the tail, once every request has
-/// been sent), prompts taken in order from `prompts` and wrapping around. A request error
+/// been sent), prompts taken in order from `prompts` (the level's own slice; wrapping around
+/// if it is shorter than `requests`). A request error
 /// counts as a failure; a [`RequestError::Fatal`] (bad key, model or path) ends the bench.
 pub async fn run_level(
     client: &ChatClient,

@@ -1,7 +1,12 @@
-//! The prompts a bench sends: read from the prepared sources of the config's run directory
-//! and interleaved round-robin, so every level and every server gets the same sequence.
+//! The prompts a bench sends: read from the prepared sources of the config's run directory,
+//! interleaved round-robin, and cut into one slice per round of levels. Each round gets prompts
+//! no earlier round sent, so a server's prefix cache cannot flatter the later levels; every
+//! server measured in a round gets the same slice. Only when the prepared prompts run out do
+//! rounds wrap around and reuse them ([`RoundPrompts::reused`]).
 //!
 //! It never prepares a source itself; that is `gen run`'s (or `gen prep`'s) job.
+
+use std::sync::Arc;
 
 use gen_sources::{Message, Prompt, Role};
 
@@ -14,6 +19,35 @@ pub struct BenchPrompts {
     /// The prepared sources they came from, in config order.
     pub sources: Vec<String>,
     pub messages: Vec<Vec<Message>>,
+}
+
+/// The prompts of one round: what every server measured at that round's level is sent.
+#[derive(Debug, Clone)]
+pub struct RoundPrompts {
+    pub messages: Arc<Vec<Vec<Message>>>,
+    /// Some of them were sent before in this bench (by an earlier round, or earlier in this
+    /// one): the prepared prompts ran out.
+    pub reused: bool,
+}
+
+impl BenchPrompts {
+    /// The `per_level` prompts of round `round` (from 0): the slice after the earlier rounds'
+    /// slices, wrapping around to the first prompt once every prompt has been sent.
+    pub fn round(&self, round: usize, per_level: usize) -> RoundPrompts {
+        let pool = self.messages.len();
+        let start = round.saturating_mul(per_level);
+        let reused = start.saturating_add(per_level) > pool;
+        let messages = (0..per_level)
+            .filter_map(|i| {
+                let index = start.wrapping_add(i).checked_rem(pool)?;
+                self.messages.get(index).cloned()
+            })
+            .collect();
+        RoundPrompts {
+            messages: Arc::new(messages),
+            reused,
+        }
+    }
 }
 
 /// Reads at most `limit` prompts, round-robin over the prepared sources of `plan`.
@@ -106,6 +140,42 @@ mod tests {
             .collect();
         assert_eq!(ids, ["a-1", "b-1", "a-2", "a-3"]);
         assert_eq!(round_robin(vec![a, b], 2).len(), 2);
+    }
+
+    fn pool(n: usize) -> BenchPrompts {
+        BenchPrompts {
+            sources: vec!["a".to_owned()],
+            messages: (0..n)
+                .map(|i| vec![Message::new(Role::User, i.to_string())])
+                .collect(),
+        }
+    }
+
+    fn texts(round: &RoundPrompts) -> Vec<String> {
+        round
+            .messages
+            .iter()
+            .map(|m| m[0].content.clone())
+            .collect()
+    }
+
+    #[test]
+    fn rounds_take_disjoint_slices_until_the_prompts_run_out() {
+        let prompts = pool(7);
+        let first = prompts.round(0, 3);
+        let second = prompts.round(1, 3);
+        assert_eq!(texts(&first), ["0", "1", "2"]);
+        assert_eq!(texts(&second), ["3", "4", "5"]);
+        assert!(!first.reused && !second.reused);
+        let third = prompts.round(2, 3);
+        assert_eq!(texts(&third), ["6", "0", "1"], "wraps around");
+        assert!(third.reused);
+        let small = pool(2).round(0, 3);
+        assert_eq!(texts(&small), ["0", "1", "0"]);
+        assert!(
+            small.reused,
+            "fewer prompts than requests repeats within the level"
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! A bench's results ([`Report`]) and their 80-column rendering: one table with a block of
-//! columns per server (two servers side by side per table), the best level of each marked.
+//! columns per server (two servers side by side per table), the best level of each marked, and
+//! a line saying whether every level got fresh prompts or from which level they were reused.
 
 use crate::status::render::cut;
 use std::fmt::Write as _;
@@ -19,9 +20,12 @@ const BLOCK_GAP: &str = "   ";
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub requests_per_level: usize,
-    /// Distinct prompts sent (round-robin over `sources`, wrapping around when fewer than
-    /// `requests_per_level`).
+    /// Distinct prompts available (round-robin over `sources`); each level takes the next
+    /// `requests_per_level` of them, wrapping around once they are all sent.
     pub prompts: usize,
+    /// The first level that reused prompts sent before in this bench (the prompts ran out);
+    /// `None` when every level sent prompts no earlier level had sent.
+    pub prompts_reused_from: Option<usize>,
     pub sources: Vec<String>,
     pub max_tokens: u32,
     pub servers: Vec<ServerReport>,
@@ -167,6 +171,16 @@ pub fn render(report: &Report) -> String {
         )
     )
     .ok();
+    let freshness = match report.prompts_reused_from {
+        None => "each level sent prompts no earlier level sent".to_owned(),
+        Some(level) => {
+            format!("! prompts ran out at L={level}: from there levels reuse prompts sent before")
+        }
+    };
+    writeln!(out, "{}", cut(&freshness, WIDTH)).ok();
+    if report.servers.len() > 1 {
+        out.push_str("servers take turns at each level, so they are compared at the same time\n");
+    }
     for group in report.servers.chunks(SERVERS_PER_TABLE) {
         out.push('\n');
         table(&mut out, group);
@@ -235,7 +249,8 @@ mod tests {
     fn the_table_fits_80_columns_and_marks_the_best_level() {
         let report = Report {
             requests_per_level: 8,
-            prompts: 8,
+            prompts: 20,
+            prompts_reused_from: Some(4),
             sources: vec!["alpha".into(), "beta".into()],
             max_tokens: 16,
             servers: vec![
@@ -258,6 +273,8 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("250ms") && text.contains("1.50s"), "{text}");
+        assert!(text.contains("! prompts ran out at L=4"), "{text}");
+        assert!(text.contains("servers take turns at each level"), "{text}");
     }
 
     #[test]

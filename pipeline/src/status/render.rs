@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use super::state::{RunStatus, SourceStatus};
+use super::state::{RunStatus, SourceStatus, VerdictLine};
 
 const WIDTH: usize = 80;
 /// A heartbeat older than this means `gen run` is no longer running.
@@ -64,6 +64,30 @@ pub fn cut(text: &str, width: usize) -> String {
     out
 }
 
+/// A worker verdict under its source's row: `  ! HEADLINE; NEXT ACTION` on one line when it
+/// fits 80 columns, else the next action on a line of its own, so it always shows whole.
+fn verdict_lines(verdict: &VerdictLine) -> Vec<String> {
+    if verdict.class == "success" {
+        return Vec::new();
+    }
+    let one_line = format!("  ! {}; {}", verdict.headline, verdict.next_action);
+    if one_line.chars().count() <= WIDTH {
+        return vec![one_line];
+    }
+    vec![
+        cut(&format!("  ! {}", verdict.headline), WIDTH),
+        cut(&format!("    next: {}", verdict.next_action), WIDTH),
+    ]
+}
+
+/// The note the orchestrator writes about a worker's verdict, which the verdict lines say in
+/// full.
+fn repeats_verdict(s: &SourceStatus) -> bool {
+    s.verdict
+        .as_ref()
+        .is_some_and(|v| v.class != "success" && s.note.starts_with(&v.headline))
+}
+
 fn row(s: &SourceStatus) -> String {
     let prepared = s.prepared.map_or_else(|| "-".to_owned(), |p| p.to_string());
     let line = format!(
@@ -75,14 +99,19 @@ fn row(s: &SourceStatus) -> String {
         s.failed
     );
     let room = WIDTH.saturating_sub(line.chars().count());
-    let note = match (s.phase, s.tokens_per_sec, s.note.is_empty()) {
+    let note = if repeats_verdict(s) {
+        ""
+    } else {
+        s.note.as_str()
+    };
+    let note = match (s.phase, s.tokens_per_sec, note.is_empty()) {
         (super::state::Phase::Generating, Some(rate), true) => {
             let eta = s
                 .eta_secs
                 .map_or_else(String::new, |e| format!(", ETA {}", duration(e)));
             format!("{rate:.0} tok/s{eta}")
         }
-        _ => s.note.clone(),
+        _ => note.to_owned(),
     };
     format!("{line}{}", cut(&note, room)).trim_end().to_owned()
 }
@@ -100,12 +129,23 @@ pub fn render(status: &RunStatus, now_ms: u64) -> String {
         "{}",
         cut(&format!("state  {}", liveness(status, now_ms)), WIDTH)
     );
+    let all_down = status
+        .servers
+        .iter()
+        .all(|s| s.down_since_unix_ms.is_some());
     for server in &status.servers {
-        let line = match server.down_since_unix_ms {
-            Some(since) => format!(
-                "server {} DOWN since {}: paused, nothing lost",
-                server.url,
-                ago(now_ms.saturating_sub(since))
+        let (head, detail) = match server.down_since_unix_ms {
+            Some(since) => (
+                format!(
+                    "server {} DOWN since {}",
+                    server.url,
+                    ago(now_ms.saturating_sub(since))
+                ),
+                if all_down {
+                    "every server down: dispatch paused, nothing lost".to_owned()
+                } else {
+                    "its requests went to the other servers, nothing lost".to_owned()
+                },
             ),
             None => {
                 let tuned = server
@@ -117,14 +157,17 @@ pub fn render(status: &RunStatus, now_ms: u64) -> String {
                 let rate = server
                     .tokens_per_sec
                     .map_or_else(String::new, |r| format!(", {r:.0} tok/s"));
-                format!(
-                    "server {} ({}), concurrency {}{tuned}{in_flight}{rate}",
-                    server.url, server.model, server.concurrency
+                (
+                    format!("server {} ({})", server.url, server.model),
+                    format!("concurrency {}{tuned}{in_flight}{rate}", server.concurrency),
                 )
             }
         };
-        let _ = writeln!(out, "{}", cut(&line, WIDTH));
-        if let Some(decision) = &server.decision {
+        let _ = writeln!(out, "{}", cut(&head, WIDTH));
+        let _ = writeln!(out, "{}", cut(&format!("       {detail}"), WIDTH));
+        if let Some(decision) = &server.decision
+            && server.down_since_unix_ms.is_none()
+        {
             let _ = writeln!(out, "{}", cut(&format!("tuning {decision}"), WIDTH));
         }
     }
@@ -147,6 +190,14 @@ pub fn render(status: &RunStatus, now_ms: u64) -> String {
     );
     for source in &status.sources {
         let _ = writeln!(out, "{}", row(source));
+        for line in source
+            .verdict
+            .as_ref()
+            .map(verdict_lines)
+            .unwrap_or_default()
+        {
+            let _ = writeln!(out, "{line}");
+        }
     }
     let prepared: u64 = status.sources.iter().filter_map(|s| s.prepared).sum();
     let done: u64 = status.sources.iter().map(|s| s.done).sum();
@@ -161,66 +212,267 @@ pub fn render(status: &RunStatus, now_ms: u64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::status::state::{Phase, ServerStatus};
+    //! Snapshots of the table as `gen status` prints it (`snapshots/`), every line checked
+    //! against 80 columns. Fixtures are built through the helpers below; the server part only
+    //! through [`with_server`], so a change to `RunStatus.server` is adapted in one place.
 
-    fn status() -> RunStatus {
+    use super::*;
+    use crate::status::state::{MachineStatus, Phase, ServerStatus};
+    use gen_diagnostics::{Class, Confidence, Subtype, Verdict};
+
+    const GIB: u64 = 1 << 30;
+    /// "Now" for every fixture: 2027-01-15 08:00 UTC, a fixed clock.
+    const NOW: u64 = 1_800_000_000_000;
+    const MINUTE: u64 = 60_000;
+
+    /// A run alive a second ago, on a 64 GiB host, without a server yet.
+    fn run(sources: Vec<SourceStatus>) -> RunStatus {
         RunStatus {
             layout: 1,
-            config: "examples/quickstart.toml".into(),
+            config: "/data/jobs/datasets.toml".into(),
             pid: 4242,
             host: "gpu-box".into(),
-            started_unix_ms: 1_000,
-            heartbeat_unix_ms: 10_000,
+            started_unix_ms: NOW - 90 * MINUTE,
+            heartbeat_unix_ms: NOW - 1_000,
             finished: false,
-            servers: vec![ServerStatus { url: "http://127.0.0.1:8080".into(), model: "smollm2".into(), concurrency: 4, down_since_unix_ms: None, in_flight: None, ceiling: None, decision: None, completed: 0, tokens_per_sec: None }],
-            machine: None,
+            servers: Vec::new(),
+            sources,
+            machine: Some(MachineStatus {
+                memory_total_bytes: 64 * GIB,
+                memory_available_bytes: 41 * GIB + GIB / 2,
+                peak_worker_rss_bytes: Some(3 * GIB + GIB / 4),
+            }),
             stopped_by: None,
-            sources: vec![
-                SourceStatus { name: "alpaca".into(), phase: Phase::Done, prepared: Some(20), done: 20, failed: 0, rejected: 0, truncated: 0, output_tokens: 0, tokens_per_sec: None, eta_secs: None, note: String::new(), verdict: None },
-                SourceStatus {
-                    name: "a-source-with-a-very-long-name".into(),
-                    phase: Phase::Failed,
-                    prepared: None,
-                    done: 0,
-                    failed: 0,
-                    rejected: 0,
-                    truncated: 0,
-                    output_tokens: 0,
-                    tokens_per_sec: None,
-                    eta_secs: None,
-                    note: "preparation failed: exit code 1: KeyError: 'prompt' — fix it, then run gen run again".into(),
-                    verdict: None,
-                },
-            ],
         }
     }
 
-    #[test]
-    fn table_fits_80_columns() {
-        let text = render(&status(), 11_000);
+    /// A healthy server at a fixed concurrency of 64.
+    fn server() -> ServerStatus {
+        ServerStatus {
+            url: "http://127.0.0.1:30000".into(),
+            model: "Qwen/Qwen3-8B".into(),
+            concurrency: 64,
+            down_since_unix_ms: None,
+            in_flight: Some(64),
+            ceiling: None,
+            decision: None,
+            completed: 0,
+            tokens_per_sec: None,
+        }
+    }
+
+    /// The one place a fixture gets its server.
+    fn with_server(mut status: RunStatus, server: ServerStatus) -> RunStatus {
+        status.servers.push(server);
+        status
+    }
+
+    fn source(name: &str, phase: Phase, prepared: Option<u64>, done: u64) -> SourceStatus {
+        SourceStatus {
+            name: name.into(),
+            phase,
+            prepared,
+            done,
+            failed: 0,
+            rejected: 0,
+            truncated: 0,
+            output_tokens: 0,
+            tokens_per_sec: None,
+            eta_secs: None,
+            note: String::new(),
+            verdict: None,
+        }
+    }
+
+    fn generating(name: &str, prepared: u64, done: u64, rate: f64, eta_secs: u64) -> SourceStatus {
+        SourceStatus {
+            tokens_per_sec: Some(rate),
+            eta_secs: Some(eta_secs),
+            ..source(name, Phase::Generating, Some(prepared), done)
+        }
+    }
+
+    /// A source whose worker ended with `verdict`, with the note the orchestrator writes.
+    fn failed(name: &str, verdict: &Verdict) -> SourceStatus {
+        SourceStatus {
+            note: format!("{}; {}", verdict.headline(), verdict.next_action()),
+            verdict: Some(VerdictLine::from(verdict)),
+            ..source(name, Phase::Failed, None, 0)
+        }
+    }
+
+    /// A kernel OOM kill inside the worker's 8 GiB memory cgroup.
+    fn oom() -> Verdict {
+        Verdict {
+            limit_bytes: Some(8 * GIB),
+            ..Verdict::new(Class::Oom, Some(Subtype::KernelMemcg), Confidence::High)
+        }
+    }
+
+    fn traceback() -> Verdict {
+        let stderr = "Traceback (most recent call last):\n  File \"prep.py\", line 12, in <module>\n    rows = load(path)\n  File \"prep.py\", line 7, in load\n    return row[\"prompt\"]\nKeyError: 'prompt'\n";
+        Verdict {
+            error: gen_diagnostics::traceback::parse(stderr),
+            ..Verdict::new(Class::Traceback, Some(Subtype::Python), Confidence::High)
+        }
+    }
+
+    /// Renders `status` at `now`, checks the width, and compares with the snapshot `name`.
+    fn snapshot(name: &str, status: &RunStatus, now: u64) {
+        let text = render(status, now);
         for line in text.lines() {
-            assert!(line.chars().count() <= WIDTH, "too wide: {line:?}");
+            assert!(line.chars().count() <= WIDTH, "wider than 80: {line:?}");
         }
-        let expected = "\
-run    examples/quickstart.toml
-state  running (pid 4242 on gpu-box)
-server http://127.0.0.1:8080 (smollm2), concurrency 4
-
-SOURCE             PHASE      PREPARED     DONE FAILED  NOTE
-alpaca             done             20       20      0
-a-source-with-a-v… failed            -        0      0  preparation failed: exi…
-total                               20       20      0
-";
-        assert_eq!(text, expected);
+        insta::assert_snapshot!(name, text);
     }
 
     #[test]
-    fn stale_heartbeat_says_not_running() {
-        let text = render(&status(), 10_000 + 5 * 60_000);
-        assert!(
-            text.contains("\nstate  not running: last heartbeat 5 min ago (pid 4242 on gpu-box)\n"),
-            "{text}"
+    fn preparing() {
+        let mut tulu = source("tulu-3-sft-mixture", Phase::Preparing, None, 0);
+        tulu.note = "reading rows".into();
+        let status = run(vec![
+            source("sharegpt", Phase::Prepared, Some(10_000), 0),
+            tulu,
+            source("wildchat", Phase::Preparing, None, 0),
+            source("lmsys-chat-1m", Phase::Pending, None, 0),
+        ]);
+        snapshot("preparing", &status, NOW);
+    }
+
+    #[test]
+    fn generating_with_eta_and_tokens_per_second() {
+        let status = with_server(
+            run(vec![
+                source("sharegpt", Phase::Done, Some(10_000), 10_000),
+                generating("wildchat", 10_000, 6_512, 2_841.7, 3 * 3_600 + 5 * 60),
+                generating("ultrachat-200k", 8_000, 120, 312.0, 45 * 60),
+                source("lmsys-chat-1m", Phase::Prepared, Some(10_000), 0),
+            ]),
+            server(),
+        );
+        snapshot("generating", &status, NOW);
+    }
+
+    #[test]
+    fn a_failed_source_with_an_oom_verdict_and_the_next_action() {
+        let status = with_server(
+            run(vec![
+                failed("wildchat", &oom()),
+                generating("sharegpt", 10_000, 2_000, 1_500.0, 20 * 60),
+            ]),
+            server(),
+        );
+        snapshot("oom_verdict", &status, NOW);
+    }
+
+    #[test]
+    fn a_traceback_verdict() {
+        let status = with_server(
+            run(vec![
+                source("sharegpt", Phase::Done, Some(10_000), 10_000),
+                failed("my-script", &traceback()),
+            ]),
+            server(),
+        );
+        snapshot("traceback_verdict", &status, NOW);
+    }
+
+    #[test]
+    fn a_cleanup_crash_after_complete_output_keeps_generating() {
+        let verdict = Verdict {
+            outputs_complete: true,
+            ..Verdict::new(
+                Class::CleanupAfterCompletion,
+                Some(Subtype::Abort),
+                Confidence::High,
+            )
+        };
+        let mut crashed = generating("nemotron-post-training", 10_000, 4_100, 1_820.4, 55 * 60);
+        crashed.note = format!("{}; output kept", verdict.headline());
+        crashed.verdict = Some(VerdictLine::from(&verdict));
+        let status = with_server(run(vec![crashed]), server());
+        snapshot("cleanup_crash_verdict", &status, NOW);
+    }
+
+    #[test]
+    fn a_server_that_is_down_pauses_the_run() {
+        let status = with_server(
+            run(vec![generating(
+                "sharegpt",
+                10_000,
+                2_000,
+                1_480.5,
+                21 * 60,
+            )]),
+            ServerStatus {
+                down_since_unix_ms: Some(NOW - 3 * MINUTE),
+                in_flight: Some(0),
+                ..server()
+            },
+        );
+        snapshot("server_down", &status, NOW);
+    }
+
+    #[test]
+    fn auto_concurrency_shows_its_ceiling_and_decision() {
+        let status = with_server(
+            run(vec![generating(
+                "sharegpt",
+                10_000,
+                2_000,
+                3_120.0,
+                40 * 60,
+            )]),
+            ServerStatus {
+                concurrency: 38,
+                in_flight: Some(37),
+                ceiling: Some(46),
+                decision: Some(
+                    "creep 36 → 38 (kv ceiling 46 (u=0.90, E_resident 7.9k tok))".into(),
+                ),
+                ..server()
+            },
+        );
+        snapshot("auto_concurrency", &status, NOW);
+    }
+
+    #[test]
+    fn several_servers_one_down_the_others_take_its_requests() {
+        let status = with_server(
+            with_server(
+                run(vec![generating("sharegpt", 10_000, 4_200, 2_310.0, 3_900)]),
+                ServerStatus {
+                    completed: 2_900,
+                    tokens_per_sec: Some(1_620.4),
+                    ..server()
+                },
+            ),
+            ServerStatus {
+                url: "http://10.0.0.7:30000".into(),
+                down_since_unix_ms: Some(NOW - 2 * MINUTE),
+                in_flight: Some(0),
+                ..server()
+            },
+        );
+        snapshot("several_servers", &status, NOW);
+    }
+
+    #[test]
+    fn not_running_when_the_heartbeat_is_stale() {
+        let status = with_server(
+            run(vec![generating(
+                "sharegpt",
+                10_000,
+                2_000,
+                1_500.0,
+                20 * 60,
+            )]),
+            server(),
+        );
+        snapshot(
+            "not_running",
+            &status,
+            status.heartbeat_unix_ms + 5 * MINUTE,
         );
     }
 }

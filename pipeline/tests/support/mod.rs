@@ -83,3 +83,29 @@ pub fn completions(path: &Path) -> Vec<serde_json::Value> {
         .map(|l| serde_json::from_str(l).expect("json line"))
         .collect()
 }
+
+/// `Some(reason)` when a test needing the real llama-server must be skipped; panics instead
+/// when `GEN_REQUIRE_LLAMA` is set (as `scripts/test.sh` does), so CI never skips it.
+pub fn llama_skip_reason() -> Option<String> {
+    match gen_tests::llama::installed() {
+        Ok(_) => None,
+        Err(reason) if std::env::var_os("GEN_REQUIRE_LLAMA").is_some() => {
+            panic!("GEN_REQUIRE_LLAMA is set but {reason}")
+        }
+        Err(reason) => Some(reason),
+    }
+}
+
+/// A project directory with a real llama-server of `slots` slots started in it, or `None`
+/// (the reason printed) when the test must be skipped.
+pub async fn llama_project(slots: u32) -> Option<(Gen, gen_tests::llama::LlamaServer)> {
+    if let Some(reason) = llama_skip_reason() {
+        eprintln!("skipped: {reason}");
+        return None;
+    }
+    let gen_ = Gen::new();
+    let server = gen_tests::llama::LlamaServer::start(&gen_.path(""), slots)
+        .await
+        .expect("llama-server");
+    Some((gen_, server))
+}
