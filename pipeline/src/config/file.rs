@@ -46,6 +46,10 @@ pub struct ServerTable {
     /// Give up (exit 1, resumable) when every server has been down this long (default: wait
     /// for them forever).
     pub max_outage_secs: Option<Spanned<i64>>,
+    /// A server with requests in flight but no token on any of them for this long is asked
+    /// for `/health`; if it does not answer, it is marked down and its requests move on
+    /// (default 60).
+    pub stall_secs: Option<Spanned<i64>>,
 }
 
 /// `[generation]`: what each request asks for.

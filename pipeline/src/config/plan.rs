@@ -24,6 +24,7 @@ const DEFAULT_STALL_SECS: usize = 1800;
 const DEFAULT_MAX_RESTARTS: u32 = 3;
 const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(300);
 const DEFAULT_MAX_ATTEMPTS: u32 = 4;
+const DEFAULT_SERVER_STALL: Duration = Duration::from_secs(60);
 
 /// A validated config, ready to run.
 #[derive(Debug, Clone)]
@@ -71,6 +72,8 @@ pub struct ServerPlan {
     pub log: Option<PathBuf>,
     /// Give up when every server has been down this long (`None`: wait forever).
     pub max_outage: Option<Duration>,
+    /// No token on any stream of a server for this long → health probe (see `run::fleet`).
+    pub stall_after: Duration,
 }
 
 impl ServerPlan {
@@ -515,9 +518,20 @@ impl<'t> Resolver<'t> {
                         None
                     }
                 });
+        let stall_after = match &server.stall_secs {
+            None => DEFAULT_SERVER_STALL,
+            Some(secs) => match u64::try_from(*secs.get_ref()) {
+                Ok(s) if s > 0 => Duration::from_secs(s),
+                _ => {
+                    self.problem(Some(secs.span()), "`stall-secs` must be at least 1");
+                    DEFAULT_SERVER_STALL
+                }
+            },
+        };
         ServerPlan {
             urls,
             max_outage,
+            stall_after,
             model: server.model,
             api_key_env: server.api_key_env.map(Spanned::into_inner),
             launch: server.launch.map(Spanned::into_inner),

@@ -264,6 +264,7 @@ mod tests {
             max_restarts: 0,
             log: None,
             max_outage: None,
+            stall_after: Duration::from_secs(60),
         };
         let launch = [
             "/bin/sh",

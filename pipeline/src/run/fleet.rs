@@ -4,7 +4,7 @@
 //! a [`Lease`] on the least-loaded healthy server with a free place.
 //!
 //! A server found down (refused, reset, cut stream, or stalled: no stream event for
-//! [`STALL_AFTER`] with requests in flight, confirmed by a failed health probe) stops getting
+//! `[server] stall-secs` with requests in flight, confirmed by a failed health probe) stops getting
 //! requests; the requests it held go back to the queue and move to another server without
 //! spending an attempt. When every server is down, leases wait: dispatch pauses. A server
 //! that answers again is re-admitted, its tuner re-reading its caps.
@@ -26,10 +26,6 @@ use crate::config::plan::Concurrency;
 use crate::inference::liveness::{Health, Liveness};
 use crate::inference::{ChatClient, probe};
 use crate::status::state::{ServerStatus, unix_ms};
-
-/// No stream event on any of a server's requests for this long, with requests in flight,
-/// makes the watchdog ask the server's `/health`: no answer, and the server is marked down.
-pub const STALL_AFTER: Duration = Duration::from_secs(60);
 
 /// One server.
 #[derive(Debug)]
@@ -99,12 +95,16 @@ pub struct Lease {
 #[derive(Debug, Clone)]
 pub struct Fleet {
     backends: Arc<[Arc<Backend>]>,
+    /// No stream event on any of a server's requests for this long, with requests in flight,
+    /// makes the watchdog ask the server's `/health`: no answer, and it is marked down.
+    stall_after: Duration,
 }
 
 impl Fleet {
-    pub fn new(backends: Vec<Backend>) -> Fleet {
+    pub fn new(backends: Vec<Backend>, stall_after: Duration) -> Fleet {
         Fleet {
             backends: backends.into_iter().map(Arc::new).collect(),
+            stall_after,
         }
     }
 
@@ -173,10 +173,10 @@ impl Fleet {
         self.backends.iter().map(|b| b.limiter.in_flight()).sum()
     }
 
-    /// Every `STALL_AFTER / 4`, marks down a server with requests in flight but no stream
-    /// event for [`STALL_AFTER`] whose `/health` does not answer.
+    /// Every quarter of the stall time, marks down a server with requests in flight but no
+    /// stream event for the stall time whose `/health` does not answer.
     pub async fn watch_stalls(self, cancel: CancellationToken) {
-        let mut tick = tokio::time::interval(STALL_AFTER / 4);
+        let mut tick = tokio::time::interval(self.stall_after / 4);
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
@@ -187,7 +187,7 @@ impl Fleet {
                 let quiet_ms = now.saturating_sub(backend.activity.load(Ordering::Relaxed));
                 if backend.limiter.in_flight() > 0
                     && backend.liveness.health() == Health::Up
-                    && quiet_ms >= STALL_AFTER.as_millis() as u64
+                    && quiet_ms >= self.stall_after.as_millis() as u64
                 {
                     let reason = format!(
                         "no token on any of its {} streams for {} s",
@@ -305,7 +305,7 @@ pub async fn connect(
         });
     }
     Ok(Connected {
-        fleet: Fleet::new(backends),
+        fleet: Fleet::new(backends, plan.server.stall_after),
         model,
         tuners,
     })
@@ -335,10 +335,13 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn leases_go_to_the_least_loaded_server_relative_to_its_limit() {
-        let fleet = Fleet::new(vec![
-            backend("http://127.0.0.1:1", 2),
-            backend("http://127.0.0.1:2", 4),
-        ]);
+        let fleet = Fleet::new(
+            vec![
+                backend("http://127.0.0.1:1", 2),
+                backend("http://127.0.0.1:2", 4),
+            ],
+            Duration::from_secs(60),
+        );
         let mut leases = Vec::new();
         for _ in 0..6 {
             leases.push(fleet.acquire().await);
@@ -362,10 +365,13 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_down_server_gets_nothing_and_all_down_pauses_until_one_returns() {
-        let fleet = Fleet::new(vec![
-            backend("http://127.0.0.1:1", 4),
-            backend("http://127.0.0.1:2", 4),
-        ]);
+        let fleet = Fleet::new(
+            vec![
+                backend("http://127.0.0.1:1", 4),
+                backend("http://127.0.0.1:2", 4),
+            ],
+            Duration::from_secs(60),
+        );
         let first = fleet.backends()[0].clone();
         let second = fleet.backends()[1].clone();
         let down = Health::Down { since_unix_ms: 1 };

@@ -343,7 +343,9 @@ pub async fn run(
                 }
                 DispatchEvent::SourceFinished { source } => {
                     dispatching -= 1;
-                    orchestrator.finish_generation(source, interrupted || fatal.is_some())?;
+                    // Stopped early (a signal, a fatal answer, no server): resumable, not failed.
+                    let stopped = interrupted || fatal.is_some() || server_died.is_some();
+                    orchestrator.finish_generation(source, stopped)?;
                     orchestrator.write_status()?;
                 }
             },
