@@ -160,7 +160,7 @@ pub async fn run(
             orchestrator.sources[i].status = old.clone();
         }
     }
-    orchestrator.open_ready(&selected)?;
+    orchestrator.open_ready(&selected);
     if needs_prep.is_empty() && orchestrator.sources.iter().all(|s| s.feed.is_none()) {
         orchestrator.status.finished = true;
         orchestrator.write_status()?;
@@ -301,7 +301,7 @@ pub async fn run(
                 let (i, report) = joined.context("a preparation supervisor panicked")?;
                 orchestrator.finish_prep(i, report, interrupted).await?;
                 if !interrupted && fatal.is_none() {
-                    orchestrator.open_ready(&selected)?;
+                    orchestrator.open_ready(&selected);
                     for (i, feed) in orchestrator.take_feeds() {
                         let length = plan.worker(&orchestrator.sources[i].status.name).on_length;
                         tokio::spawn(dispatcher.clone().run_source(i, feed, length));
@@ -627,7 +627,7 @@ impl<'p> Orchestrator<'p> {
     /// Counts the prompts of every selected, prepared source not counted yet whose earlier
     /// sources are settled (prepared, failed or not in this run): cross-source deduplication
     /// needs them first.
-    fn open_ready(&mut self, selected: &[bool]) -> anyhow::Result<()> {
+    fn open_ready(&mut self, selected: &[bool]) {
         for i in 0..self.sources.len() {
             let state = &self.sources[i];
             if !selected[i] || state.opened || state.status.prepared.is_none() {
@@ -637,11 +637,14 @@ impl<'p> Orchestrator<'p> {
                 let earlier = &self.sources[j].status;
                 selected[j] && earlier.prepared.is_none() && earlier.phase != Phase::Failed
             });
-            if !blocked {
-                self.open_source(i)?;
+            if !blocked && let Err(e) = self.open_source(i) {
+                // This source's files are unreadable: it fails, the others go on.
+                let state = &mut self.sources[i].status;
+                state.phase = Phase::Failed;
+                state.note = format!("{e:#}");
+                crate::say!("gen: `{}` failed: {}", state.name, state.note);
             }
         }
-        Ok(())
     }
 
     /// Counts source `i`'s prompts, settles those an earlier source holds as duplicates, and
