@@ -78,7 +78,7 @@ fn write(path: &Path, count: u64) -> anyhow::Result<()> {
     if path.exists() {
         bail!("`{}` exists; remove it first", path.display());
     }
-    let (mut writer, _) = FrameWriter::open(path)?;
+    let (mut writer, _) = FrameWriter::open_indexed(path)?;
     let mut words = Words::new(42);
     let started = Instant::now();
     for i in 0..count {
