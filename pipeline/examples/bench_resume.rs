@@ -1,10 +1,12 @@
 //! Benchmark of the done-set rebuild on resume (issue 5, Performance 3).
 //!
-//! `bench_resume write FILE N` writes N realistic completion records (prompt, reasoning and
-//! answer in word-like text, about 1.5 KB of JSON each) through the real `FrameWriter`, 64
-//! records a frame as `gen run` flushes them. `bench_resume rebuild FILE [REPEATS]` times
-//! `completed_ids`, the function `gen run` calls on start, and prints each run and the median.
-//! `scripts/bench-resume.sh` runs both.
+//! `bench_resume write FILE N [--no-index]` writes N realistic completion records (prompt,
+//! reasoning and answer in word-like text, about 1.9 KB of JSON each) through the real
+//! `FrameWriter`, 64 records a frame as `gen run` flushes them, with an id index entry after
+//! each frame as `gen run` writes them (`--no-index`: as `gen` wrote them before the index).
+//! `bench_resume rebuild FILE [REPEATS]` times what `gen run` does per source on start —
+//! `completed_ids`, then the torn-tail check of `FrameWriter::open` — and prints each run and
+//! the medians. `scripts/bench-resume.sh` runs both.
 
 use std::path::Path;
 use std::time::Instant;
@@ -12,7 +14,7 @@ use std::time::Instant;
 use anyhow::{Context as _, bail};
 use gen_pipeline::inference::client::Usage;
 use gen_pipeline::run::record::{self, CompletionRecord};
-use gen_pipeline::store::frames::FrameWriter;
+use gen_pipeline::store::frames::{self, FrameWriter};
 use gen_sources::{Message, Role};
 
 /// Records per frame, as the orchestrator flushes them.
@@ -74,11 +76,15 @@ impl Words {
     }
 }
 
-fn write(path: &Path, count: u64) -> anyhow::Result<()> {
+fn write(path: &Path, count: u64, indexed: bool) -> anyhow::Result<()> {
     if path.exists() {
         bail!("`{}` exists; remove it first", path.display());
     }
-    let (mut writer, _) = FrameWriter::open(path)?;
+    let (mut writer, _) = if indexed {
+        FrameWriter::open_indexed(path)?
+    } else {
+        FrameWriter::open(path)?
+    };
     let mut words = Words::new(42);
     let started = Instant::now();
     for i in 0..count {
@@ -120,19 +126,35 @@ fn write(path: &Path, count: u64) -> anyhow::Result<()> {
 }
 
 fn rebuild(path: &Path, repeats: usize) -> anyhow::Result<()> {
-    let mut times = Vec::new();
+    let mut rebuilds = Vec::new();
+    let mut repairs = Vec::new();
     for _ in 0..repeats {
         let started = Instant::now();
         let ids = record::completed_ids(path)
             .with_context(|| format!("failed to read `{}`", path.display()))?;
-        let seconds = started.elapsed().as_secs_f64();
-        eprintln!("rebuild: {} ids in {seconds:.3} s", ids.len());
-        times.push(seconds);
+        let rebuild = started.elapsed().as_secs_f64();
+        let started = Instant::now();
+        let scan = frames::repair(path)?;
+        let repair = started.elapsed().as_secs_f64();
+        eprintln!(
+            "rebuild: {} ids in {rebuild:.3} s; repair check: {} records in {repair:.3} s",
+            ids.len(),
+            scan.records
+        );
+        rebuilds.push(rebuild);
+        repairs.push(repair);
     }
-    times.sort_by(f64::total_cmp);
-    let median = times[times.len() / 2];
-    println!("median of {repeats}: {median:.3} s");
+    println!(
+        "median of {repeats}: rebuild {:.3} s, repair check {:.3} s",
+        median(&mut rebuilds),
+        median(&mut repairs)
+    );
     Ok(())
+}
+
+fn median(times: &mut [f64]) -> f64 {
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
 }
 
 fn main() -> anyhow::Result<()> {
@@ -143,9 +165,10 @@ fn main() -> anyhow::Result<()> {
         .collect::<Vec<_>>()
         .as_slice()
     {
-        ["write", path, count] => write(Path::new(path), count.parse()?),
+        ["write", path, count] => write(Path::new(path), count.parse()?, true),
+        ["write", path, count, "--no-index"] => write(Path::new(path), count.parse()?, false),
         ["rebuild", path] => rebuild(Path::new(path), 5),
         ["rebuild", path, repeats] => rebuild(Path::new(path), repeats.parse()?),
-        _ => bail!("usage: bench_resume write FILE N | rebuild FILE [REPEATS]"),
+        _ => bail!("usage: bench_resume write FILE N [--no-index] | rebuild FILE [REPEATS]"),
     }
 }

@@ -59,7 +59,7 @@ fn merge_source(name: &str, shards: &[RunDir], out: &RunDir) -> anyhow::Result<M
         }
     }
     result.prompts = prompt_ids.len() as u64;
-    let (mut writer, _) = FrameWriter::open(&target.completions())?;
+    let (mut writer, _) = FrameWriter::open_indexed(&target.completions())?;
     let mut seen: HashSet<String> = HashSet::new();
     let mut settled: HashSet<String> = HashSet::new();
     let mut rejected_lines = Vec::new();

@@ -700,7 +700,7 @@ impl<'p> Orchestrator<'p> {
         if census.pending == 0 {
             state.status.phase = Phase::Done;
         } else {
-            let (writer, _) = FrameWriter::open(&dir.completions())?;
+            let (writer, _) = FrameWriter::open_indexed(&dir.completions())?;
             state.writer = Some(writer);
             state.feed = Some(feed);
         }

@@ -3,12 +3,17 @@
 //! Every flush writes one complete zstd frame (with a content checksum) and fsyncs, so after a
 //! crash the file is a run of whole frames plus, at worst, one torn frame at the end. On open
 //! the torn tail is cut off ([`repair`]) before anything is appended: appending after a torn
-//! frame would corrupt the stream for every reader.
+//! frame would corrupt the stream for every reader. A writer opened with
+//! [`FrameWriter::open_indexed`] (completions) follows each data frame with an id index entry,
+//! a skippable frame every decoder passes over ([`index`]), in the same write.
 //!
 //! Two readers share one rule — a frame is valid if it is whole, decodes with its checksum and
-//! holds whole lines; reading stops at the first frame that is not: [`scan`] calls back line by
-//! line in order, [`scan_frames`] decodes frames in parallel (they are independent) for the
-//! start of `gen run`, where a million records must be read in about a second.
+//! holds whole lines (a skippable frame is valid and holds none); reading stops at the first
+//! frame that is not: [`scan`] calls back line by line in order, [`scan_frames`] checks frames
+//! in parallel (they are independent) for the start of `gen run`, where a million records must
+//! be read in about a second. It takes a data frame's ids from the entry after it when the
+//! entry's checksum matches the frame's bytes — the frame is then exactly as written, so it
+//! decodes — and decodes the frame otherwise.
 
 use std::io::{self, Read as _, Write};
 use std::ops::Range;
@@ -17,6 +22,8 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 use serde::Serialize;
 use zstd::zstd_safe;
+
+use super::index;
 
 const LEVEL: i32 = 3;
 
@@ -70,21 +77,45 @@ pub fn scan(path: &Path, mut on_line: impl FnMut(&[u8]) -> io::Result<()>) -> io
     Ok(scan)
 }
 
-/// Like [`scan`], but frames are decoded in parallel and `on_frame` is called once per valid
-/// frame, on a worker thread, with the frame's decoded lines (a run of whole `\n`-terminated
-/// lines); the results come back in file order. An error from `on_frame` on a valid frame is
-/// returned; frames after the first invalid one are never looked at.
+/// A valid data frame as [`scan_frames`] hands it over.
+#[derive(Debug)]
+pub enum FrameBody<'a> {
+    /// Its decoded lines: a run of whole `\n`-terminated lines.
+    Text(&'a [u8]),
+    /// The ids of its records, from the id index entry after it, which matched the frame's
+    /// compressed bytes (see [`index`]); the frame was not decoded.
+    Ids(Vec<&'a str>),
+}
+
+/// Like [`scan`], but frames are read in parallel and `on_frame` is called once per valid data
+/// frame, on a worker thread; the results come back in file order. A data frame followed by a
+/// matching id index entry is checked by hashing instead of decoding; any other is decoded. An
+/// error from `on_frame` on a valid frame is returned; frames after the first invalid one are
+/// never looked at.
 pub fn scan_frames<T: Send>(
     path: &Path,
-    on_frame: impl Fn(&[u8]) -> io::Result<T> + Sync,
+    on_frame: impl Fn(FrameBody<'_>) -> io::Result<T> + Sync,
 ) -> io::Result<(Vec<T>, Scan)> {
     scan_frames_batched(path, BATCH_BYTES, on_frame)
+}
+
+/// A whole frame and, when it is a data frame and the next frame is an id index entry, that
+/// entry.
+struct Unit {
+    data: Range<usize>,
+    entry: Option<Range<usize>>,
+}
+
+impl Unit {
+    fn end(&self) -> usize {
+        self.entry.as_ref().unwrap_or(&self.data).end
+    }
 }
 
 fn scan_frames_batched<T: Send>(
     path: &Path,
     batch_bytes: usize,
-    on_frame: impl Fn(&[u8]) -> io::Result<T> + Sync,
+    on_frame: impl Fn(FrameBody<'_>) -> io::Result<T> + Sync,
 ) -> io::Result<(Vec<T>, Scan)> {
     let mut file = match fs_err::File::open(path) {
         Ok(file) => file,
@@ -94,7 +125,7 @@ fn scan_frames_batched<T: Send>(
     let file_len = file.metadata()?.len();
     let mut results = Vec::new();
     let mut scan = Scan::default();
-    // Bytes read but not yet decoded; they start at file offset `scan.valid_len`.
+    // Bytes read but not yet checked; they start at file offset `scan.valid_len`.
     let mut pending = Vec::new();
     let mut want = batch_bytes;
     let mut eof = false;
@@ -104,8 +135,8 @@ fn scan_frames_batched<T: Send>(
             let read = (&mut file).take(missing).read_to_end(&mut pending)?;
             eof = (read as u64) < missing;
         }
-        let frames = whole_frames(&pending);
-        let Some(last) = frames.last() else {
+        let units = whole_units(&pending, eof);
+        let Some(consumed) = units.last().map(Unit::end) else {
             if eof {
                 break;
             }
@@ -113,31 +144,76 @@ fn scan_frames_batched<T: Send>(
             want = pending.len() * 2;
             continue;
         };
-        let consumed = last.end;
-        let decoded: Vec<io::Result<Option<(T, u64)>>> = frames
+        let checked: Vec<io::Result<Checked<T>>> = units
             .par_iter()
-            .map_init(FrameDecoder::new, |decoder, range| {
-                let Some(text) = decoder.decode(&pending[range.clone()])? else {
-                    return Ok(None);
+            .map_init(FrameDecoder::new, |decoder, unit| {
+                let data = &pending[unit.data.clone()];
+                if is_skippable(data) {
+                    return Ok(Checked::Skippable);
+                }
+                if let Some(entry) = &unit.entry
+                    && let Some(ids) = index::verified_ids(&pending[entry.clone()], data)
+                {
+                    let records = ids.len() as u64;
+                    return Ok(Checked::Data(on_frame(FrameBody::Ids(ids))?, records));
+                }
+                let Some(text) = decoder.decode(data)? else {
+                    return Ok(Checked::Invalid);
                 };
                 let records = count_lines(text);
-                Ok(Some((on_frame(text)?, records)))
+                Ok(Checked::Data(on_frame(FrameBody::Text(text))?, records))
             })
             .collect();
-        for (range, outcome) in frames.iter().zip(decoded) {
-            let Some((value, records)) = outcome? else {
-                scan.torn_bytes = file_len - scan.valid_len;
-                return Ok((results, scan));
-            };
-            results.push(value);
-            scan.valid_len += range.len() as u64;
-            scan.records += records;
+        for (unit, outcome) in units.iter().zip(checked) {
+            match outcome? {
+                Checked::Invalid => {
+                    scan.torn_bytes = file_len - scan.valid_len;
+                    return Ok((results, scan));
+                }
+                Checked::Skippable => {}
+                Checked::Data(value, records) => {
+                    results.push(value);
+                    scan.records += records;
+                }
+            }
+            scan.valid_len += (unit.end() - unit.data.start) as u64;
         }
         pending.drain(..consumed);
         want = batch_bytes;
     }
     scan.torn_bytes = file_len - scan.valid_len;
     Ok((results, scan))
+}
+
+/// What checking one [`Unit`] found.
+enum Checked<T> {
+    /// Its data frame is not valid: the scan stops there.
+    Invalid,
+    /// A skippable frame: valid, and holds no records.
+    Skippable,
+    /// A valid data frame: what `on_frame` returned for it, and its record count.
+    Data(T, u64),
+}
+
+/// The whole frames at the start of `bytes`, each data frame paired with the id index entry
+/// after it. Before the end of the file a data frame that is the last whole frame is left for
+/// the next batch, whose bytes may hold its entry.
+fn whole_units(bytes: &[u8], eof: bool) -> Vec<Unit> {
+    let mut units = Vec::new();
+    let mut frames = whole_frames(bytes).into_iter().peekable();
+    while let Some(data) = frames.next() {
+        let skippable = is_skippable(&bytes[data.clone()]);
+        let entry = if skippable {
+            None
+        } else {
+            frames.next_if(|next| index::is_entry(&bytes[next.clone()]))
+        };
+        if !eof && !skippable && entry.is_none() && frames.peek().is_none() {
+            break;
+        }
+        units.push(Unit { data, entry });
+    }
+    units
 }
 
 /// The byte ranges of the whole frames at the start of `bytes` (whole by their structure; the
@@ -155,6 +231,14 @@ fn whole_frames(bytes: &[u8]) -> Vec<Range<usize>> {
         }
     }
     frames
+}
+
+/// Whether a whole frame is a skippable frame (magic 0x184D2A50 to 0x184D2A5F), which every
+/// decoder passes over: it holds no records.
+fn is_skippable(frame: &[u8]) -> bool {
+    frame
+        .first_chunk::<4>()
+        .is_some_and(|magic| u32::from_le_bytes(*magic) >> 4 == 0x0184_D2A5)
 }
 
 /// Non-empty lines, as [`scan`] counts records.
@@ -227,6 +311,8 @@ pub struct FrameWriter {
     file: fs_err::File,
     buffer: Vec<u8>,
     pending: usize,
+    /// Follow each data frame with an id index entry.
+    indexed: bool,
 }
 
 impl FrameWriter {
@@ -240,9 +326,18 @@ impl FrameWriter {
                 file,
                 buffer: Vec::new(),
                 pending: 0,
+                indexed: false,
             },
             scan,
         ))
+    }
+
+    /// Like [`FrameWriter::open`], for records with an `id` (completions): each data frame is
+    /// followed by an id index entry, so the done-set is rebuilt without decoding.
+    pub fn open_indexed(path: &Path) -> io::Result<(FrameWriter, Scan)> {
+        let (mut writer, scan) = FrameWriter::open(path)?;
+        writer.indexed = true;
+        Ok((writer, scan))
     }
 
     pub fn path(&self) -> &Path {
@@ -272,7 +367,14 @@ impl FrameWriter {
         // The content size in the frame header lets readers decode it in one call.
         encoder.set_pledged_src_size(Some(self.buffer.len() as u64))?;
         encoder.write_all(&self.buffer)?;
-        let frame = encoder.finish()?;
+        let mut frame = encoder.finish()?;
+        // One write: a crash leaves the data frame whole or torn, and its entry whole, torn
+        // (cut with the tail) or missing (the frame is then decoded on every start).
+        if self.indexed
+            && let Some(entry) = index::entry(&self.buffer, &frame)
+        {
+            frame.extend_from_slice(&entry);
+        }
         self.file.write_all(&frame)?;
         self.file.sync_data()?;
         self.buffer.clear();
@@ -345,52 +447,95 @@ mod tests {
     }
 
     /// The parallel reader accepts exactly what the line reader accepts, whatever the batch
-    /// size: frames cut by a batch end are carried over, frames larger than a batch are read
-    /// whole, and a torn tail is reported the same.
+    /// size and with or without id index entries: frames cut by a batch end are carried over
+    /// (a data frame with the entry after it), frames larger than a batch are read whole, and a
+    /// torn tail is reported the same.
     #[test]
     fn parallel_scan_agrees_with_the_line_scan_at_any_batch_size() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("c.jsonl.zst");
-        let (mut writer, _) = FrameWriter::open(&path).expect("open");
-        for i in 0..200 {
-            writer
-                .push(&serde_json::json!({"id": i, "pad": "y".repeat(i * 7)}))
-                .expect("push");
-            if i % 9 == 0 {
-                writer.flush().expect("flush");
+        for indexed in [false, true] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = dir.path().join("c.jsonl.zst");
+            let (mut writer, _) = if indexed {
+                FrameWriter::open_indexed(&path)
+            } else {
+                FrameWriter::open(&path)
             }
-        }
-        writer.flush().expect("flush");
-        drop(writer);
-        // A frame as earlier versions wrote it (no content size in its header), then a torn one.
-        let legacy = zstd::stream::encode_all(&b"{\"id\":\"legacy\"}\n"[..], 3).expect("enc");
-        assert!(matches!(
-            zstd_safe::get_frame_content_size(&legacy),
-            Ok(None)
-        ));
-        let mut encoder = zstd::stream::Encoder::new(Vec::new(), 3).expect("enc");
-        encoder.write_all(b"{\"id\":\"torn\"}\n").expect("write");
-        let frame = encoder.finish().expect("finish");
-        let mut file = open_private(&path).expect("open");
-        file.write_all(&legacy).expect("write");
-        file.write_all(&frame[..frame.len() - 3]).expect("write");
-        drop(file);
+            .expect("open");
+            let mut flushes = 0;
+            for i in 0..200 {
+                writer
+                    .push(&serde_json::json!({"id": format!("id-{i}"), "pad": "y".repeat(i * 7)}))
+                    .expect("push");
+                if i % 9 == 0 {
+                    writer.flush().expect("flush");
+                    flushes += 1;
+                }
+            }
+            writer.flush().expect("flush");
+            flushes += 1;
+            drop(writer);
+            // A frame as earlier versions wrote it (no content size in its header), then a torn
+            // one.
+            let legacy = zstd::stream::encode_all(&b"{\"id\":\"legacy\"}\n"[..], 3).expect("enc");
+            assert!(matches!(
+                zstd_safe::get_frame_content_size(&legacy),
+                Ok(None)
+            ));
+            let mut encoder = zstd::stream::Encoder::new(Vec::new(), 3).expect("enc");
+            encoder.write_all(b"{\"id\":\"torn\"}\n").expect("write");
+            let frame = encoder.finish().expect("finish");
+            let mut file = open_private(&path).expect("open");
+            file.write_all(&legacy).expect("write");
+            file.write_all(&frame[..frame.len() - 3]).expect("write");
+            drop(file);
 
-        let expected_lines = lines(&path);
-        let expected = scan(&path, |_| Ok(())).expect("scan");
-        assert!(expected.torn_bytes > 0);
-        assert_eq!(expected.records, 201);
-        for batch in [1, 50, 333, 4096, BATCH_BYTES] {
-            let (per_frame, got) = scan_frames_batched(&path, batch, |text| {
-                Ok(text
-                    .split(|b| *b == b'\n')
-                    .filter(|l| !l.is_empty())
-                    .map(|l| String::from_utf8_lossy(l).into_owned())
-                    .collect::<Vec<_>>())
-            })
-            .expect("scan_frames");
-            assert_eq!(got, expected, "batch {batch}");
-            assert_eq!(per_frame.concat(), expected_lines, "batch {batch}");
+            let expected_lines = lines(&path);
+            let expected_ids: Vec<String> = expected_lines
+                .iter()
+                .map(|l| index::record_id(l.as_bytes()).expect("id"))
+                .collect();
+            let expected = scan(&path, |_| Ok(())).expect("scan");
+            assert!(expected.torn_bytes > 0);
+            assert_eq!(expected.records, 201);
+            for batch in [1, 50, 333, 4096, BATCH_BYTES] {
+                let (per_frame, got) = scan_frames_batched(&path, batch, |body| {
+                    Ok(match body {
+                        FrameBody::Text(text) => (
+                            false,
+                            text.split(|b| *b == b'\n')
+                                .filter(|l| !l.is_empty())
+                                .map(|l| String::from_utf8_lossy(l).into_owned())
+                                .collect::<Vec<_>>(),
+                        ),
+                        FrameBody::Ids(ids) => (true, ids.into_iter().map(str::to_owned).collect()),
+                    })
+                })
+                .expect("scan_frames");
+                assert_eq!(got, expected, "batch {batch}");
+                let from_index = per_frame.iter().filter(|(ids, _)| *ids).count();
+                if indexed {
+                    assert_eq!(from_index, flushes, "batch {batch}");
+                    let ids: Vec<String> = per_frame
+                        .into_iter()
+                        .flat_map(|(from_index, values)| {
+                            if from_index {
+                                values
+                            } else {
+                                values
+                                    .iter()
+                                    .map(|l| index::record_id(l.as_bytes()).expect("id"))
+                                    .collect()
+                            }
+                        })
+                        .collect();
+                    assert_eq!(ids, expected_ids, "batch {batch}");
+                } else {
+                    assert_eq!(from_index, 0, "batch {batch}");
+                    let lines: Vec<String> =
+                        per_frame.into_iter().flat_map(|(_, lines)| lines).collect();
+                    assert_eq!(lines, expected_lines, "batch {batch}");
+                }
+            }
         }
     }
 

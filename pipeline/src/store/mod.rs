@@ -1,11 +1,12 @@
 //! The run directory on disk: its layout ([`layout`]), atomic writes ([`atomic`]) and the
-//! framed zstd JSONL files prompts and completions live in ([`frames`]), and the done-set read
-//! back from them on start ([`done`]).
+//! framed zstd JSONL files prompts and completions live in ([`frames`]), the id index written
+//! after each completions frame ([`index`]), and the done-set read back on start ([`done`]).
 
 pub mod atomic;
 pub mod done;
 pub mod events;
 pub mod frames;
+pub mod index;
 pub mod layout;
 
 pub use layout::{RunDir, SourceDir};
