@@ -18,8 +18,8 @@
 //!   last term only when `L_kv` is the ceiling); every 6 windows a ±10% probe,
 //!   alternately up and down; an up-probe is kept at ≥ +2%, a down-probe reverted at ≥ 3%
 //!   loss, both against the window just before.
-//! - **Re-entry** (server restart, counter drop, 2× shift of `E_resident`): startup from
-//!   min(L/2, ceiling), keeping the length stats and `u`.
+//! - **Re-entry** (server restart, counter drop, `E_resident` doubled): startup from
+//!   min(L/2, ceiling), keeping the length stats and `u`. `E_resident` halved: startup from L.
 //!
 //! Shrinking never cancels anything: the dispatcher only withholds new submissions.
 
@@ -253,14 +253,27 @@ impl Controller {
         let resident = self.stats.expected_resident();
         let shift = resident / self.reference_resident;
         if shift >= self.settings.resident_shift || shift <= 1.0 / self.settings.resident_shift {
+            let why = format!(
+                "E_resident moved {} → {}",
+                kilo(self.reference_resident),
+                kilo(resident)
+            );
             if self.phase == Phase::Startup {
                 self.reference_resident = resident;
+            } else if shift < 1.0 {
+                // Shorter requests only make room: grow again from here, cut nothing (the
+                // first completions of a run wash out the long-output prior this way).
+                let limit = self.limit;
+                self.reenter(&why);
+                self.limit = limit.min(self.ceiling()).max(1);
+                self.reason = format!(
+                    "{why}: startup from {} ({})",
+                    self.limit,
+                    self.ceiling_reason()
+                );
+                return self.decision();
             } else {
-                self.reenter(&format!(
-                    "E_resident moved {} → {}",
-                    kilo(self.reference_resident),
-                    kilo(resident)
-                ));
+                self.reenter(&why);
                 return self.decision();
             }
         }

@@ -534,35 +534,44 @@ fn preemption_counter_drop_is_a_restart() {
     assert_eq!((d.limit, d.phase), (158, Phase::Startup), "{}", d.reason);
 }
 
-#[test]
-fn a_doubled_resident_estimate_reenters_startup() {
+/// Steady at 40 (cap 200, prior for `max_tokens` 4096: E_resident = 1024 + 4096/3 ≈ 2389),
+/// then ticks each finishing 5 requests of `finish` until startup is re-entered.
+fn reentry_after(finish: Finish) -> Decision {
     let settings = Settings {
         initial_limit: 40,
         startup_growth: 1.0,
         ..Settings::default()
     };
-    // Prior with max_tokens 4096: E_resident = 1024 + 4096/3 ≈ 2389.
     let mut c = Controller::new(settings, caps(Some(200), None, None), 4096, None);
     window(&mut c, |l| busy(l, 0));
     assert_eq!(c.phase(), Phase::Steady);
-    let short = Finish {
-        prompt_tokens: 50,
-        output_tokens: 100,
-    };
-    let mut reentered = None;
-    for i in 0..200 {
+    for _ in 0..400 {
         let d = c.observe(&Observation {
-            finishes: vec![short; 5],
+            finishes: vec![finish; 5],
             ..busy(c.limit(), 0)
         });
         if d.phase == Phase::Startup {
-            reentered = Some((i, d));
-            break;
+            return d;
         }
     }
-    let (_, d) = reentered.expect("re-entered startup");
-    assert!(d.reason.contains("E_resident moved"), "{}", d.reason);
-    assert!(d.limit <= 21, "{}", d.limit);
+    panic!("never re-entered startup");
+}
+
+#[test]
+fn a_resident_shift_reenters_startup_cutting_only_for_longer_requests() {
+    // (finish, lowest and highest limit after re-entry from about 40). Longer: outputs past the old
+    // max_tokens (raised on resume), E_resident → 1000 + 10000/2, startup from half. Shorter:
+    // a regression seen against llama-server, where the first short completions washing out
+    // the prior halved the limit from 6 to 3 in the middle of a run; now nothing is cut.
+    let cases = [((1000, 10_000), 1, 21), ((50, 100), 40, 50)];
+    for ((prompt_tokens, output_tokens), low, high) in cases {
+        let d = reentry_after(Finish {
+            prompt_tokens,
+            output_tokens,
+        });
+        assert!(d.reason.contains("E_resident moved"), "{}", d.reason);
+        assert!((low..=high).contains(&d.limit), "{}: {}", d.limit, d.reason);
+    }
 }
 
 #[test]
