@@ -349,26 +349,24 @@ fn kv_bound_reaches_the_best_fixed_limit_with_few_preemptions() {
     let scenario = Scenario::new(ServerConfig::kv_bound(), 3.0);
     let c = compare(&scenario, &SWEEP);
     let (from, to) = (10.0 * MIN, 3.0 * HOUR);
-    let (best_l, _, _) = assert_near_best(&c, from, to, 0.93, "kv-bound");
-    // The best fixed limit buys its last few percent with thousands of preemptions; the
-    // controller stays near the knee with a few dozen an hour.
-    let fixed_preemptions = c
+    let (best_l, _, _) = assert_near_best(&c, from, to, 0.95, "kv-bound");
+    // The best fixed limit buys its last few percent with thousands of preemptions an hour;
+    // the controller tolerates some (a quarter of its finishes), not that many.
+    let fixed_per_hour = c
         .fixed
         .iter()
         .find(|(l, _)| *l == best_l)
-        .map(|(_, r)| r.preemptions(from, to));
-    assert!(
-        fixed_preemptions.is_some_and(|p| p > 1000),
-        "{fixed_preemptions:?}"
-    );
+        .map(|(_, r)| r.preemptions(from, to) as f64 / ((to - from) / HOUR))
+        .expect("the best limit is in the sweep");
+    assert!(fixed_per_hour > 1000.0, "{fixed_per_hour:.0}");
     let per_hour = c.auto.preemptions(from, to) as f64 / ((to - from) / HOUR);
     assert!(
-        per_hour <= 60.0,
-        "{per_hour:.0} preemptions/h\n{}",
+        per_hour <= 600.0 && per_hour <= fixed_per_hour / 3.0,
+        "{per_hour:.0} preemptions/h (best fixed {fixed_per_hour:.0})\n{}",
         c.auto.log()
     );
     let (lo, hi) = c.auto.limits(HOUR, to);
-    assert!(lo >= 28 && hi <= 60, "L {lo}–{hi}\n{}", c.auto.log());
+    assert!(lo >= 28 && hi <= 64, "L {lo}–{hi}\n{}", c.auto.log());
 }
 
 #[test]
@@ -441,23 +439,30 @@ fn output_length_doubling_brings_the_limit_down_within_minutes() {
     let auto = &c.auto;
     let before = auto.median_limit(at - 30.0 * MIN, at);
     assert!(before >= 40, "L {before} before the change\n{}", auto.log());
-    // Within 10 minutes the limit is down by a third (preemptions), and it stays lower while
-    // the length statistics catch up.
+    // Within 10 minutes the limit is down by a quarter (preemptions), and it stays lower
+    // while the length statistics catch up.
     let (low, _) = auto.limits(at, at + 10.0 * MIN);
     let late = auto.median_limit(at + HOUR, 4.0 * HOUR);
     assert!(
-        f64::from(low) <= 0.67 * f64::from(before) && f64::from(late) <= 0.8 * f64::from(before),
+        f64::from(low) <= 0.75 * f64::from(before) && f64::from(late) <= 0.8 * f64::from(before),
         "L {before} → {low} within 10 min, median {late} later\n{}",
         auto.log()
     );
-    // The burst of preemptions is over after the first hour.
-    let late = auto.preemptions(at + HOUR, 4.0 * HOUR);
+    let (from, to) = (at + 30.0 * MIN, 4.0 * HOUR);
+    let (best_l, _, _) = assert_near_best(&c, from, to, 0.95, "after doubling");
+    // Far fewer preemptions than the best fixed limit once the stats have caught up.
+    let fixed = c
+        .fixed
+        .iter()
+        .find(|(l, _)| *l == best_l)
+        .map(|(_, r)| r.preemptions(from, to))
+        .expect("the best limit is in the sweep");
+    let late = auto.preemptions(from, to);
     assert!(
-        late <= 30,
-        "{late} preemptions in the last hour\n{}",
+        late <= fixed / 3,
+        "{late} preemptions vs {fixed} at fixed L={best_l}\n{}",
         auto.log()
     );
-    assert_near_best(&c, at + 30.0 * MIN, 4.0 * HOUR, 0.85, "after doubling");
 }
 
 /// A run with a restart at `at`; the controller keeps its stats or starts over.
@@ -497,20 +502,28 @@ fn server_restart_reenters_startup_and_keeps_length_stats() {
         "{hour_after:.0} vs {hour_before:.0}\n{}",
         run.log()
     );
+    // No runaway burst of preemptions: the kept stats set the ceiling at once, and the hour
+    // after looks like the steady state before it (requests restarted together add some).
     let kept = run.preemptions(at, at + HOUR);
+    let before_preemptions = run.preemptions(at - HOUR, at);
     assert!(
-        kept <= 60,
-        "{kept} preemptions in the hour after the restart\n{}",
+        kept <= 2 * before_preemptions,
+        "{kept} preemptions in the hour after the restart, {before_preemptions} before\n{}",
         run.log()
     );
 
-    // Starting over from the prior costs more preemptions in that hour (field-notes: 35 vs 182).
+    // Starting over from the prior (long outputs assumed) loses throughput in that hour.
     let (reset, _) = restart_run(false);
-    let forgot = reset.preemptions(at, at + HOUR);
+    let forgot = reset.throughput(at, at + HOUR);
     println!(
-        "restart: {kept} preemptions with stats kept, {forgot} with stats reset; {hour_after:.0} vs {hour_before:.0} tok/s"
+        "restart: {hour_after:.0} tok/s in the hour after with stats kept, {forgot:.0} with \
+         stats reset, {hour_before:.0} the hour before; {kept} preemptions kept, {} reset",
+        reset.preemptions(at, at + HOUR)
     );
-    assert!(kept <= forgot + 10, "kept {kept}, reset {forgot}");
+    assert!(
+        hour_after >= forgot,
+        "kept {hour_after:.0}, reset {forgot:.0}"
+    );
 }
 
 #[test]
@@ -551,27 +564,60 @@ fn persisted_stats_start_at_the_right_ceiling() {
 #[ignore = "benchmark: run with scripts/bench-controller.sh"]
 fn bench_controller() {
     let hours = 6.0;
-    let (from, to) = (10.0 * MIN, hours * HOUR);
     let mut expensive = ServerConfig::kv_bound();
     expensive.prefill_per_token = 1.5e-4;
-    let servers = [
-        ("KV-bound (400k KV, cap 256)", ServerConfig::kv_bound()),
-        ("KV-bound, expensive recompute", expensive),
-        ("cap-bound (5M KV, cap 128)", ServerConfig::cap_bound()),
+    let mut very_expensive = ServerConfig::kv_bound();
+    very_expensive.prefill_per_token = 7.5e-4;
+    // (name, server, event, measured from): the output doubling is measured from 30 min after
+    // it; the restart run is measured over the whole run, the fixed limits being restarted too.
+    let rows = [
+        (
+            "KV-bound (400k KV, cap 256)",
+            ServerConfig::kv_bound(),
+            None,
+            10.0 * MIN,
+        ),
+        ("KV-bound, expensive recompute", expensive, None, 10.0 * MIN),
+        (
+            "KV-bound, 5× expensive recompute",
+            very_expensive,
+            None,
+            10.0 * MIN,
+        ),
+        (
+            "cap-bound (5M KV, cap 128)",
+            ServerConfig::cap_bound(),
+            None,
+            10.0 * MIN,
+        ),
+        (
+            "KV-bound, outputs ×2 at 2 h (from 2.5 h)",
+            ServerConfig::kv_bound(),
+            Some((2.0 * HOUR, Event::ScaleOutputs(2.0))),
+            2.5 * HOUR,
+        ),
+        (
+            "KV-bound, restart at 1.5 h (2 min down)",
+            ServerConfig::kv_bound(),
+            Some((1.5 * HOUR, Event::Restart(2.0 * MIN))),
+            10.0 * MIN,
+        ),
     ];
     println!(
         "| scenario | seed | best fixed L | best fixed tok/s | its preemptions/h | auto tok/s | auto/best | auto preemptions/h | auto L (after 1 h) |"
     );
     println!("|---|---|---|---|---|---|---|---|---|");
-    for (name, server) in servers {
+    for (name, server, event, from) in rows {
         for seed in [42, 7, 1234] {
             let mut scenario = Scenario::new(server.clone(), hours);
             scenario.seed = seed;
+            scenario.events.extend(event);
+            let to = hours * HOUR;
             let c = compare(&scenario, &SWEEP);
             let (best_l, best, best_pre) = c.best_fixed(from, to);
             let auto = c.auto.throughput(from, to);
             let span = (to - from) / HOUR;
-            let (lo, hi) = c.auto.limits(HOUR, to);
+            let (lo, hi) = c.auto.limits(HOUR.max(from), to);
             println!(
                 "| {name} | {seed} | {best_l} | {best:.0} | {:.0} | {auto:.0} | {:.1}% | {:.0} | {lo}–{hi} |",
                 best_pre as f64 / span,

@@ -267,7 +267,8 @@ async fn auto_concurrency_settles_within_the_servers_slots() {
     let ceiling = status["servers"][0]["ceiling"].as_u64().expect("ceiling");
     // The ceiling is the 4 slots plus a queue headroom of 2 (a finished slot is refilled at once).
     assert!(ceiling <= 6, "{status:#}");
-    assert!((1..=ceiling).contains(&limit), "{status:#}");
+    // Never under the slots: llama.cpp's per-slot context is no shared KV pool to plan against.
+    assert!((4..=ceiling).contains(&limit), "{status:#}");
     let saved: serde_json::Value =
         serde_json::from_str(&gen_.read("runs/cfg/controller.json")).expect("controller.json");
     assert!(

@@ -36,20 +36,16 @@ async fn get_json(url: &str) -> Option<Value> {
 /// The server's caps: slots and KV capacity where it says.
 pub async fn caps(base: &str) -> Caps {
     let mut caps = Caps::default();
-    // llama.cpp: total_slots, and n_ctx per slot.
+    // llama.cpp: total_slots only. Its KV is no pool the controller can plan against: without
+    // `-kvu` each slot owns `n_ctx` (a request too long for it is refused or truncated, never
+    // preempted), and `/props` does not say whether the cache is unified. Counting
+    // `n_ctx × slots` as shared put the ceiling under the slot count at startup (3 of 4 slots
+    // with the long-output prior).
     if let Some(props) = get_json(&format!("{base}/props")).await {
-        let slots = props
+        caps.max_running = props
             .get("total_slots")
             .and_then(Value::as_u64)
             .and_then(|s| u32::try_from(s).ok());
-        let n_ctx = props
-            .pointer("/default_generation_settings/n_ctx")
-            .and_then(Value::as_u64);
-        caps.max_running = slots;
-        caps.kv_tokens = match (slots, n_ctx) {
-            (Some(slots), Some(n_ctx)) => Some(n_ctx * u64::from(slots)),
-            _ => None,
-        };
         return caps;
     }
     // SGLang: /v1/loads (per rank) or the older /server_info.

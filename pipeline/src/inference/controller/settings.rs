@@ -1,5 +1,7 @@
-//! The controller's tunables. Every default is the number field-notes §2.5 validated in
-//! simulation; change them only with the simulation tests (`pipeline/tests/controller_sim.rs`).
+//! The controller's tunables. The defaults are field-notes §2.5's design, retuned where the
+//! simulation (`pipeline/tests/controller_sim.rs`, table in `BENCHMARKS.md`) showed it settling
+//! below the best fixed limit: the preemption tolerance, the `u` steps and the creep toward a
+//! known ceiling. Change them only with those simulation tests.
 
 use std::time::Duration;
 
@@ -25,14 +27,15 @@ pub struct Settings {
     pub kv_utilization: f64,
     /// Lowest `u` after preemptions. Default 0.5.
     pub kv_utilization_min: f64,
-    /// Highest `u` after quiet windows. Default 0.95.
+    /// Highest `u` after quiet windows. Default 1.0: past a full cache it is the preemption
+    /// tolerance, not `u`, that decides how far L goes.
     pub kv_utilization_max: f64,
-    /// `u` lost per window with preemptions. Default 0.03.
+    /// `u` lost per window with more preemptions than it tolerates. Default 0.01.
     pub kv_utilization_down: f64,
     /// `u` gained after [`quiet_windows`](Self::quiet_windows) windows without preemption.
     /// Default 0.01.
     pub kv_utilization_up: f64,
-    /// Windows without preemption before `u` rises. Default 10.
+    /// Windows without preemption before `u` rises. Default 2.
     pub quiet_windows: u32,
 
     /// Queue headroom `q_headroom = max(headroom_min, ⌈headroom_fraction·L⌉)`: requests kept
@@ -43,8 +46,13 @@ pub struct Settings {
 
     /// Startup growth per window, up to the ceiling. Default 1.5.
     pub startup_growth: f64,
-    /// Steady creep per window: `max(1, L / creep_divisor)`. Default 50.
+    /// Steady creep per window: `max(1, L / creep_divisor, creep_gap·(L_kv − L))`.
+    /// Default 50.
     pub creep_divisor: u32,
+    /// Share of the distance to the KV ceiling `L_kv` that one window of creep closes, so L
+    /// comes back within minutes of a preemption cut. Used only when `L_kv` is the ceiling.
+    /// Default 0.25.
+    pub creep_gap: f64,
     /// Steady windows between probes. Default 6.
     pub probe_every_windows: u32,
     /// Probe size, alternately up and down. Default 0.10 (±10%).
@@ -64,10 +72,25 @@ pub struct Settings {
     pub error_fraction: f64,
     /// Guard 2: any 503/429/stall multiplies L by this. Default 0.7.
     pub overload_backoff: f64,
-    /// Guard 3 and the KV tick guard: preemptions multiply L by this. Default 0.85.
+    /// Guard 3 and the KV tick guard: severe preemption multiplies L by this. Default 0.85.
     pub preemption_backoff: f64,
-    /// Tick guard: KV usage above this with new preemptions cuts L at once. Default 0.98.
+    /// Tick guard: KV usage above this, with more preemptions in the window so far than the
+    /// last window's severe level, cuts L at once. Default 0.98.
     pub kv_panic_usage: f64,
+    /// Preemptions a window tolerates, as a fraction of its finishes: up to
+    /// `max(preemption_tolerance_min, ⌈preemption_tolerance·finishes⌉)` the window neither
+    /// lowers `u` nor counts as quiet. A preemption only costs the recompute of one request;
+    /// near a full cache a few of them buy more throughput than they cost (simulation: the
+    /// best fixed L preempts hundreds of times an hour). Default 0.25.
+    pub preemption_tolerance: f64,
+    /// Default 2.
+    pub preemption_tolerance_min: u32,
+    /// Preemptions beyond `max(preemption_severe_min, ⌈preemption_severe·finishes⌉)` in a
+    /// window also cut L (×`preemption_backoff`); fewer only lower `u`, hence the ceiling.
+    /// Thrashing (outputs suddenly longer) preempts far beyond that. Default 3.0.
+    pub preemption_severe: f64,
+    /// Default 8.
+    pub preemption_severe_min: u32,
 
     /// Decay of the length statistics per completion. Default 0.999.
     pub stats_decay: f64,
@@ -90,14 +113,15 @@ impl Default for Settings {
             max_limit: 4096,
             kv_utilization: 0.90,
             kv_utilization_min: 0.5,
-            kv_utilization_max: 0.95,
-            kv_utilization_down: 0.03,
+            kv_utilization_max: 1.0,
+            kv_utilization_down: 0.01,
             kv_utilization_up: 0.01,
-            quiet_windows: 10,
+            quiet_windows: 2,
             headroom_min: 2,
             headroom_fraction: 0.05,
             startup_growth: 1.5,
             creep_divisor: 50,
+            creep_gap: 0.25,
             probe_every_windows: 6,
             probe_step: 0.10,
             keep_up_gain: 0.02,
@@ -108,6 +132,10 @@ impl Default for Settings {
             overload_backoff: 0.7,
             preemption_backoff: 0.85,
             kv_panic_usage: 0.98,
+            preemption_tolerance: 0.25,
+            preemption_tolerance_min: 2,
+            preemption_severe: 3.0,
+            preemption_severe_min: 8,
             stats_decay: 0.999,
             prior_weight: 20.0,
             prior_prompt_tokens: 1024.0,

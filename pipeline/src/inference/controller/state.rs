@@ -5,17 +5,21 @@
 //! - **Ceiling** = min(`max_running` + `q_headroom`, `L_kv`, user max), with
 //!   `L_kv = ⌊u·KV_tokens / E_resident⌋`; a missing cap simply does not bound it.
 //! - **Guards** per window: (1) retryable 5xx > max(3, 5% of finishes) → L×0.5, backoff;
-//!   (2) any 503/429/stall → L×0.7, backoff; (3) any preemption → u−0.03, L×0.85 within the
-//!   ceiling; (4) server queue > `q_headroom` while running < L − `q_headroom` → L = running +
-//!   `q_headroom`; (5) in-flight < L/2 → app-limited, learn nothing. Per tick: KV usage > 0.98
-//!   with new preemptions → L×0.85 at once (at most once per window; guard 3 then only lowers
-//!   `u`).
+//!   (2) any 503/429/stall → L×0.7, backoff; (3) preemptions beyond the tolerance (max(2, 25%
+//!   of finishes)) → u−0.01, L within the new ceiling; beyond the severe level (max(8, 3×
+//!   finishes)) also L×0.85; (4) server queue > `q_headroom` while running < L − `q_headroom`
+//!   → L = running + `q_headroom`; (5) in-flight < L/2 → app-limited, learn nothing. Per tick:
+//!   KV usage > 0.98 with the window's preemptions past the severe level → L×0.85 at once (at
+//!   most once per window). After a preemption cut, preemptions cut again only once L/2
+//!   requests have finished: the requests admitted before the cut keep growing until then.
+//!   Two windows in a row without preemption raise `u` by 0.01 (up to 1.0).
 //! - **Startup** ×1.5 per window to the ceiling (leaving early, back at the previous limit,
-//!   when a step gains < 2%). **Steady**: creep max(1, L/50) per window; every 6 windows a
-//!   ±10% probe, alternately up and down; an up-probe is kept at ≥ +2%, a down-probe reverted
-//!   at ≥ 3% loss, both against the window just before.
-//! - **Re-entry** (server restart, counter drop, 2× shift of `E_resident`): startup from
-//!   min(L/2, ceiling), keeping the length stats and `u`.
+//!   when a step gains < 2%). **Steady**: creep max(1, L/50, (L_kv − L)/4) per window (the
+//!   last term only when `L_kv` is the ceiling); every 6 windows a ±10% probe,
+//!   alternately up and down; an up-probe is kept at ≥ +2%, a down-probe reverted at ≥ 3%
+//!   loss, both against the window just before.
+//! - **Re-entry** (server restart, counter drop, `E_resident` doubled): startup from
+//!   min(L/2, ceiling), keeping the length stats and `u`. `E_resident` halved: startup from L.
 //!
 //! Shrinking never cancels anything: the dispatcher only withholds new submissions.
 
@@ -57,6 +61,11 @@ pub struct Controller {
     startup_previous: Option<(u32, f64)>,
     /// `E_resident` at the last (re-)entry, to detect a 2× shift.
     reference_resident: f64,
+    /// Finishes of the last window: the tick guard's preemption tolerance.
+    last_window_finishes: u32,
+    /// Finishes still to come before preemptions may cut L again: after a cut, the requests
+    /// admitted before it keep growing (and preempting) until they are replaced.
+    cut_holdoff: u32,
 }
 
 impl Controller {
@@ -91,6 +100,8 @@ impl Controller {
             next_probe_up: true,
             probe: None,
             startup_previous: None,
+            last_window_finishes: 0,
+            cut_holdoff: 0,
         };
         let ceiling = controller.ceiling();
         controller.limit = controller.settings.initial_limit.clamp(1, ceiling);
@@ -189,6 +200,9 @@ impl Controller {
             self.last_preemptions = obs.preemptions_total;
         }
 
+        self.cut_holdoff = self
+            .cut_holdoff
+            .saturating_sub(u32::try_from(obs.finishes.len()).unwrap_or(u32::MAX));
         let w = &mut self.window;
         w.ticks += 1;
         if w.ticks > self.settings.settle_ticks {
@@ -213,8 +227,16 @@ impl Controller {
         let kv_full = obs
             .kv_usage
             .is_some_and(|usage| usage > self.settings.kv_panic_usage);
-        if new_preemptions > 0 && kv_full && !draining && !self.window.tick_cut {
+        let severe = self.preemption_severe(self.last_window_finishes);
+        if new_preemptions > 0
+            && self.window.preemptions > u64::from(severe)
+            && kv_full
+            && !draining
+            && !self.window.tick_cut
+            && self.cut_holdoff == 0
+        {
             self.window.tick_cut = true;
+            self.cut_holdoff = self.limit / 2;
             let before = self.limit;
             self.limit = self
                 .scaled(self.settings.preemption_backoff)
@@ -231,14 +253,27 @@ impl Controller {
         let resident = self.stats.expected_resident();
         let shift = resident / self.reference_resident;
         if shift >= self.settings.resident_shift || shift <= 1.0 / self.settings.resident_shift {
+            let why = format!(
+                "E_resident moved {} → {}",
+                kilo(self.reference_resident),
+                kilo(resident)
+            );
             if self.phase == Phase::Startup {
                 self.reference_resident = resident;
+            } else if shift < 1.0 {
+                // Shorter requests only make room: grow again from here, cut nothing (the
+                // first completions of a run wash out the long-output prior this way).
+                let limit = self.limit;
+                self.reenter(&why);
+                self.limit = limit.min(self.ceiling()).max(1);
+                self.reason = format!(
+                    "{why}: startup from {} ({})",
+                    self.limit,
+                    self.ceiling_reason()
+                );
+                return self.decision();
             } else {
-                self.reenter(&format!(
-                    "E_resident moved {} → {}",
-                    kilo(self.reference_resident),
-                    kilo(resident)
-                ));
+                self.reenter(&why);
                 return self.decision();
             }
         }
@@ -257,6 +292,9 @@ impl Controller {
 
     fn end_window(&mut self) {
         let w = std::mem::take(&mut self.window);
+        self.last_window_finishes = w.finishes;
+        let tolerated = u64::from(self.preemption_tolerance(w.finishes));
+        let severe = u64::from(self.preemption_severe(w.finishes));
         let s = &self.settings;
         let throughput = w.throughput();
 
@@ -297,17 +335,18 @@ impl Controller {
                 "{} overloaded (503/429), {} stalls: {before} → {}",
                 w.overloaded, w.stalls, self.limit
             );
-        } else if w.preemptions > 0 {
+        } else if w.preemptions > tolerated {
             let u_before = self.u;
             self.u = (self.u - s.kv_utilization_down).max(s.kv_utilization_min);
             self.quiet_windows = 0;
-            if !w.tick_cut {
+            if !w.tick_cut && w.preemptions > severe && self.cut_holdoff == 0 {
+                self.cut_holdoff = self.limit / 2;
                 self.limit = self.scaled(self.settings.preemption_backoff);
             }
             self.limit = self.limit.min(self.ceiling());
             self.enter_backoff();
             self.reason = format!(
-                "{} preemptions: u {u_before:.2} → {:.2}, {before} → {}",
+                "{} preemptions (> {tolerated} tolerated): u {u_before:.2} → {:.2}, {before} → {}",
                 w.preemptions, self.u, self.limit
             );
         } else if let Some((running, queued)) = queueing {
@@ -426,7 +465,15 @@ impl Controller {
             self.limit = to;
             return;
         }
-        let creep = (self.limit / s.creep_divisor.max(1)).max(1);
+        // Under a KV ceiling, close part of the gap: after a preemption cut L comes back within
+        // minutes, and `u` (learnt from preemptions) keeps it from overshooting.
+        let gap = match self.kv_limit() {
+            Some(kv) if kv <= ceiling => {
+                (s.creep_gap * f64::from(kv.saturating_sub(self.limit))).floor() as u32
+            }
+            _ => 0,
+        };
+        let creep = (self.limit / s.creep_divisor.max(1)).max(1).max(gap);
         let next = self.limit.saturating_add(creep).min(ceiling);
         if next > self.limit {
             self.reason = format!("creep {} → {next} ({})", self.limit, self.ceiling_reason());
@@ -464,6 +511,20 @@ impl Controller {
         }
     }
 
+    /// Preemptions a window with `finishes` completions tolerates without a cut.
+    fn preemption_tolerance(&self, finishes: u32) -> u32 {
+        let s = &self.settings;
+        let fraction = (s.preemption_tolerance * f64::from(finishes)).ceil() as u32;
+        s.preemption_tolerance_min.max(fraction)
+    }
+
+    /// Preemptions beyond which a window with `finishes` completions also cuts L.
+    fn preemption_severe(&self, finishes: u32) -> u32 {
+        let s = &self.settings;
+        let fraction = (s.preemption_severe * f64::from(finishes)).ceil() as u32;
+        s.preemption_severe_min.max(fraction)
+    }
+
     /// Whether the server reported a running cap or a KV capacity.
     fn has_caps(&self) -> bool {
         self.caps.max_running.is_some() || self.caps.kv_tokens.is_some()
@@ -490,6 +551,7 @@ impl Controller {
         self.startup_previous = None;
         self.window = Window::default();
         self.steady_windows = 0;
+        self.cut_holdoff = 0;
         self.reference_resident = self.stats.expected_resident();
         self.reason = format!(
             "{why}: startup from {} ({})",

@@ -181,9 +181,9 @@ fn guards_fire_in_order_with_their_factors() {
             phase: Phase::Backoff,
         },
         Case {
-            name: "preemption (KV not full)",
+            name: "3 preemptions (> 2 tolerated, KV not full) lower u, no cut",
             tweak: |o| o.preemptions_total = Some(1),
-            limit: 34,
+            limit: 40,
             phase: Phase::Backoff,
         },
         Case {
@@ -220,7 +220,34 @@ fn guards_fire_in_order_with_their_factors() {
 }
 
 #[test]
-fn preemptions_lower_u_and_cut_within_the_ceiling() {
+fn preemptions_within_the_tolerance_change_nothing() {
+    let mut c = steady(40);
+    let u = c.kv_utilization();
+    // Two preemptions in a window without finishes: max(2, ⌈25% of 0⌉) = 2 are tolerated.
+    let d = window(&mut c, |l| busy(l, 2));
+    assert_eq!((d.limit, d.phase), (41, Phase::Steady), "{}", d.reason);
+    assert_eq!(c.kv_utilization(), u);
+    // With 20 finishes in the window, 5 are tolerated.
+    let mut first = true;
+    let d = window(&mut c, |l| {
+        let mut o = busy(l, 7);
+        if std::mem::take(&mut first) {
+            o.finishes = vec![
+                Finish {
+                    prompt_tokens: 100,
+                    output_tokens: 100,
+                };
+                20
+            ];
+        }
+        o
+    });
+    assert_eq!((d.limit, d.phase), (42, Phase::Steady), "{}", d.reason);
+    assert_eq!(c.kv_utilization(), u);
+}
+
+#[test]
+fn preemptions_lower_u_and_only_severe_ones_cut() {
     let mut c = Controller::new(
         Settings::default(),
         caps(Some(256), Some(400_000), None),
@@ -228,36 +255,85 @@ fn preemptions_lower_u_and_cut_within_the_ceiling() {
         None,
     );
     assert_eq!(c.ceiling(), 32);
-    // Reach the ceiling (8 → 12 → 18 → 27 → 32, then done), then preempt once.
+    // Reach the KV ceiling (8 → 12 → 18 → 27 → 32, then done); quiet windows raise u.
     for _ in 0..5 {
         window(&mut c, |l| busy(l, 0));
     }
-    assert_eq!((c.limit(), c.phase()), (32, Phase::Steady));
-    let d = window(&mut c, |l| busy(l, 2));
-    assert!((c.kv_utilization() - 0.87).abs() < 1e-9);
-    // ⌊32·0.85⌋ = 27, and the ceiling at u = 0.87 is ⌊0.87·400k / 11024⌋ = 31.
-    assert_eq!((d.limit, d.phase), (27, Phase::Backoff), "{}", d.reason);
-    assert!(d.reason.contains("u 0.90 → 0.87"), "{}", d.reason);
-    // The next quiet window holds, then creep resumes.
-    assert_eq!(window(&mut c, |l| busy(l, 2)).limit, 27);
-    assert_eq!(window(&mut c, |l| busy(l, 2)).limit, 28);
+    let u = c.kv_utilization();
+    assert!((u - 0.92).abs() < 1e-9, "{u}");
+    assert_eq!((c.limit(), c.phase()), (c.ceiling(), Phase::Steady));
+    let l = c.limit();
+
+    // 3 preemptions (> 2 tolerated): u −0.01, L only within the lower ceiling.
+    let d = window(&mut c, |l| busy(l, 3));
+    assert!((c.kv_utilization() - (u - 0.01)).abs() < 1e-9);
+    assert_eq!((d.limit, d.phase), (c.ceiling().min(l), Phase::Backoff));
+    assert!(d.reason.contains("u 0.92 → 0.91"), "{}", d.reason);
+
+    // 9 more (> max(8, 3 × 0 finishes)): severe, L × 0.85 as well.
+    let l = c.limit();
+    let d = window(&mut c, |l| busy(l, 12));
+    assert!((c.kv_utilization() - (u - 0.02)).abs() < 1e-9);
+    assert_eq!(
+        (d.limit, d.phase),
+        ((f64::from(l) * 0.85) as u32, Phase::Backoff),
+        "{}",
+        d.reason
+    );
 }
 
 #[test]
-fn kv_full_with_new_preemptions_cuts_at_the_tick_and_only_once() {
+fn a_preemption_cut_waits_for_half_the_requests_to_finish_before_the_next() {
+    let mut c = steady(100);
+    // Severe windows: more preemptions than max(8, 3 × finishes); KV below the tick guard.
+    let mut total = 0;
+    let mut severe = |c: &mut Controller, finishes: usize, preemptions: u64| {
+        let mut first = true;
+        window(c, |l| {
+            let mut o = busy(l, total);
+            if std::mem::take(&mut first) {
+                total += preemptions;
+                o.preemptions_total = Some(total);
+                o.finishes = vec![
+                    Finish {
+                        prompt_tokens: 100,
+                        output_tokens: 100,
+                    };
+                    finishes
+                ];
+            }
+            o
+        })
+    };
+    assert_eq!(severe(&mut c, 0, 20).limit, 85);
+    // Of the 100 requests admitted before the cut, 30 finished: no second cut, u still drops.
+    let u = c.kv_utilization();
+    let d = severe(&mut c, 30, 100);
+    assert_eq!(d.limit, 85, "{}", d.reason);
+    assert!(c.kv_utilization() < u);
+    // 30 + 20 = 50 = 100/2 finished: the next severe window cuts again.
+    let d = severe(&mut c, 20, 70);
+    assert_eq!(d.limit, 72, "{}", d.reason);
+}
+
+#[test]
+fn kv_full_with_severe_preemptions_cuts_at_the_tick_and_only_once() {
     let mut c = steady(100);
     let mut o = busy(100, 0);
     assert_eq!(c.observe(&o).limit, 100);
-    o.preemptions_total = Some(4);
     o.kv_usage = Some(0.99);
+    // 8 preemptions so far are not beyond the severe level max(8, 3 × 0 finishes).
+    o.preemptions_total = Some(8);
+    assert_eq!(c.observe(&o).limit, 100);
+    o.preemptions_total = Some(9);
     let d = c.observe(&o);
     assert_eq!((d.limit, d.phase), (85, Phase::Backoff), "{}", d.reason);
     // In-flight (100) is still above the new limit: later preemptions are the old limit's.
-    o.preemptions_total = Some(9);
+    o.preemptions_total = Some(30);
     assert_eq!(c.observe(&o).limit, 85);
     // The window ends: u drops for the preemptions, L is not cut a second time.
     let u = c.kv_utilization();
-    let d = window(&mut c, |l| busy(l, 9));
+    let d = window(&mut c, |l| busy(l, 30));
     assert!(c.kv_utilization() < u);
     assert_eq!(d.limit, 85, "{}", d.reason);
 }
@@ -301,6 +377,28 @@ fn steady_creeps_by_a_fiftieth() {
         let mut c = steady(from);
         assert_eq!(window(&mut c, |l| busy(l, 0)).limit, to, "from {from}");
     }
+}
+
+#[test]
+fn under_a_kv_ceiling_creep_closes_a_quarter_of_the_gap() {
+    // KV 2.2M tokens / 11024 prior E_resident at u = 0.90: L_kv = 179, below the cap's 210.
+    let settings = Settings {
+        initial_limit: 100,
+        startup_growth: 1.0,
+        ..Settings::default()
+    };
+    let mut c = Controller::new(
+        settings,
+        caps(Some(200), Some(2_200_000), None),
+        MAX_TOKENS,
+        None,
+    );
+    assert_eq!(c.ceiling(), 179);
+    window(&mut c, |l| busy(l, 0));
+    assert_eq!((c.limit(), c.phase()), (100, Phase::Steady));
+    // Quiet windows raised u to 0.91: L_kv = 181; (181 − 100) / 4 = 20.
+    let d = window(&mut c, |l| busy(l, 0));
+    assert_eq!(d.limit, 120, "{}", d.reason);
 }
 
 /// Runs steady windows at 1000 tokens/tick until a probe starts; returns (from, to).
@@ -376,15 +474,16 @@ fn no_up_probe_at_the_ceiling() {
 
 #[test]
 fn quiet_windows_raise_u_up_to_the_maximum() {
+    // `steady` spent one quiet window; two more make three: one step of 0.01.
     let mut c = steady(20);
-    for _ in 0..10 {
+    for _ in 0..2 {
         window(&mut c, |l| busy(l, 0));
     }
     assert!((c.kv_utilization() - 0.91).abs() < 1e-9);
     for _ in 0..100 {
         window(&mut c, |l| busy(l, 0));
     }
-    assert!((c.kv_utilization() - 0.95).abs() < 1e-9);
+    assert!((c.kv_utilization() - 1.0).abs() < 1e-9);
     // Without a preemption metric, quiet says nothing.
     let mut c = steady(20);
     for _ in 0..20 {
@@ -435,35 +534,44 @@ fn preemption_counter_drop_is_a_restart() {
     assert_eq!((d.limit, d.phase), (158, Phase::Startup), "{}", d.reason);
 }
 
-#[test]
-fn a_doubled_resident_estimate_reenters_startup() {
+/// Steady at 40 (cap 200, prior for `max_tokens` 4096: E_resident = 1024 + 4096/3 ≈ 2389),
+/// then ticks each finishing 5 requests of `finish` until startup is re-entered.
+fn reentry_after(finish: Finish) -> Decision {
     let settings = Settings {
         initial_limit: 40,
         startup_growth: 1.0,
         ..Settings::default()
     };
-    // Prior with max_tokens 4096: E_resident = 1024 + 4096/3 ≈ 2389.
     let mut c = Controller::new(settings, caps(Some(200), None, None), 4096, None);
     window(&mut c, |l| busy(l, 0));
     assert_eq!(c.phase(), Phase::Steady);
-    let short = Finish {
-        prompt_tokens: 50,
-        output_tokens: 100,
-    };
-    let mut reentered = None;
-    for i in 0..200 {
+    for _ in 0..400 {
         let d = c.observe(&Observation {
-            finishes: vec![short; 5],
+            finishes: vec![finish; 5],
             ..busy(c.limit(), 0)
         });
         if d.phase == Phase::Startup {
-            reentered = Some((i, d));
-            break;
+            return d;
         }
     }
-    let (_, d) = reentered.expect("re-entered startup");
-    assert!(d.reason.contains("E_resident moved"), "{}", d.reason);
-    assert!(d.limit <= 21, "{}", d.limit);
+    panic!("never re-entered startup");
+}
+
+#[test]
+fn a_resident_shift_reenters_startup_cutting_only_for_longer_requests() {
+    // (finish, lowest and highest limit after re-entry from about 40). Longer: outputs past the old
+    // max_tokens (raised on resume), E_resident → 1000 + 10000/2, startup from half. Shorter:
+    // a regression seen against llama-server, where the first short completions washing out
+    // the prior halved the limit from 6 to 3 in the middle of a run; now nothing is cut.
+    let cases = [((1000, 10_000), 1, 21), ((50, 100), 40, 50)];
+    for ((prompt_tokens, output_tokens), low, high) in cases {
+        let d = reentry_after(Finish {
+            prompt_tokens,
+            output_tokens,
+        });
+        assert!(d.reason.contains("E_resident moved"), "{}", d.reason);
+        assert!((low..=high).contains(&d.limit), "{}: {}", d.limit, d.reason);
+    }
 }
 
 #[test]

@@ -10,7 +10,7 @@ pub struct Caps {
     /// `total_slots`, vLLM `max_num_seqs` when known).
     pub max_running: Option<u32>,
     /// KV cache capacity in tokens (SGLang `max_total_num_tokens`, vLLM
-    /// `num_gpu_blocks × block_size`, llama.cpp `n_ctx × slots`).
+    /// `num_gpu_blocks × block_size`; not llama.cpp, whose slots own their context).
     pub kv_tokens: Option<u64>,
     /// The user's `concurrency` upper bound, if any.
     pub user_max: Option<u32>,
