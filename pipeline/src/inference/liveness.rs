@@ -63,6 +63,11 @@ impl Liveness {
             .ok();
     }
 
+    /// The server's base URL (may hold credentials: not for display).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
     /// The URL as shown to people (credentials redacted).
     pub fn shown(&self) -> &str {
         &self.shown

@@ -24,7 +24,10 @@ use super::tuner::{Telemetry, Tuner, TunerView};
 use crate::config::Plan;
 use crate::config::plan::Concurrency;
 use crate::inference::liveness::{Health, Liveness};
-use crate::inference::{ChatClient, probe};
+use crate::inference::{ChatClient, probe, signals};
+
+/// How often each server's own queue is read for `gen status`.
+const LOAD_EVERY: Duration = Duration::from_secs(5);
 use crate::status::state::{ServerStatus, unix_ms};
 
 /// One server.
@@ -40,6 +43,8 @@ pub struct Backend {
     activity: Arc<AtomicU64>,
     completed: AtomicU64,
     output_tokens: AtomicU64,
+    /// Requests waiting in the server's own queue, from its metrics (`u64::MAX`: unknown).
+    queued: AtomicU64,
 }
 
 impl Backend {
@@ -79,6 +84,7 @@ impl Backend {
             ceiling: view.as_ref().map(|v| v.ceiling),
             decision: view.map(|v| v.decision),
             completed: self.completed.load(Ordering::Relaxed),
+            queued: Some(self.queued.load(Ordering::Relaxed)).filter(|q| *q != u64::MAX),
             tokens_per_sec: (secs >= 1.0 && output_tokens > 0).then(|| output_tokens as f64 / secs),
         }
     }
@@ -174,12 +180,26 @@ impl Fleet {
     }
 
     /// Every quarter of the stall time, marks down a server with requests in flight but no
-    /// stream event for the stall time whose `/health` does not answer.
-    pub async fn watch_stalls(self, cancel: CancellationToken) {
+    /// stream event for the stall time whose `/health` does not answer; every
+    /// [`LOAD_EVERY`], reads each healthy server's own queue from its metrics for the status.
+    pub async fn watch(self, cancel: CancellationToken) {
         let mut tick = tokio::time::interval(self.stall_after / 4);
+        let mut load = tokio::time::interval(LOAD_EVERY);
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
+                _ = load.tick() => {
+                    for backend in self.backends.iter() {
+                        let queued = match backend.liveness.health() {
+                            Health::Up => signals::load(backend.liveness.url()).await.queued,
+                            Health::Down { .. } => None,
+                        };
+                        backend
+                            .queued
+                            .store(queued.map_or(u64::MAX, u64::from), Ordering::Relaxed);
+                    }
+                    continue;
+                }
                 () = cancel.cancelled() => return,
             }
             let now = unix_ms();
@@ -302,6 +322,7 @@ pub async fn connect(
             activity,
             completed: AtomicU64::new(0),
             output_tokens: AtomicU64::new(0),
+            queued: AtomicU64::new(u64::MAX),
         });
     }
     Ok(Connected {
@@ -326,6 +347,7 @@ mod tests {
             activity: Arc::new(AtomicU64::new(0)),
             completed: AtomicU64::new(0),
             output_tokens: AtomicU64::new(0),
+            queued: AtomicU64::new(u64::MAX),
         }
     }
 

@@ -247,7 +247,7 @@ pub async fn run(
         .iter()
         .map(|b| b.status(started_at.elapsed()))
         .collect();
-    tokio::spawn(fleet.clone().watch_stalls(dispatch_cancel.clone()));
+    tokio::spawn(fleet.clone().watch(dispatch_cancel.clone()));
 
     let (events_tx, mut events) = mpsc::unbounded_channel();
     // On a signal, admission stops at once; requests in flight get a grace period to finish

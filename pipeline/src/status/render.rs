@@ -154,12 +154,18 @@ pub fn render(status: &RunStatus, now_ms: u64) -> String {
                 let in_flight = server
                     .in_flight
                     .map_or_else(String::new, |n| format!(", {n} in flight"));
+                let queued = server
+                    .queued
+                    .map_or_else(String::new, |q| format!(", {q} queued"));
                 let rate = server
                     .tokens_per_sec
                     .map_or_else(String::new, |r| format!(", {r:.0} tok/s"));
                 (
                     format!("server {} ({})", server.url, server.model),
-                    format!("concurrency {}{tuned}{in_flight}{rate}", server.concurrency),
+                    format!(
+                        "concurrency {}{tuned}{in_flight}{queued}{rate}",
+                        server.concurrency
+                    ),
                 )
             }
         };
@@ -258,6 +264,7 @@ mod tests {
             decision: None,
             completed: 0,
             tokens_per_sec: None,
+            queued: None,
         }
     }
 
@@ -444,6 +451,7 @@ mod tests {
                 ServerStatus {
                     completed: 2_900,
                     tokens_per_sec: Some(1_620.4),
+                    queued: Some(3),
                     ..server()
                 },
             ),

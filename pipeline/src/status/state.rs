@@ -108,6 +108,9 @@ pub struct ServerStatus {
     /// Output tokens per second this server generated in this run.
     #[serde(default)]
     pub tokens_per_sec: Option<f64>,
+    /// Requests waiting in the server's own queue (from its metrics, when it has them).
+    #[serde(default)]
+    pub queued: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
