@@ -283,6 +283,14 @@ impl Dispatcher {
                         return TurnOutcome::GaveUp(RejectKind::Exhausted, reason, attempt);
                     }
                     backend.liveness.confirm_down(&reason).await;
+                    if backend.liveness.health() == Health::Up {
+                        // It answers `/health` (a full queue, a stale connection): wait a
+                        // little before asking it again rather than hammering it.
+                        tokio::select! {
+                            () = tokio::time::sleep(backoff(crashes, id)) => {}
+                            () = self.cancel.cancelled() => return TurnOutcome::Cancelled,
+                        }
+                    }
                     continue;
                 }
                 Err(RequestError::Transient(reason)) => {
