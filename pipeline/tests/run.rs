@@ -104,8 +104,8 @@ async fn completes_every_prompt_once_and_a_second_run_sends_nothing() {
     assert_eq!(
         rows,
         [
-            "alpha              done              4        4      0",
-            "beta               done              2        2      0"
+            "alpha          done              4       4     0     0      -      -     -",
+            "beta           done              2       2     0     0      -      -     -"
         ]
     );
     assert!(status.stdout.lines().all(|l| l.chars().count() <= 80));

@@ -49,7 +49,7 @@ fn gib(bytes: u64) -> String {
 fn duration(secs: u64) -> String {
     match secs {
         0..=59 => format!("{secs}s"),
-        60..=3599 => format!("{} min", secs / 60),
+        60..=3599 => format!("{}m", secs / 60),
         _ => format!("{}h{:02}", secs / 3600, secs % 3600 / 60),
     }
 }
@@ -88,32 +88,69 @@ fn repeats_verdict(s: &SourceStatus) -> bool {
         .is_some_and(|v| v.class != "success" && s.note.starts_with(&v.headline))
 }
 
-fn row(s: &SourceStatus) -> String {
-    let prepared = s.prepared.map_or_else(|| "-".to_owned(), |p| p.to_string());
-    let line = format!(
-        "{:<18} {:<10} {:>8} {:>8} {:>6}  ",
-        cut(&s.name, 18),
-        s.phase.label(),
-        prepared,
-        s.done,
-        s.failed
-    );
-    let room = WIDTH.saturating_sub(line.chars().count());
-    let note = if repeats_verdict(s) {
-        ""
+/// The share of completions cut by `max-tokens`, when any were.
+fn truncation(s: &SourceStatus) -> String {
+    if s.truncated == 0 || s.done == 0 {
+        return "-".to_owned();
+    }
+    let percent = 100.0 * s.truncated as f64 / s.done as f64;
+    if percent < 10.0 {
+        format!("{percent:.1}%")
     } else {
-        s.note.as_str()
+        format!("{percent:.0}%")
+    }
+}
+
+/// The table's columns; a source's note and verdict go on lines of their own under its row.
+const HEADER: [&str; 9] = [
+    "SOURCE", "PHASE", "PREPARED", "DONE", "FAIL", "SKIP", "TOK/S", "ETA", "CUT",
+];
+
+fn columns(cells: [&str; 9]) -> String {
+    let [
+        name,
+        phase,
+        prepared,
+        done,
+        failed,
+        skipped,
+        rate,
+        eta,
+        cut_share,
+    ] = cells;
+    format!(
+        "{name:<14} {phase:<10} {prepared:>8} {done:>7} {failed:>5} {skipped:>5} {rate:>6} {eta:>6} {cut_share:>5}"
+    )
+    .trim_end()
+    .to_owned()
+}
+
+/// A source's row, then its note (when the verdict lines below do not say it already).
+fn row(s: &SourceStatus) -> Vec<String> {
+    let generating = s.phase == super::state::Phase::Generating;
+    let rate = match s.tokens_per_sec {
+        Some(rate) if generating => format!("{rate:.0}"),
+        _ => "-".to_owned(),
     };
-    let note = match (s.phase, s.tokens_per_sec, note.is_empty()) {
-        (super::state::Phase::Generating, Some(rate), true) => {
-            let eta = s
-                .eta_secs
-                .map_or_else(String::new, |e| format!(", ETA {}", duration(e)));
-            format!("{rate:.0} tok/s{eta}")
-        }
-        _ => note.to_owned(),
+    let eta = match s.eta_secs {
+        Some(eta) if generating => duration(eta),
+        _ => "-".to_owned(),
     };
-    format!("{line}{}", cut(&note, room)).trim_end().to_owned()
+    let mut lines = vec![columns([
+        &cut(&s.name, 14),
+        s.phase.label(),
+        &s.prepared.map_or_else(|| "-".to_owned(), |p| p.to_string()),
+        &s.done.to_string(),
+        &s.failed.to_string(),
+        &s.rejected.to_string(),
+        &rate,
+        &eta,
+        &truncation(s),
+    ])];
+    if !s.note.is_empty() && !repeats_verdict(s) {
+        lines.push(cut(&format!("  {}", s.note), WIDTH));
+    }
+    lines
 }
 
 /// The status table, each line at most 80 columns.
@@ -189,13 +226,11 @@ pub fn render(status: &RunStatus, now_ms: u64) -> String {
         let _ = writeln!(out, "{}", cut(&line, WIDTH));
     }
     let _ = writeln!(out);
-    let _ = writeln!(
-        out,
-        "{:<18} {:<10} {:>8} {:>8} {:>6}  NOTE",
-        "SOURCE", "PHASE", "PREPARED", "DONE", "FAILED"
-    );
+    let _ = writeln!(out, "{}", columns(HEADER));
     for source in &status.sources {
-        let _ = writeln!(out, "{}", row(source));
+        for line in row(source) {
+            let _ = writeln!(out, "{line}");
+        }
         for line in source
             .verdict
             .as_ref()
@@ -208,10 +243,21 @@ pub fn render(status: &RunStatus, now_ms: u64) -> String {
     let prepared: u64 = status.sources.iter().filter_map(|s| s.prepared).sum();
     let done: u64 = status.sources.iter().map(|s| s.done).sum();
     let failed: u64 = status.sources.iter().map(|s| s.failed).sum();
+    let skipped: u64 = status.sources.iter().map(|s| s.rejected).sum();
     let _ = writeln!(
         out,
-        "{:<18} {:<10} {prepared:>8} {done:>8} {failed:>6}",
-        "total", ""
+        "{}",
+        columns([
+            "total",
+            "",
+            &prepared.to_string(),
+            &done.to_string(),
+            &failed.to_string(),
+            &skipped.to_string(),
+            "",
+            "",
+            "",
+        ])
     );
     out
 }
@@ -350,8 +396,15 @@ mod tests {
     fn generating_with_eta_and_tokens_per_second() {
         let status = with_server(
             run(vec![
-                source("sharegpt", Phase::Done, Some(10_000), 10_000),
-                generating("wildchat", 10_000, 6_512, 2_841.7, 3 * 3_600 + 5 * 60),
+                SourceStatus {
+                    truncated: 412,
+                    rejected: 3,
+                    ..source("sharegpt", Phase::Done, Some(10_000), 9_997)
+                },
+                SourceStatus {
+                    truncated: 130,
+                    ..generating("wildchat", 10_000, 6_512, 2_841.7, 3 * 3_600 + 5 * 60)
+                },
                 generating("ultrachat-200k", 8_000, 120, 312.0, 45 * 60),
                 source("lmsys-chat-1m", Phase::Prepared, Some(10_000), 0),
             ]),
