@@ -56,13 +56,25 @@ pub struct Manifest {
 }
 
 impl Manifest {
-    pub(super) fn drop_row(&mut self, file: &Path, row: u64, key: &str, detail: String) {
-        *self.dropped.entry(key.to_owned()).or_default() += 1;
+    /// Counts a dropped row under `key`; `detail` is rendered only for the first few.
+    pub(super) fn drop_row(
+        &mut self,
+        file: &Path,
+        row: u64,
+        key: &str,
+        detail: impl FnOnce() -> String,
+    ) {
+        match self.dropped.get_mut(key) {
+            Some(count) => *count += 1,
+            None => {
+                self.dropped.insert(key.to_owned(), 1);
+            }
+        }
         if self.examples.len() < MAX_EXAMPLES {
             self.examples.push(RowExample {
                 file: file.to_path_buf(),
                 row,
-                reason: detail,
+                reason: detail(),
             });
         }
     }

@@ -31,11 +31,22 @@ pub fn settings(hub: &FakeHub, cache: &Path) -> HubSettings {
 }
 
 pub fn run(spec: &SourceSpec, hub: HubSettings) -> (Vec<Prompt>, Manifest) {
+    run_with(spec, PrepareOptions::new(hub))
+}
+
+/// Runs with `columnar` off: every Parquet row through the generic JSON path.
+pub fn run_generic(spec: &SourceSpec, hub: HubSettings) -> (Vec<Prompt>, Manifest) {
+    run_with(
+        spec,
+        PrepareOptions {
+            columnar: false,
+            ..PrepareOptions::new(hub)
+        },
+    )
+}
+
+fn run_with(spec: &SourceSpec, mut options: PrepareOptions<'_>) -> (Vec<Prompt>, Manifest) {
     let mut prompts = Vec::new();
-    let mut options = PrepareOptions {
-        hub,
-        seen_across: None,
-    };
     let manifest = prepare_with(spec, Path::new("."), &mut options, &mut |p| {
         prompts.push(p.clone());
         Ok(())
@@ -139,6 +150,15 @@ fn every_source_of_datasets_toml_extracts_its_fixture_exactly() {
         // Ids are stable: a second run (from the cache now) gives the same prompts.
         let (again, _) = run(spec, settings(&hub, cache.path()));
         assert_eq!(again, prompts, "source `{}` is deterministic", spec.name());
+        // The columnar Parquet path and the generic JSON path agree exactly.
+        let (generic, generic_manifest) = run_generic(spec, settings(&hub, cache.path()));
+        assert_eq!(generic, prompts, "source `{}`: both paths", spec.name());
+        assert_eq!(
+            generic_manifest,
+            manifest,
+            "source `{}`: both paths",
+            spec.name()
+        );
     }
     let seen = hub.seen();
     let downloads: Vec<_> = seen

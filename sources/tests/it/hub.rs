@@ -37,6 +37,7 @@ fn failure(spec: &SourceSpec, hub: gen_sources::HubSettings) -> String {
     let mut options = PrepareOptions {
         hub,
         seen_across: None,
+        columnar: true,
     };
     let error = prepare_with(spec, Path::new("."), &mut options, &mut |_| Ok(()))
         .expect_err("preparation fails");
@@ -263,6 +264,7 @@ fn corrupt_parquet_from_the_hub_names_the_file() {
     let mut options = PrepareOptions {
         hub: settings(&hub, cache.path()),
         seen_across: None,
+        columnar: true,
     };
     let error =
         prepare_with(&spec, Path::new("."), &mut options, &mut |_| Ok(())).expect_err("corrupt");
@@ -293,6 +295,7 @@ fn an_earlier_source_wins_across_sources() {
         let mut options = PrepareOptions {
             hub: settings(&hub, cache.path()),
             seen_across: Some(&mut seen),
+            columnar: true,
         };
         let mut count = 0;
         let manifest = prepare_with(&spec, Path::new("."), &mut options, &mut |_| {
