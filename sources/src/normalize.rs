@@ -11,6 +11,7 @@ mod columnar;
 mod filters;
 #[cfg(test)]
 mod tests;
+mod tokens;
 mod turns;
 
 use std::borrow::Cow;
@@ -22,6 +23,9 @@ use crate::prompt::{Message, Role};
 use crate::read::{Projection, TurnsProjection};
 use crate::spec::{SourceSpec, SystemPolicy, TurnMode};
 use filters::RowFilter;
+#[cfg(test)]
+pub(crate) use tokens::write_test_tokenizer;
+pub use tokens::{TokenFilter, TokenizerError};
 use turns::{compare_text, parse_turns, strip_wrappers, text_of};
 
 const PROMPT_FIELDS: [&str; 4] = ["prompt", "instruction", "question", "problem"];
@@ -66,6 +70,18 @@ pub enum DropReason {
     NoUserTurn,
     TooShort,
     TooLong,
+    /// Fewer tokens than `min-prompt-tokens`.
+    TooFewTokens {
+        tokens: usize,
+        min: usize,
+    },
+    /// More tokens than `max-prompt-tokens`.
+    TooManyTokens {
+        tokens: usize,
+        max: usize,
+    },
+    /// The tokenizer failed on the prompt's text.
+    TokenizerFailed(String),
     /// A field holds a value listed in `exclude` (Magpie's poor quality, OpenCodeReasoning's `-`).
     Excluded {
         field: String,
@@ -89,6 +105,9 @@ impl DropReason {
             DropReason::NoUserTurn => "no_user_turn",
             DropReason::TooShort => "too_short",
             DropReason::TooLong => "too_long",
+            DropReason::TooFewTokens { .. } => "too_few_tokens",
+            DropReason::TooManyTokens { .. } => "too_many_tokens",
+            DropReason::TokenizerFailed(_) => "tokenizer_failed",
             DropReason::Excluded { .. } => "excluded",
             DropReason::NotIncluded { .. } => "not_included",
             DropReason::Language(_) => "language",
@@ -114,6 +133,13 @@ impl DropReason {
             DropReason::NoUserTurn => "no non-empty user turn".to_owned(),
             DropReason::TooShort => "prompt shorter than `min-chars`".to_owned(),
             DropReason::TooLong => "prompt longer than `max-chars`".to_owned(),
+            DropReason::TooFewTokens { tokens, min } => {
+                format!("prompt has {tokens} tokens, fewer than `min-prompt-tokens` ({min})")
+            }
+            DropReason::TooManyTokens { tokens, max } => {
+                format!("prompt has {tokens} tokens, more than `max-prompt-tokens` ({max})")
+            }
+            DropReason::TokenizerFailed(message) => format!("the tokenizer failed: {message}"),
             DropReason::Excluded { field, value } => {
                 format!("`{field}` is `{value}`, listed in `exclude`")
             }

@@ -31,7 +31,7 @@ pub use error::SourceError;
 pub use manifest::{MAX_EXAMPLES, Manifest, RowExample};
 
 use crate::hub::{self, HubSettings};
-use crate::normalize::{DropReason, Normalizer, Turn};
+use crate::normalize::{DropReason, Normalizer, TokenFilter, TokenizerError, Turn};
 use crate::prompt::{Prompt, content_hash_with, prompt_id_into};
 use crate::read::{Projection, Row, batch_rows, for_each_parquet_batch, for_each_row, format_of};
 use crate::spec::{Format, SourceSpec};
@@ -197,6 +197,7 @@ pub fn prepare(
 /// The per-row state of one preparation.
 struct Collector<'a> {
     spec: &'a SourceSpec,
+    tokens: Option<&'a TokenFilter>,
     manifest: Manifest,
     seen_across: Option<&'a HashSet<u64>>,
     occurrences: HashMap<u64, u32, BuildHasherDefault<Prehashed>>,
@@ -275,6 +276,10 @@ impl Collector<'_> {
         normalized: Result<&[Turn<'_>], DropReason>,
         source_key: impl FnOnce() -> Option<String>,
     ) {
+        let normalized = normalized.and_then(|turns| match self.tokens {
+            Some(tokens) => tokens.check(turns).map(|()| turns),
+            None => Ok(turns),
+        });
         let turns = match normalized {
             Ok(turns) => turns,
             Err(reason) => {
@@ -323,6 +328,37 @@ impl Collector<'_> {
     }
 }
 
+/// The token-length filter of `spec`, with the checksum of its tokenizer file.
+fn token_filter(
+    spec: &SourceSpec,
+    base_dir: &Path,
+) -> Result<Option<(TokenFilter, String)>, SourceError> {
+    let Some(path) = spec.tokenizer_path(base_dir) else {
+        return Ok(None);
+    };
+    let bound = |v: &Option<toml::Spanned<i64>>| {
+        v.as_ref()
+            .map(|v| usize::try_from(*v.get_ref()).unwrap_or(0))
+    };
+    let error = |source| SourceError::Tokenizer {
+        source_name: spec.name().to_owned(),
+        source,
+    };
+    let filter = TokenFilter::load(
+        &path,
+        bound(&spec.min_prompt_tokens),
+        bound(&spec.max_prompt_tokens),
+    )
+    .map_err(error)?;
+    let checksum = xxh3_of(&path).map_err(|e| {
+        error(TokenizerError {
+            path: path.clone(),
+            message: e.to_string(),
+        })
+    })?;
+    Ok(Some((filter, format!("xxh3-128:{checksum}"))))
+}
+
 /// Reads every row of every input into `collector`.
 fn read_inputs(
     inputs: &[Input],
@@ -360,9 +396,16 @@ pub fn prepare_with(
     options: &mut PrepareOptions<'_>,
     sink: &mut dyn FnMut(&Prompt) -> io::Result<()>,
 ) -> Result<Manifest, SourceError> {
+    // The tokenizer first: a bad one should not wait for a long download.
+    let (tokens, tokenizer_checksum) = match token_filter(spec, base_dir)? {
+        Some((filter, checksum)) => (Some(filter), Some(checksum)),
+        None => (None, None),
+    };
     let mut manifest = Manifest {
         source: spec.name().to_owned(),
-        fingerprint: spec.fingerprint(),
+        fingerprint: spec.fingerprint_with_tokenizer(tokenizer_checksum.as_deref()),
+        tokenizer: spec.tokenizer_path(base_dir),
+        tokenizer_checksum,
         ..Manifest::default()
     };
     let inputs = inputs(spec, base_dir, &options.hub, &mut manifest)?;
@@ -377,6 +420,7 @@ pub fn prepare_with(
     let normalizer = Normalizer::new(spec);
     let mut collector = Collector {
         spec,
+        tokens: tokens.as_ref(),
         manifest,
         seen_across: options.seen_across.as_deref(),
         occurrences: HashMap::default(),

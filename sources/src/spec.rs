@@ -80,8 +80,16 @@ pub struct SourceSpec {
     pub language_field: Option<String>,
     /// Drop exact duplicates after normalization (default on).
     pub dedup: Option<bool>,
+    /// Bounds on the characters of a prompt's user turns.
     pub min_chars: Option<Spanned<i64>>,
     pub max_chars: Option<Spanned<i64>>,
+    /// A Hugging Face `tokenizer.json` (relative to the config file) measuring prompts for
+    /// `min-prompt-tokens` / `max-prompt-tokens`. Counted: the tokens of every message's content
+    /// of the prompt as sent (system turn included), each encoded on its own without special
+    /// tokens; the server's chat template adds its own tokens on top.
+    pub tokenizer: Option<Spanned<String>>,
+    pub min_prompt_tokens: Option<Spanned<i64>>,
+    pub max_prompt_tokens: Option<Spanned<i64>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
@@ -173,7 +181,20 @@ impl SourceSpec {
     /// A stable hash of every setting that shapes this source's prompts (`<16 hex digits>`):
     /// equal fingerprints mean a rerun would produce the same prompts from the same files.
     pub fn fingerprint(&self) -> String {
-        fingerprint::fingerprint(self)
+        fingerprint::fingerprint(self, None)
+    }
+
+    /// [`SourceSpec::fingerprint`] including the checksum of the `tokenizer` file, whose
+    /// contents shape the prompts as much as the settings do.
+    pub fn fingerprint_with_tokenizer(&self, tokenizer_checksum: Option<&str>) -> String {
+        fingerprint::fingerprint(self, tokenizer_checksum)
+    }
+
+    /// The `tokenizer` file, resolved against the config file's folder.
+    pub fn tokenizer_path(&self, base_dir: &std::path::Path) -> Option<std::path::PathBuf> {
+        self.tokenizer
+            .as_ref()
+            .map(|path| base_dir.join(path.get_ref()))
     }
 
     /// Every semantic problem of this entry (types and unknown keys were already checked by

@@ -38,10 +38,16 @@ pub struct Manifest {
     /// `git-sha1:<hex>` (small non-LFS files); for a local file `xxh3-128:<hex>`.
     #[serde(default)]
     pub checksums: BTreeMap<String, String>,
+    /// The `tokenizer` file of the token-length filter, and its `xxh3-128:<hex>` checksum.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer_checksum: Option<String>,
     pub rows_read: u64,
     /// Prompts written to the prompts file.
     pub kept: u64,
-    /// Rows dropped, per reason (`bad_json`, `no_user_turn`, `excluded:input`, …).
+    /// Rows dropped, per reason (`bad_json`, `no_user_turn`, `excluded:input`,
+    /// `too_many_tokens`, …).
     pub dropped: BTreeMap<String, u64>,
     /// Repeats of a prompt the sample held when they were read. A repeat of a prompt the
     /// sample had already left out counts in `sampled_out`; with at most `limit` distinct

@@ -140,6 +140,50 @@ pub(super) fn check(spec: &SourceSpec) -> Vec<SpecProblem> {
             format!("source `{name}`: `max-chars` is below `min-chars`"),
         );
     }
+    for field in [&spec.min_prompt_tokens, &spec.max_prompt_tokens]
+        .into_iter()
+        .flatten()
+    {
+        if *field.get_ref() < 0 {
+            push(
+                field.span(),
+                format!("source `{name}`: token bounds must not be negative"),
+            );
+        }
+    }
+    if let (Some(min), Some(max)) = (&spec.min_prompt_tokens, &spec.max_prompt_tokens)
+        && min.get_ref() > max.get_ref()
+    {
+        push(
+            max.span(),
+            format!("source `{name}`: `max-prompt-tokens` is below `min-prompt-tokens`"),
+        );
+    }
+    let token_bounds = spec
+        .min_prompt_tokens
+        .as_ref()
+        .or(spec.max_prompt_tokens.as_ref());
+    match (&spec.tokenizer, token_bounds) {
+        (None, Some(bound)) => push(
+            bound.span(),
+            format!(
+                "source `{name}`: `min-prompt-tokens`/`max-prompt-tokens` need `tokenizer` (a tokenizer.json file)"
+            ),
+        ),
+        (Some(tokenizer), None) => push(
+            tokenizer.span(),
+            format!(
+                "source `{name}`: `tokenizer` is only used with `min-prompt-tokens` or `max-prompt-tokens`"
+            ),
+        ),
+        (Some(tokenizer), Some(_)) if tokenizer.get_ref().trim().is_empty() => {
+            push(
+                tokenizer.span(),
+                format!("source `{name}`: `tokenizer` is empty"),
+            );
+        }
+        _ => {}
+    }
     match (spec.system_prompt, &spec.system_prompt_text) {
         (SystemPolicy::Replace, None) => push(
             spec.name.span(),
@@ -248,6 +292,31 @@ mod tests {
                 "empty include",
                 "name = \"a\"\npath = \"x\"\ninclude = { lang = [] }",
                 &["`include` list is empty"],
+            ),
+            (
+                "token bounds without a tokenizer",
+                "name = \"a\"\npath = \"x\"\nmax-prompt-tokens = 10",
+                &["need `tokenizer`"],
+            ),
+            (
+                "tokenizer without bounds",
+                "name = \"a\"\npath = \"x\"\ntokenizer = \"t.json\"",
+                &["only used with `min-prompt-tokens`"],
+            ),
+            (
+                "token bounds",
+                "name = \"a\"\npath = \"x\"\ntokenizer = \"t.json\"\nmin-prompt-tokens = 20\nmax-prompt-tokens = -1",
+                &["must not be negative", "below `min-prompt-tokens`"],
+            ),
+            (
+                "empty tokenizer",
+                "name = \"a\"\npath = \"x\"\ntokenizer = \" \"\nmin-prompt-tokens = 1",
+                &["`tokenizer` is empty"],
+            ),
+            (
+                "tokenizer and bounds",
+                "name = \"a\"\npath = \"x\"\ntokenizer = \"t.json\"\nmin-prompt-tokens = 1\nmax-prompt-tokens = 1",
+                &[],
             ),
             (
                 "bad name",
