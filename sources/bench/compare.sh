@@ -18,12 +18,12 @@ mkdir -p "$work"
 bench="${CARGO_TARGET_DIR:-$here/../../target}/release/examples/prepare_bench"
 measure() { # name, command...: one table row from /usr/bin/time
     local name="$1"; shift
-    /usr/bin/time -f "%e %U %M" -o "$work/time" "$@" > /dev/null 2> "$work/stderr"
-    read -r wall user rss < "$work/time"
-    printf '| %s | %s | %s s | %s s | %.0f MB |\n' "$n" "$name" "$wall" "$user" "$(echo "$rss / 1024" | bc -l)"
+    /usr/bin/time -f "%e %U %S %M" -o "$work/time" "$@" > /dev/null 2> "$work/stderr"
+    read -r wall user sys rss < "$work/time"
+    printf '| %s | %s | %s s | %s s | %s s | %.0f MB |\n' "$n" "$name" "$wall" "$user" "$sys" "$(echo "$rss / 1024" | bc -l)"
 }
-echo "| rows | what | wall | CPU (user) | peak RSS |"
-echo "|---:|---|---:|---:|---:|"
+echo "| rows | what | wall | CPU (user) | CPU (sys) | peak RSS |"
+echo "|---:|---|---:|---:|---:|---:|"
 for n in ${rows[@]}; do
     file="$work/sharegpt-$n.parquet"
     [ -f "$file" ] || "$bench" generate "$file" "$n" > /dev/null

@@ -142,6 +142,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let mut options = PrepareOptions {
                 hub: HubSettings::from_env(),
                 seen_across: None,
+                columnar: true,
             };
             let dir = file.parent().unwrap_or(Path::new("."));
             let mut kept = 0u64;

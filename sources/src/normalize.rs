@@ -7,20 +7,28 @@
 //! writes its own), `history` every turn up to the last user turn. A plain prompt may be
 //! unwrapped (`strip-tags`) and wrapped in a `prompt-template`, but only when it is non-empty.
 
+mod columnar;
 mod filters;
 #[cfg(test)]
 mod tests;
+mod tokens;
 mod turns;
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use serde_json::{Map, Value};
 
 use crate::prompt::{Message, Role};
 use crate::read::{Projection, TurnsProjection};
-use crate::spec::{SourceSpec, SystemPolicy, TurnMode};
+use crate::spec::{
+    DEFAULT_RESOLVE_PLACEHOLDER, RESOLVE_ROW_FIELDS, SourceSpec, SystemPolicy, TurnMode,
+};
 use filters::RowFilter;
-use turns::{parse_turns, strip_wrappers, text_of};
+#[cfg(test)]
+pub(crate) use tokens::write_test_tokenizer;
+pub use tokens::{TokenFilter, TokenizerError};
+use turns::{compare_text, parse_turns, strip_wrappers, text_of};
 
 const PROMPT_FIELDS: [&str; 4] = ["prompt", "instruction", "question", "problem"];
 const MESSAGES_FIELDS: [&str; 3] = ["messages", "conversations", "conversation"];
@@ -28,6 +36,28 @@ const ROLE_KEYS: [&str; 2] = ["role", "from"];
 const CONTENT_KEYS: [&str; 2] = ["content", "value"];
 /// Alpaca-style rows: the instruction's optional `input` belongs to the prompt.
 const ALPACA_INPUT: &str = "input";
+
+/// A normalized message that borrows its text from the row (or the settings) it came from:
+/// normalization builds these, and only prompts that enter the sample become [`Message`]s.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Turn<'a> {
+    pub role: Role,
+    pub content: Cow<'a, str>,
+}
+
+impl<'a> Turn<'a> {
+    pub fn new(role: Role, content: Cow<'a, str>) -> Turn<'a> {
+        Turn { role, content }
+    }
+
+    pub fn into_message(self) -> Message {
+        Message::new(self.role, self.content.into_owned())
+    }
+
+    pub fn to_message(&self) -> Message {
+        Message::new(self.role, self.content.as_ref())
+    }
+}
 
 /// Why a readable row yields no prompt. Counted per reason in the manifest.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +72,18 @@ pub enum DropReason {
     NoUserTurn,
     TooShort,
     TooLong,
+    /// Fewer tokens than `min-prompt-tokens`.
+    TooFewTokens {
+        tokens: usize,
+        min: usize,
+    },
+    /// More tokens than `max-prompt-tokens`.
+    TooManyTokens {
+        tokens: usize,
+        max: usize,
+    },
+    /// The tokenizer failed on the prompt's text.
+    TokenizerFailed(String),
     /// A field holds a value listed in `exclude` (Magpie's poor quality, OpenCodeReasoning's `-`).
     Excluded {
         field: String,
@@ -65,6 +107,9 @@ impl DropReason {
             DropReason::NoUserTurn => "no_user_turn",
             DropReason::TooShort => "too_short",
             DropReason::TooLong => "too_long",
+            DropReason::TooFewTokens { .. } => "too_few_tokens",
+            DropReason::TooManyTokens { .. } => "too_many_tokens",
+            DropReason::TokenizerFailed(_) => "tokenizer_failed",
             DropReason::Excluded { .. } => "excluded",
             DropReason::NotIncluded { .. } => "not_included",
             DropReason::Language(_) => "language",
@@ -73,12 +118,12 @@ impl DropReason {
 
     /// The manifest's counter key: [`DropReason::reason`], plus the field for value filters
     /// (`excluded:input_quality`), so each rule is counted on its own.
-    pub fn key(&self) -> String {
+    pub fn key(&self) -> Cow<'static, str> {
         match self {
             DropReason::Excluded { field, .. } | DropReason::NotIncluded { field, .. } => {
-                format!("{}:{field}", self.reason())
+                Cow::Owned(format!("{}:{field}", self.reason()))
             }
-            _ => self.reason().to_owned(),
+            _ => Cow::Borrowed(self.reason()),
         }
     }
 
@@ -90,6 +135,13 @@ impl DropReason {
             DropReason::NoUserTurn => "no non-empty user turn".to_owned(),
             DropReason::TooShort => "prompt shorter than `min-chars`".to_owned(),
             DropReason::TooLong => "prompt longer than `max-chars`".to_owned(),
+            DropReason::TooFewTokens { tokens, min } => {
+                format!("prompt has {tokens} tokens, fewer than `min-prompt-tokens` ({min})")
+            }
+            DropReason::TooManyTokens { tokens, max } => {
+                format!("prompt has {tokens} tokens, more than `max-prompt-tokens` ({max})")
+            }
+            DropReason::TokenizerFailed(message) => format!("the tokenizer failed: {message}"),
             DropReason::Excluded { field, value } => {
                 format!("`{field}` is `{value}`, listed in `exclude`")
             }
@@ -122,6 +174,9 @@ pub struct Normalizer {
     id_field: Option<String>,
     min_chars: usize,
     max_chars: usize,
+    /// With `resolve`: the prompt value that marks a row to resolve from another dataset
+    /// before normalization.
+    resolve_placeholder: Option<String>,
 }
 
 impl Normalizer {
@@ -153,6 +208,11 @@ impl Normalizer {
             id_field: spec.id_field.clone(),
             min_chars: bound(&spec.min_chars, 1),
             max_chars: bound(&spec.max_chars, usize::MAX),
+            resolve_placeholder: spec.resolve.as_ref().map(|_| {
+                spec.resolve_placeholder
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_RESOLVE_PLACEHOLDER.to_owned())
+            }),
         }
     }
 
@@ -161,6 +221,9 @@ impl Normalizer {
     pub fn columns(&self) -> BTreeSet<String> {
         let mut columns: BTreeSet<String> = self.filter.fields().cloned().collect();
         columns.extend(self.id_field.iter().cloned());
+        if self.resolve_placeholder.is_some() {
+            columns.extend(RESOLVE_ROW_FIELDS.map(str::to_owned));
+        }
         match (&self.messages_field, &self.prompt_field) {
             (Some(field), _) | (None, Some(field)) => {
                 columns.insert(field.clone());
@@ -196,12 +259,29 @@ impl Normalizer {
 
     /// Normalizes one row object, moving its texts instead of copying them.
     pub fn normalize_owned(&self, row: Map<String, Value>) -> Result<Vec<Message>, DropReason> {
-        self.filter.check(&row)?;
+        let mut kept = Vec::new();
+        self.normalize_into(row, &mut kept)?;
+        Ok(kept.into_iter().map(Turn::into_message).collect())
+    }
+
+    /// Normalizes one row object into `kept` (cleared first).
+    pub(crate) fn normalize_into<'t>(
+        &'t self,
+        row: Map<String, Value>,
+        kept: &mut Vec<Turn<'t>>,
+    ) -> Result<(), DropReason> {
+        self.filter
+            .check(|field| row.get(field).and_then(compare_text))?;
         let turns = self.turns_of(row)?;
-        let messages = self.select(turns)?;
+        self.select(turns, kept)?;
+        self.check_bounds(kept)
+    }
+
+    /// The `min-chars`/`max-chars` rule, on the user turns of a selected prompt.
+    fn check_bounds(&self, kept: &[Turn<'_>]) -> Result<(), DropReason> {
         // Every kept user turn has a non-blank character, so the default bounds need no count.
         if self.min_chars > 1 || self.max_chars != usize::MAX {
-            let chars: usize = messages
+            let chars: usize = kept
                 .iter()
                 .filter(|m| m.role == Role::User)
                 .map(|m| m.content.chars().count())
@@ -213,11 +293,11 @@ impl Normalizer {
                 return Err(DropReason::TooLong);
             }
         }
-        Ok(messages)
+        Ok(())
     }
 
     /// The row's turns, before any policy.
-    fn turns_of(&self, mut row: Map<String, Value>) -> Result<Vec<Message>, DropReason> {
+    fn turns_of(&self, mut row: Map<String, Value>) -> Result<Vec<Turn<'static>>, DropReason> {
         let turns = |field: &str, value: Value| {
             parse_turns(field, value, &self.role_keys, &self.content_keys)
         };
@@ -231,7 +311,7 @@ impl Normalizer {
             let value = row
                 .remove(field)
                 .ok_or_else(|| DropReason::MissingField(field.clone()))?;
-            return self.plain(text_of(field, value)?);
+            return Ok(vec![self.plain(Cow::Owned(text_of(field, value)?))?]);
         }
         if let Some((field, value)) = MESSAGES_FIELDS
             .iter()
@@ -243,49 +323,43 @@ impl Normalizer {
             .iter()
             .find_map(|f| row.remove(*f).map(|v| (*f, v)))
         {
-            let mut text = text_of(field, value)?;
-            if field == "instruction"
-                && let Some(input) = row.remove(ALPACA_INPUT)
-            {
-                let input = text_of(ALPACA_INPUT, input)?;
-                if !input.trim().is_empty() {
-                    text = format!("{text}\n\n{input}");
-                }
-            }
-            return self.plain(text);
+            let text = text_of(field, value)?;
+            let input = match row.remove(ALPACA_INPUT) {
+                Some(input) if field == "instruction" => Some(text_of(ALPACA_INPUT, input)?),
+                _ => None,
+            };
+            let text = with_alpaca_input(Cow::Owned(text), input.as_deref());
+            return Ok(vec![self.plain(Cow::Owned(text.into_owned()))?]);
         }
-        Err(DropReason::MissingField(format!(
-            "one of {}",
-            MESSAGES_FIELDS
-                .iter()
-                .chain(PROMPT_FIELDS.iter())
-                .map(|f| format!("`{f}`"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        )))
+        Err(no_known_field())
     }
 
     /// A plain prompt as one user turn: unwrapped, then templated when it has any text.
-    fn plain(&self, text: String) -> Result<Vec<Message>, DropReason> {
-        let text = if self.strip_tags.is_empty() {
-            text
-        } else {
-            strip_wrappers(&text, &self.strip_tags)
+    fn plain<'t>(&self, text: Cow<'t, str>) -> Result<Turn<'t>, DropReason> {
+        let text = match text {
+            _ if self.strip_tags.is_empty() => text,
+            Cow::Borrowed(text) => Cow::Borrowed(strip_wrappers(text, &self.strip_tags)),
+            Cow::Owned(text) => Cow::Owned(strip_wrappers(&text, &self.strip_tags).to_owned()),
         };
         if text.trim().is_empty() {
             return Err(DropReason::NoUserTurn);
         }
         let text = match &self.template {
-            Some(template) => template.replace("{prompt}", text.trim()),
+            Some(template) => Cow::Owned(template.replace("{prompt}", text.trim())),
             None => text,
         };
-        Ok(vec![Message::new(Role::User, text)])
+        Ok(Turn::new(Role::User, text))
     }
 
-    /// Applies the system, leading-assistant, empty-turn, turn-mode and `max-turns` rules.
-    fn select(&self, turns: Vec<Message>) -> Result<Vec<Message>, DropReason> {
+    /// Applies the system, leading-assistant, empty-turn, turn-mode and `max-turns` rules;
+    /// the prompt is left in `kept` (cleared first).
+    fn select<'t>(
+        &'t self,
+        turns: impl IntoIterator<Item = Turn<'t>>,
+        kept: &mut Vec<Turn<'t>>,
+    ) -> Result<(), DropReason> {
+        kept.clear();
         let mut system = None;
-        let mut kept: Vec<Message> = Vec::new();
         let mut users = 0usize;
         for turn in turns {
             if turn.content.trim().is_empty() {
@@ -323,10 +397,34 @@ impl Normalizer {
             SystemPolicy::Drop => None,
             SystemPolicy::Replace => self
                 .system_text
-                .clone()
+                .as_deref()
                 .filter(|t| !t.trim().is_empty())
-                .map(|t| Message::new(Role::System, t)),
+                .map(|t| Turn::new(Role::System, Cow::Borrowed(t))),
         };
-        Ok(system.into_iter().chain(kept).collect())
+        if let Some(system) = system {
+            kept.insert(0, system);
+        }
+        Ok(())
     }
+}
+
+/// An Alpaca instruction with its `input` appended, when that has any text.
+fn with_alpaca_input<'t>(text: Cow<'t, str>, input: Option<&str>) -> Cow<'t, str> {
+    match input {
+        Some(input) if !input.trim().is_empty() => Cow::Owned(format!("{text}\n\n{input}")),
+        _ => text,
+    }
+}
+
+/// Why a row without any of the default fields is dropped.
+fn no_known_field() -> DropReason {
+    DropReason::MissingField(format!(
+        "one of {}",
+        MESSAGES_FIELDS
+            .iter()
+            .chain(PROMPT_FIELDS.iter())
+            .map(|f| format!("`{f}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))
 }

@@ -4,9 +4,17 @@
 //! Memory is bounded by the readers (one row or one Parquet batch) and the sample (`limit`
 //! prompts), which also deduplicates (see [`sample`]); only `dedup = false` keeps a counter per
 //! distinct prompt, to number repeats.
+//!
+//! Parquet batches are normalized straight from their Arrow arrays when their shape allows
+//! (`normalize::columnar`); other batches, and text formats, go row by row as JSON objects.
+//! Either way a row's turns borrow their text, its content hash and id are computed in reused
+//! buffers, and a [`Prompt`] is built only for the rows the sample admits.
 
+#[cfg(test)]
+mod columnar_tests;
 mod error;
 mod manifest;
+mod resolve;
 mod sample;
 #[cfg(test)]
 mod tests;
@@ -16,18 +24,21 @@ use std::hash::BuildHasherDefault;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
+use arrow_array::RecordBatch;
 use serde_json::Value;
 use xxhash_rust::xxh3::Xxh3;
 
 pub use error::SourceError;
 pub use manifest::{MAX_EXAMPLES, Manifest, RowExample};
+pub use resolve::ResolvedFrom;
 
 use crate::hub::{self, HubSettings};
-use crate::normalize::Normalizer;
-use crate::prompt::{Prompt, content_hash, prompt_id};
-use crate::read::{Row, for_each_row, format_of};
-use crate::spec::SourceSpec;
+use crate::normalize::{DropReason, Normalizer, TokenFilter, TokenizerError, Turn};
+use crate::prompt::{Prompt, content_hash_with, prompt_id_into};
+use crate::read::{Projection, Row, batch_rows, for_each_parquet_batch, for_each_row, format_of};
+use crate::spec::{Format, SourceSpec};
 use manifest::etag_checksum;
+use resolve::{Resolver, Unresolved};
 use sample::{Prehashed, Sample};
 
 /// Everything `prepare` needs beyond the spec: how to reach the Hub, and the prompts earlier
@@ -35,18 +46,28 @@ use sample::{Prehashed, Sample};
 #[derive(Debug)]
 pub struct PrepareOptions<'a> {
     pub hub: HubSettings,
-    /// Content hashes ([`content_hash`]) kept by earlier sources; this source skips them and
-    /// adds the ones it keeps. `None`: no cross-source deduplication.
+    /// Content hashes ([`crate::prompt::content_hash`]) kept by earlier sources; this source
+    /// skips them and adds the ones it keeps. `None`: no cross-source deduplication.
     pub seen_across: Option<&'a mut HashSet<u64>>,
+    /// Normalize Parquet batches straight from their Arrow arrays where their shape allows
+    /// (the default). `false` turns every row into a JSON object first, as text formats are
+    /// read: slower, and the reference the columnar path is tested against.
+    pub columnar: bool,
 }
 
 impl PrepareOptions<'_> {
+    /// These Hub settings, no cross-source deduplication, the columnar path.
+    pub fn new(hub: HubSettings) -> PrepareOptions<'static> {
+        PrepareOptions {
+            hub,
+            seen_across: None,
+            columnar: true,
+        }
+    }
+
     /// Hub settings from the environment, no cross-source deduplication.
     pub fn from_env() -> PrepareOptions<'static> {
-        PrepareOptions {
-            hub: HubSettings::from_env(),
-            seen_across: None,
-        }
+        PrepareOptions::new(HubSettings::from_env())
     }
 }
 
@@ -137,18 +158,31 @@ fn inputs(
             source_name: spec.name().to_owned(),
         });
     }
-    resolve_files(spec, base_dir)?
+    // Local files are checksummed while they are read (see `prepare_with`).
+    Ok(resolve_files(spec, base_dir)?
         .into_iter()
-        .map(|local| {
-            let checksum = xxh3_of(&local).map_err(|source| SourceError::Read {
-                path: local.clone(),
+        .map(|local| Input {
+            checksum: None,
+            name: local.clone(),
+            local,
+        })
+        .collect())
+}
+
+/// The checksums of the local inputs (those without one yet), by manifest name.
+fn local_checksums(inputs: &[Input]) -> Result<Vec<(String, String)>, SourceError> {
+    inputs
+        .iter()
+        .filter(|input| input.checksum.is_none())
+        .map(|input| {
+            let checksum = xxh3_of(&input.local).map_err(|source| SourceError::Read {
+                path: input.local.clone(),
                 source,
             })?;
-            Ok(Input {
-                checksum: Some(format!("xxh3-128:{checksum}")),
-                name: local.clone(),
-                local,
-            })
+            Ok((
+                input.name.to_string_lossy().into_owned(),
+                format!("xxh3-128:{checksum}"),
+            ))
         })
         .collect()
 }
@@ -166,32 +200,41 @@ pub fn prepare(
 /// The per-row state of one preparation.
 struct Collector<'a> {
     spec: &'a SourceSpec,
-    normalizer: Normalizer,
+    tokens: Option<&'a TokenFilter>,
+    resolver: Option<Resolver<'a>>,
     manifest: Manifest,
     seen_across: Option<&'a HashSet<u64>>,
     occurrences: HashMap<u64, u32, BuildHasherDefault<Prehashed>>,
     sample: Sample,
+    /// Scratch space for a prompt's JSON rendering (its content hash) and its id.
+    hash_buffer: Vec<u8>,
+    id_buffer: String,
 }
 
 impl Collector<'_> {
-    fn row(&mut self, file: &Path, (row, parsed): Row) {
+    /// A row read as a JSON object (text formats, and Parquet batches of unknown shape).
+    fn row(&mut self, normalizer: &Normalizer, file: &Path, (row, parsed): Row) {
         self.manifest.rows_read += 1;
-        let object = match parsed {
+        let mut object = match parsed {
             Ok(Value::Object(object)) => object,
             Ok(_) => {
-                self.manifest.drop_row(
-                    file,
-                    row,
-                    "not_an_object",
-                    "row is not a JSON object".to_owned(),
-                );
+                self.manifest.drop_row(file, row, "not_an_object", || {
+                    "row is not a JSON object".to_owned()
+                });
                 return;
             }
             Err(e) => {
-                self.manifest.drop_row(file, row, e.reason(), e.to_string());
+                self.manifest
+                    .drop_row(file, row, e.reason(), || e.to_string());
                 return;
             }
         };
+        if let Some(resolver) = &mut self.resolver
+            && let Err(Unresolved(detail)) = resolver.resolve(&mut object)
+        {
+            self.manifest.drop_row(file, row, "unresolved", || detail);
+            return;
+        }
         let source_key = self
             .spec
             .id_field
@@ -202,15 +245,63 @@ impl Collector<'_> {
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
             });
-        let messages = match self.normalizer.normalize_owned(object) {
-            Ok(messages) => messages,
+        let mut kept = Vec::new();
+        let result = normalizer.normalize_into(object, &mut kept);
+        self.accept(file, row, result.map(|()| &kept[..]), || source_key);
+    }
+
+    /// A Parquet record batch: normalized straight from its arrays when their shape is known
+    /// (and `columnar`), else row by row as JSON objects.
+    fn batch(
+        &mut self,
+        normalizer: &Normalizer,
+        file: &Path,
+        (batch, first_row): (&RecordBatch, u64),
+        projection: &Projection,
+        columnar: bool,
+    ) {
+        let Some(mut rows) = columnar.then(|| normalizer.columnar(batch, true)).flatten() else {
+            batch_rows(batch, Some(projection), first_row, &mut |row| {
+                self.row(normalizer, file, row);
+            });
+            return;
+        };
+        let mut kept = Vec::new();
+        for (row, index) in (0..batch.num_rows()).zip(first_row..) {
+            self.manifest.rows_read += 1;
+            let result = rows.normalize_into(row, &mut kept);
+            self.accept(file, index, result.map(|()| &kept[..]), || {
+                rows.source_key(row)
+            });
+        }
+    }
+
+    /// A normalized row (or why it has no prompt): deduplicated, then offered to the sample.
+    /// The prompt is materialized only when the sample admits it (a small share of the rows of
+    /// a large source); `source_key` is read only then.
+    fn accept(
+        &mut self,
+        file: &Path,
+        row: u64,
+        normalized: Result<&[Turn<'_>], DropReason>,
+        source_key: impl FnOnce() -> Option<String>,
+    ) {
+        let normalized = normalized.and_then(|turns| match self.tokens {
+            Some(tokens) => tokens.check(turns).map(|()| turns),
+            None => Ok(turns),
+        });
+        let turns = match normalized {
+            Ok(turns) => turns,
             Err(reason) => {
                 self.manifest
-                    .drop_row(file, row, &reason.key(), reason.detail());
+                    .drop_row(file, row, &reason.key(), || reason.detail());
                 return;
             }
         };
-        let hash = content_hash(&messages);
+        let hash = content_hash_with(
+            turns.iter().map(|t| (t.role, t.content.as_ref())),
+            &mut self.hash_buffer,
+        );
         if self.seen_across.is_some_and(|seen| seen.contains(&hash)) {
             self.manifest.duplicates_across += 1;
             return;
@@ -228,23 +319,84 @@ impl Collector<'_> {
             *n += 1;
             *n - 1
         };
-        let id = prompt_id(self.spec.name(), hash, occurrence);
-        let key = self.sample.key_of(&id);
+        prompt_id_into(&mut self.id_buffer, self.spec.name(), hash, occurrence);
+        let key = self.sample.key_of(&self.id_buffer);
         if !self.sample.admits(key) {
             self.manifest.sampled_out += 1;
             return;
         }
         let prompt = Prompt {
-            id,
+            id: self.id_buffer.clone(),
             source: self.spec.name().to_owned(),
-            messages,
-            source_key,
+            messages: turns.iter().map(Turn::to_message).collect(),
+            source_key: source_key(),
             row,
         };
         if self.sample.offer(prompt, key, hash) {
             self.manifest.sampled_out += 1;
         }
     }
+}
+
+/// The token-length filter of `spec`, with the checksum of its tokenizer file.
+fn token_filter(
+    spec: &SourceSpec,
+    base_dir: &Path,
+) -> Result<Option<(TokenFilter, String)>, SourceError> {
+    let Some(path) = spec.tokenizer_path(base_dir) else {
+        return Ok(None);
+    };
+    let bound = |v: &Option<toml::Spanned<i64>>| {
+        v.as_ref()
+            .map(|v| usize::try_from(*v.get_ref()).unwrap_or(0))
+    };
+    let error = |source| SourceError::Tokenizer {
+        source_name: spec.name().to_owned(),
+        source,
+    };
+    let filter = TokenFilter::load(
+        &path,
+        bound(&spec.min_prompt_tokens),
+        bound(&spec.max_prompt_tokens),
+    )
+    .map_err(error)?;
+    let checksum = xxh3_of(&path).map_err(|e| {
+        error(TokenizerError {
+            path: path.clone(),
+            message: e.to_string(),
+        })
+    })?;
+    Ok(Some((filter, format!("xxh3-128:{checksum}"))))
+}
+
+/// Reads every row of every input into `collector`.
+fn read_inputs(
+    inputs: &[Input],
+    spec: &SourceSpec,
+    normalizer: &Normalizer,
+    collector: &mut Collector<'_>,
+    columnar: bool,
+) -> Result<(), SourceError> {
+    let projection = normalizer.projection();
+    for input in inputs {
+        let format = format_of(spec.format, &input.local);
+        let file = input.name.as_path();
+        let read = match format {
+            Format::Parquet => {
+                for_each_parquet_batch(&input.local, Some(&projection), &mut |batch, first| {
+                    collector.batch(normalizer, file, (batch, first), &projection, columnar);
+                })
+            }
+            _ => for_each_row(&input.local, format, None, &mut |row| {
+                collector.row(normalizer, file, row);
+            }),
+        };
+        read.map_err(|source| SourceError::Read {
+            path: input.local.clone(),
+            source,
+        })?;
+    }
+    Ok(())
 }
 
 /// Prepares one source: every kept prompt is passed to `sink` in input order.
@@ -254,9 +406,16 @@ pub fn prepare_with(
     options: &mut PrepareOptions<'_>,
     sink: &mut dyn FnMut(&Prompt) -> io::Result<()>,
 ) -> Result<Manifest, SourceError> {
+    // The tokenizer first: a bad one should not wait for a long download.
+    let (tokens, tokenizer_checksum) = match token_filter(spec, base_dir)? {
+        Some((filter, checksum)) => (Some(filter), Some(checksum)),
+        None => (None, None),
+    };
     let mut manifest = Manifest {
         source: spec.name().to_owned(),
-        fingerprint: spec.fingerprint(),
+        fingerprint: spec.fingerprint_with_tokenizer(tokenizer_checksum.as_deref()),
+        tokenizer: spec.tokenizer_path(base_dir),
+        tokenizer_checksum,
         ..Manifest::default()
     };
     let inputs = inputs(spec, base_dir, &options.hub, &mut manifest)?;
@@ -269,10 +428,10 @@ pub fn prepare_with(
         }
     }
     let normalizer = Normalizer::new(spec);
-    let projection = normalizer.projection();
     let mut collector = Collector {
         spec,
-        normalizer,
+        tokens: tokens.as_ref(),
+        resolver: Resolver::new(spec, &options.hub),
         manifest,
         seen_across: options.seen_across.as_deref(),
         occurrences: HashMap::default(),
@@ -280,22 +439,30 @@ pub fn prepare_with(
             usize::try_from(spec.limit()).unwrap_or(usize::MAX),
             spec.seed(),
         ),
+        hash_buffer: Vec::new(),
+        id_buffer: String::new(),
     };
-    for input in &inputs {
-        let format = format_of(spec.format, &input.local);
-        for_each_row(&input.local, format, Some(&projection), &mut |row| {
-            collector.row(&input.name, row);
-        })
-        .map_err(|source| SourceError::Read {
-            path: input.local.clone(),
-            source,
-        })?;
-    }
+    // A local file is read twice, for its checksum and for its rows: on two threads, the
+    // checksum costs no wall time.
+    let (read, checksums) = std::thread::scope(|scope| {
+        let checksums = scope.spawn(|| local_checksums(&inputs));
+        let read = read_inputs(&inputs, spec, &normalizer, &mut collector, options.columnar);
+        let checksums = checksums
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (read, checksums)
+    });
+    read?;
+    collector.manifest.checksums.extend(checksums?);
     let Collector {
         mut manifest,
         sample,
+        resolver,
         ..
     } = collector;
+    if let Some(resolver) = resolver {
+        manifest.resolved_from = resolver.provenance;
+    }
     let kept = sample.into_kept();
     for (prompt, _) in &kept {
         sink(prompt).map_err(SourceError::Sink)?;

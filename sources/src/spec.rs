@@ -80,9 +80,46 @@ pub struct SourceSpec {
     pub language_field: Option<String>,
     /// Drop exact duplicates after normalization (default on).
     pub dedup: Option<bool>,
+    /// Bounds on the characters of a prompt's user turns.
     pub min_chars: Option<Spanned<i64>>,
     pub max_chars: Option<Spanned<i64>>,
+    /// A Hugging Face `tokenizer.json` (relative to the config file) measuring prompts for
+    /// `min-prompt-tokens` / `max-prompt-tokens`. Counted: the tokens of every message's content
+    /// of the prompt as sent (system turn included), each encoded on its own without special
+    /// tokens; the server's chat template adds its own tokens on top.
+    pub tokenizer: Option<Spanned<String>>,
+    pub min_prompt_tokens: Option<Spanned<i64>>,
+    pub max_prompt_tokens: Option<Spanned<i64>>,
+    /// Rows whose `prompt-field` is `resolve-placeholder` keep their prompt in another Hub
+    /// dataset (OpenCodeReasoning's `-` inputs, field notes §1.3): the row's `dataset` field
+    /// names an entry here, and the prompt is row `index` (a number or a numeric string) of
+    /// that dataset's `split`, in file order. A row that cannot be resolved is dropped and
+    /// counted (`unresolved`), as is every such row when the dataset cannot be fetched.
+    pub resolve: Option<Spanned<BTreeMap<String, ResolveSpec>>>,
+    /// The prompt value that marks a row to resolve (default `-`).
+    pub resolve_placeholder: Option<String>,
 }
+
+/// Where the prompts of one `resolve` dataset are.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ResolveSpec {
+    /// The Hub dataset repository (`owner/name`).
+    pub repo: String,
+    /// Branch, tag or commit (default `main`).
+    pub revision: Option<String>,
+    /// Glob patterns of one split's files, read in order; `{split}` is the row's `split`.
+    pub files: Vec<String>,
+    /// The field holding the prompt (default `question`).
+    pub field: Option<String>,
+}
+
+/// Default of `resolve-placeholder`.
+pub const DEFAULT_RESOLVE_PLACEHOLDER: &str = "-";
+/// Default `field` of a `resolve` dataset.
+pub const DEFAULT_RESOLVE_FIELD: &str = "question";
+/// The row fields a resolved row is looked up by.
+pub const RESOLVE_ROW_FIELDS: [&str; 3] = ["dataset", "split", "index"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -173,7 +210,20 @@ impl SourceSpec {
     /// A stable hash of every setting that shapes this source's prompts (`<16 hex digits>`):
     /// equal fingerprints mean a rerun would produce the same prompts from the same files.
     pub fn fingerprint(&self) -> String {
-        fingerprint::fingerprint(self)
+        fingerprint::fingerprint(self, None)
+    }
+
+    /// [`SourceSpec::fingerprint`] including the checksum of the `tokenizer` file, whose
+    /// contents shape the prompts as much as the settings do.
+    pub fn fingerprint_with_tokenizer(&self, tokenizer_checksum: Option<&str>) -> String {
+        fingerprint::fingerprint(self, tokenizer_checksum)
+    }
+
+    /// The `tokenizer` file, resolved against the config file's folder.
+    pub fn tokenizer_path(&self, base_dir: &std::path::Path) -> Option<std::path::PathBuf> {
+        self.tokenizer
+            .as_ref()
+            .map(|path| base_dir.join(path.get_ref()))
     }
 
     /// Every semantic problem of this entry (types and unknown keys were already checked by

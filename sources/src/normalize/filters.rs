@@ -1,12 +1,10 @@
 //! Row filters that look at a row's own fields before any turn is read: `include`, `exclude`
 //! and `languages`.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::{Map, Value};
-
 use super::DropReason;
-use super::turns::compare_text;
 use crate::spec::SourceSpec;
 
 const DEFAULT_LANGUAGE_FIELD: &str = "language";
@@ -57,33 +55,41 @@ impl RowFilter {
             .chain(self.languages.iter().map(|(field, _)| field))
     }
 
-    pub(super) fn check(&self, row: &Map<String, Value>) -> Result<(), DropReason> {
+    /// Checks a row whose fields, as text for comparisons, `value_of` gives (`None` for a
+    /// missing or null field).
+    pub(super) fn check<'r>(
+        &self,
+        value_of: impl Fn(&str) -> Option<Cow<'r, str>>,
+    ) -> Result<(), DropReason> {
         for (field, accepted) in &self.include {
-            let value = row.get(field).and_then(compare_text);
-            if !value.as_ref().is_some_and(|v| accepted.contains(v)) {
+            let value = value_of(field);
+            if !value
+                .as_ref()
+                .is_some_and(|v| accepted.contains(v.as_ref()))
+            {
                 return Err(DropReason::NotIncluded {
                     field: field.clone(),
-                    value,
+                    value: value.map(Cow::into_owned),
                 });
             }
         }
         for (field, rejected) in &self.exclude {
-            if let Some(value) = row.get(field).and_then(compare_text)
-                && rejected.contains(&value)
+            if let Some(value) = value_of(field)
+                && rejected.contains(value.as_ref())
             {
                 return Err(DropReason::Excluded {
                     field: field.clone(),
-                    value,
+                    value: value.into_owned(),
                 });
             }
         }
         if let Some((field, accepted)) = &self.languages {
-            let value = row.get(field).and_then(compare_text);
+            let value = value_of(field);
             if !value
                 .as_ref()
                 .is_some_and(|v| accepted.contains(&v.to_lowercase()))
             {
-                return Err(DropReason::Language(value));
+                return Err(DropReason::Language(value.map(Cow::into_owned)));
             }
         }
         Ok(())

@@ -1,9 +1,11 @@
 //! Reading a row's turns and texts: role and content keys, content parts, `[TAG]` wrappers.
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
-use super::DropReason;
-use crate::prompt::{Message, Role};
+use super::{DropReason, Turn};
+use crate::prompt::Role;
 
 /// A row's list of turns; `role_keys`/`content_keys` are tried in order.
 pub(super) fn parse_turns(
@@ -11,7 +13,7 @@ pub(super) fn parse_turns(
     value: Value,
     role_keys: &[String],
     content_keys: &[String],
-) -> Result<Vec<Message>, DropReason> {
+) -> Result<Vec<Turn<'static>>, DropReason> {
     let list = match value {
         Value::Array(list) => list,
         // Parquet has null lists where JSON has `[]`: both are empty conversations.
@@ -35,7 +37,7 @@ pub(super) fn parse_turns(
             Some(content) => text_of(&format!("{field}[].content"), content)?,
             None => String::new(),
         };
-        turns.push(Message::new(role, content));
+        turns.push(Turn::new(role, Cow::Owned(content)));
     }
     Ok(turns)
 }
@@ -62,7 +64,7 @@ pub(super) fn text_of(field: &str, value: Value) -> Result<String, DropReason> {
 
 /// Removes a `[TAG]`…`[/TAG]` wrapper around the whole text (R2E-Gym wraps some issues in
 /// `[ISSUE]`); inner text and texts without the wrapper are left alone.
-pub(super) fn strip_wrappers(text: &str, tags: &[String]) -> String {
+pub(super) fn strip_wrappers<'t>(text: &'t str, tags: &[String]) -> &'t str {
     let mut text = text.trim();
     for tag in tags {
         let open = format!("[{tag}]");
@@ -71,14 +73,14 @@ pub(super) fn strip_wrappers(text: &str, tags: &[String]) -> String {
             text = inner.strip_suffix(close.as_str()).unwrap_or(inner).trim();
         }
     }
-    text.to_owned()
+    text
 }
 
 /// A field's value as text for comparisons: strings as they are, other scalars as JSON.
-pub(super) fn compare_text(value: &Value) -> Option<String> {
+pub(super) fn compare_text(value: &Value) -> Option<Cow<'_, str>> {
     match value {
         Value::Null => None,
-        Value::String(s) => Some(s.clone()),
-        other => Some(other.to_string()),
+        Value::String(s) => Some(Cow::Borrowed(s)),
+        other => Some(Cow::Owned(other.to_string())),
     }
 }

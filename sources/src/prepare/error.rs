@@ -33,6 +33,12 @@ pub enum SourceError {
         #[source]
         source: Box<HubError>,
     },
+    /// The `tokenizer` file is missing or not a tokenizer.
+    #[error("source `{source_name}`: {source}")]
+    Tokenizer {
+        source_name: String,
+        source: crate::normalize::TokenizerError,
+    },
     #[error("source `{source_name}` has neither `path` nor `repo`")]
     NoInput { source_name: String },
     #[error("failed to write prompts")]

@@ -38,10 +38,16 @@ pub struct Manifest {
     /// `git-sha1:<hex>` (small non-LFS files); for a local file `xxh3-128:<hex>`.
     #[serde(default)]
     pub checksums: BTreeMap<String, String>,
+    /// The `tokenizer` file of the token-length filter, and its `xxh3-128:<hex>` checksum.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer_checksum: Option<String>,
     pub rows_read: u64,
     /// Prompts written to the prompts file.
     pub kept: u64,
-    /// Rows dropped, per reason (`bad_json`, `no_user_turn`, `excluded:input`, …).
+    /// Rows dropped, per reason (`bad_json`, `no_user_turn`, `excluded:input`,
+    /// `too_many_tokens`, …).
     pub dropped: BTreeMap<String, u64>,
     /// Repeats of a prompt the sample held when they were read. A repeat of a prompt the
     /// sample had already left out counts in `sampled_out`; with at most `limit` distinct
@@ -53,16 +59,31 @@ pub struct Manifest {
     /// Valid prompts left out by the sample (`limit`).
     pub sampled_out: u64,
     pub examples: Vec<RowExample>,
+    /// The datasets `resolve` read prompts from (OpenCodeReasoning's TACO and APPS).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resolved_from: Vec<super::ResolvedFrom>,
 }
 
 impl Manifest {
-    pub(super) fn drop_row(&mut self, file: &Path, row: u64, key: &str, detail: String) {
-        *self.dropped.entry(key.to_owned()).or_default() += 1;
+    /// Counts a dropped row under `key`; `detail` is rendered only for the first few.
+    pub(super) fn drop_row(
+        &mut self,
+        file: &Path,
+        row: u64,
+        key: &str,
+        detail: impl FnOnce() -> String,
+    ) {
+        match self.dropped.get_mut(key) {
+            Some(count) => *count += 1,
+            None => {
+                self.dropped.insert(key.to_owned(), 1);
+            }
+        }
         if self.examples.len() < MAX_EXAMPLES {
             self.examples.push(RowExample {
                 file: file.to_path_buf(),
                 row,
-                reason: detail,
+                reason: detail(),
             });
         }
     }

@@ -20,7 +20,8 @@ struct Candidate {
     key: u64,
     order: u64,
     hash: u64,
-    prompt: Prompt,
+    /// Boxed: the heap moves candidates on every offer; a small one moves fast.
+    prompt: Box<Prompt>,
 }
 
 impl PartialEq for Candidate {
@@ -77,30 +78,35 @@ impl Sample {
         self.members.contains(&hash)
     }
 
-    /// Offers a prompt (with its key and content hash); returns whether one was pushed out.
+    /// Offers a prompt the sample [admits](Sample::admits) (with its key and content hash);
+    /// returns whether one was pushed out.
     pub(super) fn offer(&mut self, prompt: Prompt, key: u64, hash: u64) -> bool {
-        self.members.insert(hash);
-        self.heap.push(Candidate {
+        let candidate = Candidate {
             key,
             order: self.arrivals,
             hash,
-            prompt,
-        });
+            prompt: Box::new(prompt),
+        };
         self.arrivals += 1;
-        if self.heap.len() > self.limit {
-            if let Some(evicted) = self.heap.pop() {
-                self.members.remove(&evicted.hash);
-            }
-            return true;
+        self.members.insert(hash);
+        if self.heap.len() < self.limit {
+            self.heap.push(candidate);
+            return false;
         }
-        false
+        // Full: the top (largest key) leaves. The newcomer's key is below it (`admits`), so
+        // replacing the top in place is a push followed by a pop, with one sift instead of two.
+        if let Some(mut top) = self.heap.peek_mut() {
+            let evicted = std::mem::replace(&mut *top, candidate);
+            self.members.remove(&evicted.hash);
+        }
+        true
     }
 
     /// The kept prompts in input order, with their content hashes.
     pub(super) fn into_kept(self) -> Vec<(Prompt, u64)> {
         let mut kept = self.heap.into_vec();
         kept.sort_by_key(|c| c.order);
-        kept.into_iter().map(|c| (c.prompt, c.hash)).collect()
+        kept.into_iter().map(|c| (*c.prompt, c.hash)).collect()
     }
 }
 

@@ -106,3 +106,107 @@ fn missing_files_name_the_pattern() {
     let err = prepare(&spec, dir.path(), &mut |_| Ok(())).expect_err("no files");
     assert!(err.to_string().contains("nope/*.jsonl"), "{err}");
 }
+
+fn write_tokenizer(dir: &Path, corpus: &[&str]) {
+    crate::normalize::write_test_tokenizer(&dir.join("tokenizer.json"), corpus);
+}
+
+#[test]
+fn prompts_outside_the_token_bounds_are_dropped() {
+    let rows = [
+        r#"{"prompt": "one two"}"#,
+        r#"{"prompt": "one two three"}"#,
+        r#"{"prompt": "What is Rust?"}"#,
+        r#"{"prompt": "a b c d e f g"}"#,
+        r#"{"prompt": "unseen words count too"}"#,
+        r#"{"messages": [{"role": "system", "content": "be brief ."}, {"role": "user", "content": "hi there"}]}"#,
+        r#"{"prompt": "x y z w v u t s"}"#,
+        r#"{"prompt": "one two three"}"#,
+    ];
+    let settings = "tokenizer = \"tokenizer.json\"\nmin-prompt-tokens = 3\nmax-prompt-tokens = 6";
+    let (dir, spec) = write_source(&rows, settings);
+    write_tokenizer(
+        dir.path(),
+        &["one two three What is Rust ? a b c be brief . hi there"],
+    );
+    let (prompts, manifest) = collect(&spec, dir.path());
+    let texts: Vec<&str> = prompts
+        .iter()
+        .map(|p| p.messages.last().expect("a user turn").content.as_str())
+        .collect();
+    // "be brief ." (3) + "hi there" (2): the system turn is part of the prompt as sent.
+    assert_eq!(
+        texts,
+        [
+            "one two three",
+            "What is Rust?",
+            "unseen words count too",
+            "hi there"
+        ]
+    );
+    let dropped: Vec<(&str, u64)> = manifest
+        .dropped
+        .iter()
+        .map(|(k, v)| (k.as_str(), *v))
+        .collect();
+    assert_eq!(dropped, [("too_few_tokens", 1), ("too_many_tokens", 2)]);
+    assert_eq!(manifest.duplicates_within, 1);
+    assert_eq!(manifest.kept, 4);
+    assert_eq!(manifest.rows_read, 8);
+    assert_eq!(
+        manifest.examples[0].reason,
+        "prompt has 2 tokens, fewer than `min-prompt-tokens` (3)"
+    );
+    assert_eq!(manifest.tokenizer, Some(dir.path().join("tokenizer.json")));
+    assert!(
+        manifest
+            .tokenizer_checksum
+            .as_deref()
+            .is_some_and(|c| c.starts_with("xxh3-128:"))
+    );
+
+    // Without the system turn the same row has 2 tokens.
+    let (dir, spec) = write_source(&rows, &format!("{settings}\nsystem-prompt = \"drop\""));
+    write_tokenizer(dir.path(), &["one two three"]);
+    let (_, manifest) = collect(&spec, dir.path());
+    assert_eq!(manifest.dropped.get("too_few_tokens"), Some(&2));
+}
+
+#[test]
+fn the_tokenizer_file_is_part_of_the_fingerprint() {
+    let settings = "tokenizer = \"tokenizer.json\"\nmax-prompt-tokens = 6";
+    let (dir, spec) = write_source(&[r#"{"prompt": "a"}"#], settings);
+    write_tokenizer(dir.path(), &["a b c"]);
+    let (_, first) = collect(&spec, dir.path());
+    let (_, again) = collect(&spec, dir.path());
+    write_tokenizer(dir.path(), &["a b c d"]);
+    let (_, changed) = collect(&spec, dir.path());
+    assert_eq!(first.fingerprint, again.fingerprint);
+    assert_ne!(first.fingerprint, changed.fingerprint);
+    assert_ne!(first.fingerprint, spec.fingerprint());
+}
+
+#[test]
+fn a_missing_or_invalid_tokenizer_names_the_file() {
+    let settings = "tokenizer = \"tokenizer.json\"\nmin-prompt-tokens = 1";
+    let (dir, spec) = write_source(&[r#"{"prompt": "a"}"#], settings);
+    let path = dir.path().join("tokenizer.json");
+    let err = prepare(&spec, dir.path(), &mut |_| Ok(())).expect_err("missing");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "source `t`: cannot load tokenizer `{}`: no such file",
+            path.display()
+        )
+    );
+    fs_err::write(&path, "{\"not\": \"a tokenizer\"}").expect("write");
+    let err = prepare(&spec, dir.path(), &mut |_| Ok(())).expect_err("invalid");
+    let message = err.to_string();
+    assert!(
+        message.starts_with(&format!(
+            "source `t`: cannot load tokenizer `{}`: ",
+            path.display()
+        )),
+        "{message}"
+    );
+}

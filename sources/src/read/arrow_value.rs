@@ -14,7 +14,7 @@ use arrow_schema::{DataType, TimeUnit};
 use serde_json::{Map, Number, Value};
 
 /// Every value of `array`, in row order.
-pub(super) fn column_values(array: &dyn Array) -> Vec<Value> {
+pub(crate) fn column_values(array: &dyn Array) -> Vec<Value> {
     if let DataType::Dictionary(..) = array.data_type() {
         // Decode the dictionary once instead of once per row.
         let dictionary = array.as_any_dictionary();

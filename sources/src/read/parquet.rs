@@ -1,16 +1,20 @@
 //! Parquet through the Arrow reader, one record batch at a time: memory follows the batch size,
 //! not the row group (field notes §6). Only the columns normalization reads are decoded, so a
-//! dataset's long answer columns (`output`, `response`) cost nothing.
+//! dataset's long answer columns (`output`, `response`) cost nothing, and of a turn list only
+//! the role and content fields (WildChat's turns carry a dozen more).
 
 use std::io;
 use std::path::Path;
 
+use arrow_array::RecordBatch;
+use arrow_schema::{DataType, SchemaRef};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::schema::types::SchemaDescriptor;
 use serde_json::{Map, Value};
 
 use super::open::Row;
-use super::projection::{Projection, projected_values};
+use super::projection::{Projection, TurnsProjection, projected_values};
 
 /// Rows decoded at once (~20 MB for chat datasets).
 pub const PARQUET_BATCH_SIZE: usize = 1024;
@@ -19,26 +23,19 @@ fn invalid(error: impl std::error::Error + Send + Sync + 'static) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, error)
 }
 
-/// Streams the rows of the Parquet file at `path` to `on_row`, decoding only what `projection`
-/// asks for when given.
-pub fn for_each_parquet_row(
+/// Streams the record batches of the Parquet file at `path` to `on_batch`, with the index of
+/// each batch's first row, decoding only what `projection` asks for when given: its columns,
+/// and of the turn list only the role and content fields (see [`projection_mask`]).
+pub fn for_each_parquet_batch(
     path: &Path,
     projection: Option<&Projection>,
-    on_row: &mut dyn FnMut(Row),
+    on_batch: &mut dyn FnMut(&RecordBatch, u64),
 ) -> io::Result<()> {
     let (file, _) = fs_err::File::open(path)?.into_parts();
     let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(invalid)?;
-    let builder = match projection.map(|p| &p.columns) {
-        Some(columns) => {
-            let roots: Vec<usize> = builder
-                .schema()
-                .fields()
-                .iter()
-                .enumerate()
-                .filter(|(_, field)| columns.contains(field.name()))
-                .map(|(i, _)| i)
-                .collect();
-            let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
+    let builder = match projection {
+        Some(projection) => {
+            let mask = projection_mask(builder.schema(), builder.parquet_schema(), projection);
             builder.with_projection(mask)
         }
         None => builder,
@@ -50,23 +47,121 @@ pub fn for_each_parquet_row(
     let mut next_row = 0u64;
     for batch in reader {
         let batch = batch.map_err(invalid)?;
-        let schema = batch.schema();
-        let mut values: Vec<Vec<Value>> = schema
-            .fields()
-            .iter()
-            .zip(batch.columns())
-            .map(|(field, column)| projected_values(field.name(), column.as_ref(), projection))
-            .collect();
-        for row in 0..batch.num_rows() {
-            let object: Map<String, Value> = schema
-                .fields()
-                .iter()
-                .zip(values.iter_mut())
-                .map(|(field, column)| (field.name().clone(), std::mem::take(&mut column[row])))
-                .collect();
-            on_row((next_row, Ok(Value::Object(object))));
-            next_row += 1;
-        }
+        on_batch(&batch, next_row);
+        next_row += batch.num_rows() as u64;
     }
     Ok(())
+}
+
+/// The rows of one batch as JSON objects, numbered from `first_row`.
+pub fn batch_rows(
+    batch: &RecordBatch,
+    projection: Option<&Projection>,
+    first_row: u64,
+    on_row: &mut dyn FnMut(Row),
+) {
+    let schema = batch.schema();
+    let mut values: Vec<Vec<Value>> = schema
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .map(|(field, column)| projected_values(field.name(), column.as_ref(), projection))
+        .collect();
+    for (row, index) in (0..batch.num_rows()).zip(first_row..) {
+        let object: Map<String, Value> = schema
+            .fields()
+            .iter()
+            .zip(values.iter_mut())
+            .map(|(field, column)| (field.name().clone(), std::mem::take(&mut column[row])))
+            .collect();
+        on_row((index, Ok(Value::Object(object))));
+    }
+}
+
+/// Streams the rows of the Parquet file at `path` to `on_row`, decoding only what `projection`
+/// asks for when given.
+pub fn for_each_parquet_row(
+    path: &Path,
+    projection: Option<&Projection>,
+    on_row: &mut dyn FnMut(Row),
+) -> io::Result<()> {
+    for_each_parquet_batch(path, projection, &mut |batch, first_row| {
+        batch_rows(batch, projection, first_row, on_row);
+    })
+}
+
+/// The leaf columns to decode: every leaf of the projected columns, except that of the turn
+/// list only the fields named by the role and content keys are read (WildChat's turns carry a
+/// dozen metadata fields). Leaves are matched to the Arrow struct's fields by counting, in
+/// schema order; when the counts disagree the whole column is read.
+fn projection_mask(
+    arrow: &SchemaRef,
+    parquet: &SchemaDescriptor,
+    projection: &Projection,
+) -> ProjectionMask {
+    let mut leaves = Vec::new();
+    let mut next_leaf = 0usize;
+    for field in arrow.fields() {
+        let count = leaf_count(field.data_type());
+        let range = next_leaf..next_leaf + count;
+        next_leaf += count;
+        if !projection.columns.contains(field.name()) {
+            continue;
+        }
+        let turn_fields = projection
+            .turns
+            .as_ref()
+            .filter(|turns| &turns.field == field.name())
+            .and_then(|turns| turn_leaves(field.data_type(), range.start, turns));
+        leaves.extend(turn_fields.unwrap_or_else(|| range.collect()));
+    }
+    if next_leaf != parquet.num_columns() {
+        // The Arrow schema does not map leaf by leaf (an unusual encoding): whole columns.
+        let roots = arrow
+            .fields()
+            .iter()
+            .enumerate()
+            .filter(|(_, field)| projection.columns.contains(field.name()))
+            .map(|(i, _)| i);
+        return ProjectionMask::roots(parquet, roots);
+    }
+    ProjectionMask::leaves(parquet, leaves)
+}
+
+/// The leaves of the role and content fields of a `list<struct>` turn column starting at leaf
+/// `first`; `None` when it is not one, or has neither field.
+fn turn_leaves(data_type: &DataType, first: usize, turns: &TurnsProjection) -> Option<Vec<usize>> {
+    let item = match data_type {
+        DataType::List(item) | DataType::LargeList(item) => item,
+        _ => return None,
+    };
+    let DataType::Struct(fields) = item.data_type() else {
+        return None;
+    };
+    let mut leaves = Vec::new();
+    let mut next = first;
+    for field in fields {
+        let count = leaf_count(field.data_type());
+        let wanted =
+            turns.role_keys.contains(field.name()) || turns.content_keys.contains(field.name());
+        if wanted {
+            leaves.extend(next..next + count);
+        }
+        next += count;
+    }
+    (!leaves.is_empty()).then_some(leaves)
+}
+
+/// How many Parquet leaf columns an Arrow type is stored in.
+fn leaf_count(data_type: &DataType) -> usize {
+    match data_type {
+        DataType::Struct(fields) => fields.iter().map(|f| leaf_count(f.data_type())).sum(),
+        DataType::List(item)
+        | DataType::LargeList(item)
+        | DataType::ListView(item)
+        | DataType::LargeListView(item)
+        | DataType::FixedSizeList(item, _)
+        | DataType::Map(item, _) => leaf_count(item.data_type()),
+        _ => 1,
+    }
 }

@@ -3,6 +3,17 @@
 
 use super::{SourceSpec, SpecProblem, SystemPolicy};
 
+/// Whether `id` looks like a Hub repository id (`owner/name`).
+fn valid_repo_id(id: &str) -> bool {
+    let parts: Vec<&str> = id.split('/').collect();
+    let valid_part = |p: &str| {
+        !p.is_empty()
+            && p.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    };
+    parts.len() == 2 && parts.iter().all(|p| valid_part(p))
+}
+
 pub(super) fn check(spec: &SourceSpec) -> Vec<SpecProblem> {
     let mut problems = Vec::new();
     let name = spec.name.get_ref();
@@ -53,13 +64,7 @@ pub(super) fn check(spec: &SourceSpec) -> Vec<SpecProblem> {
     }
     if let Some(repo) = &spec.repo {
         let id = repo.get_ref();
-        let parts: Vec<&str> = id.split('/').collect();
-        let valid_part = |p: &str| {
-            !p.is_empty()
-                && p.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        };
-        if parts.len() != 2 || !parts.iter().all(|p| valid_part(p)) {
+        if !valid_repo_id(id) {
             push(
                 repo.span(),
                 format!("source `{name}`: `repo` must look like `owner/name`, not `{id}`"),
@@ -139,6 +144,85 @@ pub(super) fn check(spec: &SourceSpec) -> Vec<SpecProblem> {
             max.span(),
             format!("source `{name}`: `max-chars` is below `min-chars`"),
         );
+    }
+    for field in [&spec.min_prompt_tokens, &spec.max_prompt_tokens]
+        .into_iter()
+        .flatten()
+    {
+        if *field.get_ref() < 0 {
+            push(
+                field.span(),
+                format!("source `{name}`: token bounds must not be negative"),
+            );
+        }
+    }
+    if let (Some(min), Some(max)) = (&spec.min_prompt_tokens, &spec.max_prompt_tokens)
+        && min.get_ref() > max.get_ref()
+    {
+        push(
+            max.span(),
+            format!("source `{name}`: `max-prompt-tokens` is below `min-prompt-tokens`"),
+        );
+    }
+    let token_bounds = spec
+        .min_prompt_tokens
+        .as_ref()
+        .or(spec.max_prompt_tokens.as_ref());
+    match (&spec.tokenizer, token_bounds) {
+        (None, Some(bound)) => push(
+            bound.span(),
+            format!(
+                "source `{name}`: `min-prompt-tokens`/`max-prompt-tokens` need `tokenizer` (a tokenizer.json file)"
+            ),
+        ),
+        (Some(tokenizer), None) => push(
+            tokenizer.span(),
+            format!(
+                "source `{name}`: `tokenizer` is only used with `min-prompt-tokens` or `max-prompt-tokens`"
+            ),
+        ),
+        (Some(tokenizer), Some(_)) if tokenizer.get_ref().trim().is_empty() => {
+            push(
+                tokenizer.span(),
+                format!("source `{name}`: `tokenizer` is empty"),
+            );
+        }
+        _ => {}
+    }
+    if let Some(resolve) = &spec.resolve {
+        if spec.prompt_field.is_none() {
+            push(
+                resolve.span(),
+                format!("source `{name}`: `resolve` needs `prompt-field` (the field it fills in)"),
+            );
+        }
+        for (dataset, entry) in resolve.get_ref() {
+            if !valid_repo_id(&entry.repo) {
+                push(
+                    resolve.span(),
+                    format!(
+                        "source `{name}`: `resolve.{dataset}.repo` must look like `owner/name`, not `{}`",
+                        entry.repo
+                    ),
+                );
+            }
+            if entry.files.is_empty() {
+                push(
+                    resolve.span(),
+                    format!("source `{name}`: `resolve.{dataset}.files` is empty"),
+                );
+            }
+            for pattern in &entry.files {
+                if let Err(e) = glob::Pattern::new(&pattern.replace("{split}", "split")) {
+                    push(
+                        resolve.span(),
+                        format!(
+                            "source `{name}`: invalid glob `{pattern}` in `resolve.{dataset}`: {e}"
+                        ),
+                    );
+                }
+            }
+        }
     }
     match (spec.system_prompt, &spec.system_prompt_text) {
         (SystemPolicy::Replace, None) => push(
@@ -248,6 +332,45 @@ mod tests {
                 "empty include",
                 "name = \"a\"\npath = \"x\"\ninclude = { lang = [] }",
                 &["`include` list is empty"],
+            ),
+            (
+                "token bounds without a tokenizer",
+                "name = \"a\"\npath = \"x\"\nmax-prompt-tokens = 10",
+                &["need `tokenizer`"],
+            ),
+            (
+                "tokenizer without bounds",
+                "name = \"a\"\npath = \"x\"\ntokenizer = \"t.json\"",
+                &["only used with `min-prompt-tokens`"],
+            ),
+            (
+                "token bounds",
+                "name = \"a\"\npath = \"x\"\ntokenizer = \"t.json\"\nmin-prompt-tokens = 20\nmax-prompt-tokens = -1",
+                &["must not be negative", "below `min-prompt-tokens`"],
+            ),
+            (
+                "empty tokenizer",
+                "name = \"a\"\npath = \"x\"\ntokenizer = \" \"\nmin-prompt-tokens = 1",
+                &["`tokenizer` is empty"],
+            ),
+            (
+                "tokenizer and bounds",
+                "name = \"a\"\npath = \"x\"\ntokenizer = \"t.json\"\nmin-prompt-tokens = 1\nmax-prompt-tokens = 1",
+                &[],
+            ),
+            (
+                "resolve",
+                "name = \"a\"\npath = \"x\"\nprompt-field = \"input\"\nresolve = { taco = { repo = \"BAAI/TACO\", files = [\"ALL/{split}-*.parquet\"] } }",
+                &[],
+            ),
+            (
+                "resolve without a prompt field, bad repo, no files",
+                "name = \"a\"\npath = \"x\"\nresolve = { taco = { repo = \"TACO\", files = [] } }",
+                &[
+                    "needs `prompt-field`",
+                    "`resolve.taco.repo`",
+                    "`resolve.taco.files` is empty",
+                ],
             ),
             (
                 "bad name",

@@ -1,16 +1,16 @@
 //! The fingerprint of a `[[source]]`: xxh3 of a canonical JSON rendering of its settings, so
 //! formatting, key order and comments in `datasets.toml` do not change it.
 
-use serde_json::json;
+use serde_json::{Value, json};
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::SourceSpec;
 
-pub(super) fn fingerprint(spec: &SourceSpec) -> String {
+pub(super) fn fingerprint(spec: &SourceSpec, tokenizer_checksum: Option<&str>) -> String {
     let get = |v: &Option<toml::Spanned<String>>| v.as_ref().map(|v| v.get_ref().clone());
     let number = |v: &Option<toml::Spanned<i64>>| v.as_ref().map(|v| *v.get_ref());
     // Every field, by name: a new field must be added here, or reruns would miss its changes.
-    let canonical = json!({
+    let mut canonical = json!({
         "name": spec.name.get_ref(),
         "path": get(&spec.path),
         "repo": get(&spec.repo),
@@ -40,6 +40,26 @@ pub(super) fn fingerprint(spec: &SourceSpec) -> String {
         "min_chars": number(&spec.min_chars),
         "max_chars": number(&spec.max_chars),
     });
+    // Added later: only when set, so the fingerprints of sources without them stay as they were.
+    let later = [
+        ("tokenizer", get(&spec.tokenizer).map(Value::from)),
+        ("tokenizer_checksum", tokenizer_checksum.map(Value::from)),
+        (
+            "min_prompt_tokens",
+            number(&spec.min_prompt_tokens).map(Value::from),
+        ),
+        (
+            "max_prompt_tokens",
+            number(&spec.max_prompt_tokens).map(Value::from),
+        ),
+    ];
+    if let Value::Object(map) = &mut canonical {
+        for (key, value) in later {
+            if let Some(value) = value {
+                map.insert(key.to_owned(), value);
+            }
+        }
+    }
     // `json!` objects are sorted maps, so the rendering is canonical.
     format!("{:016x}", xxh3_64(canonical.to_string().as_bytes()))
 }
@@ -72,5 +92,22 @@ mod tests {
             fingerprint("name = \"a\"\npath = \"x.jsonl\""),
             fingerprint("name = \"a\"\npath = \"x.jsonl\"\nlimit = 10000\nseed = 0\ndedup = true")
         );
+        // Pinned: keys added later leave the fingerprints of sources without them alone.
+        assert_eq!(a, "e85339bd4ec044d5");
+    }
+
+    #[test]
+    fn the_tokenizer_file_counts() {
+        let spec: SourceSpec = toml::from_str(
+            "name = \"a\"\npath = \"x.jsonl\"\ntokenizer = \"t.json\"\nmax-prompt-tokens = 10",
+        )
+        .expect("spec");
+        let plain = fingerprint("name = \"a\"\npath = \"x.jsonl\"");
+        assert_ne!(spec.fingerprint(), plain);
+        assert_ne!(
+            spec.fingerprint_with_tokenizer(Some("xxh3-128:1")),
+            spec.fingerprint_with_tokenizer(Some("xxh3-128:2"))
+        );
+        assert_eq!(spec.fingerprint_with_tokenizer(None), spec.fingerprint());
     }
 }

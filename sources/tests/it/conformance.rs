@@ -31,11 +31,22 @@ pub fn settings(hub: &FakeHub, cache: &Path) -> HubSettings {
 }
 
 pub fn run(spec: &SourceSpec, hub: HubSettings) -> (Vec<Prompt>, Manifest) {
+    run_with(spec, PrepareOptions::new(hub))
+}
+
+/// Runs with `columnar` off: every Parquet row through the generic JSON path.
+pub fn run_generic(spec: &SourceSpec, hub: HubSettings) -> (Vec<Prompt>, Manifest) {
+    run_with(
+        spec,
+        PrepareOptions {
+            columnar: false,
+            ..PrepareOptions::new(hub)
+        },
+    )
+}
+
+fn run_with(spec: &SourceSpec, mut options: PrepareOptions<'_>) -> (Vec<Prompt>, Manifest) {
     let mut prompts = Vec::new();
-    let mut options = PrepareOptions {
-        hub,
-        seen_across: None,
-    };
     let manifest = prepare_with(spec, Path::new("."), &mut options, &mut |p| {
         prompts.push(p.clone());
         Ok(())
@@ -117,7 +128,9 @@ fn every_source_of_datasets_toml_extracts_its_fixture_exactly() {
         names, expected_names,
         "datasets.toml lists the ten sources in order"
     );
-    let hub = FakeHub::start(fixtures.iter().map(|f| f.repo.clone()).collect());
+    let mut repos: Vec<_> = fixtures.iter().map(|f| f.repo.clone()).collect();
+    repos.extend(datasets::resolve_repos());
+    let hub = FakeHub::start(repos);
     let cache = tempfile::tempdir().expect("tempdir");
     for (spec, fixture) in specs.iter().zip(&fixtures) {
         let problems: Vec<String> = spec.check().into_iter().map(|p| p.message).collect();
@@ -139,6 +152,15 @@ fn every_source_of_datasets_toml_extracts_its_fixture_exactly() {
         // Ids are stable: a second run (from the cache now) gives the same prompts.
         let (again, _) = run(spec, settings(&hub, cache.path()));
         assert_eq!(again, prompts, "source `{}` is deterministic", spec.name());
+        // The columnar Parquet path and the generic JSON path agree exactly.
+        let (generic, generic_manifest) = run_generic(spec, settings(&hub, cache.path()));
+        assert_eq!(generic, prompts, "source `{}`: both paths", spec.name());
+        assert_eq!(
+            generic_manifest,
+            manifest,
+            "source `{}`: both paths",
+            spec.name()
+        );
     }
     let seen = hub.seen();
     let downloads: Vec<_> = seen
@@ -152,7 +174,11 @@ fn every_source_of_datasets_toml_extracts_its_fixture_exactly() {
     let downloads = downloads.len();
     let files: usize = specs
         .iter()
-        .map(|s| run(s, settings(&hub, cache.path())).1.files.len())
+        .map(|s| {
+            let manifest = run(s, settings(&hub, cache.path())).1;
+            let resolved: usize = manifest.resolved_from.iter().map(|r| r.files.len()).sum();
+            manifest.files.len() + resolved
+        })
         .sum();
     // Every file was downloaded by the first run only (one metadata request + one chunk each).
     assert_eq!(

@@ -115,6 +115,71 @@ fn turn_lists_keep_only_role_and_content_and_skip_answers() {
 }
 
 #[test]
+fn turn_lists_decode_only_the_role_and_content_leaves() {
+    use arrow_array::Array;
+    use arrow_array::cast::AsArray;
+
+    let file = parquet(vec![
+        (
+            "before",
+            Col::Turns {
+                keys: &["x", "content", "role"],
+                rows: vec![Some(vec![vec!["1", "2", "3"]])],
+            },
+        ),
+        ("hash", Col::Str(vec![Some("h")])),
+        (
+            "conversation",
+            Col::Turns {
+                keys: &["country", "content", "language", "role", "toxic"],
+                rows: vec![Some(vec![
+                    vec!["FR", "bonjour", "French", "user", "false"],
+                    vec!["FR", "salut", "French", "assistant", "false"],
+                ])],
+            },
+        ),
+        ("after", Col::Str(vec![Some("a")])),
+    ]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("f.parquet");
+    fs_err::write(&path, file).expect("write");
+    let projection = Projection {
+        columns: ["conversation".to_owned(), "after".to_owned()].into(),
+        turns: Some(TurnsProjection {
+            field: "conversation".to_owned(),
+            role_keys: vec!["role".to_owned()],
+            content_keys: vec!["content".to_owned()],
+            skip_assistant_content: true,
+        }),
+    };
+    let mut seen = 0;
+    gen_sources::read::for_each_parquet_batch(&path, Some(&projection), &mut |batch, _| {
+        seen += batch.num_rows();
+        let names: Vec<&str> = batch
+            .schema_ref()
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
+        assert_eq!(names, ["conversation", "after"]);
+        let list = batch.column(0).as_list::<i32>();
+        let turns = list.values().as_struct();
+        assert_eq!(turns.column_names(), ["content", "role"]);
+        let content = turns.column(0).as_string::<i32>();
+        let role = turns.column(1).as_string::<i32>();
+        assert_eq!(
+            (0..turns.len())
+                .map(|i| (role.value(i), content.value(i)))
+                .collect::<Vec<_>>(),
+            [("user", "bonjour"), ("assistant", "salut")]
+        );
+        assert_eq!(batch.column(1).as_string::<i32>().value(0), "a");
+    })
+    .expect("valid parquet");
+    assert_eq!(seen, 1);
+}
+
+#[test]
 fn corrupt_and_truncated_parquet_are_errors() {
     let bytes = wildchat_like();
     assert!(rows(b"not a parquet file at all", None).is_err());
@@ -152,6 +217,7 @@ fn local_globs_mix_formats_and_compressions() {
     let mut options = PrepareOptions {
         hub: HubSettings::from_vars(|_| None).with_offline(true),
         seen_across: None,
+        columnar: true,
     };
     let mut texts = Vec::new();
     let manifest = prepare_with(&spec, dir.path(), &mut options, &mut |p| {
