@@ -21,7 +21,9 @@ use serde_json::{Map, Value};
 
 use crate::prompt::{Message, Role};
 use crate::read::{Projection, TurnsProjection};
-use crate::spec::{SourceSpec, SystemPolicy, TurnMode};
+use crate::spec::{
+    DEFAULT_RESOLVE_PLACEHOLDER, RESOLVE_ROW_FIELDS, SourceSpec, SystemPolicy, TurnMode,
+};
 use filters::RowFilter;
 #[cfg(test)]
 pub(crate) use tokens::write_test_tokenizer;
@@ -172,6 +174,9 @@ pub struct Normalizer {
     id_field: Option<String>,
     min_chars: usize,
     max_chars: usize,
+    /// With `resolve`: the prompt value that marks a row to resolve from another dataset
+    /// before normalization.
+    resolve_placeholder: Option<String>,
 }
 
 impl Normalizer {
@@ -203,6 +208,11 @@ impl Normalizer {
             id_field: spec.id_field.clone(),
             min_chars: bound(&spec.min_chars, 1),
             max_chars: bound(&spec.max_chars, usize::MAX),
+            resolve_placeholder: spec.resolve.as_ref().map(|_| {
+                spec.resolve_placeholder
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_RESOLVE_PLACEHOLDER.to_owned())
+            }),
         }
     }
 
@@ -211,6 +221,9 @@ impl Normalizer {
     pub fn columns(&self) -> BTreeSet<String> {
         let mut columns: BTreeSet<String> = self.filter.fields().cloned().collect();
         columns.extend(self.id_field.iter().cloned());
+        if self.resolve_placeholder.is_some() {
+            columns.extend(RESOLVE_ROW_FIELDS.map(str::to_owned));
+        }
         match (&self.messages_field, &self.prompt_field) {
             (Some(field), _) | (None, Some(field)) => {
                 columns.insert(field.clone());

@@ -14,6 +14,7 @@
 mod columnar_tests;
 mod error;
 mod manifest;
+mod resolve;
 mod sample;
 #[cfg(test)]
 mod tests;
@@ -29,6 +30,7 @@ use xxhash_rust::xxh3::Xxh3;
 
 pub use error::SourceError;
 pub use manifest::{MAX_EXAMPLES, Manifest, RowExample};
+pub use resolve::ResolvedFrom;
 
 use crate::hub::{self, HubSettings};
 use crate::normalize::{DropReason, Normalizer, TokenFilter, TokenizerError, Turn};
@@ -36,6 +38,7 @@ use crate::prompt::{Prompt, content_hash_with, prompt_id_into};
 use crate::read::{Projection, Row, batch_rows, for_each_parquet_batch, for_each_row, format_of};
 use crate::spec::{Format, SourceSpec};
 use manifest::etag_checksum;
+use resolve::{Resolver, Unresolved};
 use sample::{Prehashed, Sample};
 
 /// Everything `prepare` needs beyond the spec: how to reach the Hub, and the prompts earlier
@@ -198,6 +201,7 @@ pub fn prepare(
 struct Collector<'a> {
     spec: &'a SourceSpec,
     tokens: Option<&'a TokenFilter>,
+    resolver: Option<Resolver<'a>>,
     manifest: Manifest,
     seen_across: Option<&'a HashSet<u64>>,
     occurrences: HashMap<u64, u32, BuildHasherDefault<Prehashed>>,
@@ -211,7 +215,7 @@ impl Collector<'_> {
     /// A row read as a JSON object (text formats, and Parquet batches of unknown shape).
     fn row(&mut self, normalizer: &Normalizer, file: &Path, (row, parsed): Row) {
         self.manifest.rows_read += 1;
-        let object = match parsed {
+        let mut object = match parsed {
             Ok(Value::Object(object)) => object,
             Ok(_) => {
                 self.manifest.drop_row(file, row, "not_an_object", || {
@@ -225,6 +229,12 @@ impl Collector<'_> {
                 return;
             }
         };
+        if let Some(resolver) = &mut self.resolver
+            && let Err(Unresolved(detail)) = resolver.resolve(&mut object)
+        {
+            self.manifest.drop_row(file, row, "unresolved", || detail);
+            return;
+        }
         let source_key = self
             .spec
             .id_field
@@ -421,6 +431,7 @@ pub fn prepare_with(
     let mut collector = Collector {
         spec,
         tokens: tokens.as_ref(),
+        resolver: Resolver::new(spec, &options.hub),
         manifest,
         seen_across: options.seen_across.as_deref(),
         occurrences: HashMap::default(),
@@ -446,8 +457,12 @@ pub fn prepare_with(
     let Collector {
         mut manifest,
         sample,
+        resolver,
         ..
     } = collector;
+    if let Some(resolver) = resolver {
+        manifest.resolved_from = resolver.provenance;
+    }
     let kept = sample.into_kept();
     for (prompt, _) in &kept {
         sink(prompt).map_err(SourceError::Sink)?;

@@ -90,7 +90,36 @@ pub struct SourceSpec {
     pub tokenizer: Option<Spanned<String>>,
     pub min_prompt_tokens: Option<Spanned<i64>>,
     pub max_prompt_tokens: Option<Spanned<i64>>,
+    /// Rows whose `prompt-field` is `resolve-placeholder` keep their prompt in another Hub
+    /// dataset (OpenCodeReasoning's `-` inputs, field notes §1.3): the row's `dataset` field
+    /// names an entry here, and the prompt is row `index` (a number or a numeric string) of
+    /// that dataset's `split`, in file order. A row that cannot be resolved is dropped and
+    /// counted (`unresolved`), as is every such row when the dataset cannot be fetched.
+    pub resolve: Option<Spanned<BTreeMap<String, ResolveSpec>>>,
+    /// The prompt value that marks a row to resolve (default `-`).
+    pub resolve_placeholder: Option<String>,
 }
+
+/// Where the prompts of one `resolve` dataset are.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ResolveSpec {
+    /// The Hub dataset repository (`owner/name`).
+    pub repo: String,
+    /// Branch, tag or commit (default `main`).
+    pub revision: Option<String>,
+    /// Glob patterns of one split's files, read in order; `{split}` is the row's `split`.
+    pub files: Vec<String>,
+    /// The field holding the prompt (default `question`).
+    pub field: Option<String>,
+}
+
+/// Default of `resolve-placeholder`.
+pub const DEFAULT_RESOLVE_PLACEHOLDER: &str = "-";
+/// Default `field` of a `resolve` dataset.
+pub const DEFAULT_RESOLVE_FIELD: &str = "question";
+/// The row fields a resolved row is looked up by.
+pub const RESOLVE_ROW_FIELDS: [&str; 3] = ["dataset", "split", "index"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]

@@ -241,6 +241,14 @@ impl Normalizer {
             };
             Some(Body::Plain { text, input })
         };
+        if let Some(placeholder) = &self.resolve_placeholder {
+            // A batch with rows to resolve from another dataset goes the JSON way, where they
+            // are rewritten first; a batch without any is normalized here.
+            let prompts = Text::of(column(self.prompt_field.as_deref()?)?)?;
+            if (0..batch.num_rows()).any(|row| prompts.get(row) == Some(placeholder.as_str())) {
+                return None;
+            }
+        }
         let missing = |field: &str| Body::Missing(DropReason::MissingField(field.to_owned()));
         let body = if let Some(field) = &self.messages_field {
             match column(field) {

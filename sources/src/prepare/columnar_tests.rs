@@ -354,6 +354,18 @@ fn columnar_and_generic_paths_agree() {
             true,
         ),
         ("awkward", "prompt-field = \"large\"", true),
+        // No placeholder in the batch: nothing to resolve, the columnar path reads it.
+        (
+            "awkward",
+            "prompt-field = \"question\"\nresolve = { x = { repo = \"o/never-fetched\", files = [\"{split}.jsonl\"] } }",
+            true,
+        ),
+        // Rows to resolve (here without a `dataset` field: dropped as `unresolved`).
+        (
+            "awkward",
+            "prompt-field = \"question\"\nresolve-placeholder = \"plain question\"\nresolve = { x = { repo = \"o/never-fetched\", files = [\"{split}.jsonl\"] } }",
+            false,
+        ),
         ("awkward", "messages-field = \"nope\"", true),
         ("awkward", "prompt-field = \"nope\"", true),
         // Defaults: `conversations` is found, role and content keys are tried in order.

@@ -59,6 +59,9 @@ pub struct Manifest {
     /// Valid prompts left out by the sample (`limit`).
     pub sampled_out: u64,
     pub examples: Vec<RowExample>,
+    /// The datasets `resolve` read prompts from (OpenCodeReasoning's TACO and APPS).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resolved_from: Vec<super::ResolvedFrom>,
 }
 
 impl Manifest {

@@ -3,6 +3,17 @@
 
 use super::{SourceSpec, SpecProblem, SystemPolicy};
 
+/// Whether `id` looks like a Hub repository id (`owner/name`).
+fn valid_repo_id(id: &str) -> bool {
+    let parts: Vec<&str> = id.split('/').collect();
+    let valid_part = |p: &str| {
+        !p.is_empty()
+            && p.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    };
+    parts.len() == 2 && parts.iter().all(|p| valid_part(p))
+}
+
 pub(super) fn check(spec: &SourceSpec) -> Vec<SpecProblem> {
     let mut problems = Vec::new();
     let name = spec.name.get_ref();
@@ -53,13 +64,7 @@ pub(super) fn check(spec: &SourceSpec) -> Vec<SpecProblem> {
     }
     if let Some(repo) = &spec.repo {
         let id = repo.get_ref();
-        let parts: Vec<&str> = id.split('/').collect();
-        let valid_part = |p: &str| {
-            !p.is_empty()
-                && p.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        };
-        if parts.len() != 2 || !parts.iter().all(|p| valid_part(p)) {
+        if !valid_repo_id(id) {
             push(
                 repo.span(),
                 format!("source `{name}`: `repo` must look like `owner/name`, not `{id}`"),
@@ -183,6 +188,41 @@ pub(super) fn check(spec: &SourceSpec) -> Vec<SpecProblem> {
             );
         }
         _ => {}
+    }
+    if let Some(resolve) = &spec.resolve {
+        if spec.prompt_field.is_none() {
+            push(
+                resolve.span(),
+                format!("source `{name}`: `resolve` needs `prompt-field` (the field it fills in)"),
+            );
+        }
+        for (dataset, entry) in resolve.get_ref() {
+            if !valid_repo_id(&entry.repo) {
+                push(
+                    resolve.span(),
+                    format!(
+                        "source `{name}`: `resolve.{dataset}.repo` must look like `owner/name`, not `{}`",
+                        entry.repo
+                    ),
+                );
+            }
+            if entry.files.is_empty() {
+                push(
+                    resolve.span(),
+                    format!("source `{name}`: `resolve.{dataset}.files` is empty"),
+                );
+            }
+            for pattern in &entry.files {
+                if let Err(e) = glob::Pattern::new(&pattern.replace("{split}", "split")) {
+                    push(
+                        resolve.span(),
+                        format!(
+                            "source `{name}`: invalid glob `{pattern}` in `resolve.{dataset}`: {e}"
+                        ),
+                    );
+                }
+            }
+        }
     }
     match (spec.system_prompt, &spec.system_prompt_text) {
         (SystemPolicy::Replace, None) => push(
@@ -317,6 +357,20 @@ mod tests {
                 "tokenizer and bounds",
                 "name = \"a\"\npath = \"x\"\ntokenizer = \"t.json\"\nmin-prompt-tokens = 1\nmax-prompt-tokens = 1",
                 &[],
+            ),
+            (
+                "resolve",
+                "name = \"a\"\npath = \"x\"\nprompt-field = \"input\"\nresolve = { taco = { repo = \"BAAI/TACO\", files = [\"ALL/{split}-*.parquet\"] } }",
+                &[],
+            ),
+            (
+                "resolve without a prompt field, bad repo, no files",
+                "name = \"a\"\npath = \"x\"\nresolve = { taco = { repo = \"TACO\", files = [] } }",
+                &[
+                    "needs `prompt-field`",
+                    "`resolve.taco.repo`",
+                    "`resolve.taco.files` is empty",
+                ],
             ),
             (
                 "bad name",

@@ -128,7 +128,9 @@ fn every_source_of_datasets_toml_extracts_its_fixture_exactly() {
         names, expected_names,
         "datasets.toml lists the ten sources in order"
     );
-    let hub = FakeHub::start(fixtures.iter().map(|f| f.repo.clone()).collect());
+    let mut repos: Vec<_> = fixtures.iter().map(|f| f.repo.clone()).collect();
+    repos.extend(datasets::resolve_repos());
+    let hub = FakeHub::start(repos);
     let cache = tempfile::tempdir().expect("tempdir");
     for (spec, fixture) in specs.iter().zip(&fixtures) {
         let problems: Vec<String> = spec.check().into_iter().map(|p| p.message).collect();
@@ -172,7 +174,11 @@ fn every_source_of_datasets_toml_extracts_its_fixture_exactly() {
     let downloads = downloads.len();
     let files: usize = specs
         .iter()
-        .map(|s| run(s, settings(&hub, cache.path())).1.files.len())
+        .map(|s| {
+            let manifest = run(s, settings(&hub, cache.path())).1;
+            let resolved: usize = manifest.resolved_from.iter().map(|r| r.files.len()).sum();
+            manifest.files.len() + resolved
+        })
         .sum();
     // Every file was downloaded by the first run only (one metadata request + one chunk each).
     assert_eq!(

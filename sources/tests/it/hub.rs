@@ -369,3 +369,91 @@ fn large_files_follow_the_cdn_redirect_resume_in_chunks_and_report_progress() {
         "one metadata probe per attempt: {ranges:?}"
     );
 }
+
+#[test]
+fn resolved_prompts_name_their_origin_and_an_unreachable_dataset_drops_only_its_rows() {
+    use crate::support::datasets;
+
+    let specs = super::conformance::datasets_toml();
+    let spec = specs
+        .iter()
+        .find(|s| s.name() == "opencodereasoning")
+        .expect("datasets.toml has opencodereasoning");
+    let fixture = datasets::opencodereasoning();
+    let mut repos = datasets::resolve_repos();
+    repos.push(fixture.repo.clone());
+    let hub = FakeHub::start(repos.clone());
+    let cache = tempfile::tempdir().expect("tempdir");
+    let (_, manifest) = run(spec, settings(&hub, cache.path()));
+    let origins: Vec<(&str, &str, &str, Vec<String>)> = manifest
+        .resolved_from
+        .iter()
+        .map(|r| {
+            (
+                r.dataset.as_str(),
+                r.split.as_str(),
+                r.repo.as_str(),
+                r.files
+                    .iter()
+                    .map(|f| f.to_string_lossy().into_owned())
+                    .collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        origins,
+        [
+            (
+                "taco",
+                "train",
+                "BAAI/TACO",
+                vec![
+                    "ALL/train-00000-of-00002.parquet".to_owned(),
+                    "ALL/train-00001-of-00002.parquet".to_owned()
+                ]
+            ),
+            (
+                "apps",
+                "test",
+                "codeparrot/apps",
+                vec!["test.jsonl".to_owned()]
+            ),
+            (
+                "taco",
+                "test",
+                "BAAI/TACO",
+                vec!["ALL/test-00000-of-00001.parquet".to_owned()]
+            ),
+            (
+                "apps",
+                "train",
+                "codeparrot/apps",
+                vec!["train.jsonl".to_owned()]
+            ),
+        ]
+    );
+    assert_eq!(manifest.resolved_from[0].commit, repos[0].sha);
+    assert!(
+        manifest.resolved_from[0].checksums["ALL/train-00000-of-00002.parquet"]
+            .starts_with("sha256:")
+    );
+
+    // TACO gated (no token here): its rows are dropped, APPS's still resolve.
+    repos[0] = repos[0].clone().gated(TOKEN);
+    let hub = FakeHub::start(repos);
+    let cache = tempfile::tempdir().expect("tempdir");
+    let (prompts, manifest) = run(spec, settings(&hub, cache.path()));
+    let keys: Vec<&str> = prompts
+        .iter()
+        .filter_map(|p| p.source_key.as_deref())
+        .collect();
+    assert_eq!(keys, ["c1", "c4", "d2"]);
+    assert_eq!(manifest.dropped.get("unresolved"), Some(&6));
+    assert!(
+        manifest.examples.iter().any(|e| e
+            .reason
+            .starts_with("cannot fetch `BAAI/TACO` split `train`")),
+        "{:?}",
+        manifest.examples
+    );
+}

@@ -8,7 +8,9 @@ mod reasoning;
 
 pub use agentic::{deepswe, nemotron};
 pub use chat::{magpie, sharegpt, ultrachat, wildchat};
-pub use reasoning::{mixture_of_thoughts, numinamath, opencodereasoning, openthoughts};
+pub use reasoning::{
+    mixture_of_thoughts, numinamath, opencodereasoning, openthoughts, resolve_repos,
+};
 
 use serde_json::Value;
 

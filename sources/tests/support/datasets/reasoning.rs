@@ -217,16 +217,65 @@ pub fn opencodereasoning() -> Fixture {
         ("difficulty", Col::Str(vec![Some("EASY"); n])),
         ("solution", Col::Str(vec![Some("print(1)"); n])),
     ]);
+    // split_1 as on the Hub: every `input` is `-`, `index` a numeric string into the source
+    // dataset's split (field notes §1.3).
     let split_1 = parquet(vec![
-        ("id", Col::Str(vec![Some("d1"), Some("d2")])),
+        (
+            "id",
+            Col::Str(vec![
+                Some("d1"),
+                Some("d2"),
+                Some("d3"),
+                Some("d4"),
+                Some("d5"),
+                Some("d6"),
+            ]),
+        ),
         (
             "input",
-            Col::Str(vec![Some("-"), Some("from split_1, never read")]),
+            Col::Str(vec![
+                Some("-"),
+                Some("-"),
+                Some("-"),
+                Some("-"),
+                Some("-"),
+                Some("-"),
+            ]),
         ),
-        ("output", Col::Str(vec![Some("..."), Some("...")])),
-        ("dataset", Col::Str(vec![Some("taco"), Some("apps")])),
-        ("split", Col::Str(vec![Some("train"), Some("test")])),
-        ("index", Col::Str(vec![Some("17"), Some("42")])),
+        ("output", Col::Str(vec![Some("..."); 6])),
+        (
+            "dataset",
+            Col::Str(vec![
+                Some("taco"),
+                Some("apps"),
+                Some("taco"),
+                Some("apps"),
+                Some("code_contests"),
+                Some("taco"),
+            ]),
+        ),
+        (
+            "split",
+            Col::Str(vec![
+                Some("train"),
+                Some("test"),
+                Some("test"),
+                Some("train"),
+                Some("train"),
+                Some("train"),
+            ]),
+        ),
+        (
+            "index",
+            Col::Str(vec![
+                Some("3"),
+                Some("1"),
+                Some("0"),
+                Some("99"),
+                Some("0"),
+                Some("0"),
+            ]),
+        ),
     ]);
     let repo = FakeRepo::new(
         "nvidia/OpenCodeReasoning",
@@ -239,13 +288,125 @@ pub fn opencodereasoning() -> Fixture {
         repo,
         expected: Expected {
             source: "opencodereasoning",
-            prompts: vec![vec![u(a_question)], vec![u(b_question)]],
-            keys: Some(vec!["c1", "c4"]),
-            dropped: vec![("excluded:input", 1)],
-            duplicates: 2,
-            rows_read: 5,
+            prompts: vec![
+                vec![u(a_question)],
+                vec![u(b_question)],
+                vec![u(TACO_TRAIN_3)],
+                vec![u(APPS_TEST_1)],
+                vec![u(TACO_TEST_0)],
+            ],
+            keys: Some(vec!["c1", "c4", "d1", "d2", "d3"]),
+            // c3 (a `-` in split_0, which has no `index`), d4 (past the end of APPS train), d5
+            // (a dataset `resolve` does not list).
+            dropped: vec![("unresolved", 3)],
+            // c2, c5 repeat c1; d6 (TACO train row 0) repeats c1's question too.
+            duplicates: 3,
+            rows_read: 11,
         },
     }
+}
+
+const TACO_TRAIN_3: &str = "Chef has N coins. Print the number of ways to split them.";
+const APPS_TEST_1: &str = "Polycarp has n binary words. Reorder them so a game can be played.";
+const TACO_TEST_0: &str =
+    "Given a tree with N nodes, find its diameter.\n\n-----Input-----\nN, then N-1 edges.";
+
+/// The datasets OpenCodeReasoning's split_1 points into, in their real layouts: BAAI/TACO's
+/// Parquet conversion in `ALL/` next to its original Arrow files and loading script (shard names
+/// in `ALL/` unverified), and codeparrot/apps's `train.jsonl`/`test.jsonl` next to its script.
+pub fn resolve_repos() -> Vec<FakeRepo> {
+    let a_question = "Given an array of n integers, print the maximum subarray sum.\n\nInput\nThe first line contains n.\n\nOutput\nPrint one integer.";
+    let taco = |questions: Vec<Option<&'static str>>| {
+        let n = questions.len();
+        let text = |value: &'static str| Col::Str(vec![Some(value); n]);
+        parquet(vec![
+            ("question", Col::Str(questions)),
+            ("solutions", text("[\"print(1)\"]")),
+            ("starter_code", text("")),
+            (
+                "input_output",
+                text("{\"inputs\": [\"1\\n\"], \"outputs\": [\"1\\n\"]}"),
+            ),
+            ("difficulty", text("EASY")),
+            ("raw_tags", text("['Math']")),
+            ("name", text("")),
+            ("source", text("codechef")),
+            ("tags", text("['Mathematics']")),
+            ("skill_types", text("[]")),
+            ("url", text("https://www.codechef.com/problems/X")),
+            ("Expected Auxiliary Space", text("")),
+            ("time_limit", text("1 seconds")),
+            ("date", text("2021-01-01")),
+            ("picture_num", text("0")),
+            ("memory_limit", text("256 megabytes")),
+            ("Expected Time Complexity", text("")),
+        ])
+    };
+    let taco_repo = FakeRepo::new(
+        "BAAI/TACO",
+        vec![
+            (
+                "ALL/train-00000-of-00002.parquet",
+                taco(vec![
+                    Some(a_question),
+                    Some("taco train 1"),
+                    Some("taco train 2"),
+                ]),
+            ),
+            (
+                "ALL/train-00001-of-00002.parquet",
+                taco(vec![Some(TACO_TRAIN_3), Some("taco train 4")]),
+            ),
+            (
+                "ALL/test-00000-of-00001.parquet",
+                taco(vec![Some(TACO_TEST_0)]),
+            ),
+            ("train/data-00000-of-00009.arrow", b"not read".to_vec()),
+            ("train/dataset_info.json", b"{}".to_vec()),
+            ("train/state.json", b"{}".to_vec()),
+            ("test/data-00000-of-00001.arrow", b"not read".to_vec()),
+            ("TACO.py", b"# dataset script, not read\n".to_vec()),
+            ("README.md", b"# TACO\n".to_vec()),
+        ],
+    );
+    let apps_row = |id: u64, question: &str| {
+        serde_json::json!({
+            "problem_id": id,
+            "question": question,
+            "solutions": "[\"print(1)\"]",
+            "input_output": "{\"inputs\": [], \"outputs\": []}",
+            "difficulty": "interview",
+            "url": "https://codeforces.com/problemset/problem/1/A",
+            "starter_code": "",
+        })
+        .to_string()
+    };
+    let apps_repo = FakeRepo::new(
+        "codeparrot/apps",
+        vec![
+            (
+                "train.jsonl",
+                format!(
+                    "{}\n{}\n",
+                    apps_row(0, "apps train 0"),
+                    apps_row(1, "apps train 1")
+                )
+                .into_bytes(),
+            ),
+            (
+                "test.jsonl",
+                format!(
+                    "{}\n{}\n",
+                    apps_row(0, "apps test 0"),
+                    apps_row(1, APPS_TEST_1)
+                )
+                .into_bytes(),
+            ),
+            ("apps.py", b"# dataset script, not read\n".to_vec()),
+            ("README.md", b"# APPS\n".to_vec()),
+        ],
+    );
+    vec![taco_repo, apps_repo]
 }
 
 pub fn numinamath() -> Fixture {
