@@ -118,12 +118,7 @@ impl<'a> Resolver<'a> {
     }
 
     /// The prompts of one split of a `resolve` dataset, in file order.
-    fn load(
-        &mut self,
-        dataset: &str,
-        entry: &ResolveSpec,
-        split: &str,
-    ) -> SplitPrompts {
+    fn load(&mut self, dataset: &str, entry: &ResolveSpec, split: &str) -> SplitPrompts {
         let patterns: Vec<String> = entry
             .files
             .iter()
