@@ -25,6 +25,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
+use super::feed::Prompts;
 use super::fleet::{Fleet, Lease};
 use super::record::{CompletionRecord, RejectKind, RejectedRecord, TurnRecord};
 use crate::inference::RequestError;
@@ -95,12 +96,10 @@ enum TurnOutcome {
 impl Dispatcher {
     /// Sends every prompt `feed` yields for `source` and reports
     /// [`DispatchEvent::SourceFinished`] at the end.
-    pub async fn run_source(
-        self,
-        source: usize,
-        mut feed: mpsc::Receiver<Prompt>,
-        length: LengthPolicy,
-    ) {
+    pub async fn run_source(self, source: usize, mut feed: Prompts, length: LengthPolicy) {
+        // One reference count per conversation instead of a clone of every field (the
+        // cancellation tokens' clones take a lock).
+        let this = Arc::new(self);
         let mut in_flight = JoinSet::new();
         loop {
             let prompt = tokio::select! {
@@ -108,13 +107,13 @@ impl Dispatcher {
                     Some(prompt) => prompt,
                     None => break,
                 },
-                () = self.stop_admitting.cancelled() => break,
+                () = this.stop_admitting.cancelled() => break,
             };
             let lease = tokio::select! {
-                lease = self.fleet.acquire() => lease,
-                () = self.stop_admitting.cancelled() => break,
+                lease = this.fleet.acquire() => lease,
+                () = this.stop_admitting.cancelled() => break,
             };
-            let this = self.clone();
+            let this = this.clone();
             in_flight.spawn(async move {
                 let event = this.conversation(source, prompt, length, lease).await;
                 if let Some(event) = event {
@@ -126,7 +125,7 @@ impl Dispatcher {
             while in_flight.try_join_next().is_some() {}
         }
         while in_flight.join_next().await.is_some() {}
-        self.events
+        this.events
             .send(DispatchEvent::SourceFinished { source })
             .ok();
     }
