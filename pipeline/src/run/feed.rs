@@ -212,6 +212,11 @@ fn classify(skip: &Skip, prompt: &Prompt) -> Fate {
 /// the other).
 pub fn for_each_prompt(path: &Path, mut each: impl FnMut(Prompt)) -> anyhow::Result<()> {
     let file = fs_err::File::open(path)?;
+    // A source that kept no prompt has an empty file (no frame at all), which the zstd decoder
+    // calls an incomplete frame.
+    if file.metadata()?.len() == 0 {
+        return Ok(());
+    }
     let decoder = zstd::stream::read::Decoder::new(file)
         .with_context(|| format!("cannot decode `{}`", path.display()))?;
     let mut reader = std::io::BufReader::with_capacity(1 << 16, decoder);
@@ -334,6 +339,17 @@ mod tests {
         );
         let (_, feed) = Feed::open(&path, Skip::default(), Order::LongestFirst).expect("open");
         assert_eq!(drain(feed).await, ["long", "mid-1", "mid-2", "short"]);
+    }
+
+    #[tokio::test]
+    async fn a_source_without_prompts_has_nothing_to_send() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = write(dir.path(), &[]);
+        assert_eq!(std::fs::metadata(&path).expect("written").len(), 0);
+        assert!(content_hashes(&path).expect("hashes").is_empty());
+        let (census, feed) = Feed::open(&path, Skip::default(), Order::File).expect("open");
+        assert_eq!(census, Census::default());
+        assert!(drain(feed).await.is_empty());
     }
 
     #[test]
