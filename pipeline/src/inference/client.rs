@@ -119,6 +119,9 @@ impl Serialize for RequestBody<'_> {
 pub struct ChatClient {
     http: reqwest::Client,
     url: String,
+    /// `url` parsed once (reqwest would parse the string again for every request); `None` when
+    /// it does not parse, so the request reports reqwest's own error.
+    parsed_url: Option<reqwest::Url>,
     model: String,
     api_key: Option<String>,
     max_tokens: u32,
@@ -141,6 +144,7 @@ impl ChatClient {
             .build()?;
         Ok(ChatClient {
             http,
+            parsed_url: reqwest::Url::parse(&format!("{base_url}/v1/chat/completions")).ok(),
             url: format!("{base_url}/v1/chat/completions"),
             model,
             api_key,
@@ -193,10 +197,11 @@ impl ChatClient {
     ) -> Result<TimedCompletion, RequestError> {
         let started = std::time::Instant::now();
         let mut first_token = None;
-        let mut request = self
-            .http
-            .post(&self.url)
-            .json(&self.body(messages, max_tokens));
+        let request = match &self.parsed_url {
+            Some(url) => self.http.post(url.clone()),
+            None => self.http.post(&self.url),
+        };
+        let mut request = request.json(&self.body(messages, max_tokens));
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }

@@ -182,6 +182,14 @@ impl Fleet {
             .and_then(|since| since.into_iter().max())
     }
 
+    /// Requests the servers take at once now (the sum of their limits).
+    pub fn capacity(&self) -> usize {
+        self.backends
+            .iter()
+            .map(|b| b.limiter.limit() as usize)
+            .sum()
+    }
+
     pub fn in_flight(&self) -> u32 {
         self.backends.iter().map(|b| b.limiter.in_flight()).sum()
     }

@@ -38,6 +38,8 @@ use gen_diagnostics::Verdict;
 const FRAME_RECORDS: usize = 64;
 /// Dispatch events handled per turn of the loop.
 const EVENT_BATCH: usize = 256;
+/// Dispatch events waiting for the loop, at most (then finished requests wait to report).
+const EVENT_BACKLOG: usize = 1024;
 const TICK: Duration = Duration::from_secs(1);
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// How long requests in flight may finish after Ctrl-C or SIGTERM.
@@ -271,7 +273,7 @@ async fn run_loop(
         .collect();
     tokio::spawn(fleet.clone().watch_stalls(dispatch_cancel.clone()));
 
-    let (events_tx, mut events) = mpsc::unbounded_channel();
+    let (events_tx, mut events) = mpsc::channel(EVENT_BACKLOG);
     let mut received = Vec::with_capacity(EVENT_BATCH);
     // On a signal, admission stops at once; requests in flight get a grace period to finish
     // (their completions are kept), then are aborted.
@@ -351,7 +353,8 @@ async fn run_loop(
                         let writer = state.writer.as_mut().expect("a generating source has a writer");
                         writer.push(&record)?;
                         if writer.pending() >= FRAME_RECORDS {
-                            writer.flush().with_context(|| format!("failed to write `{}`", writer.path().display()))?;
+                            // Written now, fsynced on the next tick.
+                            writer.write_frame().with_context(|| format!("failed to write `{}`", writer.path().display()))?;
                         }
                     }
                     DispatchEvent::GaveUp { source, record } => {
