@@ -10,8 +10,10 @@
 # go there: ~1.3 GB at N=1M), N, N_PY (the Python peer's prompts, the first N_PY of the same
 # file; it is ~10x slower, so it gets fewer and the comparison is per request), CONCURRENCY
 # (both clients, default 128), SERVER_THREADS (the fake server's tokio workers, default 1),
-# PYTHON (a Python 3 to build the venv from). The peer's venv (PyPI `openai`) is created under
-# DIR on first use. KEEP=1 keeps the run directory and outputs.
+# SERVER_ARGS (e.g. `--harness`: the test harness's fake server instead of the lean one),
+# PYTHON (a Python 3 to build the venv from), GEN (a prebuilt `gen` to measure instead of
+# this tree's, e.g. an older commit's). N_PY=0 skips the Python peer. The peer's venv (PyPI
+# `openai`) is created under DIR on first use. KEEP=1 keeps the run directory and outputs.
 #
 # What is measured:
 # - gen: `gen prep` prepares the source first (not timed in the rate), then `gen run` sends
@@ -35,7 +37,7 @@ python=${PYTHON:-python3}
 target=${CARGO_TARGET_DIR:-target}
 
 cargo build --release -p gen-pipeline -p gen-tests --bin gen --bin instant-openai
-gen="$target/release/gen"
+gen=${GEN:-$target/release/gen}
 server_bin="$target/release/instant-openai"
 
 mkdir -p "$dir"
@@ -51,7 +53,10 @@ fi
 prompts_py="$dir/prompts-py-$count_py.jsonl"
 head -n "$count_py" "$prompts" > "$prompts_py"
 
-"$server_bin" --threads "$server_threads" > "$dir/server.url" &
+# Removed first: the check below must not read the last run's URL before the redirect truncates it.
+rm -f "$dir/server.url"
+# shellcheck disable=SC2086 # SERVER_ARGS: extra words, e.g. --harness
+"$server_bin" --threads "$server_threads" ${SERVER_ARGS:-} > "$dir/server.url" &
 server_pid=$!
 trap 'kill "$server_pid" 2>/dev/null || true' EXIT
 for _ in $(seq 100); do [[ -s $dir/server.url ]] && break; sleep 0.1; done
@@ -118,6 +123,11 @@ gen_wall=$(seconds_of "$(field 'Elapsed (wall' "$dir/gen.time")")
 gen_cpu=$(awk -v u="$(field 'User time' "$dir/gen.time")" -v s="$(field 'System time' "$dir/gen.time")" 'BEGIN { printf "%.2f", u + s }')
 gen_rss=$(( $(field 'Maximum resident set size' "$dir/gen.time") / 1024 ))
 
+if [[ $count_py == 0 ]]; then
+    echo "gen run: $gen_done completions in $gen_secs s of generation, $gen_wall s wall, $gen_cpu s CPU, peak RSS $gen_rss MB, fake server CPU $server_gen s"
+    [[ -n ${KEEP:-} ]] || rm -rf "$run"
+    exit 0
+fi
 echo "== Python asyncio + openai: $count_py prompts, concurrency $concurrency"
 server_before=$(cpu_of "$server_pid")
 /usr/bin/time -v -o "$dir/py.time" "$dir/venv/bin/python" scripts/bench-dispatch/python_peer.py \
