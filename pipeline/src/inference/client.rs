@@ -13,7 +13,7 @@ use std::time::Duration;
 use eventsource_stream::Eventsource as _;
 use futures_util::StreamExt as _;
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use gen_sources::Message;
 
@@ -70,11 +70,58 @@ pub enum RequestError {
     Fatal(String),
 }
 
+/// A request's JSON, serialized straight from the borrowed messages and params: building a
+/// `Value` tree first cost a copy of every prompt per request.
+struct RequestBody<'a> {
+    params: &'a Map<String, Value>,
+    model: &'a str,
+    messages: &'a [Message],
+    max_tokens: u32,
+}
+
+impl Serialize for RequestBody<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        #[derive(Serialize)]
+        struct StreamOptions {
+            include_usage: bool,
+        }
+        // These win over a sampling parameter of the same name.
+        const FIXED: [&str; 5] = [
+            "model",
+            "messages",
+            "max_tokens",
+            "stream",
+            "stream_options",
+        ];
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in self.params {
+            if !FIXED.contains(&key.as_str()) {
+                map.serialize_entry(key, value)?;
+            }
+        }
+        map.serialize_entry("model", self.model)?;
+        map.serialize_entry("messages", self.messages)?;
+        map.serialize_entry("max_tokens", &self.max_tokens)?;
+        map.serialize_entry("stream", &true)?;
+        map.serialize_entry(
+            "stream_options",
+            &StreamOptions {
+                include_usage: true,
+            },
+        )?;
+        map.end()
+    }
+}
+
 /// A client for one server.
 #[derive(Debug, Clone)]
 pub struct ChatClient {
     http: reqwest::Client,
     url: String,
+    /// `url` parsed once (reqwest would parse the string again for every request); `None` when
+    /// it does not parse, so the request reports reqwest's own error.
+    parsed_url: Option<reqwest::Url>,
     model: String,
     api_key: Option<String>,
     max_tokens: u32,
@@ -97,6 +144,7 @@ impl ChatClient {
             .build()?;
         Ok(ChatClient {
             http,
+            parsed_url: reqwest::Url::parse(&format!("{base_url}/v1/chat/completions")).ok(),
             url: format!("{base_url}/v1/chat/completions"),
             model,
             api_key,
@@ -120,14 +168,13 @@ impl ChatClient {
         self.max_tokens
     }
 
-    fn body(&self, messages: &[Message], max_tokens: u32) -> Value {
-        let mut body = self.params.clone();
-        body.insert("model".into(), json!(self.model));
-        body.insert("messages".into(), json!(messages));
-        body.insert("max_tokens".into(), json!(max_tokens));
-        body.insert("stream".into(), json!(true));
-        body.insert("stream_options".into(), json!({"include_usage": true}));
-        Value::Object(body)
+    fn body<'a>(&'a self, messages: &'a [Message], max_tokens: u32) -> RequestBody<'a> {
+        RequestBody {
+            params: &self.params,
+            model: &self.model,
+            messages,
+            max_tokens,
+        }
     }
 
     /// Sends one chat completion and reads its stream to the end.
@@ -150,10 +197,11 @@ impl ChatClient {
     ) -> Result<TimedCompletion, RequestError> {
         let started = std::time::Instant::now();
         let mut first_token = None;
-        let mut request = self
-            .http
-            .post(&self.url)
-            .json(&self.body(messages, max_tokens));
+        let request = match &self.parsed_url {
+            Some(url) => self.http.post(url.clone()),
+            None => self.http.post(&self.url),
+        };
+        let mut request = request.json(&self.body(messages, max_tokens));
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }
@@ -319,6 +367,34 @@ fn describe_reqwest(error: &reqwest::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_request_carries_params_model_messages_budget_and_usage_option() {
+        let mut params = Map::new();
+        params.insert("temperature".into(), json!(0.6));
+        params.insert(
+            "chat_template_kwargs".into(),
+            json!({"enable_thinking": true}),
+        );
+        params.insert("max_tokens".into(), json!(1));
+        let client =
+            ChatClient::new("http://127.0.0.1:1", "m".into(), None, 8, params).expect("client");
+        let messages = [Message::new(gen_sources::Role::User, "hi".to_owned())];
+        let body = serde_json::to_value(client.body(&messages, 16)).expect("serializes");
+        assert_eq!(
+            body,
+            json!({
+                "temperature": 0.6,
+                "chat_template_kwargs": {"enable_thinking": true},
+                "model": "m",
+                "messages": [{"role": "user", "content": "hi"}],
+                "max_tokens": 16,
+                "stream": true,
+                "stream_options": {"include_usage": true},
+            })
+        );
+    }
 
     #[test]
     fn chunks_fold_content_reasoning_and_usage() {

@@ -25,6 +25,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
+use super::feed::Prompts;
 use super::fleet::{Fleet, Lease};
 use super::record::{CompletionRecord, RejectKind, RejectedRecord, TurnRecord};
 use crate::inference::RequestError;
@@ -35,6 +36,8 @@ use gen_sources::{Message, Prompt, Role};
 
 /// Longest wait between two attempts of one prompt.
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Finished conversations that may wait to report, beyond those holding a place.
+const REPORT_BACKLOG: usize = 256;
 /// Server outages one prompt may live through before it is set aside (a prompt that keeps
 /// crashing the server must not take it down forever).
 pub const MAX_CRASHES: u32 = 3;
@@ -77,7 +80,10 @@ pub struct Dispatcher {
     pub model: Arc<str>,
     pub max_tokens: u32,
     pub max_attempts: u32,
-    pub events: mpsc::UnboundedSender<DispatchEvent>,
+    /// Bounded: when the orchestrator falls behind (it writes every record), finished
+    /// conversations wait to report, holding their places, so no more requests start and
+    /// unwritten completions cannot pile up in memory.
+    pub events: mpsc::Sender<DispatchEvent>,
     /// Aborts requests in flight.
     pub cancel: CancellationToken,
     /// Stops sending new prompts (requests in flight go on).
@@ -95,39 +101,47 @@ enum TurnOutcome {
 impl Dispatcher {
     /// Sends every prompt `feed` yields for `source` and reports
     /// [`DispatchEvent::SourceFinished`] at the end.
-    pub async fn run_source(
-        self,
-        source: usize,
-        mut feed: mpsc::Receiver<Prompt>,
-        length: LengthPolicy,
-    ) {
+    pub async fn run_source(self, source: usize, mut feed: Prompts, length: LengthPolicy) {
+        // One reference count per conversation instead of a clone of every field (the
+        // cancellation tokens' clones take a lock).
+        let this = Arc::new(self);
         let mut in_flight = JoinSet::new();
-        loop {
+        'admit: loop {
             let prompt = tokio::select! {
                 prompt = feed.recv() => match prompt {
                     Some(prompt) => prompt,
                     None => break,
                 },
-                () = self.stop_admitting.cancelled() => break,
+                () = this.stop_admitting.cancelled() => break,
             };
+            // A conversation gives its place back before it reports: when the orchestrator
+            // is behind, finished ones wait here, each with its record; at most
+            // REPORT_BACKLOG of them, then no new request starts.
+            while in_flight.len() >= this.fleet.capacity() + REPORT_BACKLOG {
+                tokio::select! {
+                    _ = in_flight.join_next() => {}
+                    () = this.stop_admitting.cancelled() => break 'admit,
+                }
+            }
             let lease = tokio::select! {
-                lease = self.fleet.acquire() => lease,
-                () = self.stop_admitting.cancelled() => break,
+                lease = this.fleet.acquire() => lease,
+                () = this.stop_admitting.cancelled() => break,
             };
-            let this = self.clone();
+            let this = this.clone();
             in_flight.spawn(async move {
                 let event = this.conversation(source, prompt, length, lease).await;
                 if let Some(event) = event {
                     // A closed channel means the orchestrator is shutting down.
-                    this.events.send(event).ok();
+                    this.events.send(event).await.ok();
                 }
             });
             // Reaps finished conversations, so the set holds only those in flight.
             while in_flight.try_join_next().is_some() {}
         }
         while in_flight.join_next().await.is_some() {}
-        self.events
+        this.events
             .send(DispatchEvent::SourceFinished { source })
+            .await
             .ok();
     }
 
@@ -257,7 +271,13 @@ impl Dispatcher {
             let reason = match result {
                 Ok(completion) => {
                     let output = completion.usage.as_ref().map_or(0, |u| u.completion_tokens);
-                    if let Some(usage) = &completion.usage {
+                    // Only a tuner reads (and empties) the telemetry: with a fixed
+                    // concurrency it would grow by a sample per request, forever.
+                    if let Some(usage) = completion
+                        .usage
+                        .as_ref()
+                        .filter(|_| backend.tuner.is_some())
+                    {
                         backend
                             .telemetry
                             .finished(usage.prompt_tokens, usage.completion_tokens);

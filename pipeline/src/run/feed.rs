@@ -2,7 +2,9 @@
 //! pass ([`Feed::open`]) says how many prompts are done, settled, duplicates of an earlier
 //! source, or still pending; then a reader thread ([`Feed::start`]) sends the pending ones
 //! through a small bounded channel, so a million queued prompts cost a channel's worth of
-//! memory, not a million prompts.
+//! memory, not a million prompts. They travel in batches of [`BATCH`]: one prompt per message
+//! woke the reader thread (a futex call) for every prompt sent, a measurable share of the
+//! dispatcher's CPU at 20k requests/s.
 //!
 //! With `order = "longest-first"` the pending prompts of the source are held and sorted (by
 //! characters, longest first) before the first one is sent: long requests start early instead
@@ -21,8 +23,10 @@ use super::shard::Shard;
 use gen_sources::Prompt;
 use gen_sources::prompt::content_hash;
 
-/// Prompts read ahead of the dispatcher.
-const READ_AHEAD: usize = 256;
+/// Prompts per message from the reader thread.
+const BATCH: usize = 64;
+/// Batches read ahead of the dispatcher (with the one being sent: 5 × 64 prompts).
+const READ_AHEAD: usize = 4;
 
 /// The order a source's prompts are sent in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -96,7 +100,7 @@ impl Feed {
     /// Streams the pending prompts from a reader thread. A read error after the counting pass
     /// (the file changed under us) ends the stream early: the source then ends incomplete
     /// and the next run sends the rest.
-    pub fn start(self) -> mpsc::Receiver<Prompt> {
+    pub fn start(self) -> Prompts {
         let (sender, receiver) = mpsc::channel(READ_AHEAD);
         std::thread::Builder::new()
             .name("gen-feed".into())
@@ -106,19 +110,30 @@ impl Feed {
                 }
             })
             .expect("a thread can be spawned");
-        receiver
+        Prompts {
+            receiver,
+            batch: Vec::new().into_iter(),
+        }
     }
 
-    fn send_all(&self, sender: &mpsc::Sender<Prompt>) -> anyhow::Result<()> {
+    fn send_all(&self, sender: &mpsc::Sender<Vec<Prompt>>) -> anyhow::Result<()> {
         match self.order {
             Order::File => {
                 let mut closed = false;
+                let mut batch = Vec::with_capacity(BATCH);
                 for_each_prompt(&self.path, |prompt| {
                     if !closed && classify(&self.skip, &prompt) == Fate::Send {
-                        // A closed channel: the run is stopping; stop reading.
-                        closed = sender.blocking_send(prompt).is_err();
+                        batch.push(prompt);
+                        if batch.len() == BATCH {
+                            let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
+                            // A closed channel: the run is stopping; stop reading.
+                            closed = sender.blocking_send(full).is_err();
+                        }
                     }
                 })?;
+                if !closed && !batch.is_empty() {
+                    sender.blocking_send(batch).ok();
+                }
             }
             Order::LongestFirst => {
                 let mut pending = Vec::new();
@@ -128,14 +143,35 @@ impl Feed {
                     }
                 })?;
                 longest_first(&mut pending);
-                for prompt in pending {
-                    if sender.blocking_send(prompt).is_err() {
+                let mut pending = pending.into_iter().peekable();
+                while pending.peek().is_some() {
+                    let batch: Vec<Prompt> = pending.by_ref().take(BATCH).collect();
+                    if sender.blocking_send(batch).is_err() {
                         break;
                     }
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// The receiving end of a [`Feed`]: the pending prompts, in order.
+#[derive(Debug)]
+pub struct Prompts {
+    receiver: mpsc::Receiver<Vec<Prompt>>,
+    batch: std::vec::IntoIter<Prompt>,
+}
+
+impl Prompts {
+    /// The next prompt; `None` once every pending prompt was handed out (or reading stopped).
+    pub async fn recv(&mut self) -> Option<Prompt> {
+        loop {
+            if let Some(prompt) = self.batch.next() {
+                return Some(prompt);
+            }
+            self.batch = self.receiver.recv().await?.into_iter();
+        }
     }
 }
 
@@ -176,8 +212,9 @@ fn classify(skip: &Skip, prompt: &Prompt) -> Fate {
 /// the other).
 pub fn for_each_prompt(path: &Path, mut each: impl FnMut(Prompt)) -> anyhow::Result<()> {
     let file = fs_err::File::open(path)?;
+    // A source that kept no prompt has an empty file (no frame at all), which the zstd decoder
+    // calls an incomplete frame.
     if file.metadata()?.len() == 0 {
-        // A source that kept no prompt.
         return Ok(());
     }
     let decoder = zstd::stream::read::Decoder::new(file)
@@ -305,10 +342,11 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_source_without_prompts_has_an_empty_file_and_nothing_to_send() {
+    async fn a_source_without_prompts_has_nothing_to_send() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = write(dir.path(), &[]);
         assert_eq!(std::fs::metadata(&path).expect("written").len(), 0);
+        assert!(content_hashes(&path).expect("hashes").is_empty());
         let (census, feed) = Feed::open(&path, Skip::default(), Order::File).expect("open");
         assert_eq!(census, Census::default());
         assert!(drain(feed).await.is_empty());

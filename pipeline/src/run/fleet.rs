@@ -121,6 +121,10 @@ impl Fleet {
     /// Waits for a place on a healthy server: the least loaded one (in flight ÷ limit; ties to
     /// the one with fewer requests, then the first listed).
     pub async fn acquire(&self) -> Lease {
+        // Most leases find a place at once: no waiters to set up.
+        if let Some(lease) = self.try_acquire() {
+            return lease;
+        }
         loop {
             // Registered before looking, so a release or a recovery in between is not missed.
             let mut released: Vec<_> = self
@@ -148,6 +152,15 @@ impl Fleet {
     }
 
     fn try_acquire(&self) -> Option<Lease> {
+        if let [backend] = &*self.backends {
+            return (backend.liveness.health() == Health::Up)
+                .then(|| backend.limiter.try_acquire())
+                .flatten()
+                .map(|slot| Lease {
+                    backend: backend.clone(),
+                    _slot: slot,
+                });
+        }
         let mut candidates: Vec<&Arc<Backend>> = self
             .backends
             .iter()
@@ -173,6 +186,14 @@ impl Fleet {
             })
             .collect::<Option<Vec<u64>>>()
             .and_then(|since| since.into_iter().max())
+    }
+
+    /// Requests the servers take at once now (the sum of their limits).
+    pub fn capacity(&self) -> usize {
+        self.backends
+            .iter()
+            .map(|b| b.limiter.limit() as usize)
+            .sum()
     }
 
     pub fn in_flight(&self) -> u32 {
