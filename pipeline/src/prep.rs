@@ -124,20 +124,10 @@ pub fn read_manifest(run_dir: &RunDir, source: &str) -> anyhow::Result<Option<Pr
     Ok(manifest.filter(|_| dir.prompts().exists()))
 }
 
-/// Loads the prepared prompts of a source.
+/// Loads the prepared prompts of a source (for `gen merge` and `gen bench`; `gen run` streams
+/// them, see [`crate::run::feed`]).
 pub fn read_prompts(path: &Path) -> anyhow::Result<Vec<gen_sources::Prompt>> {
     let mut prompts = Vec::new();
-    let scan = crate::store::frames::scan(path, |line| {
-        let prompt = serde_json::from_slice(line).map_err(std::io::Error::other)?;
-        prompts.push(prompt);
-        Ok(())
-    })
-    .with_context(|| format!("failed to read prompts `{}`", path.display()))?;
-    anyhow::ensure!(
-        scan.torn_bytes == 0,
-        "prompts file `{}` is damaged ({} bytes after the last whole frame); delete the source's directory to prepare it again",
-        path.display(),
-        scan.torn_bytes
-    );
+    crate::run::feed::for_each_prompt(path, |prompt| prompts.push(prompt))?;
     Ok(prompts)
 }

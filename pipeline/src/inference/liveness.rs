@@ -79,13 +79,6 @@ impl Liveness {
         self.state.send_replace(health);
     }
 
-    /// Waits until the server is up (at once when it is).
-    pub async fn wait_up(&self) {
-        let mut receiver = self.state.subscribe();
-        // The sender lives as long as `self`, so this cannot fail while we hold it.
-        receiver.wait_for(|h| *h == Health::Up).await.ok();
-    }
-
     /// A request failed as if the server were down. One quick probe tells a real outage from a
     /// stale pooled connection the server had closed: only a failed probe pauses everyone.
     pub async fn confirm_down(&self, reason: &str) {

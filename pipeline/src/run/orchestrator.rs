@@ -596,7 +596,6 @@ impl<'p> Orchestrator<'p> {
             };
             sources.push(SourceState {
                 status: SourceStatus {
-                    name: name.to_owned(),
                     phase: if manifest.is_some() {
                         Phase::Prepared
                     } else {
@@ -604,14 +603,8 @@ impl<'p> Orchestrator<'p> {
                     },
                     prepared: manifest.map(|m| m.prompts),
                     done: done_ids.len() as u64,
-                    failed: 0,
-                    rejected: 0,
-                    truncated: 0,
-                    output_tokens: 0,
-                    tokens_per_sec: None,
-                    eta_secs: None,
                     note,
-                    verdict: None,
+                    ..SourceStatus::new(name, Phase::Pending)
                 },
                 done_ids,
                 settled_ids,

@@ -322,18 +322,9 @@ mod tests {
 
     fn source(name: &str, phase: Phase, prepared: Option<u64>, done: u64) -> SourceStatus {
         SourceStatus {
-            name: name.into(),
-            phase,
             prepared,
             done,
-            failed: 0,
-            rejected: 0,
-            truncated: 0,
-            output_tokens: 0,
-            tokens_per_sec: None,
-            eta_secs: None,
-            note: String::new(),
-            verdict: None,
+            ..SourceStatus::new(name, phase)
         }
     }
 

@@ -64,6 +64,26 @@ pub struct SourceStatus {
     pub verdict: Option<VerdictLine>,
 }
 
+impl SourceStatus {
+    /// A source with nothing counted yet.
+    pub fn new(name: &str, phase: Phase) -> SourceStatus {
+        SourceStatus {
+            name: name.to_owned(),
+            phase,
+            prepared: None,
+            done: 0,
+            failed: 0,
+            rejected: 0,
+            truncated: 0,
+            output_tokens: 0,
+            tokens_per_sec: None,
+            eta_secs: None,
+            note: String::new(),
+            verdict: None,
+        }
+    }
+}
+
 /// A worker verdict in brief: its class, one line, and what to do next.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct VerdictLine {
