@@ -5,6 +5,12 @@ use std::process::ExitCode;
 use clap::Parser as _;
 use gen_pipeline::{cli::Cli, exit, run_cli};
 
+/// jemalloc keeps a preparation worker's peak RSS flat in the number of rows it reads (glibc's
+/// heap grows with every batch; see BENCHMARKS.md "Preparation").
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,

@@ -8,7 +8,8 @@
 //! cargo run --release -p gen-sources --example prepare_bench -- decode FILE
 //! ```
 //!
-//! Each mode prints one JSON line: rows, prompts kept, seconds and peak RSS (`VmHWM`).
+//! Each mode prints one JSON line: rows, prompts kept, seconds and peak RSS (`VmHWM`). It runs on
+//! jemalloc, like the `gen` binary, so the memory measured is what a preparation worker uses.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -18,6 +19,9 @@ use arrow_array::{ArrayRef, ListArray, RecordBatch, StringArray, StructArray};
 use arrow_buffer::OffsetBuffer;
 use arrow_schema::{DataType, Field, Fields, Schema};
 use gen_sources::{HubSettings, PrepareOptions, SourceSpec, prepare_with};
+
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 use parquet::arrow::ArrowWriter;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
