@@ -314,3 +314,62 @@ async fn a_prompt_in_two_sources_is_answered_once_by_the_earlier_source() {
             .collect();
     assert_eq!(ids.len(), 1);
 }
+
+#[tokio::test]
+async fn an_earlier_source_prepared_late_does_not_answer_again_what_a_later_source_answered() {
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let gen_ = Gen::new();
+    // alpha's file is missing in the first run: its preparation fails and beta generates.
+    gen_.write(
+        "data/b.jsonl",
+        "{\"question\": \"only b\"}\n{\"question\": \"shared\"}\n",
+    );
+    gen_.write(
+        "cfg.toml",
+        &config(
+            &format!("url = \"{}\"", server.url()),
+            "concurrency = 2",
+            "[[source]]\nname = \"alpha\"\npath = \"data/a.jsonl\"\n\n[[source]]\nname = \"beta\"\npath = \"data/b.jsonl\"\nprompt-field = \"question\"\n",
+        ),
+    );
+    let first = gen_.run(&["run", "cfg.toml"]).await;
+    assert_eq!(first.code, 1, "alpha failed: {}", first.stderr);
+    assert_eq!(contents(&gen_, "beta"), ["echo: only b", "echo: shared"]);
+    assert_eq!(server.chat_requests(), 2);
+
+    gen_.write(
+        "data/a.jsonl",
+        "{\"prompt\": \"shared\"}\n{\"prompt\": \"only a\"}\n",
+    );
+    let second = gen_.run(&["run", "cfg.toml"]).await;
+    assert_eq!(second.code, 0, "{}", second.stderr);
+    assert_eq!(contents(&gen_, "alpha"), ["echo: only a"]);
+    assert_eq!(contents(&gen_, "beta"), ["echo: only b", "echo: shared"]);
+    assert_eq!(server.chat_requests(), 3, "`shared` is not generated twice");
+    assert!(
+        second
+            .stderr
+            .contains("1 prompts were already answered in later sources"),
+        "{}",
+        second.stderr
+    );
+    let rejected: Value =
+        serde_json::from_str(gen_.read("runs/cfg/sources/alpha/rejected.jsonl").trim_end())
+            .expect("one record");
+    assert_eq!(rejected["kind"], "duplicate");
+    assert_eq!(
+        rejected["reason"],
+        "the same prompt was already answered in the later source `beta` (this source was prepared after it had generated)"
+    );
+    let alpha = &status(&gen_)["sources"][0];
+    assert_eq!(
+        (
+            alpha["phase"].as_str(),
+            alpha["done"].as_u64(),
+            alpha["rejected"].as_u64()
+        ),
+        (Some("done"), Some(1), Some(1))
+    );
+    let verify = gen_.run(&["verify", "cfg.toml"]).await;
+    assert_eq!(verify.code, 0, "{}{}", verify.stdout, verify.stderr);
+}

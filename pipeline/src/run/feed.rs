@@ -1,5 +1,5 @@
 //! What one source still has to send, streamed from its prepared prompts file: a counting
-//! pass ([`Feed::open`]) says how many prompts are done, settled, duplicates of an earlier
+//! pass ([`Feed::open`]) says how many prompts are done, settled, duplicates of another
 //! source, or still pending; then a reader thread ([`Feed::start`]) sends the pending ones
 //! through a small bounded channel, so a million queued prompts cost a channel's worth of
 //! memory, not a million prompts. They travel in batches of [`BATCH`]: one prompt per message
@@ -48,9 +48,9 @@ pub struct Skip {
     pub settled: HashSet<String>,
     /// With `--shard i/n`: the prompts of this shard only.
     pub shard: Option<Shard>,
-    /// Content hashes of the prompts of earlier sources, with the (first) source holding
-    /// each: the earlier source answers them.
-    pub earlier: Arc<HashMap<u64, usize>>,
+    /// Content hashes of prompts another source answers, with that source: every prompt of
+    /// an earlier source, and what a later source answered before this one was prepared.
+    pub elsewhere: Arc<HashMap<u64, usize>>,
 }
 
 /// Counts of the counting pass.
@@ -62,8 +62,8 @@ pub struct Census {
     pub settled: u64,
     /// Prompts still to send.
     pub pending: u64,
-    /// Pending prompts an earlier source already has: ids to settle as duplicates, with the
-    /// earlier source's index.
+    /// Pending prompts another source answers (see [`Skip::elsewhere`]): ids to settle as
+    /// duplicates, with that source's index.
     pub duplicates: Vec<(String, usize)>,
 }
 
@@ -198,11 +198,11 @@ fn classify(skip: &Skip, prompt: &Prompt) -> Fate {
         Fate::Done
     } else if skip.settled.contains(&prompt.id) {
         Fate::Settled
-    } else if let Some(earlier) = (!skip.earlier.is_empty())
-        .then(|| skip.earlier.get(&content_hash(&prompt.messages)))
+    } else if let Some(holder) = (!skip.elsewhere.is_empty())
+        .then(|| skip.elsewhere.get(&content_hash(&prompt.messages)))
         .flatten()
     {
-        Fate::Duplicate(*earlier)
+        Fate::Duplicate(*holder)
     } else {
         Fate::Send
     }
@@ -309,7 +309,7 @@ mod tests {
             done: HashSet::from(["a".to_owned()]),
             settled: HashSet::from(["c".to_owned()]),
             shard: None,
-            earlier: Arc::new(HashMap::from([(content_hash(&prompts[3].messages), 0)])),
+            elsewhere: Arc::new(HashMap::from([(content_hash(&prompts[3].messages), 0)])),
         };
         let (census, feed) = Feed::open(&path, skip, Order::File).expect("open");
         assert_eq!(

@@ -98,6 +98,9 @@ struct SourceState {
     opened: bool,
     /// Content hashes of its prompts, for later sources' cross-source deduplication.
     hashes: Option<Arc<HashSet<u64>>>,
+    /// Content hashes of its prompts answered before this run, for an earlier source that is
+    /// prepared only now (what was generated is not generated again).
+    answered_hashes: Option<Arc<HashSet<u64>>>,
     /// When generation of this source started in this run.
     generating_since: Option<Instant>,
     /// Peak RSS of its preparation worker in this run.
@@ -612,6 +615,7 @@ impl<'p> Orchestrator<'p> {
                 feed: None,
                 opened: false,
                 hashes: None,
+                answered_hashes: None,
                 generating_since: None,
                 peak_rss_bytes: None,
                 writer: None,
@@ -669,13 +673,14 @@ impl<'p> Orchestrator<'p> {
         }
     }
 
-    /// Counts source `i`'s prompts, settles those an earlier source holds as duplicates, and
-    /// keeps a feed of the rest (opening its output) when there are any.
+    /// Counts source `i`'s prompts, settles as duplicates those an earlier source holds or a
+    /// later source already answered, and keeps a feed of the rest (opening its output) when
+    /// there are any.
     fn open_source(&mut self, i: usize) -> anyhow::Result<()> {
         let name = self.sources[i].status.name.clone();
         let dir = self.run_dir.source(&name);
         let earlier = if self.plan.sources[i].dedup() {
-            self.earlier_prompts(i)?
+            self.held_elsewhere(i)?
         } else {
             Arc::default()
         };
@@ -685,7 +690,7 @@ impl<'p> Orchestrator<'p> {
             done: std::mem::take(&mut state.done_ids),
             settled: std::mem::take(&mut state.settled_ids),
             shard: self.shard,
-            earlier,
+            elsewhere: earlier,
         };
         let order = self.plan.worker(&name).order;
         let (census, feed) = Feed::open(&dir.prompts(), skip, order)?;
@@ -693,13 +698,19 @@ impl<'p> Orchestrator<'p> {
             let mut file = frames::open_private(&dir.rejected())?;
             let mut lines = Vec::new();
             for (id, j) in &census.duplicates {
+                let holder = &self.sources[*j].status.name;
+                let reason = if *j < i {
+                    format!("the same prompt is in the earlier source `{holder}`, which answers it")
+                } else {
+                    format!(
+                        "the same prompt was already answered in the later source `{holder}` \
+                         (this source was prepared after it had generated)"
+                    )
+                };
                 let record = RejectedRecord {
                     id: id.clone(),
                     kind: RejectKind::Duplicate,
-                    reason: format!(
-                        "the same prompt is in the earlier source `{}`, which answers it",
-                        self.sources[*j].status.name
-                    ),
+                    reason,
                     attempts: 0,
                     created_unix_ms: state::unix_ms(),
                 };
@@ -708,10 +719,20 @@ impl<'p> Orchestrator<'p> {
             }
             file.write_all(&lines)?;
             file.sync_all()?;
-            let note = format!(
-                "{} prompts are duplicates of earlier sources (the earlier source answers them)",
-                census.duplicates.len()
-            );
+            let later = census.duplicates.iter().filter(|(_, j)| *j > i).count();
+            let earlier = census.duplicates.len() - later;
+            let note = match (earlier, later) {
+                (n, 0) => format!(
+                    "{n} prompts are duplicates of earlier sources (the earlier source answers them)"
+                ),
+                (0, n) => format!(
+                    "{n} prompts were already answered in later sources (prepared before this one)"
+                ),
+                (n, m) => format!(
+                    "{n} prompts are duplicates of earlier sources (the earlier source answers \
+                     them), {m} were already answered in later sources"
+                ),
+            };
             crate::say!("gen: `{name}`: {note}");
             self.events.append("duplicates_across", Some(&name), note);
         }
@@ -729,9 +750,11 @@ impl<'p> Orchestrator<'p> {
         Ok(())
     }
 
-    /// The content hashes of every prepared source before `i`, each with the first source
-    /// holding it.
-    fn earlier_prompts(
+    /// The content hashes source `i` must not send, each with the source holding it: every
+    /// prompt of a prepared source before `i` (the first such source wins), then every prompt
+    /// a later source answered before this run — it had generated while `i` was not prepared
+    /// (its preparation failed), and what was generated is not generated twice.
+    fn held_elsewhere(
         &mut self,
         i: usize,
     ) -> anyhow::Result<Arc<std::collections::HashMap<u64, usize>>> {
@@ -747,6 +770,35 @@ impl<'p> Orchestrator<'p> {
                 self.sources[j].hashes = Some(Arc::new(hashes));
             }
             if let Some(hashes) = &self.sources[j].hashes {
+                for hash in hashes.iter() {
+                    earlier.entry(*hash).or_insert(j);
+                }
+            }
+        }
+        for j in i + 1..self.sources.len() {
+            // A later source that opened in this run has handed its done-set to its feed; it
+            // opened before `i` only if `i` was not prepared then, and `i` is not prepared
+            // twice in one run.
+            let later = &self.sources[j];
+            if later.opened || later.done_ids.is_empty() {
+                continue;
+            }
+            if later.answered_hashes.is_none() {
+                let name = later.status.name.clone();
+                if prep::read_manifest(&self.run_dir, &name)?.is_none() {
+                    continue;
+                }
+                let path = self.run_dir.source(&name).prompts();
+                let mut answered = HashSet::new();
+                let done = &self.sources[j].done_ids;
+                super::feed::for_each_prompt(&path, |prompt| {
+                    if done.contains(&prompt.id) {
+                        answered.insert(gen_sources::prompt::content_hash(&prompt.messages));
+                    }
+                })?;
+                self.sources[j].answered_hashes = Some(Arc::new(answered));
+            }
+            if let Some(hashes) = &self.sources[j].answered_hashes {
                 for hash in hashes.iter() {
                     earlier.entry(*hash).or_insert(j);
                 }
