@@ -353,9 +353,11 @@ async fn an_earlier_source_prepared_late_does_not_answer_again_what_a_later_sour
         "{}",
         second.stderr
     );
-    let rejected: Value =
-        serde_json::from_str(gen_.read("runs/cfg/sources/alpha/rejected.jsonl").trim_end())
-            .expect("one record");
+    let rejected: Value = serde_json::from_str(
+        gen_.read("runs/cfg/sources/alpha/rejected.jsonl")
+            .trim_end(),
+    )
+    .expect("one record");
     assert_eq!(rejected["kind"], "duplicate");
     assert_eq!(
         rejected["reason"],

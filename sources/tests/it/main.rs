@@ -12,4 +12,5 @@ mod support;
 
 mod conformance;
 mod hub;
+mod python;
 mod readers;

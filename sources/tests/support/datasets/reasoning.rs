@@ -312,8 +312,11 @@ const TACO_TEST_0: &str =
     "Given a tree with N nodes, find its diameter.\n\n-----Input-----\nN, then N-1 edges.";
 
 /// The datasets OpenCodeReasoning's split_1 points into, in their real layouts: BAAI/TACO's
-/// Parquet conversion in `ALL/` next to its original Arrow files and loading script (shard names
-/// in `ALL/` unverified), and codeparrot/apps's `train.jsonl`/`test.jsonl` next to its script.
+/// Parquet conversion in `ALL/` next to its original Arrow files and loading script (the card's
+/// `configs` name `ALL/train-*` and `ALL/test-*`, as on the Hub since "Convert dataset to
+/// Parquet (#2)", commit 1257571; shard names follow the conversion's
+/// `{split}-NNNNN-of-NNNNN.parquet`), and codeparrot/apps's `train.jsonl`/`test.jsonl` next to
+/// its script. `it::python` checks that gen takes the row Python's `datasets` gives.
 pub fn resolve_repos() -> Vec<FakeRepo> {
     let a_question = "Given an array of n integers, print the maximum subarray sum.\n\nInput\nThe first line contains n.\n\nOutput\nPrint one integer.";
     let taco = |questions: Vec<Option<&'static str>>| {
@@ -366,7 +369,12 @@ pub fn resolve_repos() -> Vec<FakeRepo> {
             ("train/state.json", b"{}".to_vec()),
             ("test/data-00000-of-00001.arrow", b"not read".to_vec()),
             ("TACO.py", b"# dataset script, not read\n".to_vec()),
-            ("README.md", b"# TACO\n".to_vec()),
+            // The card's `configs`, as the Hub's Parquet conversion wrote them: what tells
+            // Python's `load_dataset("BAAI/TACO")` which files make each split.
+            (
+                "README.md",
+                b"---\nconfigs:\n- config_name: ALL\n  data_files:\n  - split: train\n    path: ALL/train-*\n  - split: test\n    path: ALL/test-*\n---\n# TACO\n".to_vec(),
+            ),
         ],
     );
     let apps_row = |id: u64, question: &str| {
