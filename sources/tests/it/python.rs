@@ -1,11 +1,13 @@
-//! Compatibility with the real Python `datasets` package (`GEN_TEST_PYTHON`, set by
-//! `scripts/test.sh`): OpenCodeReasoning's `-` inputs resolve to the question Python's
-//! `load_dataset` gives at the row's `split` and `index`, done the way the dataset card says.
+//! Compatibility with the real Python packages (`GEN_TEST_PYTHON`, a venv with `datasets` and
+//! so `huggingface_hub`, set by `scripts/test.sh`): Python's `huggingface_hub` and gen reuse
+//! each other's downloads from the shared Hub cache, and OpenCodeReasoning's `-` inputs resolve
+//! to the question Python's `load_dataset` gives at the row's `split` and `index`, done the way
+//! the dataset card says.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use gen_sources::Role;
+use gen_sources::{HubSettings, Role, SourceSpec};
 
 use crate::support::datasets;
 use crate::support::fake_hub::{FakeHub, FakeRepo};
@@ -53,6 +55,110 @@ for row in datasets.load_dataset("parquet", data_files=split_1, split="train"):
         out[row["id"]] = rows[index]["question"]
 print(json.dumps(out))
 "#;
+
+/// `hf_hub_download` of a dataset repository's `data/train.jsonl` at `main`, online or (with
+/// `HF_HUB_OFFLINE=1`) from the cache only; prints `{"commit", "text"}`.
+const DOWNLOAD: &str = r#"
+import json, os, sys
+from huggingface_hub import hf_hub_download
+path = hf_hub_download(sys.argv[1], "data/train.jsonl", repo_type="dataset", revision="main")
+with open(path) as f:
+    text = f.read()
+commit = os.path.basename(os.path.dirname(os.path.dirname(path)))
+print(json.dumps({"commit": commit, "text": text}))
+"#;
+
+/// Runs [`DOWNLOAD`] for `repo` against `endpoint` with `cache` as `HF_HUB_CACHE`.
+fn python_download(
+    python: &str,
+    repo: &str,
+    endpoint: &str,
+    cache: &Path,
+    offline: bool,
+) -> serde_json::Value {
+    let home = tempfile::tempdir().expect("tempdir");
+    let out = std::process::Command::new(python)
+        .args(["-c", DOWNLOAD, repo])
+        .env("HF_ENDPOINT", endpoint)
+        .env("HF_HOME", home.path())
+        .env("HF_HUB_CACHE", cache)
+        .env("HF_HUB_OFFLINE", if offline { "1" } else { "0" })
+        .env("HF_HUB_DISABLE_TELEMETRY", "1")
+        .env("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        .env_remove("HF_TOKEN")
+        .output()
+        .unwrap_or_else(|e| panic!("run {python}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "huggingface_hub hf_hub_download from {repo} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().expect("python printed a line"))
+        .unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+fn jsonl_repo(id: &str, prompts: &[&str]) -> FakeRepo {
+    let rows: String = prompts
+        .iter()
+        .map(|p| format!("{{\"prompt\": \"{p}\"}}\n"))
+        .collect();
+    FakeRepo::new(
+        id,
+        vec![
+            ("data/train.jsonl", rows.into_bytes()),
+            ("README.md", b"# r\n".to_vec()),
+        ],
+    )
+}
+
+fn jsonl_spec(repo: &str) -> SourceSpec {
+    toml::from_str(&format!(
+        "name = \"t\"\nrepo = \"{repo}\"\nfiles = [\"data/*.jsonl\"]\n"
+    ))
+    .expect("spec")
+}
+
+fn texts(prompts: &[gen_sources::Prompt]) -> Vec<&str> {
+    let mut texts: Vec<&str> = prompts
+        .iter()
+        .map(|p| p.messages[0].content.as_str())
+        .collect();
+    texts.sort_unstable();
+    texts
+}
+
+#[test]
+fn python_huggingface_hub_and_gen_reuse_each_others_downloads() {
+    let Some(python) = python() else { return };
+    let by_python = jsonl_repo("o/by-python", &["p1", "p2"]);
+    let by_gen = jsonl_repo("o/by-gen", &["g1", "g2", "g3"]);
+    let hub = FakeHub::start(vec![by_python.clone(), by_gen.clone()]);
+    let cache = tempfile::tempdir().expect("tempdir");
+
+    // Python downloads; gen, offline, reads Python's download.
+    let python_got = python_download(&python, "o/by-python", &hub.endpoint, cache.path(), false);
+    assert_eq!(python_got["commit"], by_python.sha.as_str());
+    let offline = HubSettings::from_vars(|_| None)
+        .with_endpoint("http://127.0.0.1:9")
+        .with_cache_dir(cache.path())
+        .with_offline(true);
+    let (prompts, manifest) = run(&jsonl_spec("o/by-python"), offline);
+    assert_eq!(texts(&prompts), ["p1", "p2"]);
+    assert_eq!(manifest.commit.as_deref(), Some(by_python.sha.as_str()));
+
+    // gen downloads; Python, offline, reads gen's download without asking the Hub.
+    let (prompts, _) = run(&jsonl_spec("o/by-gen"), settings(&hub, cache.path()));
+    assert_eq!(texts(&prompts), ["g1", "g2", "g3"]);
+    let requests = hub.seen().len();
+    let python_got = python_download(&python, "o/by-gen", &hub.endpoint, cache.path(), true);
+    assert_eq!(hub.seen().len(), requests, "offline Python asked the Hub");
+    assert_eq!(python_got["commit"], by_gen.sha.as_str());
+    assert_eq!(
+        python_got["text"],
+        String::from_utf8_lossy(&by_gen.files["data/train.jsonl"]).as_ref()
+    );
+}
 
 fn write_repo(repo: &FakeRepo, dir: &Path) {
     for (name, bytes) in &repo.files {

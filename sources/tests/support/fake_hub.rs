@@ -10,6 +10,11 @@
 //!   Answers `206` with `content-range`, `content-length` and `accept-ranges: bytes`; `200` with
 //!   the whole file without `Range`.
 //!
+//! Python's `huggingface_hub.hf_hub_download` needs nothing more: a `HEAD` on the same
+//! `resolve` route (axum answers it like the `GET`, without the body) for the commit and etag,
+//! then a `GET` (`it::python` runs the real client against this hub). Its `snapshot_download`
+//! lists files with `/api/datasets/{repo}/tree/{revision}`, which is not served.
+//!
 //! A repository marked `redirect` answers `resolve` as the Hub does for LFS files: `302` to
 //! `http://localhost:{port}/cdn/{sha256}` (another origin, like the real CDN), carrying
 //! `x-repo-commit`, `x-linked-etag` and `x-linked-size`; `GET /cdn/{sha256}` serves the bytes with
