@@ -11,7 +11,7 @@
 //!   the whole file without `Range`.
 //!
 //! Python's `huggingface_hub.hf_hub_download` needs nothing more: a `HEAD` on the same
-//! `resolve` route (axum answers it like the `GET`, without the body) for the commit and etag,
+//! `resolve` route (answered like the `GET`; hyper sends no body for a `HEAD`) for the commit and etag,
 //! then a `GET` (`it::python` runs the real client against this hub). Its `snapshot_download`
 //! lists files with `/api/datasets/{repo}/tree/{revision}`, which is not served.
 //!
