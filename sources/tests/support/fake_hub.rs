@@ -11,9 +11,9 @@
 //!   the whole file without `Range`.
 //!
 //! Python's `huggingface_hub.hf_hub_download` needs nothing more: a `HEAD` on the same
-//! `resolve` route (answered like the `GET`; hyper sends no body for a `HEAD`) for the commit and etag,
-//! then a `GET` (`it::python` runs the real client against this hub). Its `snapshot_download`
-//! lists files with `/api/datasets/{repo}/tree/{revision}`, which is not served.
+//! `resolve` route (answered like the `GET`; hyper sends no body for a `HEAD`) for the commit
+//! and etag, then a `GET` (`it::python` runs the real client against this hub). Its
+//! `snapshot_download` lists files with `/api/datasets/{repo}/tree/{revision}`, not served.
 //!
 //! A repository marked `redirect` answers `resolve` as the Hub does for LFS files: `302` to
 //! `http://localhost:{port}/cdn/{sha256}` (another origin, like the real CDN), carrying
