@@ -4,7 +4,7 @@
 use serde_json::{Value, json};
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::SourceSpec;
+use super::{DEFAULT_RESOLVE_FIELD, DEFAULT_RESOLVE_PLACEHOLDER, SourceSpec};
 
 pub(super) fn fingerprint(spec: &SourceSpec, tokenizer_checksum: Option<&str>) -> String {
     let get = |v: &Option<toml::Spanned<String>>| v.as_ref().map(|v| v.get_ref().clone());
@@ -40,8 +40,34 @@ pub(super) fn fingerprint(spec: &SourceSpec, tokenizer_checksum: Option<&str>) -
         "min_chars": number(&spec.min_chars),
         "max_chars": number(&spec.max_chars),
     });
+    // Where `-` prompts come from, defaults written out.
+    let resolve = spec.resolve.as_ref().map(|datasets| {
+        let datasets: serde_json::Map<String, Value> = datasets
+            .get_ref()
+            .iter()
+            .map(|(name, dataset)| {
+                let rendered = json!({
+                    "repo": dataset.repo,
+                    "revision": dataset.revision.as_deref().unwrap_or("main"),
+                    "files": dataset.files,
+                    "field": dataset.field.as_deref().unwrap_or(DEFAULT_RESOLVE_FIELD),
+                });
+                (name.clone(), rendered)
+            })
+            .collect();
+        Value::Object(datasets)
+    });
+    let placeholder = spec.resolve.as_ref().map(|_| {
+        Value::from(
+            spec.resolve_placeholder
+                .as_deref()
+                .unwrap_or(DEFAULT_RESOLVE_PLACEHOLDER),
+        )
+    });
     // Added later: only when set, so the fingerprints of sources without them stay as they were.
     let later = [
+        ("resolve", resolve),
+        ("resolve_placeholder", placeholder),
         ("tokenizer", get(&spec.tokenizer).map(Value::from)),
         ("tokenizer_checksum", tokenizer_checksum.map(Value::from)),
         (
@@ -109,5 +135,37 @@ mod tests {
             spec.fingerprint_with_tokenizer(Some("xxh3-128:2"))
         );
         assert_eq!(spec.fingerprint_with_tokenizer(None), spec.fingerprint());
+    }
+
+    #[test]
+    fn where_placeholder_prompts_come_from_counts() {
+        let base = "name = \"a\"\npath = \"x.jsonl\"\n";
+        let taco = |extra: &str| {
+            fingerprint(&format!(
+                "{base}{extra}[resolve.taco]\nrepo = \"BAAI/TACO\"\nfiles = [\"ALL/{{split}}-*.parquet\"]\n"
+            ))
+        };
+        let plain = fingerprint(base);
+        let resolved = taco("");
+        assert_ne!(resolved, plain);
+        assert_ne!(resolved, taco("resolve-placeholder = \"?\"\n"));
+        assert_eq!(
+            resolved,
+            taco("resolve-placeholder = \"-\"\n"),
+            "the default"
+        );
+        assert_ne!(
+            resolved,
+            fingerprint(&format!(
+                "{base}[resolve.taco]\nrepo = \"BAAI/TACO\"\nfiles = [\"ALL/{{split}}-*.parquet\"]\nrevision = \"abc\"\n"
+            ))
+        );
+        assert_eq!(
+            resolved,
+            fingerprint(&format!(
+                "{base}[resolve.taco]\nrepo = \"BAAI/TACO\"\nfiles = [\"ALL/{{split}}-*.parquet\"]\nrevision = \"main\"\nfield = \"question\"\n"
+            )),
+            "defaults written out"
+        );
     }
 }
