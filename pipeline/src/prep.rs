@@ -4,9 +4,11 @@
 //! writes `manifest.json` atomically *last*: the manifest's presence is the proof that the
 //! source's preparation completed, so a crash after it (during teardown) loses nothing.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::Context as _;
+use gen_sources::hub::DownloadProgress;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Plan;
@@ -83,7 +85,9 @@ fn prepare_spec(
     fs_err::remove_file(&tmp_path).ok();
     let (mut writer, _) = FrameWriter::open(&tmp_path)?;
     let mut written = 0u64;
-    let counters = gen_sources::prepare(spec, base_dir, &mut |prompt| {
+    let hub = gen_sources::HubSettings::from_env().with_progress(download_log());
+    let mut options = gen_sources::PrepareOptions::new(hub);
+    let counters = gen_sources::prepare_with(spec, base_dir, &mut options, &mut |prompt| {
         writer.push(prompt)?;
         written += 1;
         if writer.pending() >= FRAME_PROMPTS {
@@ -117,6 +121,47 @@ fn prepare_spec(
     Ok(manifest)
 }
 
+/// Download progress as lines in the worker's log: where a large download stands, and proof
+/// of life for the supervisor's stall watchdog (a worker whose log does not grow for
+/// `stall-secs` is presumed stuck) while a multi-GB file arrives. One line when a file starts,
+/// one per [`DOWNLOAD_LOG_PERCENT`] of it, and one when it is complete.
+fn download_log() -> gen_sources::hub::ProgressCallback {
+    let logged = std::sync::Mutex::new(HashMap::new());
+    std::sync::Arc::new(move |progress: &DownloadProgress| {
+        let mut logged = logged
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(line) = download_line(&mut logged, progress) {
+            println!("{line}");
+        }
+    })
+}
+
+/// The log line for a progress event, if it is worth one: `logged` holds, per file, the last
+/// step logged.
+fn download_line(logged: &mut HashMap<String, u64>, p: &DownloadProgress) -> Option<String> {
+    let percent = (p.downloaded.saturating_mul(100))
+        .checked_div(p.total)
+        .unwrap_or(100)
+        .min(100);
+    let step = percent / DOWNLOAD_LOG_PERCENT;
+    let key = format!("{}/{}", p.repo, p.file);
+    if logged.get(&key) == Some(&step) {
+        return None;
+    }
+    logged.insert(key, step);
+    Some(format!(
+        "downloading {} {}: {} of {} ({percent}%)",
+        p.repo,
+        p.file,
+        crate::doctor::human(p.downloaded),
+        crate::doctor::human(p.total)
+    ))
+}
+
+/// Percent of a file between two download lines in the worker's log.
+const DOWNLOAD_LOG_PERCENT: u64 = 5;
+
 /// Reads a source's manifest: `Some` only when its preparation completed.
 pub fn read_manifest(run_dir: &RunDir, source: &str) -> anyhow::Result<Option<PrepManifest>> {
     let dir = run_dir.source(source);
@@ -130,4 +175,54 @@ pub fn read_prompts(path: &Path) -> anyhow::Result<Vec<gen_sources::Prompt>> {
     let mut prompts = Vec::new();
     crate::run::feed::for_each_prompt(path, |prompt| prompts.push(prompt))?;
     Ok(prompts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(file: &str, downloaded: u64, total: u64) -> DownloadProgress {
+        DownloadProgress {
+            repo: "o/r".to_owned(),
+            file: file.to_owned(),
+            downloaded,
+            total,
+        }
+    }
+
+    #[test]
+    fn download_lines_come_once_per_five_percent_of_each_file() {
+        let mut logged = HashMap::new();
+        let total = 2 << 30;
+        // Progress events as the hub client sends them: at the start, every 8 MiB, at the end.
+        let mut lines = Vec::new();
+        for (file, downloaded) in (0..=total)
+            .step_by(8 << 20)
+            .map(|d| ("a.parquet", d))
+            .chain([("b.jsonl", 0), ("a.parquet", total), ("b.jsonl", 100)])
+        {
+            let size = if file == "b.jsonl" { 100 } else { total };
+            lines.extend(download_line(&mut logged, &event(file, downloaded, size)));
+        }
+        assert_eq!(lines.len(), 21 + 2, "{lines:#?}");
+        assert_eq!(lines[0], "downloading o/r a.parquet: 0 B of 2 GiB (0%)");
+        assert_eq!(lines[1], "downloading o/r a.parquet: 104 MiB of 2 GiB (5%)");
+        assert_eq!(
+            lines[20],
+            "downloading o/r a.parquet: 2 GiB of 2 GiB (100%)"
+        );
+        assert_eq!(lines[21], "downloading o/r b.jsonl: 0 B of 100 B (0%)");
+        assert_eq!(lines[22], "downloading o/r b.jsonl: 100 B of 100 B (100%)");
+    }
+
+    #[test]
+    fn a_file_of_unknown_size_is_logged_as_complete_once() {
+        let mut logged = HashMap::new();
+        let first = download_line(&mut logged, &event("x", 5, 0));
+        assert_eq!(
+            first.as_deref(),
+            Some("downloading o/r x: 5 B of 0 B (100%)")
+        );
+        assert_eq!(download_line(&mut logged, &event("x", 9, 0)), None);
+    }
 }
