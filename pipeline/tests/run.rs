@@ -645,3 +645,16 @@ async fn thinking_without_a_reasoning_parser_is_refused_before_generating() {
         }
     }
 }
+
+#[tokio::test]
+async fn the_real_datasets_toml_checks() {
+    let gen_ = Gen::new();
+    let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets.toml");
+    let out = gen_.run(&["check", &config.to_string_lossy()]).await;
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stdout.contains("is valid: 10 sources"),
+        "{}",
+        out.stdout
+    );
+}

@@ -23,11 +23,16 @@ pub fn datasets_toml() -> Vec<SourceSpec> {
         .source
 }
 
+/// The settings `gen prep` would take from an environment with `HF_ENDPOINT` pointing at the
+/// fake hub and `HF_HUB_CACHE` at `cache` (and nothing else: no token, online).
 pub fn settings(hub: &FakeHub, cache: &Path) -> HubSettings {
-    HubSettings::from_vars(|_| None)
-        .with_endpoint(hub.endpoint.clone())
-        .with_cache_dir(cache)
-        .with_retries(0, Duration::from_millis(1))
+    let cache = cache.to_string_lossy().into_owned();
+    HubSettings::from_vars(|name| match name {
+        "HF_ENDPOINT" => Some(hub.endpoint.clone()),
+        "HF_HUB_CACHE" => Some(cache.clone()),
+        _ => None,
+    })
+    .with_retries(0, Duration::from_millis(1))
 }
 
 pub fn run(spec: &SourceSpec, hub: HubSettings) -> (Vec<Prompt>, Manifest) {
