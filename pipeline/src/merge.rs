@@ -81,7 +81,7 @@ fn merge_source(name: &str, shards: &[RunDir], out: &RunDir) -> anyhow::Result<M
                 result.duplicates += 1;
             }
         }
-        settled.extend(record::settled_ids(&dir.rejected())?);
+        settled.extend(record::settled_ids(&dir.rejected())?.ids);
         if let Ok(text) = fs_err::read(dir.rejected()) {
             rejected_lines.extend_from_slice(&text);
         }

@@ -298,15 +298,21 @@ async fn a_prompt_in_two_sources_is_answered_once_by_the_earlier_source() {
         (
             beta["phase"].as_str(),
             beta["done"].as_u64(),
-            beta["rejected"].as_u64()
+            beta["rejected"].as_u64(),
+            beta["duplicates"].as_u64()
         ),
-        (Some("done"), Some(1), Some(1))
+        (Some("done"), Some(1), Some(1), Some(1))
     );
     let verify = gen_.run(&["verify", "cfg.toml"]).await;
     assert_eq!(verify.code, 0, "{}{}", verify.stdout, verify.stderr);
     let again = gen_.run(&["run", "cfg.toml"]).await;
     assert_eq!(again.code, 0, "{}", again.stderr);
     assert_eq!(server.chat_requests(), 3, "a rerun sends nothing");
+    assert_eq!(
+        status(&gen_)["sources"][1]["duplicates"],
+        1,
+        "counted once across runs"
+    );
     let ids: HashSet<String> =
         completions(&gen_.path("runs/cfg/sources/beta/completions.jsonl.zst"))
             .iter()
@@ -368,9 +374,10 @@ async fn an_earlier_source_prepared_late_does_not_answer_again_what_a_later_sour
         (
             alpha["phase"].as_str(),
             alpha["done"].as_u64(),
-            alpha["rejected"].as_u64()
+            alpha["rejected"].as_u64(),
+            alpha["duplicates"].as_u64()
         ),
-        (Some("done"), Some(1), Some(1))
+        (Some("done"), Some(1), Some(1), Some(1))
     );
     let verify = gen_.run(&["verify", "cfg.toml"]).await;
     assert_eq!(verify.code, 0, "{}{}", verify.stdout, verify.stderr);

@@ -581,7 +581,7 @@ impl<'p> Orchestrator<'p> {
             let dir = run_dir.source(name);
             create_private_dir(dir.root())?;
             let manifest = prep::read_manifest(run_dir, name)?;
-            let settled_ids = record::settled_ids(&dir.rejected())
+            let settled = record::settled_ids(&dir.rejected())
                 .with_context(|| format!("failed to read `{}`", dir.rejected().display()))?;
             let done_ids = record::completed_ids(&dir.completions())
                 .with_context(|| format!("failed to read `{}`", dir.completions().display()))?;
@@ -606,11 +606,13 @@ impl<'p> Orchestrator<'p> {
                     },
                     prepared: manifest.map(|m| m.prompts),
                     done: done_ids.len() as u64,
+                    rejected: settled.ids.len() as u64,
+                    duplicates: settled.duplicates,
                     note,
                     ..SourceStatus::new(name, Phase::Pending)
                 },
                 done_ids,
-                settled_ids,
+                settled_ids: settled.ids,
                 completed_here: 0,
                 feed: None,
                 opened: false,
@@ -740,6 +742,7 @@ impl<'p> Orchestrator<'p> {
         state.status.prepared = Some(census.prepared);
         state.status.done = census.done;
         state.status.rejected = census.settled + census.duplicates.len() as u64;
+        state.status.duplicates += census.duplicates.len() as u64;
         if census.pending == 0 {
             state.status.phase = Phase::Done;
         } else {

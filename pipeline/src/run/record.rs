@@ -61,7 +61,8 @@ pub enum RejectKind {
     Exhausted,
     /// Cut by `max-tokens` with `on-length = "drop"`: final, not retried.
     Truncated,
-    /// The same prompt (after normalization) is in an earlier source, which answers it.
+    /// The same prompt (after normalization) is in another source, which answers it: an
+    /// earlier one, or a later one that answered it before this source was prepared.
     Duplicate,
 }
 
@@ -79,15 +80,24 @@ pub fn completed_ids(path: &Path) -> io::Result<HashSet<String>> {
     crate::store::done::completed_ids(path)
 }
 
-/// Ids settled without a completion: permanently rejected or truncated-and-dropped prompts.
-/// Prompts that merely ran out of attempts are not settled: the next run retries them.
-pub fn settled_ids(path: &Path) -> io::Result<HashSet<String>> {
+/// What `rejected.jsonl` settles.
+#[derive(Debug, Default)]
+pub struct Settled {
+    /// Ids settled without a completion.
+    pub ids: HashSet<String>,
+    /// How many of them another source answers (kind `duplicate`).
+    pub duplicates: u64,
+}
+
+/// Ids settled without a completion: permanently rejected, truncated-and-dropped or duplicate
+/// prompts. Prompts that merely ran out of attempts are not settled: the next run retries them.
+pub fn settled_ids(path: &Path) -> io::Result<Settled> {
     let text = match fs_err::read(path) {
         Ok(bytes) => bytes,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(HashSet::new()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Settled::default()),
         Err(e) => return Err(e),
     };
-    let mut ids = HashSet::new();
+    let mut settled = Settled::default();
     // A torn last line (a crash mid-append) is skipped: that prompt is simply retried.
     for line in text
         .split(|b| *b == b'\n')
@@ -96,8 +106,9 @@ pub fn settled_ids(path: &Path) -> io::Result<HashSet<String>> {
         if let Ok(record) = serde_json::from_slice::<RejectedRecord>(line)
             && record.kind != RejectKind::Exhausted
         {
-            ids.insert(record.id);
+            settled.duplicates += u64::from(record.kind == RejectKind::Duplicate);
+            settled.ids.insert(record.id);
         }
     }
-    Ok(ids)
+    Ok(settled)
 }

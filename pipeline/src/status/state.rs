@@ -40,9 +40,13 @@ pub struct SourceStatus {
     pub done: u64,
     /// Prompts that ran out of attempts in this run (the next run retries them).
     pub failed: u64,
-    /// Prompts settled without an answer: rejected by the server (400) or truncated and dropped.
+    /// Prompts settled without an answer: rejected by the server (400), truncated and dropped,
+    /// or duplicates of another source's prompts.
     #[serde(default)]
     pub rejected: u64,
+    /// Of `rejected`: prompts another source answers (cross-source duplicates).
+    #[serde(default)]
+    pub duplicates: u64,
     /// Completions cut by `max-tokens` (`finish_reason = "length"`).
     #[serde(default)]
     pub truncated: u64,
@@ -74,6 +78,7 @@ impl SourceStatus {
             done: 0,
             failed: 0,
             rejected: 0,
+            duplicates: 0,
             truncated: 0,
             output_tokens: 0,
             tokens_per_sec: None,
