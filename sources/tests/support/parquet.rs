@@ -23,20 +23,77 @@ pub enum Col {
         keys: &'static [&'static str],
         rows: Vec<Option<Vec<Vec<&'static str>>>>,
     },
+    /// Like `Turns`, each turn also carrying the metadata WildChat's turns have, of every
+    /// type a reader must step over: `header: struct<accept-language, user-agent>`,
+    /// `timestamp` (UTC), `toxic` and `redacted` (booleans), `turn_identifier` (int64).
+    TurnsWithMeta {
+        keys: &'static [&'static str],
+        rows: Vec<Option<Vec<Vec<&'static str>>>>,
+    },
 }
 
-fn turns(keys: &[&str], rows: &[Option<Vec<Vec<&str>>>]) -> (ArrayRef, DataType) {
-    let fields: Fields = keys
+/// Per-turn metadata columns (see [`Col::TurnsWithMeta`]) for `n` turns.
+fn turn_meta(n: usize) -> Vec<(Field, ArrayRef)> {
+    let header_fields: Fields = ["accept-language", "user-agent"]
+        .iter()
+        .map(|k| Field::new(*k, DataType::Utf8, true))
+        .collect();
+    let header = StructArray::new(
+        header_fields.clone(),
+        vec![
+            Arc::new(StringArray::from(vec![Some("en-US,en;q=0.9"); n])) as ArrayRef,
+            Arc::new(StringArray::from(vec![Some("Mozilla/5.0"); n])) as ArrayRef,
+        ],
+        None,
+    );
+    let stamps: Vec<i64> = (0..n as i64).map(|i| 1_681_000_000_000_000 + i).collect();
+    let timestamp = TimestampMicrosecondArray::from(stamps).with_timezone("UTC");
+    let ids: Vec<Option<i64>> = (0..n as i64).map(|i| Some(1000 + i)).collect();
+    vec![
+        (
+            Field::new("header", DataType::Struct(header_fields), true),
+            Arc::new(header) as ArrayRef,
+        ),
+        (
+            Field::new("timestamp", timestamp.data_type().clone(), true),
+            Arc::new(timestamp),
+        ),
+        (
+            Field::new("toxic", DataType::Boolean, true),
+            Arc::new(BooleanArray::from(vec![false; n])),
+        ),
+        (
+            Field::new("redacted", DataType::Boolean, true),
+            Arc::new(BooleanArray::from(
+                (0..n).map(|i| i % 2 == 1).collect::<Vec<_>>(),
+            )),
+        ),
+        (
+            Field::new("turn_identifier", DataType::Int64, true),
+            Arc::new(Int64Array::from(ids)),
+        ),
+    ]
+}
+
+fn turns(keys: &[&str], rows: &[Option<Vec<Vec<&str>>>], meta: bool) -> (ArrayRef, DataType) {
+    let mut fields: Vec<Field> = keys
         .iter()
         .map(|k| Field::new(*k, DataType::Utf8, true))
         .collect();
     let flat: Vec<&Vec<&str>> = rows.iter().flatten().flatten().collect();
-    let children: Vec<ArrayRef> = (0..keys.len())
+    let mut children: Vec<ArrayRef> = (0..keys.len())
         .map(|i| {
             let values: Vec<Option<&str>> = flat.iter().map(|turn| turn.get(i).copied()).collect();
             Arc::new(StringArray::from(values)) as ArrayRef
         })
         .collect();
+    if meta {
+        for (field, array) in turn_meta(flat.len()) {
+            fields.push(field);
+            children.push(array);
+        }
+    }
+    let fields = Fields::from(fields);
     let structs = StructArray::new(fields.clone(), children, None);
     let item = Arc::new(Field::new("item", DataType::Struct(fields), true));
     let lengths = rows.iter().map(|r| r.as_ref().map_or(0, Vec::len));
@@ -64,7 +121,8 @@ pub fn parquet(columns: Vec<(&str, Col)>) -> Vec<u8> {
                 let data_type = array.data_type().clone();
                 (Arc::new(array), data_type)
             }
-            Col::Turns { keys, rows } => turns(keys, &rows),
+            Col::Turns { keys, rows } => turns(keys, &rows, false),
+            Col::TurnsWithMeta { keys, rows } => turns(keys, &rows, true),
         };
         fields.push(Field::new(name, data_type, true));
         arrays.push(array);

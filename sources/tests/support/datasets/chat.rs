@@ -169,8 +169,19 @@ pub fn ultrachat() -> Fixture {
 }
 
 pub fn wildchat() -> Fixture {
-    const KEYS: &[&str] = &["content", "role", "language"];
-    let turn = |content: &'static str, role: &'static str| vec![content, role, "English"];
+    // The string fields of a real turn; `TurnsWithMeta` adds the others (a `header` struct, a
+    // timestamp, booleans, an integer), which the reader must step over.
+    const KEYS: &[&str] = &[
+        "content",
+        "country",
+        "hashed_ip",
+        "language",
+        "role",
+        "state",
+    ];
+    let turn = |content: &'static str, role: &'static str| {
+        vec![content, "Germany", "5f0c9a7e", "English", role, "Bavaria"]
+    };
     let rows = vec![
         Some(vec![
             turn("Write a poem about the sea", "user"),
@@ -206,7 +217,7 @@ pub fn wildchat() -> Fixture {
                 1_681_000_200_000_000,
             ]),
         ),
-        ("conversation", Col::Turns { keys: KEYS, rows }),
+        ("conversation", Col::TurnsWithMeta { keys: KEYS, rows }),
         ("turn", Col::Int(vec![Some(2), Some(2), Some(1), Some(2)])),
         (
             "language",
