@@ -7,10 +7,17 @@
 //!   command always installs it).
 //! - [`sim`]: a simulated continuous-batching server (KV capacity, running cap, preemption) on
 //!   virtual time, for the concurrency controller's tests and benchmark.
+//! - [`fake_hub`]: a Hugging Face Hub on `127.0.0.1:0` serving what hf-hub (and Python's
+//!   `hf_hub_download`) calls; [`datasets`]: the ten datasets of `datasets.toml` as fixtures in
+//!   their real layouts and schemas, with the prompts each must give; [`parquet_fixture`]:
+//!   writes their Parquet files.
 //!
 //! The scenario tests that spawn the `gen` binary live in `pipeline/tests/` (only the package
 //! that owns a binary can locate it), and use this crate as a dev-dependency.
 
+pub mod datasets;
+pub mod fake_hub;
 pub mod fake_openai;
 pub mod llama;
+pub mod parquet_fixture;
 pub mod sim;

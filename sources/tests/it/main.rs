@@ -4,11 +4,13 @@
 
 #![expect(
     unreachable_pub,
-    reason = "a test binary has no public API; the support module is shared"
+    reason = "a test binary has no public API; its modules share helpers"
 )]
 
-#[path = "../support/mod.rs"]
-mod support;
+/// The fake hub and the ten datasets' fixtures, shared with the pipeline's end-to-end tests.
+mod support {
+    pub use gen_tests::{datasets, fake_hub, parquet_fixture as parquet};
+}
 
 mod conformance;
 mod hub;

@@ -14,7 +14,7 @@ pub use reasoning::{
 
 use serde_json::Value;
 
-use super::fake_hub::FakeRepo;
+use crate::fake_hub::FakeRepo;
 
 /// What one source must produce from its fixture.
 pub struct Expected {

@@ -3,8 +3,8 @@
 use serde_json::{Value, json};
 
 use super::{CONTENT_ROLE, Expected, FROM_VALUE, Fixture, s, turns, u};
-use crate::support::fake_hub::FakeRepo;
-use crate::support::parquet::{Col, parquet};
+use crate::fake_hub::FakeRepo;
+use crate::parquet_fixture::{Col, parquet};
 
 pub fn sharegpt() -> Fixture {
     let conv = |id: &str, turns: Value| json!({ "id": id, "conversations": turns });

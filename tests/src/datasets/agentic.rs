@@ -3,18 +3,18 @@
 use serde_json::{Value, json};
 
 use super::{Expected, Fixture, a, jsonl, s, u};
-use crate::support::fake_hub::FakeRepo;
-use crate::support::parquet::{Col, parquet};
+use crate::fake_hub::FakeRepo;
+use crate::parquet_fixture::{Col, parquet};
 
 /// The R2E-Gym first turn around an issue, as `datasets.toml` writes it.
-pub fn r2e_user_turn(issue: &str) -> String {
+pub(super) fn r2e_user_turn(issue: &str) -> String {
     format!(
         "Repository root: /testbed\n\n<github_issue>\n{issue}\n</github_issue>\n\nConstraints:\n- Do not modify existing test files.\n- Prefer minimal, targeted edits.\n- Use small file views and avoid large command outputs.\n- After edits, run the relevant tests (prefer the provided selected tests)."
     )
 }
 
 /// R2E-Gym's agent system prompt, as `datasets.toml` writes it.
-pub const R2E_SYSTEM: &str =
+pub(super) const R2E_SYSTEM: &str =
     "You are a programming agent operating in a repository mounted at /testbed.
 Goal: make minimal changes to non-test files to fix the GitHub issue.
 

@@ -1,8 +1,8 @@
 //! Reasoning datasets: Mixture-of-Thoughts, OpenThoughts3, OpenCodeReasoning, NuminaMath.
 
 use super::{CONTENT_ROLE, Expected, FROM_VALUE, Fixture, turns, u};
-use crate::support::fake_hub::FakeRepo;
-use crate::support::parquet::{Col, parquet};
+use crate::fake_hub::FakeRepo;
+use crate::parquet_fixture::{Col, parquet};
 
 pub fn mixture_of_thoughts() -> Fixture {
     let shard = |rows: Vec<Option<Vec<Vec<&'static str>>>>, source: &'static str| {
