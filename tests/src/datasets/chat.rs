@@ -201,13 +201,24 @@ pub fn wildchat() -> Fixture {
             turn("Waves...", "assistant"),
             turn("Make it rhyme", "user"),
         ]),
+        // The same prompt as a ShareGPT row: in a run of datasets.toml, sharegpt answers it.
+        Some(vec![
+            turn("Only a question, no answer", "user"),
+            turn("Sure.", "assistant"),
+        ]),
     ];
     let file = parquet(vec![
         (
             "conversation_hash",
-            Col::Str(vec![Some("h1"), Some("h2"), Some("h3"), Some("h4")]),
+            Col::Str(vec![
+                Some("h1"),
+                Some("h2"),
+                Some("h3"),
+                Some("h4"),
+                Some("h5"),
+            ]),
         ),
-        ("model", Col::Str(vec![Some("gpt-3.5-turbo-0301"); 4])),
+        ("model", Col::Str(vec![Some("gpt-3.5-turbo-0301"); 5])),
         (
             "timestamp",
             Col::Time(vec![
@@ -215,10 +226,14 @@ pub fn wildchat() -> Fixture {
                 1_681_000_000_123_456,
                 1_681_000_100_000_000,
                 1_681_000_200_000_000,
+                1_681_000_300_000_000,
             ]),
         ),
         ("conversation", Col::TurnsWithMeta { keys: KEYS, rows }),
-        ("turn", Col::Int(vec![Some(2), Some(2), Some(1), Some(2)])),
+        (
+            "turn",
+            Col::Int(vec![Some(2), Some(2), Some(1), Some(2), Some(1)]),
+        ),
         (
             "language",
             Col::Str(vec![
@@ -226,10 +241,14 @@ pub fn wildchat() -> Fixture {
                 Some("French"),
                 Some("English"),
                 Some("English"),
+                Some("English"),
             ]),
         ),
-        ("toxic", Col::Bool(vec![false, false, false, false])),
-        ("redacted", Col::Bool(vec![false, true, false, false])),
+        ("toxic", Col::Bool(vec![false; 5])),
+        (
+            "redacted",
+            Col::Bool(vec![false, true, false, false, false]),
+        ),
     ]);
     let repo = FakeRepo::new(
         "allenai/WildChat-1M",
@@ -242,11 +261,12 @@ pub fn wildchat() -> Fixture {
             prompts: vec![
                 vec![u("Write a poem about the sea"), u("Make it rhyme")],
                 vec![u("translate 'hello' to French")],
+                vec![u("Only a question, no answer")],
             ],
-            keys: Some(vec!["h1", "h2"]),
+            keys: Some(vec!["h1", "h2", "h5"]),
             dropped: vec![("no_user_turn", 1)],
             duplicates: 1,
-            rows_read: 4,
+            rows_read: 5,
         },
     }
 }
