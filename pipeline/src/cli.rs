@@ -87,6 +87,10 @@ pub enum Command {
         source: String,
         #[arg(long)]
         run_dir: Option<PathBuf>,
+        /// Leave out prompts with these content hashes (little-endian u64s; `gen run` writes
+        /// the earlier sources' here, so the sample draws other rows instead).
+        #[arg(long, value_name = "FILE")]
+        exclude_hashes: Option<PathBuf>,
     },
 }
 

@@ -109,10 +109,11 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             config,
             source,
             run_dir,
+            exclude_hashes,
         } => {
             let plan = Plan::load(&config)?;
             let run_dir = run_dir_for(&plan, run_dir);
-            prep::prepare_source(&plan, &run_dir, &source)?;
+            prep::prepare_source(&plan, &run_dir, &source, exclude_hashes.as_deref())?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Status {

@@ -27,15 +27,45 @@ pub struct PrepManifest {
     pub counters: gen_sources::Manifest,
 }
 
-/// Prepares `source` of `plan` into the run directory.
-pub fn prepare_source(plan: &Plan, run_dir: &RunDir, source: &str) -> anyhow::Result<PrepManifest> {
+/// Prepares `source` of `plan` into the run directory, leaving out the prompts whose content
+/// hashes `exclude` lists (the earlier sources' prompts; counted as `duplicates_across`).
+pub fn prepare_source(
+    plan: &Plan,
+    run_dir: &RunDir,
+    source: &str,
+    exclude: Option<&Path>,
+) -> anyhow::Result<PrepManifest> {
     let spec = plan.source(source).with_context(|| {
         format!(
             "config `{}` has no source `{source}`",
             plan.config_path.display()
         )
     })?;
-    prepare_spec(spec, &plan.base_dir, run_dir)
+    let mut exclude = exclude.map(read_hashes).transpose()?;
+    prepare_spec(spec, &plan.base_dir, run_dir, exclude.as_mut())
+}
+
+/// Writes content hashes as little-endian u64s (atomically).
+pub fn write_hashes(path: &Path, hashes: impl IntoIterator<Item = u64>) -> std::io::Result<()> {
+    let mut hashes: Vec<u64> = hashes.into_iter().collect();
+    hashes.sort_unstable();
+    let bytes: Vec<u8> = hashes.iter().flat_map(|h| h.to_le_bytes()).collect();
+    atomic::write(path, &bytes)
+}
+
+/// Reads what [`write_hashes`] wrote.
+pub fn read_hashes(path: &Path) -> anyhow::Result<std::collections::HashSet<u64>> {
+    let bytes = fs_err::read(path)?;
+    anyhow::ensure!(
+        bytes.len() % 8 == 0,
+        "`{}` is damaged ({} bytes, not a whole number of hashes); delete it and run `gen run` again",
+        path.display(),
+        bytes.len()
+    );
+    Ok(bytes
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
+        .collect())
 }
 
 /// Where a custom worker writes its rows, and the marker it creates when complete.
@@ -69,13 +99,14 @@ pub fn import_custom_output(
         output.to_string_lossy().into_owned(),
     ));
     spec.repo = None;
-    prepare_spec(&spec, Path::new("/"), run_dir)
+    prepare_spec(&spec, Path::new("/"), run_dir, None)
 }
 
 fn prepare_spec(
     spec: &gen_sources::SourceSpec,
     base_dir: &Path,
     run_dir: &RunDir,
+    exclude: Option<&mut std::collections::HashSet<u64>>,
 ) -> anyhow::Result<PrepManifest> {
     let source = spec.name();
     let dir = run_dir.source(source);
@@ -86,7 +117,11 @@ fn prepare_spec(
     let (mut writer, _) = FrameWriter::open(&tmp_path)?;
     let mut written = 0u64;
     let hub = gen_sources::HubSettings::from_env().with_progress(download_log());
-    let mut options = gen_sources::PrepareOptions::new(hub);
+    let mut options = gen_sources::PrepareOptions {
+        hub,
+        seen_across: exclude,
+        columnar: true,
+    };
     let counters = gen_sources::prepare_with(spec, base_dir, &mut options, &mut |prompt| {
         writer.push(prompt)?;
         written += 1;
@@ -105,10 +140,11 @@ fn prepare_spec(
     };
     atomic::write_json(&dir.manifest(), &manifest)?;
     println!(
-        "prepared {written} prompts from {} rows ({} dropped, {} duplicates)",
+        "prepared {written} prompts from {} rows ({} dropped, {} duplicates, {} in earlier sources)",
         manifest.counters.rows_read,
         manifest.counters.dropped.values().sum::<u64>(),
-        manifest.counters.duplicates_within
+        manifest.counters.duplicates_within,
+        manifest.counters.duplicates_across
     );
     for example in &manifest.counters.examples {
         println!(

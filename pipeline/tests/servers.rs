@@ -268,31 +268,44 @@ async fn a_prompt_in_two_sources_is_answered_once_by_the_earlier_source() {
         "data/a.jsonl",
         "{\"prompt\": \"shared\"}\n{\"prompt\": \"only a\"}\n",
     );
+    // Six rows, a sample of five: the first sample holds `shared` and leaves one `b` out.
     gen_.write(
         "data/b.jsonl",
-        "{\"question\": \"only b\"}\n{\"question\": \"shared\"}\n",
+        "{\"question\": \"b1\"}\n{\"question\": \"shared\"}\n{\"question\": \"b2\"}\n{\"question\": \"b3\"}\n{\"question\": \"b4\"}\n{\"question\": \"b5\"}\n",
     );
     gen_.write(
         "cfg.toml",
         &config(
             &format!("url = \"{}\"", server.url()),
             "concurrency = 2",
-            "[[source]]\nname = \"alpha\"\npath = \"data/a.jsonl\"\n\n[[source]]\nname = \"beta\"\npath = \"data/b.jsonl\"\nprompt-field = \"question\"\n",
+            "[[source]]\nname = \"alpha\"\npath = \"data/a.jsonl\"\n\n[[source]]\nname = \"beta\"\npath = \"data/b.jsonl\"\nprompt-field = \"question\"\nlimit = 5\n",
         ),
     );
     let out = gen_.run(&["run", "cfg.toml"]).await;
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert_eq!(contents(&gen_, "alpha"), ["echo: only a", "echo: shared"]);
-    assert_eq!(contents(&gen_, "beta"), ["echo: only b"]);
-    assert_eq!(server.chat_requests(), 3);
-    let rejected: Value =
-        serde_json::from_str(gen_.read("runs/cfg/sources/beta/rejected.jsonl").trim_end())
-            .expect("one record");
-    assert_eq!(rejected["kind"], "duplicate");
-    assert_eq!(
-        rejected["reason"],
-        "the same prompt is in the earlier source `alpha`, which answers it"
+    // Prepared again without alpha's prompts: still `limit` prompts of its own.
+    assert!(
+        out.stderr
+            .contains("`beta`: preparing again: 1 of its prompts are in earlier sources"),
+        "{}",
+        out.stderr
     );
+    assert_eq!(
+        contents(&gen_, "beta"),
+        ["echo: b1", "echo: b2", "echo: b3", "echo: b4", "echo: b5"]
+    );
+    assert_eq!(server.chat_requests(), 7);
+    let manifest: Value =
+        serde_json::from_str(&gen_.read("runs/cfg/sources/beta/manifest.json")).expect("json");
+    assert_eq!(
+        (
+            manifest["kept"].as_u64(),
+            manifest["duplicates_across"].as_u64()
+        ),
+        (Some(5), Some(1))
+    );
+    assert!(!gen_.path("runs/cfg/sources/beta/rejected.jsonl").exists());
     let beta = &status(&gen_)["sources"][1];
     assert_eq!(
         (
@@ -301,13 +314,13 @@ async fn a_prompt_in_two_sources_is_answered_once_by_the_earlier_source() {
             beta["rejected"].as_u64(),
             beta["duplicates"].as_u64()
         ),
-        (Some("done"), Some(1), Some(1), Some(1))
+        (Some("done"), Some(5), Some(0), Some(1))
     );
     let verify = gen_.run(&["verify", "cfg.toml"]).await;
     assert_eq!(verify.code, 0, "{}{}", verify.stdout, verify.stderr);
     let again = gen_.run(&["run", "cfg.toml"]).await;
     assert_eq!(again.code, 0, "{}", again.stderr);
-    assert_eq!(server.chat_requests(), 3, "a rerun sends nothing");
+    assert_eq!(server.chat_requests(), 7, "a rerun sends nothing");
     assert_eq!(
         status(&gen_)["sources"][1]["duplicates"],
         1,
@@ -318,7 +331,7 @@ async fn a_prompt_in_two_sources_is_answered_once_by_the_earlier_source() {
             .iter()
             .map(|r| r["id"].as_str().unwrap_or("").to_owned())
             .collect();
-    assert_eq!(ids.len(), 1);
+    assert_eq!(ids.len(), 5);
 }
 
 #[tokio::test]

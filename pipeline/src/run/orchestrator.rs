@@ -101,11 +101,23 @@ struct SourceState {
     /// Content hashes of its prompts answered before this run, for an earlier source that is
     /// prepared only now (what was generated is not generated again).
     answered_hashes: Option<Arc<HashSet<u64>>>,
+    /// Prompts settled as duplicates of another source in earlier runs.
+    settled_duplicates: u64,
+    /// Prepared again in this run, leaving out the earlier sources' prompts (at most once).
+    reprepared: bool,
     /// When generation of this source started in this run.
     generating_since: Option<Instant>,
     /// Peak RSS of its preparation worker in this run.
     peak_rss_bytes: Option<u64>,
     writer: Option<FrameWriter>,
+}
+
+/// What [`Orchestrator::open_source`] did with a prepared source.
+enum Opened {
+    /// Counted: done, or with a feed of what is left.
+    Counted,
+    /// To prepare again without the earlier sources' prompts.
+    PrepareAgain,
 }
 
 struct Orchestrator<'p> {
@@ -172,7 +184,7 @@ async fn run_loop(
         crate::say!("gen: no source failed in the last run: nothing to restart");
         return Ok(RunOutcome::NothingToDo);
     }
-    let needs_prep: Vec<usize> = (0..orchestrator.sources.len())
+    let mut needs_prep: Vec<usize> = (0..orchestrator.sources.len())
         .filter(|i| selected[*i] && orchestrator.sources[*i].status.prepared.is_none())
         .collect();
     for (i, selected) in selected.iter().enumerate() {
@@ -187,7 +199,7 @@ async fn run_loop(
             orchestrator.sources[i].status = old.clone();
         }
     }
-    orchestrator.open_ready(&selected);
+    needs_prep.extend(orchestrator.open_ready(&selected));
     if needs_prep.is_empty() && orchestrator.sources.iter().all(|s| s.feed.is_none()) {
         orchestrator.status.finished = true;
         orchestrator.write_status()?;
@@ -329,7 +341,7 @@ async fn run_loop(
                 let (i, report) = joined.context("a preparation supervisor panicked")?;
                 orchestrator.finish_prep(i, report, interrupted).await?;
                 if !interrupted && fatal.is_none() {
-                    orchestrator.open_ready(&selected);
+                    prep_queue.extend(orchestrator.open_ready(&selected));
                     for (i, feed) in orchestrator.take_feeds() {
                         let length = plan.worker(&orchestrator.sources[i].status.name).on_length;
                         tokio::spawn(dispatcher.clone().run_source(i, feed, length));
@@ -581,6 +593,9 @@ impl<'p> Orchestrator<'p> {
             let dir = run_dir.source(name);
             create_private_dir(dir.root())?;
             let manifest = prep::read_manifest(run_dir, name)?;
+            let across = manifest
+                .as_ref()
+                .map_or(0, |m| m.counters.duplicates_across);
             let settled = record::settled_ids(&dir.rejected())
                 .with_context(|| format!("failed to read `{}`", dir.rejected().display()))?;
             let done_ids = record::completed_ids(&dir.completions())
@@ -607,7 +622,7 @@ impl<'p> Orchestrator<'p> {
                     prepared: manifest.map(|m| m.prompts),
                     done: done_ids.len() as u64,
                     rejected: settled.ids.len() as u64,
-                    duplicates: settled.duplicates,
+                    duplicates: settled.duplicates + across,
                     note,
                     ..SourceStatus::new(name, Phase::Pending)
                 },
@@ -618,6 +633,8 @@ impl<'p> Orchestrator<'p> {
                 opened: false,
                 hashes: None,
                 answered_hashes: None,
+                settled_duplicates: settled.duplicates,
+                reprepared: false,
                 generating_since: None,
                 peak_rss_bytes: None,
                 writer: None,
@@ -654,8 +671,9 @@ impl<'p> Orchestrator<'p> {
 
     /// Counts the prompts of every selected, prepared source not counted yet whose earlier
     /// sources are settled (prepared, failed or not in this run): cross-source deduplication
-    /// needs them first.
-    fn open_ready(&mut self, selected: &[bool]) {
+    /// needs them first. Returns the sources to prepare again (see [`Self::open_source`]).
+    fn open_ready(&mut self, selected: &[bool]) -> Vec<usize> {
+        let mut again = Vec::new();
         for i in 0..self.sources.len() {
             let state = &self.sources[i];
             if !selected[i] || state.opened || state.status.prepared.is_none() {
@@ -665,20 +683,34 @@ impl<'p> Orchestrator<'p> {
                 let earlier = &self.sources[j].status;
                 selected[j] && earlier.prepared.is_none() && earlier.phase != Phase::Failed
             });
-            if !blocked && let Err(e) = self.open_source(i) {
-                // This source's files are unreadable: it fails, the others go on.
-                let state = &mut self.sources[i].status;
-                state.phase = Phase::Failed;
-                state.note = format!("{e:#}");
-                crate::say!("gen: `{}` failed: {}", state.name, state.note);
+            if blocked {
+                continue;
+            }
+            match self.open_source(i) {
+                Ok(Opened::Counted) => {}
+                Ok(Opened::PrepareAgain) => again.push(i),
+                Err(e) => {
+                    // This source's files are unreadable: it fails, the others go on.
+                    let state = &mut self.sources[i].status;
+                    state.phase = Phase::Failed;
+                    state.note = format!("{e:#}");
+                    crate::say!("gen: `{}` failed: {}", state.name, state.note);
+                }
             }
         }
+        again
     }
 
     /// Counts source `i`'s prompts, settles as duplicates those an earlier source holds or a
     /// later source already answered, and keeps a feed of the rest (opening its output) when
     /// there are any.
-    fn open_source(&mut self, i: usize) -> anyhow::Result<()> {
+    ///
+    /// When earlier sources hold some of its prompts and nothing of it has been answered or
+    /// settled yet, it is not counted but prepared again instead, leaving the earlier sources'
+    /// prompts out of its sample (their content hashes in `earlier-prompts.hashes`), so it
+    /// still gets `limit` prompts of its own. A custom worker's source is not (its worker
+    /// would have to run again): its duplicates are settled.
+    fn open_source(&mut self, i: usize) -> anyhow::Result<Opened> {
         let name = self.sources[i].status.name.clone();
         let dir = self.run_dir.source(&name);
         let earlier = if self.plan.sources[i].dedup() {
@@ -686,6 +718,10 @@ impl<'p> Orchestrator<'p> {
         } else {
             Arc::default()
         };
+        let earlier_hashes = Arc::clone(&earlier);
+        // Earlier sources' prompts its worker left out of the sample.
+        let left_out =
+            prep::read_manifest(&self.run_dir, &name)?.map_or(0, |m| m.counters.duplicates_across);
         let state = &mut self.sources[i];
         state.opened = true;
         let skip = Skip {
@@ -694,8 +730,37 @@ impl<'p> Orchestrator<'p> {
             shard: self.shard,
             elsewhere: earlier,
         };
-        let order = self.plan.worker(&name).order;
-        let (census, feed) = Feed::open(&dir.prompts(), skip, order)?;
+        let worker = self.plan.worker(&name);
+        let (census, feed) = Feed::open(&dir.prompts(), skip, worker.order)?;
+        let held_earlier: Vec<u64> = earlier_hashes
+            .iter()
+            .filter(|(_, j)| **j < i)
+            .map(|(hash, _)| *hash)
+            .collect();
+        let earlier_duplicates = census.duplicates.iter().filter(|(_, j)| *j < i).count();
+        if earlier_duplicates > 0
+            && census.done == 0
+            && census.settled == 0
+            && worker.command.is_none()
+            && !state.reprepared
+        {
+            prep::write_hashes(&dir.earlier_hashes(), held_earlier)?;
+            fs_err::remove_file(dir.manifest())?;
+            state.reprepared = true;
+            state.opened = false;
+            state.hashes = None;
+            let status = &mut state.status;
+            status.phase = Phase::Pending;
+            status.prepared = None;
+            status.note = format!(
+                "preparing again: {earlier_duplicates} of its prompts are in earlier sources; \
+                 sampling others instead"
+            );
+            crate::say!("gen: `{name}`: {}", status.note);
+            self.events
+                .append("prepare_again", Some(&name), status.note.clone());
+            return Ok(Opened::PrepareAgain);
+        }
         if !census.duplicates.is_empty() {
             let mut file = frames::open_private(&dir.rejected())?;
             let mut lines = Vec::new();
@@ -742,7 +807,8 @@ impl<'p> Orchestrator<'p> {
         state.status.prepared = Some(census.prepared);
         state.status.done = census.done;
         state.status.rejected = census.settled + census.duplicates.len() as u64;
-        state.status.duplicates += census.duplicates.len() as u64;
+        state.status.duplicates =
+            state.settled_duplicates + census.duplicates.len() as u64 + left_out;
         if census.pending == 0 {
             state.status.phase = Phase::Done;
         } else {
@@ -750,7 +816,7 @@ impl<'p> Orchestrator<'p> {
             state.writer = Some(writer);
             state.feed = Some(feed);
         }
-        Ok(())
+        Ok(Opened::Counted)
     }
 
     /// The content hashes source `i` must not send, each with the source holding it: every
@@ -839,16 +905,20 @@ impl<'p> Orchestrator<'p> {
                 fs_err::rename(&log, dir.root().join("prep.previous.log"))?;
             }
             let worker = self.plan.worker(&name);
+            let mut args: Vec<std::ffi::OsString> = vec![
+                "prep".into(),
+                self.plan.config_path.clone().into(),
+                "--source".into(),
+                name.clone().into(),
+                "--run-dir".into(),
+                self.run_dir.root().into(),
+            ];
+            if dir.earlier_hashes().exists() {
+                args.extend(["--exclude-hashes".into(), dir.earlier_hashes().into()]);
+            }
             let mut command = WorkerCommand {
                 program: exe.clone(),
-                args: vec![
-                    "prep".into(),
-                    self.plan.config_path.clone().into(),
-                    "--source".into(),
-                    name.clone().into(),
-                    "--run-dir".into(),
-                    self.run_dir.root().into(),
-                ],
+                args,
                 envs: Vec::new(),
                 log,
                 memory_limit: worker.memory_limit,

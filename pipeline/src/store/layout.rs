@@ -85,4 +85,10 @@ impl SourceDir {
     pub fn rejected(&self) -> PathBuf {
         self.root.join("rejected.jsonl")
     }
+
+    /// Content hashes of earlier sources' prompts, which this source's sample leaves out
+    /// (little-endian u64s, written by `gen run` before it prepares the source again).
+    pub fn earlier_hashes(&self) -> PathBuf {
+        self.root.join("earlier-prompts.hashes")
+    }
 }
