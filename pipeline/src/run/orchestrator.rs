@@ -913,7 +913,9 @@ impl<'p> Orchestrator<'p> {
                 "--run-dir".into(),
                 self.run_dir.root().into(),
             ];
-            if dir.earlier_hashes().exists() {
+            // Written by this run for this preparation only: a later first preparation (after
+            // a crash, or changed settings) starts from the full sample and is checked again.
+            if self.sources[i].reprepared {
                 args.extend(["--exclude-hashes".into(), dir.earlier_hashes().into()]);
             }
             let mut command = WorkerCommand {
