@@ -27,6 +27,14 @@ impl RowError {
 /// A row read from a file: its zero-based index and either the parsed object or why not.
 pub type Row = (u64, Result<Value, RowError>);
 
+/// Whether `path` is read through a decompressor (`.zst` or `.gz`).
+pub(super) fn is_compressed(path: &Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("zst" | "gz")
+    )
+}
+
 /// Opens `path`, transparently decompressing `.zst` and `.gz`.
 pub fn open_decoded(path: &Path) -> io::Result<Box<dyn Read + Send>> {
     let file = fs_err::File::open(path)?;

@@ -2,9 +2,15 @@
 //! not the row group (field notes §6). Only the columns normalization reads are decoded, so a
 //! dataset's long answer columns (`output`, `response`) cost nothing, and of a turn list only
 //! the role and content fields (WildChat's turns carry a dozen more).
+//!
+//! Parquet needs random access (its footer is at the end), so a `.parquet.zst` or `.parquet.gz`
+//! is first decompressed, streaming, into an anonymous temporary file in the system temporary
+//! directory (`TMPDIR`): it has no name, and the OS frees it when it is closed, even after a
+//! crash. It takes the decompressed size on that disk while the file is read.
 
-use std::io;
-use std::path::Path;
+use std::fs::File;
+use std::io::{self, Read, Seek, Write};
+use std::path::{Path, PathBuf};
 
 use arrow_array::RecordBatch;
 use arrow_schema::{DataType, SchemaRef};
@@ -13,7 +19,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::schema::types::SchemaDescriptor;
 use serde_json::{Map, Value};
 
-use super::open::Row;
+use super::open::{Row, is_compressed, open_decoded};
 use super::projection::{Projection, TurnsProjection, projected_values};
 
 /// Rows decoded at once (~20 MB for chat datasets).
@@ -21,6 +27,54 @@ pub const PARQUET_BATCH_SIZE: usize = 1024;
 
 fn invalid(error: impl std::error::Error + Send + Sync + 'static) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, error)
+}
+
+/// The compressed stream of a `.parquet.zst`/`.parquet.gz` ended early or is damaged.
+#[derive(Debug, thiserror::Error)]
+#[error("the compressed data is truncated or corrupt (download or copy the file again)")]
+struct DecompressError {
+    #[source]
+    source: io::Error,
+}
+
+/// The decompressed copy of a compressed Parquet file could not be written.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "cannot write the decompressed Parquet data to a temporary file in `{}` (set `TMPDIR` to a \
+     directory with room for it)",
+    directory.display()
+)]
+struct TempFileError {
+    directory: PathBuf,
+    #[source]
+    source: io::Error,
+}
+
+/// The Parquet file at `path`, ready for random access: the file itself, or its decompressed
+/// copy in an anonymous temporary file.
+fn open_parquet(path: &Path) -> io::Result<File> {
+    if !is_compressed(path) {
+        return Ok(fs_err::File::open(path)?.into_parts().0);
+    }
+    let mut decoded = open_decoded(path)?;
+    let temp_error = |source: io::Error| {
+        let kind = source.kind();
+        let directory = std::env::temp_dir();
+        io::Error::new(kind, TempFileError { directory, source })
+    };
+    let mut copy = tempfile::tempfile().map_err(temp_error)?;
+    let mut buffer = vec![0u8; 1 << 20];
+    loop {
+        let n = match decoded.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(source) => return Err(invalid(DecompressError { source })),
+        };
+        copy.write_all(&buffer[..n]).map_err(temp_error)?;
+    }
+    copy.rewind().map_err(temp_error)?;
+    Ok(copy)
 }
 
 /// Streams the record batches of the Parquet file at `path` to `on_batch`, with the index of
@@ -31,7 +85,7 @@ pub fn for_each_parquet_batch(
     projection: Option<&Projection>,
     on_batch: &mut dyn FnMut(&RecordBatch, u64),
 ) -> io::Result<()> {
-    let (file, _) = fs_err::File::open(path)?.into_parts();
+    let file = open_parquet(path)?;
     let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(invalid)?;
     let builder = match projection {
         Some(projection) => {

@@ -242,3 +242,101 @@ fn local_globs_mix_formats_and_compressions() {
     );
     assert_eq!(manifest.commit, None);
 }
+
+/// Prepares the local file `name` holding `bytes`, with the columnar path on or off.
+fn prepare_file(
+    bytes: &[u8],
+    name: &str,
+    columnar: bool,
+) -> Result<(Vec<gen_sources::Prompt>, gen_sources::Manifest), gen_sources::SourceError> {
+    use gen_sources::{HubSettings, PrepareOptions, SourceSpec, prepare_with};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    fs_err::write(dir.path().join(name), bytes).expect("write");
+    let spec: SourceSpec =
+        toml::from_str(&format!("name = \"local\"\npath = \"{name}\"")).expect("spec");
+    let mut options = PrepareOptions {
+        hub: HubSettings::from_vars(|_| None).with_offline(true),
+        seen_across: None,
+        columnar,
+    };
+    let mut prompts = Vec::new();
+    let manifest = prepare_with(&spec, dir.path(), &mut options, &mut |p| {
+        prompts.push(p.clone());
+        Ok(())
+    })?;
+    Ok((prompts, manifest))
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    encoder.write_all(bytes).expect("gzip");
+    encoder.finish().expect("gzip")
+}
+
+fn questions() -> Vec<u8> {
+    parquet(vec![(
+        "question",
+        Col::Str(vec![
+            Some("one"),
+            Some("two"),
+            None,
+            Some("three"),
+            Some(""),
+        ]),
+    )])
+}
+
+#[test]
+fn compressed_parquet_gives_the_prompts_of_the_plain_file() {
+    let plain = questions();
+    let (expected, expected_manifest) =
+        prepare_file(&plain, "q.parquet", true).expect("plain parquet");
+    let texts: Vec<&str> = expected
+        .iter()
+        .map(|p| p.messages[0].content.as_str())
+        .collect();
+    assert_eq!(texts, ["one", "two", "three"]);
+    let compressed = [
+        (
+            "q.parquet.zst",
+            zstd::encode_all(&plain[..], 3).expect("zstd"),
+        ),
+        ("q.parquet.gz", gzip(&plain)),
+    ];
+    for (name, bytes) in compressed {
+        for columnar in [true, false] {
+            let (prompts, manifest) = prepare_file(&bytes, name, columnar).expect(name);
+            assert_eq!(prompts, expected, "{name}, columnar: {columnar}");
+            assert_eq!(manifest.rows_read, expected_manifest.rows_read, "{name}");
+            assert_eq!(manifest.dropped, expected_manifest.dropped, "{name}");
+        }
+    }
+}
+
+#[test]
+fn truncated_compressed_parquet_names_the_file() {
+    let plain = questions();
+    let zst = zstd::encode_all(&plain[..], 3).expect("zstd");
+    let gz = gzip(&plain);
+    for (name, bytes) in [
+        ("q.parquet.zst", &zst[..zst.len() / 2]),
+        ("q.parquet.gz", &gz[..gz.len() / 2]),
+    ] {
+        let error = prepare_file(bytes, name, true).expect_err("truncated");
+        let gen_sources::SourceError::Read { path, source } = &error else {
+            panic!("{name}: not a read error: {error}");
+        };
+        assert!(path.ends_with(name), "{}", path.display());
+        assert!(
+            error.to_string().starts_with("failed to read `") && error.to_string().contains(name),
+            "{error}"
+        );
+        assert_eq!(
+            source.to_string(),
+            "the compressed data is truncated or corrupt (download or copy the file again)",
+            "{name}"
+        );
+    }
+}
