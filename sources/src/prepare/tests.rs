@@ -210,3 +210,30 @@ fn a_missing_or_invalid_tokenizer_names_the_file() {
         "{message}"
     );
 }
+
+#[test]
+fn invalid_utf8_rows_are_counted_and_shown_with_file_and_row() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lines: [&[u8]; 3] = [
+        br#"{"prompt": "a"}"#,
+        b"{\"prompt\": \"caf\xe9\"}",
+        br#"{"prompt": "b"}"#,
+    ];
+    fs_err::write(dir.path().join("data.jsonl"), lines.join(&b'\n')).expect("write");
+    let spec: SourceSpec = toml::from_str("name = \"t\"\npath = \"data.jsonl\"").expect("spec");
+    let (prompts, manifest) = collect(&spec, dir.path());
+    assert_eq!(prompts.len(), 2);
+    assert_eq!(manifest.rows_read, 3);
+    assert_eq!(
+        manifest.dropped,
+        [("invalid_utf8".to_owned(), 1)].into_iter().collect()
+    );
+    assert_eq!(
+        manifest.examples,
+        [RowExample {
+            file: dir.path().join("data.jsonl"),
+            row: 1,
+            reason: "invalid UTF-8 at byte 15 of the row".to_owned(),
+        }]
+    );
+}
