@@ -12,7 +12,7 @@ mod projection;
 mod rows;
 
 pub(crate) use arrow_value::column_values;
-pub use json_array::{JsonArrayError, for_each_array_row};
+pub use json_array::{JsonArrayError, MAX_ELEMENT_BYTES, for_each_array_row};
 pub use jsonl::JsonlRows;
 pub use open::{Row, RowError, open_decoded};
 pub use parquet::{
