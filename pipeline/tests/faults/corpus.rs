@@ -196,7 +196,7 @@ fn cases() -> Vec<Case> {
             "invalid_utf8",
             "x.jsonl",
             utf8,
-            rows(2, 1, &[("bad_json", 1)]),
+            rows(2, 1, &[("invalid_utf8", 1)]),
         ),
         case(
             "lone_surrogate",

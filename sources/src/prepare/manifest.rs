@@ -46,7 +46,7 @@ pub struct Manifest {
     pub rows_read: u64,
     /// Prompts written to the prompts file.
     pub kept: u64,
-    /// Rows dropped, per reason (`bad_json`, `no_user_turn`, `excluded:input`,
+    /// Rows dropped, per reason (`bad_json`, `invalid_utf8`, `no_user_turn`, `excluded:input`,
     /// `too_many_tokens`, …).
     pub dropped: BTreeMap<String, u64>,
     /// Repeats of a prompt the sample held when they were read. A repeat of a prompt the

@@ -210,3 +210,61 @@ fn a_missing_or_invalid_tokenizer_names_the_file() {
         "{message}"
     );
 }
+
+#[test]
+fn invalid_utf8_rows_are_counted_and_shown_with_file_and_row() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lines: [&[u8]; 3] = [
+        br#"{"prompt": "a"}"#,
+        b"{\"prompt\": \"caf\xe9\"}",
+        br#"{"prompt": "b"}"#,
+    ];
+    fs_err::write(dir.path().join("data.jsonl"), lines.join(&b'\n')).expect("write");
+    let spec: SourceSpec = toml::from_str("name = \"t\"\npath = \"data.jsonl\"").expect("spec");
+    let (prompts, manifest) = collect(&spec, dir.path());
+    assert_eq!(prompts.len(), 2);
+    assert_eq!(manifest.rows_read, 3);
+    assert_eq!(
+        manifest.dropped,
+        [("invalid_utf8".to_owned(), 1)].into_iter().collect()
+    );
+    assert_eq!(
+        manifest.examples,
+        [RowExample {
+            file: dir.path().join("data.jsonl"),
+            row: 1,
+            reason: "invalid UTF-8 at byte 15 of the row".to_owned(),
+        }]
+    );
+}
+
+#[test]
+fn a_malformed_json_array_element_is_one_dropped_row_shown_with_file_and_index() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    fs_err::write(
+        dir.path().join("data.json"),
+        br#"[{"prompt": "a"}, {"prompt": tru}, {"prompt": "b"}]"#,
+    )
+    .expect("write");
+    let spec: SourceSpec = toml::from_str("name = \"t\"\npath = \"data.json\"").expect("spec");
+    let (prompts, manifest) = collect(&spec, dir.path());
+    let texts: Vec<_> = prompts
+        .iter()
+        .map(|p| (p.row, p.messages[0].content.as_str()))
+        .collect();
+    assert_eq!(texts, [(0, "a"), (2, "b")]);
+    assert_eq!(manifest.rows_read, 3);
+    assert_eq!(
+        manifest.dropped,
+        [("bad_json".to_owned(), 1)].into_iter().collect()
+    );
+    assert_eq!(manifest.examples[0].file, dir.path().join("data.json"));
+    assert_eq!(manifest.examples[0].row, 1);
+    assert!(
+        manifest.examples[0]
+            .reason
+            .ends_with("of the element at byte 18"),
+        "{:?}",
+        manifest.examples[0]
+    );
+}

@@ -3,9 +3,7 @@
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
-
-use super::open::{Row, RowError, open_decoded};
+use super::open::{Row, open_decoded, parse_object};
 
 /// Reads JSON Lines: one object per line; blank lines are skipped, not counted as rows.
 pub struct JsonlRows {
@@ -48,20 +46,17 @@ impl Iterator for JsonlRows {
             }
             let row = self.next_row;
             self.next_row += 1;
-            // `from_slice` rejects invalid UTF-8 as well as bad syntax.
-            let parsed = match serde_json::from_slice::<Value>(trimmed) {
-                Ok(value @ Value::Object(_)) => Ok(value),
-                Ok(_) => Err(RowError::NotAnObject),
-                Err(e) => Err(RowError::BadJson(e.to_string())),
-            };
-            return Some(Ok((row, parsed)));
+            return Some(Ok((row, parse_object(trimmed))));
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::Value;
+
     use super::*;
+    use crate::read::RowError;
 
     #[test]
     fn reads_gzip_compressed_jsonl() {
@@ -108,9 +103,48 @@ mod tests {
                 (0, Ok(())),
                 (1, Err("bad_json")),
                 (2, Err("not_an_object")),
-                (3, Err("bad_json")),
+                (3, Err("invalid_utf8")),
                 (4, Ok(())),
             ]
+        );
+    }
+
+    #[test]
+    fn invalid_utf8_is_its_own_reason_with_the_byte_it_starts_at() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("rows.jsonl");
+        // Latin-1 `é`, a lone continuation byte, and a character cut after its first byte.
+        let lines: [&[u8]; 4] = [
+            b"{\"prompt\": \"caf\xe9\"}",
+            b"{\"prompt\": \"\x80\"}",
+            b"{\"prompt\": \"\xe2\x82\"}",
+            "{\"prompt\": \"caf\u{e9} \u{20ac}\"}".as_bytes(),
+        ];
+        fs_err::write(&path, lines.join(&b'\n')).expect("write");
+        let rows: Vec<(u64, Result<Value, RowError>)> = JsonlRows::open(&path)
+            .expect("open")
+            .collect::<io::Result<_>>()
+            .expect("read");
+        let errors: Vec<Option<String>> = rows
+            .iter()
+            .map(|(_, r)| r.as_ref().err().map(ToString::to_string))
+            .collect();
+        assert_eq!(
+            errors,
+            [
+                Some("invalid UTF-8 at byte 15 of the row".to_owned()),
+                Some("invalid UTF-8 at byte 12 of the row".to_owned()),
+                Some("invalid UTF-8 at byte 12 of the row".to_owned()),
+                None,
+            ]
+        );
+        assert_eq!(
+            rows[0].1.as_ref().map_err(RowError::reason),
+            Err("invalid_utf8")
+        );
+        assert_eq!(
+            rows[3].1,
+            Ok(serde_json::json!({"prompt": "caf\u{e9} \u{20ac}"}))
         );
     }
 

@@ -12,9 +12,11 @@ mod projection;
 mod rows;
 
 pub(crate) use arrow_value::column_values;
-pub use json_array::{JsonArrayError, for_each_array_row};
+pub use json_array::{JsonArrayError, MAX_ELEMENT_BYTES, for_each_array_row};
 pub use jsonl::JsonlRows;
 pub use open::{Row, RowError, open_decoded};
-pub use parquet::{PARQUET_BATCH_SIZE, batch_rows, for_each_parquet_batch, for_each_parquet_row};
+pub use parquet::{
+    InvalidUtf8Column, PARQUET_BATCH_SIZE, batch_rows, for_each_parquet_batch, for_each_parquet_row,
+};
 pub use projection::{Projection, TurnsProjection};
 pub use rows::{Columns, for_each_row, format_of};

@@ -12,6 +12,9 @@ pub enum RowError {
     BadJson(String),
     #[error("row is not a JSON object")]
     NotAnObject,
+    /// The row's bytes are not UTF-8 (a file in Latin-1, or a row cut inside a character).
+    #[error("invalid UTF-8 at byte {at} of the row")]
+    InvalidUtf8 { at: usize },
 }
 
 impl RowError {
@@ -20,12 +23,35 @@ impl RowError {
         match self {
             RowError::BadJson(_) => "bad_json",
             RowError::NotAnObject => "not_an_object",
+            RowError::InvalidUtf8 { .. } => "invalid_utf8",
         }
+    }
+}
+
+/// One row's bytes as a JSON object: invalid UTF-8 is told apart from bad JSON.
+pub(super) fn parse_object(bytes: &[u8]) -> Result<Value, RowError> {
+    if let Err(e) = std::str::from_utf8(bytes) {
+        return Err(RowError::InvalidUtf8 {
+            at: e.valid_up_to(),
+        });
+    }
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(value @ Value::Object(_)) => Ok(value),
+        Ok(_) => Err(RowError::NotAnObject),
+        Err(e) => Err(RowError::BadJson(e.to_string())),
     }
 }
 
 /// A row read from a file: its zero-based index and either the parsed object or why not.
 pub type Row = (u64, Result<Value, RowError>);
+
+/// Whether `path` is read through a decompressor (`.zst` or `.gz`).
+pub(super) fn is_compressed(path: &Path) -> bool {
+    matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("zst" | "gz")
+    )
+}
 
 /// Opens `path`, transparently decompressing `.zst` and `.gz`.
 pub fn open_decoded(path: &Path) -> io::Result<Box<dyn Read + Send>> {

@@ -61,6 +61,8 @@ mod tests {
     fn formats_follow_extensions() {
         let cases = [
             ("a.parquet", Format::Parquet),
+            ("a.parquet.zst", Format::Parquet),
+            ("a.parquet.gz", Format::Parquet),
             ("a.json", Format::Json),
             ("a.json.zst", Format::Json),
             ("a.json.gz", Format::Json),

@@ -242,3 +242,187 @@ fn local_globs_mix_formats_and_compressions() {
     );
     assert_eq!(manifest.commit, None);
 }
+
+/// Prepares the local file `name` holding `bytes`, with the columnar path on or off.
+fn prepare_file(
+    bytes: &[u8],
+    name: &str,
+    columnar: bool,
+) -> Result<(Vec<gen_sources::Prompt>, gen_sources::Manifest), gen_sources::SourceError> {
+    use gen_sources::{HubSettings, PrepareOptions, SourceSpec, prepare_with};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    fs_err::write(dir.path().join(name), bytes).expect("write");
+    let spec: SourceSpec =
+        toml::from_str(&format!("name = \"local\"\npath = \"{name}\"")).expect("spec");
+    let mut options = PrepareOptions {
+        hub: HubSettings::from_vars(|_| None).with_offline(true),
+        seen_across: None,
+        columnar,
+    };
+    let mut prompts = Vec::new();
+    let manifest = prepare_with(&spec, dir.path(), &mut options, &mut |p| {
+        prompts.push(p.clone());
+        Ok(())
+    })?;
+    Ok((prompts, manifest))
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    encoder.write_all(bytes).expect("gzip");
+    encoder.finish().expect("gzip")
+}
+
+fn questions() -> Vec<u8> {
+    parquet(vec![(
+        "question",
+        Col::Str(vec![
+            Some("one"),
+            Some("two"),
+            None,
+            Some("three"),
+            Some(""),
+        ]),
+    )])
+}
+
+#[test]
+fn compressed_parquet_gives_the_prompts_of_the_plain_file() {
+    let plain = questions();
+    let (expected, expected_manifest) =
+        prepare_file(&plain, "q.parquet", true).expect("plain parquet");
+    let texts: Vec<&str> = expected
+        .iter()
+        .map(|p| p.messages[0].content.as_str())
+        .collect();
+    assert_eq!(texts, ["one", "two", "three"]);
+    let compressed = [
+        (
+            "q.parquet.zst",
+            zstd::encode_all(&plain[..], 3).expect("zstd"),
+        ),
+        ("q.parquet.gz", gzip(&plain)),
+    ];
+    for (name, bytes) in compressed {
+        for columnar in [true, false] {
+            let (prompts, manifest) = prepare_file(&bytes, name, columnar).expect(name);
+            assert_eq!(prompts, expected, "{name}, columnar: {columnar}");
+            assert_eq!(manifest.rows_read, expected_manifest.rows_read, "{name}");
+            assert_eq!(manifest.dropped, expected_manifest.dropped, "{name}");
+        }
+    }
+}
+
+#[test]
+fn truncated_compressed_parquet_names_the_file() {
+    let plain = questions();
+    let zst = zstd::encode_all(&plain[..], 3).expect("zstd");
+    let gz = gzip(&plain);
+    for (name, bytes) in [
+        ("q.parquet.zst", &zst[..zst.len() / 2]),
+        ("q.parquet.gz", &gz[..gz.len() / 2]),
+    ] {
+        let error = prepare_file(bytes, name, true).expect_err("truncated");
+        let gen_sources::SourceError::Read { path, source } = &error else {
+            panic!("{name}: not a read error: {error}");
+        };
+        assert!(path.ends_with(name), "{}", path.display());
+        assert!(
+            error.to_string().starts_with("failed to read `") && error.to_string().contains(name),
+            "{error}"
+        );
+        assert_eq!(
+            source.to_string(),
+            "the compressed data is truncated or corrupt (download or copy the file again)",
+            "{name}"
+        );
+    }
+}
+
+/// A Parquet file whose UTF8-annotated `question` column holds `values` (invalid bytes
+/// included: the low-level writer does not check them), next to an `id` column.
+fn raw_strings(values: &[&[u8]], dictionary: bool) -> Vec<u8> {
+    use parquet::data_type::{ByteArray, ByteArrayType, Int64Type};
+    use parquet::file::properties::WriterProperties;
+    use parquet::file::writer::SerializedFileWriter;
+    use parquet::schema::parser::parse_message_type;
+
+    let schema = parse_message_type(
+        "message schema { required int64 id; optional binary question (UTF8); }",
+    )
+    .expect("schema");
+    let properties = WriterProperties::builder()
+        .set_dictionary_enabled(dictionary)
+        .build();
+    let mut bytes = Vec::new();
+    let mut writer =
+        SerializedFileWriter::new(&mut bytes, std::sync::Arc::new(schema), properties.into())
+            .expect("writer");
+    let mut group = writer.next_row_group().expect("row group");
+    let ids: Vec<i64> = (0..values.len() as i64).collect();
+    let mut column = group.next_column().expect("column").expect("id");
+    column
+        .typed::<Int64Type>()
+        .write_batch(&ids, None, None)
+        .expect("ids");
+    column.close().expect("close");
+    let strings: Vec<ByteArray> = values.iter().map(|v| ByteArray::from(v.to_vec())).collect();
+    let mut column = group.next_column().expect("column").expect("question");
+    column
+        .typed::<ByteArrayType>()
+        .write_batch(&strings, Some(&vec![1; values.len()]), None)
+        .expect("strings");
+    column.close().expect("close");
+    group.close().expect("close");
+    writer.close().expect("close");
+    bytes
+}
+
+#[test]
+fn invalid_utf8_in_a_parquet_string_column_names_the_column_and_row() {
+    let mut values: Vec<&[u8]> = vec![b"fine"; 1500];
+    values[1200] = b"caf\xe9";
+    for (dictionary, row) in [(false, 1200), (true, 0)] {
+        let file = raw_strings(&values, dictionary);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("q.parquet");
+        fs_err::write(&path, &file).expect("write");
+        let mut delivered = 0u64;
+        let error = gen_sources::read::for_each_parquet_row(&path, None, &mut |(i, row)| {
+            assert_eq!(i, delivered);
+            assert_eq!(row.expect("object")["question"], "fine");
+            delivered += 1;
+        })
+        .expect_err("invalid UTF-8");
+        let located = error
+            .get_ref()
+            .and_then(|e| e.downcast_ref::<gen_sources::read::InvalidUtf8Column>())
+            .unwrap_or_else(|| panic!("not located: {error}"));
+        // In a dictionary-encoded chunk the bad value is in the dictionary: the reader fails on
+        // the chunk's first row, and so does the whole first batch.
+        let unread_from = if dictionary { 0 } else { 1024 };
+        assert_eq!(
+            (
+                located.column.as_str(),
+                located.row,
+                located.unread_from,
+                delivered
+            ),
+            ("question", row, unread_from, unread_from),
+            "dictionary: {dictionary}"
+        );
+        let error = prepare_file(&file, "q.parquet", true).expect_err("invalid UTF-8");
+        assert_eq!(
+            std::error::Error::source(&error).map(ToString::to_string),
+            Some(format!(
+                "column `question` holds invalid UTF-8 (reading stopped at row {row}); the \
+                 Parquet reader cannot skip a value, so rows {unread_from} onwards are not \
+                 read: rewrite the file with that column decoded as UTF-8 (pyarrow: read it as \
+                 binary, decode with `errors=\"replace\"`), or leave the file out of the source"
+            ))
+        );
+        assert!(error.to_string().ends_with("q.parquet`"), "{error}");
+    }
+}
