@@ -29,22 +29,6 @@ three = next(r for r in ds if any(m["content"] == "three" for m in r["messages"]
 print(json.dumps({"rows": ds.num_rows, "columns": ds.column_names, "three": three}))
 "#;
 
-/// The Python with `datasets`, or `None` (printing why) when the test may skip.
-fn python() -> Option<String> {
-    match std::env::var("GEN_TEST_PYTHON") {
-        Ok(python) if !python.is_empty() => Some(python),
-        _ if std::env::var("GEN_REQUIRE_PYTHON_DATASETS").as_deref() == Ok("1") => {
-            panic!("GEN_REQUIRE_PYTHON_DATASETS=1 but GEN_TEST_PYTHON is not set")
-        }
-        _ => {
-            eprintln!(
-                "skipping the Python `datasets` check: GEN_TEST_PYTHON is not set (scripts/test.sh sets it)"
-            );
-            None
-        }
-    }
-}
-
 fn load_with_datasets(python: &str, format: &str, path: &std::path::Path) -> serde_json::Value {
     let cache = tempfile::tempdir().expect("tempdir");
     let out = std::process::Command::new(python)
@@ -162,7 +146,7 @@ async fn an_export_loads_with_the_python_datasets_package_in_both_formats() {
     let nothing = gen_.run(&["export", "no-such-dir"]).await;
     assert_eq!(nothing.code, 2, "{}", nothing.stderr);
 
-    let Some(python) = python() else {
+    let Some(python) = gen_tests::python::with_datasets() else {
         return;
     };
     assert_loaded(

@@ -10,7 +10,8 @@
 //! - [`fake_hub`]: a Hugging Face Hub on `127.0.0.1:0` serving what hf-hub (and Python's
 //!   `hf_hub_download`) calls; [`datasets`]: the ten datasets of `datasets.toml` as fixtures in
 //!   their real layouts and schemas, with the prompts each must give; [`parquet_fixture`]:
-//!   writes their Parquet files.
+//!   writes their Parquet files; [`python`]: the real Python `datasets` package, for the
+//!   compatibility tests.
 //!
 //! The scenario tests that spawn the `gen` binary live in `pipeline/tests/` (only the package
 //! that owns a binary can locate it), and use this crate as a dev-dependency.
@@ -20,4 +21,5 @@ pub mod fake_hub;
 pub mod fake_openai;
 pub mod llama;
 pub mod parquet_fixture;
+pub mod python;
 pub mod sim;

@@ -14,22 +14,6 @@ use crate::support::fake_hub::{FakeHub, FakeRepo};
 
 use super::conformance::{datasets_toml, run, settings};
 
-/// The Python with `datasets`, or `None` (printing why) when the test may skip.
-fn python() -> Option<String> {
-    match std::env::var("GEN_TEST_PYTHON") {
-        Ok(python) if !python.is_empty() => Some(python),
-        _ if std::env::var("GEN_REQUIRE_PYTHON_DATASETS").as_deref() == Ok("1") => {
-            panic!("GEN_REQUIRE_PYTHON_DATASETS=1 but GEN_TEST_PYTHON is not set")
-        }
-        _ => {
-            eprintln!(
-                "skipping the Python `datasets` check: GEN_TEST_PYTHON is not set (scripts/test.sh sets it)"
-            );
-            None
-        }
-    }
-}
-
 /// The reference resolution, as OpenCodeReasoning's card describes it: load TACO (its `ALL`
 /// config) and APPS, then `question` of `dataset[split][int(index)]` for every `-` row.
 /// Prints `{id: question}`. APPS on the Hub is loaded by a script, which reads the same
@@ -130,7 +114,9 @@ fn texts(prompts: &[gen_sources::Prompt]) -> Vec<&str> {
 
 #[test]
 fn python_huggingface_hub_and_gen_reuse_each_others_downloads() {
-    let Some(python) = python() else { return };
+    let Some(python) = gen_tests::python::with_datasets() else {
+        return;
+    };
     let by_python = jsonl_repo("o/by-python", &["p1", "p2"]);
     let by_gen = jsonl_repo("o/by-gen", &["g1", "g2", "g3"]);
     let hub = FakeHub::start(vec![by_python.clone(), by_gen.clone()]);
@@ -170,7 +156,9 @@ fn write_repo(repo: &FakeRepo, dir: &Path) {
 
 #[test]
 fn opencodereasoning_takes_the_question_python_datasets_gives_at_that_index() {
-    let Some(python) = python() else { return };
+    let Some(python) = gen_tests::python::with_datasets() else {
+        return;
+    };
     let fixture = datasets::opencodereasoning();
     let resolve = datasets::resolve_repos();
     let local = tempfile::tempdir().expect("tempdir");
