@@ -30,25 +30,13 @@ print(json.dumps({"rows": ds.num_rows, "columns": ds.column_names, "three": thre
 "#;
 
 fn load_with_datasets(python: &str, format: &str, path: &std::path::Path) -> serde_json::Value {
-    let cache = tempfile::tempdir().expect("tempdir");
-    let out = std::process::Command::new(python)
-        .args(["-c", LOAD, format])
-        .arg(path)
-        .env("HF_HOME", cache.path())
-        .env("HF_DATASETS_CACHE", cache.path().join("datasets"))
-        .env("HF_HUB_OFFLINE", "1")
-        .env("HF_DATASETS_OFFLINE", "1")
-        .env("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
-        .output()
-        .unwrap_or_else(|e| panic!("run {python}: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "datasets could not load the {format} export:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let last = stdout.lines().last().expect("python printed a line");
-    serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    gen_tests::python::run_json(
+        python,
+        LOAD,
+        &[std::ffi::OsStr::new(format), path.as_os_str()],
+        &[],
+        &format!("loading the {format} export with datasets"),
+    )
 }
 
 fn assert_loaded(loaded: &serde_json::Value, format: &str) {

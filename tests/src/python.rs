@@ -17,3 +17,45 @@ pub fn with_datasets() -> Option<String> {
         }
     }
 }
+
+/// Runs `python -c script args…` in a fresh `HF_HOME` (datasets cache inside it, no progress
+/// bars, no telemetry), offline unless `envs` say otherwise, and returns the JSON object its
+/// last line of stdout prints; panics with its output, naming `what`, when it fails.
+pub fn run_json(
+    python: &str,
+    script: &str,
+    args: &[&std::ffi::OsStr],
+    envs: &[(&str, &std::ffi::OsStr)],
+    what: &str,
+) -> serde_json::Value {
+    let home = std::env::temp_dir().join(format!(
+        "gen-tests-python-{}-{}",
+        std::process::id(),
+        NEXT_HOME.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let out = std::process::Command::new(python)
+        .args(["-c", script])
+        .args(args)
+        .env("HF_HOME", &home)
+        .env("HF_DATASETS_CACHE", home.join("datasets"))
+        .env("HF_HUB_OFFLINE", "1")
+        .env("HF_DATASETS_OFFLINE", "1")
+        .env("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+        .env("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        .env("HF_HUB_DISABLE_TELEMETRY", "1")
+        .env_remove("HF_TOKEN")
+        .envs(envs.iter().copied())
+        .output()
+        .unwrap_or_else(|e| panic!("run {python}: {e}"));
+    std::fs::remove_dir_all(&home).ok();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = stdout.lines().last().expect("python printed a line");
+    serde_json::from_str(last).unwrap_or_else(|e| panic!("{what}: {e}: {stdout}"))
+}
+
+static NEXT_HOME: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

@@ -5,6 +5,7 @@
 //! the dataset card says.
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::path::Path;
 
 use gen_sources::{HubSettings, Role, SourceSpec};
@@ -60,26 +61,20 @@ fn python_download(
     cache: &Path,
     offline: bool,
 ) -> serde_json::Value {
-    let home = tempfile::tempdir().expect("tempdir");
-    let out = std::process::Command::new(python)
-        .args(["-c", DOWNLOAD, repo])
-        .env("HF_ENDPOINT", endpoint)
-        .env("HF_HOME", home.path())
-        .env("HF_HUB_CACHE", cache)
-        .env("HF_HUB_OFFLINE", if offline { "1" } else { "0" })
-        .env("HF_HUB_DISABLE_TELEMETRY", "1")
-        .env("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        .env_remove("HF_TOKEN")
-        .output()
-        .unwrap_or_else(|e| panic!("run {python}: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "huggingface_hub hf_hub_download from {repo} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(stdout.lines().last().expect("python printed a line"))
-        .unwrap_or_else(|e| panic!("{e}: {stdout}"))
+    gen_tests::python::run_json(
+        python,
+        DOWNLOAD,
+        &[OsStr::new(repo)],
+        &[
+            ("HF_ENDPOINT", OsStr::new(endpoint)),
+            ("HF_HUB_CACHE", cache.as_os_str()),
+            (
+                "HF_HUB_OFFLINE",
+                OsStr::new(if offline { "1" } else { "0" }),
+            ),
+        ],
+        &format!("huggingface_hub hf_hub_download from {repo}"),
+    )
 }
 
 fn jsonl_repo(id: &str, prompts: &[&str]) -> FakeRepo {
@@ -172,28 +167,20 @@ fn opencodereasoning_takes_the_question_python_datasets_gives_at_that_index() {
             .find(|r| r.id == id)
             .unwrap_or_else(|| panic!("{id} is a resolve fixture"))
     };
-    let cache = tempfile::tempdir().expect("tempdir");
-    let out = std::process::Command::new(&python)
-        .args(["-c", RESOLVE])
-        .arg(repo_dir(by_id("BAAI/TACO")))
-        .arg(repo_dir(by_id("codeparrot/apps")))
-        .arg(repo_dir(&fixture.repo).join("split_1/train-00000-of-00001.parquet"))
-        .env("HF_HOME", cache.path())
-        .env("HF_DATASETS_CACHE", cache.path().join("datasets"))
-        .env("HF_HUB_OFFLINE", "1")
-        .env("HF_DATASETS_OFFLINE", "1")
-        .env("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
-        .output()
-        .unwrap_or_else(|e| panic!("run {python}: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "the reference resolution failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (taco, apps) = (
+        repo_dir(by_id("BAAI/TACO")),
+        repo_dir(by_id("codeparrot/apps")),
+    );
+    let split_1 = repo_dir(&fixture.repo).join("split_1/train-00000-of-00001.parquet");
+    let reference = gen_tests::python::run_json(
+        &python,
+        RESOLVE,
+        &[taco.as_os_str(), apps.as_os_str(), split_1.as_os_str()],
+        &[],
+        "the reference resolution",
     );
     let reference: BTreeMap<String, String> =
-        serde_json::from_str(stdout.lines().last().expect("python printed a line"))
-            .unwrap_or_else(|e| panic!("{e}: {stdout}"));
+        serde_json::from_value(reference).expect("{id: question}");
     assert_eq!(
         reference.keys().collect::<Vec<_>>(),
         ["d1", "d2", "d3", "d6"],
