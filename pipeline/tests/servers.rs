@@ -306,6 +306,14 @@ async fn a_prompt_in_two_sources_is_answered_once_by_the_earlier_source() {
         (Some(5), Some(1))
     );
     assert!(!gen_.path("runs/cfg/sources/beta/rejected.jsonl").exists());
+    // The first sample, set aside while the second was drawn, is gone.
+    for first in ["prompts.first.jsonl.zst", "manifest.first.json"] {
+        assert!(
+            !gen_
+                .path(&format!("runs/cfg/sources/beta/{first}"))
+                .exists()
+        );
+    }
     let beta = &status(&gen_)["sources"][1];
     assert_eq!(
         (

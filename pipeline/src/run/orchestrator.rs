@@ -105,6 +105,8 @@ struct SourceState {
     settled_duplicates: u64,
     /// Prepared again in this run, leaving out the earlier sources' prompts (at most once).
     reprepared: bool,
+    /// The earlier sources' content hashes, until its preparation again starts.
+    exclude: Option<Vec<u64>>,
     /// When generation of this source started in this run.
     generating_since: Option<Instant>,
     /// Peak RSS of its preparation worker in this run.
@@ -592,6 +594,7 @@ impl<'p> Orchestrator<'p> {
             let name = spec.name();
             let dir = run_dir.source(name);
             create_private_dir(dir.root())?;
+            settle_first_sample(&dir)?;
             let manifest = prep::read_manifest(run_dir, name)?;
             let across = manifest
                 .as_ref()
@@ -635,6 +638,7 @@ impl<'p> Orchestrator<'p> {
                 answered_hashes: None,
                 settled_duplicates: settled.duplicates,
                 reprepared: false,
+                exclude: None,
                 generating_since: None,
                 peak_rss_bytes: None,
                 writer: None,
@@ -719,9 +723,11 @@ impl<'p> Orchestrator<'p> {
             Arc::default()
         };
         let earlier_hashes = Arc::clone(&earlier);
+        let counters = prep::read_manifest(&self.run_dir, &name)?.map(|m| m.counters);
         // Earlier sources' prompts its worker left out of the sample.
-        let left_out =
-            prep::read_manifest(&self.run_dir, &name)?.map_or(0, |m| m.counters.duplicates_across);
+        let left_out = counters.as_ref().map_or(0, |c| c.duplicates_across);
+        // Whether its sample had to leave rows out: only then can another sample do better.
+        let sampled_out = counters.as_ref().map_or(0, |c| c.sampled_out);
         let state = &mut self.sources[i];
         state.opened = true;
         let skip = Skip {
@@ -738,14 +744,17 @@ impl<'p> Orchestrator<'p> {
             .map(|(hash, _)| *hash)
             .collect();
         let earlier_duplicates = census.duplicates.iter().filter(|(_, j)| *j < i).count();
+        // Not with `--shard`: every host must prepare the same prompts, and a host sees the
+        // duplicates of its own share only.
         if earlier_duplicates > 0
+            && sampled_out > 0
             && census.done == 0
             && census.settled == 0
             && worker.command.is_none()
+            && self.shard.is_none()
             && !state.reprepared
         {
-            prep::write_hashes(&dir.earlier_hashes(), held_earlier)?;
-            fs_err::remove_file(dir.manifest())?;
+            state.exclude = Some(held_earlier);
             state.reprepared = true;
             state.opened = false;
             state.hashes = None;
@@ -915,7 +924,12 @@ impl<'p> Orchestrator<'p> {
             ];
             // Written by this run for this preparation only: a later first preparation (after
             // a crash, or changed settings) starts from the full sample and is checked again.
-            if self.sources[i].reprepared {
+            // The first sample is set aside, not deleted, until the new one is complete.
+            if let Some(hashes) = self.sources[i].exclude.take() {
+                prep::write_hashes(&dir.earlier_hashes(), hashes)?;
+                // Manifest first: from then on the source is unprepared, whatever stops here.
+                fs_err::rename(dir.manifest(), dir.first_manifest())?;
+                fs_err::rename(dir.prompts(), dir.first_prompts())?;
                 args.extend(["--exclude-hashes".into(), dir.earlier_hashes().into()]);
             }
             let mut command = WorkerCommand {
@@ -968,6 +982,7 @@ impl<'p> Orchestrator<'p> {
     ) -> anyhow::Result<()> {
         let name = self.sources[i].status.name.clone();
         let dir = self.run_dir.source(&name);
+        let restored = settle_first_sample(&dir)?;
         let report = match report {
             Ok(report) => report,
             Err(e) => {
@@ -1087,6 +1102,14 @@ impl<'p> Orchestrator<'p> {
             crate::say!("gen: `{name}`: {}", state.note);
         }
         crate::say!("gen: prepared `{name}`: {} prompts", manifest.prompts);
+        if restored {
+            state.note = format!(
+                "preparing again without earlier sources' prompts failed ({}); the first sample \
+                 is kept and its prompts in earlier sources are settled as duplicates",
+                report.exit.describe()
+            );
+            crate::say!("gen: `{name}`: {}", state.note);
+        }
         Ok(())
     }
 
@@ -1285,6 +1308,26 @@ pub struct WorkerFile {
 
 /// A custom worker's output counts as complete only with its done marker, and with the
 /// expected number of rows when the config gives one.
+/// After a preparation again (see [`Orchestrator::open_source`]): drops the first sample set
+/// aside when the new one is complete, or puts it back when it is not (the worker failed, or
+/// `gen` stopped). Returns whether it was put back.
+fn settle_first_sample(dir: &crate::store::layout::SourceDir) -> std::io::Result<bool> {
+    if !dir.first_manifest().exists() {
+        return Ok(false);
+    }
+    if dir.manifest().exists() {
+        fs_err::remove_file(dir.first_manifest())?;
+        fs_err::remove_file(dir.first_prompts()).ok();
+        return Ok(false);
+    }
+    // Prompts first, manifest last, as a preparation writes them; each step can be redone.
+    if dir.first_prompts().exists() {
+        fs_err::rename(dir.first_prompts(), dir.prompts())?;
+    }
+    fs_err::rename(dir.first_manifest(), dir.manifest())?;
+    Ok(true)
+}
+
 fn custom_output_complete(run_dir: &RunDir, source: &str, expected: Option<u64>) -> bool {
     let (output, done) = prep::custom_output(run_dir, source);
     if !done.exists() {
@@ -1313,4 +1356,97 @@ fn last_line(path: &std::path::Path) -> String {
         .unwrap_or("(no output)")
         .trim()
         .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::settle_first_sample;
+    use crate::store::layout::RunDir;
+
+    /// A source directory holding `files` (name → content).
+    fn source(files: &[(&str, &str)]) -> (tempfile::TempDir, crate::store::layout::SourceDir) {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = RunDir::new(root.path()).source("s");
+        fs_err::create_dir_all(dir.root()).expect("mkdir");
+        for (name, text) in files {
+            fs_err::write(dir.root().join(name), text).expect("write");
+        }
+        (root, dir)
+    }
+
+    fn names(dir: &crate::store::layout::SourceDir) -> Vec<(String, String)> {
+        let mut files: Vec<(String, String)> = fs_err::read_dir(dir.root())
+            .expect("read_dir")
+            .flatten()
+            .map(|e| {
+                let text = fs_err::read_to_string(e.path()).expect("read");
+                (e.file_name().to_string_lossy().into_owned(), text)
+            })
+            .collect();
+        files.sort();
+        files
+    }
+
+    fn owned(files: &[(&str, &str)]) -> Vec<(String, String)> {
+        files
+            .iter()
+            .map(|(n, t)| ((*n).to_owned(), (*t).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn a_complete_new_sample_replaces_the_first() {
+        let (_root, dir) = source(&[
+            ("manifest.first.json", "first"),
+            ("prompts.first.jsonl.zst", "first"),
+            ("manifest.json", "new"),
+            ("prompts.jsonl.zst", "new"),
+        ]);
+        assert!(!settle_first_sample(&dir).expect("settle"));
+        assert_eq!(
+            names(&dir),
+            owned(&[("manifest.json", "new"), ("prompts.jsonl.zst", "new")])
+        );
+    }
+
+    #[test]
+    fn a_failed_new_sample_gives_the_first_back_from_any_step() {
+        let first = [("manifest.json", "first"), ("prompts.jsonl.zst", "first")];
+        for files in [
+            // The worker failed after writing part of its temporary file.
+            &[
+                ("manifest.first.json", "first"),
+                ("prompts.first.jsonl.zst", "first"),
+                ("prompts.jsonl.zst.tmp", "partial"),
+            ][..],
+            // It renamed its new prompts into place, then died before its manifest.
+            &[
+                ("manifest.first.json", "first"),
+                ("prompts.first.jsonl.zst", "first"),
+                ("prompts.jsonl.zst", "new"),
+            ],
+            // `gen` stopped between setting the manifest and the prompts aside.
+            &[
+                ("manifest.first.json", "first"),
+                ("prompts.jsonl.zst", "first"),
+            ],
+        ] {
+            let (_root, dir) = source(files);
+            assert!(settle_first_sample(&dir).expect("settle"), "{files:?}");
+            let left: Vec<(String, String)> = names(&dir)
+                .into_iter()
+                .filter(|(n, _)| !n.ends_with(".tmp"))
+                .collect();
+            assert_eq!(left, owned(&first), "{files:?}");
+            assert!(!settle_first_sample(&dir).expect("again"), "{files:?}");
+        }
+    }
+
+    #[test]
+    fn nothing_set_aside_changes_nothing() {
+        let files = [("manifest.json", "m"), ("prompts.jsonl.zst", "p")];
+        let (_root, dir) = source(&files);
+        assert!(!settle_first_sample(&dir).expect("settle"));
+        assert_eq!(names(&dir), owned(&files));
+    }
 }

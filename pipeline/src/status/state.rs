@@ -44,7 +44,8 @@ pub struct SourceStatus {
     /// or duplicates of another source's prompts.
     #[serde(default)]
     pub rejected: u64,
-    /// Of `rejected`: prompts another source answers (cross-source duplicates).
+    /// Prompts another source answers (cross-source duplicates): left out of this source's
+    /// sample (`duplicates_across` in its manifest) or settled in `rejected`.
     #[serde(default)]
     pub duplicates: u64,
     /// Completions cut by `max-tokens` (`finish_reason = "length"`).

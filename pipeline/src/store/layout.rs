@@ -86,6 +86,16 @@ impl SourceDir {
         self.root.join("rejected.jsonl")
     }
 
+    /// The first sample's prompts and manifest, set aside while the source is prepared again
+    /// without the earlier sources' prompts (restored if that fails).
+    pub fn first_prompts(&self) -> PathBuf {
+        self.root.join("prompts.first.jsonl.zst")
+    }
+
+    pub fn first_manifest(&self) -> PathBuf {
+        self.root.join("manifest.first.json")
+    }
+
     /// Content hashes of earlier sources' prompts, which this source's sample leaves out
     /// (little-endian u64s, written by `gen run` before it prepares the source again).
     pub fn earlier_hashes(&self) -> PathBuf {
