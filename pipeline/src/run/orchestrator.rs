@@ -709,11 +709,13 @@ impl<'p> Orchestrator<'p> {
     /// later source already answered, and keeps a feed of the rest (opening its output) when
     /// there are any.
     ///
-    /// When earlier sources hold some of its prompts and nothing of it has been answered or
-    /// settled yet, it is not counted but prepared again instead, leaving the earlier sources'
-    /// prompts out of its sample (their content hashes in `earlier-prompts.hashes`), so it
-    /// still gets `limit` prompts of its own. A custom worker's source is not (its worker
-    /// would have to run again): its duplicates are settled.
+    /// When earlier sources hold some of its prompts, its sample had to leave rows out and
+    /// nothing of it has been answered or settled yet, it is not counted but prepared again
+    /// instead, leaving the earlier sources' prompts out of its sample (their content hashes
+    /// in `earlier-prompts.hashes`, written when that worker starts), so it still gets `limit`
+    /// prompts of its own. A custom worker's source (its worker would have to run again) and
+    /// any source under `--shard` (every host must prepare the same prompts) settle their
+    /// duplicates instead.
     fn open_source(&mut self, i: usize) -> anyhow::Result<Opened> {
         let name = self.sources[i].status.name.clone();
         let dir = self.run_dir.source(&name);
@@ -738,11 +740,6 @@ impl<'p> Orchestrator<'p> {
         };
         let worker = self.plan.worker(&name);
         let (census, feed) = Feed::open(&dir.prompts(), skip, worker.order)?;
-        let held_earlier: Vec<u64> = earlier_hashes
-            .iter()
-            .filter(|(_, j)| **j < i)
-            .map(|(hash, _)| *hash)
-            .collect();
         let earlier_duplicates = census.duplicates.iter().filter(|(_, j)| *j < i).count();
         // Not with `--shard`: every host must prepare the same prompts, and a host sees the
         // duplicates of its own share only.
@@ -754,7 +751,13 @@ impl<'p> Orchestrator<'p> {
             && self.shard.is_none()
             && !state.reprepared
         {
-            state.exclude = Some(held_earlier);
+            state.exclude = Some(
+                earlier_hashes
+                    .iter()
+                    .filter(|(_, j)| **j < i)
+                    .map(|(hash, _)| *hash)
+                    .collect(),
+            );
             state.reprepared = true;
             state.opened = false;
             state.hashes = None;
@@ -1306,8 +1309,6 @@ pub struct WorkerFile {
     pub verdict_ms: Option<u64>,
 }
 
-/// A custom worker's output counts as complete only with its done marker, and with the
-/// expected number of rows when the config gives one.
 /// After a preparation again (see [`Orchestrator::open_source`]): drops the first sample set
 /// aside when the new one is complete, or puts it back when it is not (the worker failed, or
 /// `gen` stopped). Returns whether it was put back.
@@ -1328,6 +1329,8 @@ fn settle_first_sample(dir: &crate::store::layout::SourceDir) -> std::io::Result
     Ok(true)
 }
 
+/// A custom worker's output counts as complete only with its done marker, and with the
+/// expected number of rows when the config gives one.
 fn custom_output_complete(run_dir: &RunDir, source: &str, expected: Option<u64>) -> bool {
     let (output, done) = prep::custom_output(run_dir, source);
     if !done.exists() {
