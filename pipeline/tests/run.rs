@@ -142,13 +142,15 @@ async fn rejected_prompts_fail_their_source_only_and_a_broken_source_does_not_st
         "{\"prompt\": \"fine\"}\n{\"prompt\": \"REJECT me\"}\n",
     );
     gen_.write("data/b.jsonl", "{\"prompt\": \"ok\"}\n");
+    // There, but not Parquet: found by the preflight, broken only when read.
+    gen_.write("data/g.parquet", "not parquet at all");
     let config = write_config(
         &gen_,
         &server.url(),
         &[
             ("alpha", "data/a.jsonl"),
             ("beta", "data/b.jsonl"),
-            ("gamma", "data/missing-*.jsonl"),
+            ("gamma", "data/g.parquet"),
         ],
     );
     let out = gen_.run(&["run", &config]).await;
@@ -185,7 +187,7 @@ async fn rejected_prompts_fail_their_source_only_and_a_broken_source_does_not_st
         "{status:#}"
     );
     let worker = gen_.read("runs/cfg/sources/gamma/worker.json");
-    assert!(worker.contains("matches no file"), "{worker}");
+    assert!(worker.contains("Corrupt footer"), "{worker}");
 }
 
 #[tokio::test]
