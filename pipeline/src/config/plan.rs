@@ -129,6 +129,7 @@ impl Plan {
             text,
             problems: Vec::new(),
             partial: false,
+            syntax_errors: 0,
             launch_spans: Vec::new(),
             base_dir_hint: path
                 .parent()
@@ -141,6 +142,15 @@ impl Plan {
             Some(plan) if resolver.problems.is_empty() => Ok(plan),
             _ => {
                 let mut problems = resolver.problems;
+                // What toml recovered around a syntax error is not what the user wrote: other
+                // problems on those lines are its artifacts.
+                let syntax = resolver.syntax_errors;
+                let broken: Vec<usize> = problems[..syntax].iter().map(|p| p.line).collect();
+                let mut index = 0;
+                problems.retain(|p| {
+                    index += 1;
+                    index <= syntax || !broken.contains(&p.line)
+                });
                 problems.sort_by_key(|p| (p.line, p.column));
                 problems.dedup();
                 Err(ConfigError::Invalid {
@@ -177,6 +187,8 @@ struct Resolver<'t> {
     /// The file has syntax errors: the tree is what toml recovered, so a table or key that
     /// seems missing may be in the broken part, and is not reported.
     partial: bool,
+    /// How many of the first `problems` are syntax errors.
+    syntax_errors: usize,
     /// Where each argument of `[server] launch` is, for the [`Plan`].
     launch_spans: Vec<std::ops::Range<usize>>,
     /// The config file's directory, for paths written relative to it.
@@ -297,6 +309,7 @@ impl<'t> Resolver<'t> {
             self.toml_error(error);
         }
         // The rest of the file is checked too, as toml recovered it.
+        self.syntax_errors = errors.len();
         self.partial = !errors.is_empty();
         let mut run = Some(RunTable::default());
         let mut server = None;
@@ -855,6 +868,12 @@ path = "a.jsonl"
         );
         let found = problems("[generation]\nmax-tokens = 1\n[[source]]\nname=\"a\"\npath=\"a\"\n");
         assert!(found[0].contains("missing `[server]`"), "{found:?}");
+        // A syntax error does not hide the problems elsewhere in the file.
+        let text = format!("{GOOD}\n[[source]]\nname = \"b\"\npath = \"b.jsonl\"\nlimit = 0\nseed = \n");
+        let found = problems(&text);
+        assert_eq!(found.len(), 2, "{found:#?}");
+        assert!(found[0].contains("`limit` must be at least 1"), "{found:?}");
+        assert!(found[1].starts_with("17:8 "), "{found:?}");
     }
 
     #[test]
