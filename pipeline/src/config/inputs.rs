@@ -42,7 +42,12 @@ impl Plan {
                 && let Ok(program) = crate::inference::managed::expand(arg, 0, env)
                 && let Err(why) = find_program(&program, env)
             {
-                push(span.clone(), format!("`launch` program {why}"));
+                let from = if program == *arg {
+                    String::new()
+                } else {
+                    format!(" (from `{arg}`)")
+                };
+                push(span.clone(), format!("`launch` program{from} {why}"));
             }
         }
         for (spec, worker) in self.sources.iter().zip(&self.workers) {
@@ -169,7 +174,7 @@ mod tests {
         );
         assert_eq!(
             found[0],
-            "3:11 `launch` program `llama-server` is not on `PATH`: install it, or write its full path"
+            "3:11 `launch` program (from `${GEN_TEST_BIN}`) `llama-server` is not on `PATH`: install it, or write its full path"
         );
     }
 
