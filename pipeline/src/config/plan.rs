@@ -849,7 +849,10 @@ path = "a.jsonl"
         assert_eq!(found[1], "14:8 source `a` is listed twice (first at 10:8)");
         assert_eq!(found[2], "16:9 source `a`: `limit` must be at least 1");
         // The rest of a source with an unknown key is checked too.
-        assert!(found[3].starts_with("19:8 source `c` needs `path`"), "{found:#?}");
+        assert!(
+            found[3].starts_with("19:8 source `c` needs `path`"),
+            "{found:#?}"
+        );
         assert!(
             found[4].starts_with(
                 "20:1 unknown key `paht` in `[[source]]`: did you mean `path`? (accepted: `name`, `path`"
@@ -869,7 +872,8 @@ path = "a.jsonl"
         let found = problems("[generation]\nmax-tokens = 1\n[[source]]\nname=\"a\"\npath=\"a\"\n");
         assert!(found[0].contains("missing `[server]`"), "{found:?}");
         // A syntax error does not hide the problems elsewhere in the file.
-        let text = format!("{GOOD}\n[[source]]\nname = \"b\"\npath = \"b.jsonl\"\nlimit = 0\nseed = \n");
+        let text =
+            format!("{GOOD}\n[[source]]\nname = \"b\"\npath = \"b.jsonl\"\nlimit = 0\nseed = \n");
         let found = problems(&text);
         assert_eq!(found.len(), 2, "{found:#?}");
         assert!(found[0].contains("`limit` must be at least 1"), "{found:?}");

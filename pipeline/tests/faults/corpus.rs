@@ -482,6 +482,13 @@ async fn every_malformed_input_has_its_expected_outcome_and_nothing_panics() {
         )),
         "{log}"
     );
+    let failed = status["sources"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["name"] == "wrong_schema"))
+        .expect("wrong_schema in status.json");
+    // The verdict's headline (60 characters) holds where; prep.log holds all of it.
+    let said = format!("{} {}", failed["note"], failed["verdict"]);
+    assert!(said.contains(&format!("cfg.toml:{at}:16")), "{failed:#}");
     // More than half the rows dropped for one reason: prepared, with a warning in status.
     let source = status["sources"]
         .as_array()
