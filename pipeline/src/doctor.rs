@@ -438,6 +438,28 @@ fn gpus(plan: &Plan, machine: &Machine) -> Check {
 pub fn doctor(config: &Path) -> anyhow::Result<ExitCode> {
     let plan = Plan::load(config)?;
     let mut report = preflight(&plan, &Overrides::from_env());
+    let env = |name: &str| std::env::var(name).ok();
+    let inputs = plan.input_problems(&env, &|_| false);
+    if inputs.is_empty() {
+        report.checks.push(Check::new(
+            "inputs",
+            Level::Ok,
+            "launch variables and program, and every source's files, are there",
+        ));
+    }
+    for problem in inputs {
+        report.checks.push(Check::new(
+            "inputs",
+            Level::Fail,
+            format!(
+                "{}:{}:{}  {}",
+                config.display(),
+                problem.line,
+                problem.column,
+                problem.message
+            ),
+        ));
+    }
     report.checks.extend(server::probe(&plan));
     println!(
         "gen doctor: `{}`, run directory `{}`",

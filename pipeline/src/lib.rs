@@ -97,6 +97,7 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
     match cli.command {
         Command::Check { config } => {
             let plan = Plan::load(&config)?;
+            plan.check_inputs(&|_| false)?;
             println!(
                 "`{}` is valid: {} sources, run directory `{}`",
                 config.display(),
@@ -138,6 +139,12 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
         } => {
             let plan = Plan::load(&config)?;
             let run_dir = run_dir_for(&plan, run_dir);
+            // Before anything starts. A prepared source does not read its files again, and one
+            // left out by `--source` not at all.
+            plan.check_inputs(&|name| {
+                (!sources.is_empty() && !sources.iter().any(|s| s == name))
+                    || prep::read_manifest(&run_dir, name).is_ok_and(|m| m.is_some())
+            })?;
             if let Some(unknown) = sources.iter().find(|s| plan.source(s).is_none()) {
                 let known: Vec<&str> = plan.sources.iter().map(|s| s.name()).collect();
                 return Err(CliError {

@@ -27,6 +27,22 @@ pub struct PrepManifest {
     pub counters: gen_sources::Manifest,
 }
 
+impl PrepManifest {
+    /// A warning when one reason dropped more than half the rows read: a setting that does
+    /// not fit the data (a filter, a field) more likely than a few bad rows.
+    pub fn warning(&self) -> Option<String> {
+        let counters = &self.counters;
+        let (reason, &count) = counters.dropped.iter().max_by_key(|(_, n)| **n)?;
+        (count.saturating_mul(2) > counters.rows_read).then(|| {
+            format!(
+                "{count} of {} rows ({}%) dropped as `{reason}` (reasons and examples in manifest.json)",
+                counters.rows_read,
+                count * 100 / counters.rows_read.max(1)
+            )
+        })
+    }
+}
+
 /// Prepares `source` of `plan` into the run directory, leaving out the prompts whose content
 /// hashes `exclude` lists (the earlier sources' prompts; counted as `duplicates_across`).
 pub fn prepare_source(
@@ -42,7 +58,27 @@ pub fn prepare_source(
         )
     })?;
     let mut exclude = exclude.map(read_hashes).transpose()?;
-    prepare_spec(spec, &plan.base_dir, run_dir, exclude.as_mut())
+    prepare_spec(plan, spec, &plan.base_dir, run_dir, exclude.as_mut())
+}
+
+/// The arguments of the `gen prep` worker of `source`. Values are joined to their options
+/// (`--source=NAME`) and the config path follows `--`, so no name or path is ever read as an
+/// option, whatever it starts with. Options added later go before the last two arguments.
+pub fn worker_args(config: &Path, source: &str, run_dir: &Path) -> Vec<std::ffi::OsString> {
+    vec![
+        "prep".into(),
+        option("--source", Path::new(source)),
+        option("--run-dir", run_dir),
+        "--".into(),
+        config.into(),
+    ]
+}
+
+/// `--name=VALUE` for a path (which need not be UTF-8).
+pub fn option(name: &str, value: &Path) -> std::ffi::OsString {
+    let mut option = std::ffi::OsString::from(format!("{name}="));
+    option.push(value);
+    option
 }
 
 /// Writes content hashes as little-endian u64s (atomically).
@@ -99,10 +135,11 @@ pub fn import_custom_output(
         output.to_string_lossy().into_owned(),
     ));
     spec.repo = None;
-    prepare_spec(&spec, Path::new("/"), run_dir, None)
+    prepare_spec(plan, &spec, Path::new("/"), run_dir, None)
 }
 
 fn prepare_spec(
+    plan: &Plan,
     spec: &gen_sources::SourceSpec,
     base_dir: &Path,
     run_dir: &RunDir,
@@ -129,6 +166,11 @@ fn prepare_spec(
             writer.flush()?;
         }
         Ok(())
+    })
+    .map_err(|e| match e.span() {
+        // A setting the data does not fit: point at it.
+        Some(span) => anyhow::anyhow!("{}: {e}", plan.locate(span)),
+        None => e.into(),
     })?;
     writer.flush()?;
     drop(writer);
@@ -146,6 +188,9 @@ fn prepare_spec(
         manifest.counters.duplicates_within,
         manifest.counters.duplicates_across
     );
+    if let Some(warning) = manifest.warning() {
+        println!("warning: {warning}");
+    }
     for example in &manifest.counters.examples {
         println!(
             "  skipped {}:{}: {}",
@@ -224,6 +269,29 @@ mod tests {
             downloaded,
             total,
         }
+    }
+
+    #[test]
+    fn worker_arguments_never_read_a_name_or_path_as_an_option() {
+        use clap::Parser as _;
+        let mut args = worker_args(Path::new("-c.toml"), "--help", Path::new("-runs"));
+        args.insert(args.len() - 2, option("--exclude-hashes", Path::new("-h")));
+        let program = std::iter::once(std::ffi::OsString::from("gen"));
+        let cli = crate::cli::Cli::try_parse_from(program.chain(args))
+            .expect("the worker's arguments parse");
+        let (config, source, run_dir, exclude_hashes) = match cli.command {
+            crate::cli::Command::Prep {
+                config,
+                source,
+                run_dir,
+                exclude_hashes,
+            } => (config, source, run_dir, exclude_hashes),
+            other => panic!("not `gen prep`: {other:?}"),
+        };
+        assert_eq!(config, Path::new("-c.toml"));
+        assert_eq!(source, "--help");
+        assert_eq!(run_dir.as_deref(), Some(Path::new("-runs")));
+        assert_eq!(exclude_hashes.as_deref(), Some(Path::new("-h")));
     }
 
     #[test]

@@ -16,6 +16,12 @@ fn config(url: &str) -> String {
     )
 }
 
+/// The sources' files: a missing one is a FAIL line of its own.
+fn write_data(gen_: &Gen) {
+    gen_.write("data/a.jsonl", "{\"prompt\": \"a\"}\n");
+    gen_.write("data/b.jsonl", "{\"prompt\": \"b\"}\n");
+}
+
 async fn doctor(gen_: &Gen, mem_available: &str) -> Output {
     gen_.run_with_env(
         &["doctor", "cfg.toml"],
@@ -36,6 +42,7 @@ async fn a_plan_over_a_small_memory_budget_is_refused_with_the_numbers() {
     let server = FakeOpenAi::start(Knobs::default()).await;
     let gen_ = Gen::new();
     gen_.write("cfg.toml", &config(&server.url()));
+    write_data(&gen_);
 
     let refused = doctor(&gen_, "1073741824").await;
     assert_eq!(refused.code, 1, "{}\n{}", refused.stdout, refused.stderr);
@@ -84,6 +91,7 @@ async fn a_server_that_does_not_answer_is_a_warning_not_a_failure() {
     let gen_ = Gen::new();
     let url = format!("http://127.0.0.1:{port}");
     gen_.write("cfg.toml", &config(&url));
+    write_data(&gen_);
     let out = doctor(&gen_, "1T").await;
     assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
     let server = line(&out, "server");

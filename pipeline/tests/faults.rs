@@ -603,10 +603,12 @@ async fn secrets_never_reach_the_run_directory_or_any_output_and_files_are_priva
         "data/alpha.jsonl",
         "{\"prompt\": \"one\"}\n{\"prompt\": \"REJECT two\"}\nnot json\n",
     );
+    // A source whose preparation fails (an HTML error page saved as the data file).
+    project.write("data/broken.json", "<html>502 Bad Gateway</html>");
     project.write("cfg.toml", format!(
         "[server]\nurl = \"{}\"\napi-key-env = \"GEN_FAULTS_API_KEY\"\n\n[generation]\nmax-tokens = 16\n\n\
          [[source]]\nname = \"alpha\"\npath = \"data/alpha.jsonl\"\n\n\
-         [[source]]\nname = \"broken\"\npath = \"data/missing-*.jsonl\"\n",
+         [[source]]\nname = \"broken\"\npath = \"data/broken.json\"\n",
         server.url()
     ));
     let mut outputs = Vec::new();

@@ -142,13 +142,15 @@ async fn rejected_prompts_fail_their_source_only_and_a_broken_source_does_not_st
         "{\"prompt\": \"fine\"}\n{\"prompt\": \"REJECT me\"}\n",
     );
     gen_.write("data/b.jsonl", "{\"prompt\": \"ok\"}\n");
+    // There, but not Parquet: found by the preflight, broken only when read.
+    gen_.write("data/g.parquet", "not parquet at all");
     let config = write_config(
         &gen_,
         &server.url(),
         &[
             ("alpha", "data/a.jsonl"),
             ("beta", "data/b.jsonl"),
-            ("gamma", "data/missing-*.jsonl"),
+            ("gamma", "data/g.parquet"),
         ],
     );
     let out = gen_.run(&["run", &config]).await;
@@ -185,7 +187,7 @@ async fn rejected_prompts_fail_their_source_only_and_a_broken_source_does_not_st
         "{status:#}"
     );
     let worker = gen_.read("runs/cfg/sources/gamma/worker.json");
-    assert!(worker.contains("matches no file"), "{worker}");
+    assert!(worker.contains("Corrupt footer"), "{worker}");
 }
 
 #[tokio::test]
@@ -261,9 +263,9 @@ async fn config_errors_name_file_line_and_column_and_exit_2() {
         out.stderr.lines().take(4).collect::<Vec<_>>(),
         [
             "error: `bad.toml` has 3 problems",
-            "  bad.toml:3:1  unknown field `colour`, expected one of `url`, `urls`, `model`, `api-key-env`, `launch`, `health-timeout-secs`, `max-restarts`, `log`, `host-memory`, `max-outage-secs`, `stall-secs`",
+            "  bad.toml:3:1  unknown key `colour` in `[server]`, expected one of `url`, `urls`, `model`, `api-key-env`, `launch`, `health-timeout-secs`, `max-restarts`, `log`, `host-memory`, `max-outage-secs`, `stall-secs`",
             "  bad.toml:6:14  `max-tokens` must be between 1 and 4294967295",
-            "  bad.toml:9:8  source name `a b` must be non-empty and use only letters, digits, `_` and `-`",
+            "  bad.toml:9:8  source name `a b` has whitespace: use only letters, digits, `-`, `_` and `.`",
         ]
     );
     let missing = gen_.run(&["run", "nope.toml"]).await;
@@ -285,10 +287,12 @@ async fn only_failed_restarts_just_the_failed_source() {
         "data/a.jsonl",
         "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n",
     );
+    // An error page saved instead of the data: the source fails when it is read.
+    gen_.write("data/b.json", "<html>502 Bad Gateway</html>");
     let config = write_config(
         &gen_,
         &server.url(),
-        &[("alpha", "data/a.jsonl"), ("beta", "data/b-*.jsonl")],
+        &[("alpha", "data/a.jsonl"), ("beta", "data/b.json")],
     );
     let first = gen_.run(&["run", &config]).await;
     assert_eq!(first.code, 1, "{}", first.stderr);
@@ -297,7 +301,7 @@ async fn only_failed_restarts_just_the_failed_source() {
     let alpha_before = std::fs::read(&alpha_file).expect("alpha completions");
 
     // The user fixes the source, then restarts only what failed.
-    gen_.write("data/b-1.jsonl", "{\"prompt\": \"three\"}\n");
+    gen_.write("data/b.json", "[{\"prompt\": \"three\"}]");
     let second = gen_.run(&["run", &config, "--only-failed"]).await;
     assert_eq!(second.code, 0, "{}", second.stderr);
     assert!(

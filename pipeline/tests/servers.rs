@@ -346,7 +346,9 @@ async fn a_prompt_in_two_sources_is_answered_once_by_the_earlier_source() {
 async fn an_earlier_source_prepared_late_does_not_answer_again_what_a_later_source_answered() {
     let server = FakeOpenAi::start(Knobs::default()).await;
     let gen_ = Gen::new();
-    // alpha's file is missing in the first run: its preparation fails and beta generates.
+    // alpha's file is empty in the first run: its preparation fails (no prompt) and beta
+    // generates.
+    gen_.write("data/a.jsonl", "");
     gen_.write(
         "data/b.jsonl",
         "{\"question\": \"only b\"}\n{\"question\": \"shared\"}\n",

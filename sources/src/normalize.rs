@@ -1,10 +1,12 @@
 //! One dataset row → OpenAI-style messages.
 //!
 //! Rules (field-notes §1.2): row filters first (`include`, `exclude`, `languages`); roles are
-//! mapped ([`Role::parse`]); leading assistant turns are dropped; empty turns are skipped; a
-//! system turn is kept only before the first user turn and only if the policy says so; `first`
-//! keeps the first user turn, `all` every user turn (dataset answers are dropped: the model
-//! writes its own), `history` every turn up to the last user turn. A plain prompt may be
+//! mapped ([`Role::parse`]); leading assistant turns are dropped; a system turn is kept only
+//! before the first user turn and only if the policy says so; `first` keeps the first user
+//! turn, `all` every user turn (dataset answers are dropped: the model writes its own),
+//! `history` every turn up to the last user turn. User and assistant turns always alternate:
+//! consecutive turns of one speaker are merged, and an empty turn cuts the conversation (see
+//! `Normalizer::select` for why). A plain prompt may be
 //! unwrapped (`strip-tags`) and wrapped in a `prompt-template`, but only when it is non-empty.
 
 mod columnar;
@@ -191,8 +193,8 @@ impl Normalizer {
             None => defaults.iter().map(|k| (*k).to_owned()).collect(),
         };
         Normalizer {
-            prompt_field: spec.prompt_field.clone(),
-            messages_field: spec.messages_field.clone(),
+            prompt_field: spec.prompt_field.as_ref().map(|f| f.get_ref().clone()),
+            messages_field: spec.messages_field.as_ref().map(|f| f.get_ref().clone()),
             role_keys: keys(&spec.role_key, ROLE_KEYS),
             content_keys: keys(&spec.content_key, CONTENT_KEYS),
             turns: spec.turns,
@@ -235,6 +237,19 @@ impl Normalizer {
             }
         }
         columns
+    }
+
+    /// Where a row's prompt comes from: the configured `messages-field` or `prompt-field` (with
+    /// its config key), else any of the default fields.
+    pub fn body_fields(&self) -> (Option<&'static str>, Vec<&str>) {
+        match (&self.messages_field, &self.prompt_field) {
+            (Some(field), _) => (Some("messages-field"), vec![field.as_str()]),
+            (None, Some(field)) => (Some("prompt-field"), vec![field.as_str()]),
+            (None, None) => (
+                None,
+                MESSAGES_FIELDS.into_iter().chain(PROMPT_FIELDS).collect(),
+            ),
+        }
     }
 
     /// What a reader must produce for this normalizer: [`Normalizer::columns`], and only the
@@ -351,8 +366,19 @@ impl Normalizer {
         Ok(Turn::new(Role::User, text))
     }
 
-    /// Applies the system, leading-assistant, empty-turn, turn-mode and `max-turns` rules;
+    /// Applies the system, leading-assistant, alternation, turn-mode and `max-turns` rules;
     /// the prompt is left in `kept` (cleared first).
+    ///
+    /// What comes out alternates user and assistant turns (assistant turns only in `history`
+    /// mode; in `first` and `all` the model writes them), whatever the dataset holds:
+    /// - consecutive turns of one speaker are **merged** into one, their texts joined by a
+    ///   blank line (`[human, human, gpt]`: the answer that follows answered both, so the
+    ///   model is asked both at once; nothing is lost, nothing invented);
+    /// - an empty user turn after the first one **cuts** the conversation before it: what
+    ///   follows answered a message we do not have (merging the user turns around it would
+    ///   join two questions whose answer in between was dropped). In `history` mode an empty
+    ///   assistant turn cuts it too: the context would lack that answer. Empty turns before
+    ///   the first user turn are skipped.
     fn select<'t>(
         &'t self,
         turns: impl IntoIterator<Item = Turn<'t>>,
@@ -361,26 +387,35 @@ impl Normalizer {
         kept.clear();
         let mut system = None;
         let mut users = 0usize;
+        // The speaker of the last turn walked after the first user turn.
+        let mut last = None;
         for turn in turns {
-            if turn.content.trim().is_empty() {
-                continue;
-            }
+            let empty = turn.content.trim().is_empty();
             match turn.role {
                 // A system turn counts only before the first user turn.
-                Role::System if users == 0 && system.is_none() => system = Some(turn),
-                Role::System => {}
-                // Leading assistant turns (ShareGPT's `_N` chunks) have nothing to answer.
-                Role::Assistant if users == 0 => {}
-                Role::Assistant => {
-                    if self.turns == TurnMode::History {
-                        kept.push(turn);
+                Role::System => {
+                    if users == 0 && system.is_none() && !empty {
+                        system = Some(turn);
                     }
                 }
+                // Leading assistant turns (ShareGPT's `_N` chunks) have nothing to answer.
+                Role::Assistant if users == 0 => {}
+                Role::User if users == 0 && empty => {}
+                Role::User if empty => break,
+                Role::User if last == Some(Role::User) => merge(kept, turn),
                 Role::User => {
                     if users == self.max_turns || (self.turns == TurnMode::First && users == 1) {
                         break;
                     }
                     users += 1;
+                    last = Some(Role::User);
+                    kept.push(turn);
+                }
+                Role::Assistant if self.turns != TurnMode::History => last = Some(Role::Assistant),
+                Role::Assistant if empty => break,
+                Role::Assistant if last == Some(Role::Assistant) => merge(kept, turn),
+                Role::Assistant => {
+                    last = Some(Role::Assistant);
                     kept.push(turn);
                 }
             }
@@ -405,6 +440,13 @@ impl Normalizer {
             kept.insert(0, system);
         }
         Ok(())
+    }
+}
+
+/// Appends `turn`'s text to the last kept turn, of the same speaker.
+fn merge<'t>(kept: &mut [Turn<'t>], turn: Turn<'t>) {
+    if let Some(last) = kept.last_mut() {
+        last.content = Cow::Owned(format!("{}\n\n{}", last.content, turn.content));
     }
 }
 

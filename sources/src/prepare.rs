@@ -19,7 +19,7 @@ mod sample;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::hash::BuildHasherDefault;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -28,14 +28,16 @@ use arrow_array::RecordBatch;
 use serde_json::Value;
 use xxhash_rust::xxh3::Xxh3;
 
-pub use error::SourceError;
+pub use error::{FieldNotInData, SourceError};
 pub use manifest::{MAX_EXAMPLES, Manifest, RowExample};
 pub use resolve::ResolvedFrom;
 
 use crate::hub::{self, HubSettings};
 use crate::normalize::{DropReason, Normalizer, TokenFilter, TokenizerError, Turn};
 use crate::prompt::{Prompt, content_hash_with, prompt_id_into};
-use crate::read::{Projection, Row, batch_rows, for_each_parquet_batch, for_each_row, format_of};
+use crate::read::{
+    Projection, Row, batch_rows, for_each_parquet_batch, for_each_row, format_of, parquet_columns,
+};
 use crate::spec::{Format, SourceSpec};
 use manifest::etag_checksum;
 use resolve::{Resolver, Unresolved};
@@ -209,12 +211,49 @@ struct Collector<'a> {
     /// Scratch space for a prompt's JSON rendering (its content hash) and its id.
     hash_buffer: Vec<u8>,
     id_buffer: String,
+    /// What tells a config error from bad rows: see [`FieldPresence`].
+    presence: FieldPresence,
+}
+
+/// Whether any row has the field the prompts are read from, and until one does, the fields the
+/// first rows have (to show in the error).
+#[derive(Debug, Default)]
+struct FieldPresence {
+    /// The fields a prompt comes from ([`Normalizer::body_fields`]).
+    wanted: Vec<String>,
+    seen: bool,
+    /// Rows that were objects (a row that is not says nothing about fields).
+    objects: u64,
+    columns: BTreeSet<String>,
+}
+
+/// Rows whose field names are collected while none has the prompt's field.
+const COLUMN_SAMPLE_ROWS: u64 = 100;
+
+impl FieldPresence {
+    /// `rows` rows (one, or a batch's) with the fields `keys`.
+    fn row<'k>(&mut self, keys: impl IntoIterator<Item = &'k String> + Clone, rows: u64) {
+        let before = self.objects;
+        self.objects += rows;
+        if self.seen {
+            return;
+        }
+        if keys.clone().into_iter().any(|k| self.wanted.contains(k)) {
+            self.seen = true;
+        } else if before < COLUMN_SAMPLE_ROWS {
+            self.columns.extend(keys.into_iter().cloned());
+        }
+    }
 }
 
 impl Collector<'_> {
     /// A row read as a JSON object (text formats, and Parquet batches of unknown shape).
     fn row(&mut self, normalizer: &Normalizer, file: &Path, (row, parsed): Row) {
         self.manifest.rows_read += 1;
+        if self.resolver.as_ref().is_some_and(|r| r.fatal.is_some()) {
+            // The source fails once the rows are read; the rest need no work.
+            return;
+        }
         let mut object = match parsed {
             Ok(Value::Object(object)) => object,
             Ok(_) => {
@@ -229,6 +268,7 @@ impl Collector<'_> {
                 return;
             }
         };
+        self.presence.row(object.keys(), 1);
         if let Some(resolver) = &mut self.resolver
             && let Err(Unresolved(detail)) = resolver.resolve(&mut object)
         {
@@ -260,12 +300,18 @@ impl Collector<'_> {
         projection: &Projection,
         columnar: bool,
     ) {
+        if self.resolver.as_ref().is_some_and(|r| r.fatal.is_some()) {
+            return;
+        }
         let Some(mut rows) = columnar.then(|| normalizer.columnar(batch, true)).flatten() else {
             batch_rows(batch, Some(projection), first_row, &mut |row| {
                 self.row(normalizer, file, row);
             });
             return;
         };
+        let schema = batch.schema();
+        let names = schema.fields().iter().map(|f| f.name());
+        self.presence.row(names, batch.num_rows() as u64);
         let mut kept = Vec::new();
         for (row, index) in (0..batch.num_rows()).zip(first_row..) {
             self.manifest.rows_read += 1;
@@ -399,6 +445,70 @@ fn read_inputs(
     Ok(())
 }
 
+/// The error for a source none of whose rows has the field its prompts come from, with the
+/// fields the data does have: those of the first rows read, or a Parquet file's schema (its
+/// batches were read with only the wanted columns).
+fn field_not_in_data(
+    spec: &SourceSpec,
+    normalizer: &Normalizer,
+    inputs: &[Input],
+    presence: FieldPresence,
+    manifest: &Manifest,
+) -> SourceError {
+    let parquet = inputs
+        .iter()
+        .find(|input| format_of(spec.format, &input.local) == Format::Parquet);
+    let columns = match parquet.map(|input| parquet_columns(&input.local)) {
+        Some(Ok(columns)) => columns,
+        _ => presence.columns.into_iter().collect(),
+    };
+    let (key, fields) = normalizer.body_fields();
+    let span = match key {
+        Some("messages-field") => spec.messages_field.as_ref().map(|f| f.span()),
+        Some(_) => spec.prompt_field.as_ref().map(|f| f.span()),
+        None => None,
+    };
+    SourceError::FieldNotInData(Box::new(FieldNotInData {
+        source_name: spec.name().to_owned(),
+        key,
+        fields: fields.into_iter().map(str::to_owned).collect(),
+        columns,
+        rows: manifest.rows_read,
+        span,
+    }))
+}
+
+/// Why a source kept nothing: its rows, and what dropped them.
+fn no_prompt_summary(manifest: &Manifest) -> String {
+    if manifest.rows_read == 0 {
+        let files: Vec<String> = manifest
+            .files
+            .iter()
+            .map(|f| format!("`{}`", f.display()))
+            .collect();
+        return format!("its input has no rows ({})", files.join(", "));
+    }
+    let mut reasons: Vec<(&String, &u64)> = manifest.dropped.iter().collect();
+    reasons.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    let reasons: Vec<String> = reasons
+        .iter()
+        .map(|(reason, count)| format!("{count} `{reason}`"))
+        .collect();
+    let example = manifest.examples.first().map_or_else(String::new, |e| {
+        format!(
+            "; first: {} row {}: {}",
+            e.file.display(),
+            e.row + 1,
+            e.reason
+        )
+    });
+    format!(
+        "all {} rows were dropped ({}){example}",
+        manifest.rows_read,
+        reasons.join(", ")
+    )
+}
+
 /// Prepares one source: every kept prompt is passed to `sink` in input order.
 pub fn prepare_with(
     spec: &SourceSpec,
@@ -441,6 +551,15 @@ pub fn prepare_with(
         ),
         hash_buffer: Vec::new(),
         id_buffer: String::new(),
+        presence: FieldPresence {
+            wanted: normalizer
+                .body_fields()
+                .1
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+            ..FieldPresence::default()
+        },
     };
     // A local file is read twice, for its checksum and for its rows: on two threads, the
     // checksum costs no wall time.
@@ -458,12 +577,40 @@ pub fn prepare_with(
         mut manifest,
         sample,
         resolver,
+        presence,
         ..
     } = collector;
     if let Some(resolver) = resolver {
+        if let Some(unfetched) = resolver.fatal {
+            return Err(SourceError::Resolve {
+                source_name: spec.name().to_owned(),
+                dataset: unfetched.dataset,
+                split: unfetched.split,
+                marker: Box::new((
+                    resolver.prompt_field.to_owned(),
+                    resolver.placeholder.to_owned(),
+                )),
+                source: Box::new(unfetched.error),
+            });
+        }
         manifest.resolved_from = resolver.provenance;
     }
+    if presence.objects > 0 && !presence.seen {
+        return Err(field_not_in_data(
+            spec,
+            &normalizer,
+            &inputs,
+            presence,
+            &manifest,
+        ));
+    }
     let kept = sample.into_kept();
+    if kept.is_empty() && manifest.duplicates_across == 0 {
+        return Err(SourceError::NoPrompts {
+            source_name: spec.name().to_owned(),
+            summary: no_prompt_summary(&manifest),
+        });
+    }
     for (prompt, _) in &kept {
         sink(prompt).map_err(SourceError::Sink)?;
     }

@@ -27,7 +27,8 @@ pub const DEFAULT_REVISION: &str = "main";
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct SourceSpec {
-    /// Unique short name; used in prompt ids, file names and status.
+    /// Unique short name; used in prompt ids, file names, status and worker arguments: ASCII
+    /// letters, digits, `-`, `_` and `.`, not starting with `-` or `.`, at most 64 characters.
     pub name: Spanned<String>,
     /// A local file or glob, relative to the config file.
     pub path: Option<Spanned<String>>,
@@ -47,9 +48,9 @@ pub struct SourceSpec {
     pub limit: Option<Spanned<i64>>,
     pub seed: Option<u64>,
     /// Field holding a plain prompt string (default: `prompt`, `instruction`, `question`, `problem`).
-    pub prompt_field: Option<String>,
+    pub prompt_field: Option<Spanned<String>>,
     /// Field holding a list of turns (default: `messages`, `conversations`, `conversation`).
-    pub messages_field: Option<String>,
+    pub messages_field: Option<Spanned<String>>,
     /// Key of a turn's role (default: `role`, then `from`).
     pub role_key: Option<String>,
     /// Key of a turn's text (default: `content`, then `value`).
@@ -94,7 +95,7 @@ pub struct SourceSpec {
     /// dataset (OpenCodeReasoning's `-` inputs, field notes §1.3): the row's `dataset` field
     /// names an entry here, and the prompt is row `index` (a number or a numeric string) of
     /// that dataset's `split`, in file order. A row that cannot be resolved is dropped and
-    /// counted (`unresolved`), as is every such row when the dataset cannot be fetched.
+    /// counted (`unresolved`); a dataset the Hub does not give fails the source.
     pub resolve: Option<Spanned<BTreeMap<String, ResolveSpec>>>,
     /// The prompt value that marks a row to resolve (default `-`).
     pub resolve_placeholder: Option<String>,

@@ -22,10 +22,14 @@
 //!
 //! `x-linked-etag` is the sha256 of the content, as the real Hub sends for LFS files, so blobs
 //! land in the cache under the same names Python's `huggingface_hub` uses. Access rules mimic
-//! the Hub: a gated repository answers `401` without a token and `403` with a wrong one; an
-//! unknown repository, revision or file answers `404`. Every request is recorded (with its
-//! `Authorization` header) so tests can check what was sent, and the first N requests can be
-//! made to fail with `500` to exercise retries.
+//! the Hub, with its `X-Error-Code` and `X-Error-Message` headers (the codes
+//! `huggingface_hub.utils.hf_raise_for_status` tells apart): a gated repository answers `401`
+//! without a token and `403` with a wrong one (`GatedRepo`); an unknown repository answers
+//! `401` without a token and `404` with one (`RepoNotFound`: the Hub does not tell a missing
+//! repository from a private one to a stranger); an unknown revision `404`
+//! (`RevisionNotFound`), an unknown file `404` (`EntryNotFound`). Every request is recorded
+//! (with its `Authorization` header) so tests can check what was sent, and the first N
+//! requests can be made to fail with `500` to exercise retries.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -194,6 +198,19 @@ fn status(code: StatusCode, message: &str) -> Response {
     response
 }
 
+/// A refusal as the Hub sends it: the status, `X-Error-Code`, `X-Error-Message` and the same
+/// message as JSON.
+fn refusal(code: StatusCode, error_code: &'static str, message: &str) -> Response {
+    let mut response = status(code, message);
+    let headers = response.headers_mut();
+    headers.insert("x-error-code", HeaderValue::from_static(error_code));
+    headers.insert(
+        "x-error-message",
+        HeaderValue::from_str(message).expect("ascii message"),
+    );
+    response
+}
+
 fn header_text(headers: &HeaderMap, name: header::HeaderName) -> Option<String> {
     headers
         .get(name)
@@ -252,22 +269,32 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     let Some((repo_id, rest)) = rest.split_once(separator) else {
         return status(StatusCode::NOT_FOUND, "unknown route");
     };
+    let bearer = authorization
+        .as_deref()
+        .and_then(|a| a.strip_prefix("Bearer "));
     let Some(repo) = shared.repos.iter().find(|r| r.id == repo_id) else {
-        return status(StatusCode::NOT_FOUND, "Repository not found");
+        let code = if bearer.is_some() {
+            StatusCode::NOT_FOUND
+        } else {
+            StatusCode::UNAUTHORIZED
+        };
+        return refusal(code, "RepoNotFound", "Repository not found");
     };
     if let Some(token) = &repo.token {
-        match authorization
-            .as_deref()
-            .and_then(|a| a.strip_prefix("Bearer "))
-        {
+        match bearer {
             None => {
-                return status(
+                return refusal(
                     StatusCode::UNAUTHORIZED,
+                    "GatedRepo",
                     "Access to this dataset is restricted",
                 );
             }
             Some(sent) if sent != token => {
-                return status(StatusCode::FORBIDDEN, "You must accept the conditions");
+                return refusal(
+                    StatusCode::FORBIDDEN,
+                    "GatedRepo",
+                    "You must accept the conditions",
+                );
             }
             Some(_) => {}
         }
@@ -275,7 +302,11 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
     let revisions = std::iter::once(&repo.sha).chain(&repo.branches);
     if api {
         if !revisions.clone().any(|r| r == rest) {
-            return status(StatusCode::NOT_FOUND, "Revision not found");
+            return refusal(
+                StatusCode::NOT_FOUND,
+                "RevisionNotFound",
+                &format!("Invalid rev id: {rest}"),
+            );
         }
         let siblings: Vec<serde_json::Value> = repo
             .files
@@ -295,10 +326,15 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         .filter_map(|r| rest.strip_prefix(r.as_str())?.strip_prefix('/'))
         .next()
     else {
-        return status(StatusCode::NOT_FOUND, "Revision not found");
+        let revision = rest.split('/').next().unwrap_or(rest);
+        return refusal(
+            StatusCode::NOT_FOUND,
+            "RevisionNotFound",
+            &format!("Invalid rev id: {revision}"),
+        );
     };
     let Some(bytes) = repo.files.get(file) else {
-        return status(StatusCode::NOT_FOUND, "Entry not found");
+        return refusal(StatusCode::NOT_FOUND, "EntryNotFound", "Entry not found");
     };
     let mut response = if repo.redirect {
         let port = shared.port.get().expect("port is set before serving");

@@ -33,7 +33,7 @@ pub struct ServerTable {
     /// file).
     pub api_key_env: Option<Spanned<String>>,
     /// Command that starts the server; `${VAR}` / `${VAR:-default}` and `{port}` are expanded.
-    pub launch: Option<Spanned<Vec<String>>>,
+    pub launch: Option<Spanned<Vec<Spanned<String>>>>,
     /// Seconds to wait for `/health` after launch (default 300).
     pub health_timeout_secs: Option<Spanned<i64>>,
     /// Restarts of a launched server that dies during the run (default 3; 0 = never).
@@ -75,15 +75,6 @@ pub struct GenerationTable {
 pub const TOP_LEVEL_KEYS: [&str; 4] = ["run", "server", "generation", "source"];
 
 /// The keys of a `[[source]]` entry that say how its worker runs (the rest describe data).
-pub const WORKER_KEYS: [&str; 5] = [
-    "memory-limit",
-    "command",
-    "expected-prompts",
-    "on-length",
-    "order",
-];
-
-/// The worker keys of one `[[source]]`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct WorkerTable {

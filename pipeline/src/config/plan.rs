@@ -14,9 +14,8 @@ use serde_json::{Map, Value};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
-use super::file::{
-    GenerationTable, RunTable, ServerTable, TOP_LEVEL_KEYS, WORKER_KEYS, WorkerTable,
-};
+use super::file::{GenerationTable, RunTable, ServerTable, TOP_LEVEL_KEYS, WorkerTable};
+use super::keys::{self, Table};
 use super::problem::{ConfigError, Problem};
 
 const DEFAULT_PARALLEL_PREP: usize = 2;
@@ -30,6 +29,10 @@ const DEFAULT_SERVER_STALL: Duration = Duration::from_secs(60);
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub config_path: PathBuf,
+    /// The config file's text: the specs keep byte spans into it ([`Plan::locate`]).
+    pub config_text: std::sync::Arc<str>,
+    /// Where each argument of `[server] launch` is in the file.
+    pub launch_spans: Vec<std::ops::Range<usize>>,
     /// Directory of the config file; relative paths resolve against it.
     pub base_dir: PathBuf,
     pub run_dir: PathBuf,
@@ -125,6 +128,9 @@ impl Plan {
         let mut resolver = Resolver {
             text,
             problems: Vec::new(),
+            partial: false,
+            syntax_errors: 0,
+            launch_spans: Vec::new(),
             base_dir_hint: path
                 .parent()
                 .map(Path::to_path_buf)
@@ -136,6 +142,15 @@ impl Plan {
             Some(plan) if resolver.problems.is_empty() => Ok(plan),
             _ => {
                 let mut problems = resolver.problems;
+                // What toml recovered around a syntax error is not what the user wrote: other
+                // problems on those lines are its artifacts.
+                let syntax = resolver.syntax_errors;
+                let broken: Vec<usize> = problems[..syntax].iter().map(|p| p.line).collect();
+                let mut index = 0;
+                problems.retain(|p| {
+                    index += 1;
+                    index <= syntax || !broken.contains(&p.line)
+                });
                 problems.sort_by_key(|p| (p.line, p.column));
                 problems.dedup();
                 Err(ConfigError::Invalid {
@@ -144,6 +159,12 @@ impl Plan {
                 })
             }
         }
+    }
+
+    /// `FILE:LINE:COLUMN` of a byte span of the config file.
+    pub fn locate(&self, span: std::ops::Range<usize>) -> String {
+        let at = Problem::at(&self.config_text, Some(span), "");
+        format!("{}:{}:{}", self.config_path.display(), at.line, at.column)
     }
 
     pub fn source(&self, name: &str) -> Option<&SourceSpec> {
@@ -163,6 +184,13 @@ impl Plan {
 struct Resolver<'t> {
     text: &'t str,
     problems: Vec<Problem>,
+    /// The file has syntax errors: the tree is what toml recovered, so a table or key that
+    /// seems missing may be in the broken part, and is not reported.
+    partial: bool,
+    /// How many of the first `problems` are syntax errors.
+    syntax_errors: usize,
+    /// Where each argument of `[server] launch` is, for the [`Plan`].
+    launch_spans: Vec<std::ops::Range<usize>>,
     /// The config file's directory, for paths written relative to it.
     base_dir_hint: PathBuf,
 }
@@ -176,25 +204,113 @@ impl<'t> Resolver<'t> {
         self.problem(error.span(), error.message().to_owned());
     }
 
-    /// Deserializes one spanned value, recording its problem on failure.
-    fn section<T: Deserialize<'t>>(&mut self, value: Spanned<DeValue<'t>>) -> Option<T> {
-        match T::deserialize(value.into_deserializer()) {
-            Ok(parsed) => Some(parsed),
-            Err(error) => {
-                self.toml_error(&error);
-                None
-            }
+    /// A required table or key that is absent, unless the syntax errors may have hidden it.
+    fn missing(&mut self, span: Option<std::ops::Range<usize>>, message: impl Into<String>) {
+        if !self.partial {
+            self.problem(span, message);
         }
+    }
+
+    /// `entry` without the keys `table` does not accept, each reported.
+    fn known_keys(&mut self, entry: Spanned<DeValue<'t>>, table: Table) -> Spanned<DeValue<'t>> {
+        let span = entry.span();
+        match entry.into_inner() {
+            DeValue::Table(entries) => {
+                let entries = self.without_unknown_keys(entries, table);
+                Spanned::new(span, DeValue::Table(entries))
+            }
+            other => Spanned::new(span, other),
+        }
+    }
+
+    fn without_unknown_keys(&mut self, entries: DeTable<'t>, table: Table) -> DeTable<'t> {
+        let accepted = table.keys();
+        entries
+            .into_iter()
+            .filter(|(key, _)| {
+                let name = key.get_ref().as_ref();
+                let known = accepted.contains(&name);
+                if !known {
+                    self.problem(Some(key.span()), unknown_key(name, table, &accepted));
+                }
+                known
+            })
+            .collect()
+    }
+
+    /// Deserializes one table, reporting every problem in it at once: each unknown key (with
+    /// a suggestion and the complete list of accepted keys), then each key serde refuses, taken
+    /// out in turn so that the next one is found too. `None` when what is left cannot be
+    /// deserialized (a required key was refused or is missing).
+    fn section<T: Deserialize<'t>>(
+        &mut self,
+        value: Spanned<DeValue<'t>>,
+        table: Option<Table>,
+    ) -> Option<T> {
+        let span = value.span();
+        let mut entries = match value.into_inner() {
+            DeValue::Table(entries) => entries,
+            other => {
+                return T::deserialize(Spanned::new(span, other).into_deserializer())
+                    .map_err(|error| self.toml_error(&error))
+                    .ok();
+            }
+        };
+        if let Some(table) = table {
+            entries = self.without_unknown_keys(entries, table);
+        }
+        let mut refused: Vec<String> = Vec::new();
+        for _ in 0..=entries.len() {
+            let attempt = Spanned::new(span.clone(), DeValue::Table(entries.clone()));
+            let error = match T::deserialize(attempt.into_deserializer()) {
+                Ok(parsed) => return Some(parsed),
+                Err(error) => error,
+            };
+            let missing = error.message().starts_with("missing field");
+            let hidden = refused
+                .iter()
+                .any(|key| error.message().contains(&format!("`{key}`")));
+            if missing && (hidden || self.partial) {
+                return None;
+            }
+            self.toml_error(&error);
+            let at = error.span()?;
+            let inside =
+                |span: std::ops::Range<usize>| span.start <= at.start && at.end <= span.end;
+            let (culprit, _) = entries
+                .iter()
+                .find(|(key, value)| inside(key.span()) || inside(value.span()))?;
+            let culprit = culprit.get_ref().to_string();
+            entries = entries
+                .into_iter()
+                .filter(|(key, _)| key.get_ref().as_ref() != culprit)
+                .collect();
+            refused.push(culprit);
+        }
+        None
     }
 
     fn resolve(&mut self, path: &Path) -> Option<Plan> {
         let (table, errors) = DeTable::parse_recoverable(self.text);
+        if errors.len() > MAX_SYNTAX_ERRORS {
+            for error in &errors[..SHOWN_SYNTAX_ERRORS] {
+                self.toml_error(error);
+            }
+            self.problem(
+                errors[SHOWN_SYNTAX_ERRORS].span(),
+                format!(
+                    "this is not a TOML config: {} syntax errors (the first {SHOWN_SYNTAX_ERRORS} above); a config looks like `examples/quickstart.toml`",
+                    errors.len()
+                ),
+            );
+            return None;
+        }
         for error in &errors {
             self.toml_error(error);
         }
-        if !errors.is_empty() {
-            return None;
-        }
+        // The rest of the file is checked too, as toml recovered it.
+        self.syntax_errors = errors.len();
+        self.partial = !errors.is_empty();
         let mut run = Some(RunTable::default());
         let mut server = None;
         let mut generation = None;
@@ -202,20 +318,25 @@ impl<'t> Resolver<'t> {
         let mut sources_ok = true;
         for (key, value) in table.into_inner() {
             match key.get_ref().as_ref() {
-                "run" => run = self.section::<RunTable>(value),
+                "run" => run = self.section::<RunTable>(value, Some(Table::Run)),
                 "server" => {
                     let span = value.span();
-                    server = Some(self.section::<ServerTable>(value).map(|s| (s, span)));
+                    let parsed = self.section::<ServerTable>(value, Some(Table::Server));
+                    server = Some(parsed.map(|s| (s, span)));
                 }
-                "generation" => generation = Some(self.section::<GenerationTable>(value)),
+                "generation" => {
+                    generation =
+                        Some(self.section::<GenerationTable>(value, Some(Table::Generation)));
+                }
                 "source" => {
                     let span = value.span();
                     match value.into_inner() {
                         DeValue::Array(entries) => {
                             for entry in entries {
+                                let entry = self.known_keys(entry, Table::Source);
                                 let (worker, entry) = split_worker_keys(entry);
-                                let worker = self.section::<WorkerTable>(worker);
-                                match (self.section::<SourceSpec>(entry), worker) {
+                                let worker = self.section::<WorkerTable>(worker, None);
+                                match (self.section::<SourceSpec>(entry, None), worker) {
                                     (Some(spec), Some(worker)) => sources.push((spec, worker)),
                                     _ => sources_ok = false,
                                 }
@@ -231,16 +352,13 @@ impl<'t> Resolver<'t> {
                     }
                 }
                 other => {
-                    let valid = TOP_LEVEL_KEYS.map(|k| format!("`{k}`")).join(", ");
-                    self.problem(
-                        Some(key.span()),
-                        format!("unknown top-level key `{other}`, expected one of {valid}"),
-                    );
+                    let message = unknown_key(other, Table::TopLevel, &TOP_LEVEL_KEYS);
+                    self.problem(Some(key.span()), message);
                 }
             }
         }
         if sources.is_empty() && sources_ok {
-            self.problem(None, "no sources: add at least one `[[source]]` table");
+            self.missing(None, "no sources: add at least one `[[source]]` table");
         }
         let specs: Vec<SourceSpec> = sources.iter().map(|(s, _)| s.clone()).collect();
         let custom: Vec<bool> = sources.iter().map(|(_, w)| w.command.is_some()).collect();
@@ -253,7 +371,7 @@ impl<'t> Resolver<'t> {
         let mut server_host_memory = None;
         let server = match server {
             None => {
-                self.problem(
+                self.missing(
                     None,
                     "missing `[server]` table (at least `url = \"http://…\"`)",
                 );
@@ -266,7 +384,7 @@ impl<'t> Resolver<'t> {
         };
         let generation = match generation {
             None => {
-                self.problem(
+                self.missing(
                     None,
                     "missing `[generation]` table (at least `max-tokens = …`)",
                 );
@@ -302,6 +420,8 @@ impl<'t> Resolver<'t> {
         let stall_timeout = Duration::from_secs(stall_timeout.get() as u64);
         Some(Plan {
             config_path: path.to_path_buf(),
+            config_text: self.text.into(),
+            launch_spans: std::mem::take(&mut self.launch_spans),
             base_dir,
             run_dir,
             max_parallel_prep,
@@ -423,7 +543,7 @@ impl<'t> Resolver<'t> {
                 (Vec::new(), url.span(), "url")
             }
             (None, None) => {
-                self.problem(
+                self.missing(
                     Some(table.clone()),
                     "`[server]` needs `url = \"http://…\"` (or `urls = [\"http://…\", …]` for several servers)",
                 );
@@ -534,7 +654,11 @@ impl<'t> Resolver<'t> {
             stall_after,
             model: server.model,
             api_key_env: server.api_key_env.map(Spanned::into_inner),
-            launch: server.launch.map(Spanned::into_inner),
+            launch: server.launch.map(|launch| {
+                let args = launch.into_inner();
+                self.launch_spans = args.iter().map(Spanned::span).collect();
+                args.into_iter().map(Spanned::into_inner).collect()
+            }),
             health_timeout,
             max_restarts: server
                 .max_restarts
@@ -629,6 +753,30 @@ impl<'t> Resolver<'t> {
     }
 }
 
+/// An unknown key: what was probably meant, and every key the table accepts.
+fn unknown_key(key: &str, table: Table, accepted: &[&'static str]) -> String {
+    let listed = accepted
+        .iter()
+        .map(|k| format!("`{k}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    match keys::suggest(key, accepted) {
+        Some(meant) => format!(
+            "unknown key `{key}` {}: did you mean `{meant}`? (accepted: {listed})",
+            table.place()
+        ),
+        None => format!(
+            "unknown key `{key}` {}, expected one of {listed}",
+            table.place()
+        ),
+    }
+}
+
+/// Beyond this many syntax errors the file is not a config with typos but another kind of
+/// file: the first few are shown, not thousands.
+const MAX_SYNTAX_ERRORS: usize = 10;
+const SHOWN_SYNTAX_ERRORS: usize = 3;
+
 /// Splits the worker keys (`memory-limit`, `command`, …) off a `[[source]]` entry: they are
 /// the pipeline's business, the rest is the sources crate's.
 fn split_worker_keys(entry: Spanned<DeValue<'_>>) -> (Spanned<DeValue<'_>>, Spanned<DeValue<'_>>) {
@@ -637,7 +785,7 @@ fn split_worker_keys(entry: Spanned<DeValue<'_>>) -> (Spanned<DeValue<'_>>, Span
         DeValue::Table(table) => {
             let (worker, rest): (Vec<_>, Vec<_>) = table
                 .into_iter()
-                .partition(|(key, _)| WORKER_KEYS.contains(&key.get_ref().as_ref()));
+                .partition(|(key, _)| keys::worker_keys().contains(&key.get_ref().as_ref()));
             (
                 Spanned::new(span.clone(), DeValue::Table(worker.into_iter().collect())),
                 Spanned::new(span, DeValue::Table(rest.into_iter().collect())),
@@ -696,12 +844,19 @@ path = "a.jsonl"
             "{GOOD}\n[[source]]\nname = \"a\"\npath = \"b.jsonl\"\nlimit = 0\n\n[[source]]\nname = \"c\"\npaht = \"x\"\n"
         );
         let found = problems(&text.replace("max-tokens = 64", "max-tokens = \"many\""));
-        assert_eq!(found.len(), 4, "{found:#?}");
+        assert_eq!(found.len(), 5, "{found:#?}");
         assert_eq!(found[0], "6:14 invalid type: string \"many\", expected i64");
         assert_eq!(found[1], "14:8 source `a` is listed twice (first at 10:8)");
         assert_eq!(found[2], "16:9 source `a`: `limit` must be at least 1");
+        // The rest of a source with an unknown key is checked too.
         assert!(
-            found[3].starts_with("20:1 unknown field `paht`, expected one of `name`, `path`"),
+            found[3].starts_with("19:8 source `c` needs `path`"),
+            "{found:#?}"
+        );
+        assert!(
+            found[4].starts_with(
+                "20:1 unknown key `paht` in `[[source]]`: did you mean `path`? (accepted: `name`, `path`"
+            ),
             "{found:#?}"
         );
     }
@@ -711,11 +866,18 @@ path = "a.jsonl"
         assert!(problems("[server\nurl=1")[0].starts_with("1:"));
         let found = problems(&format!("{GOOD}\n[servr]\nurl = \"x\"\n"));
         assert!(
-            found[0].contains("unknown top-level key `servr`"),
+            found[0].contains("unknown key `servr` at the top level: did you mean `server`?"),
             "{found:?}"
         );
         let found = problems("[generation]\nmax-tokens = 1\n[[source]]\nname=\"a\"\npath=\"a\"\n");
         assert!(found[0].contains("missing `[server]`"), "{found:?}");
+        // A syntax error does not hide the problems elsewhere in the file.
+        let text =
+            format!("{GOOD}\n[[source]]\nname = \"b\"\npath = \"b.jsonl\"\nlimit = 0\nseed = \n");
+        let found = problems(&text);
+        assert_eq!(found.len(), 2, "{found:#?}");
+        assert!(found[0].contains("`limit` must be at least 1"), "{found:?}");
+        assert!(found[1].starts_with("17:8 "), "{found:?}");
     }
 
     #[test]

@@ -622,6 +622,7 @@ impl<'p> Orchestrator<'p> {
                     } else {
                         Phase::Pending
                     },
+                    warning: manifest.as_ref().and_then(prep::PrepManifest::warning),
                     prepared: manifest.map(|m| m.prompts),
                     done: done_ids.len() as u64,
                     rejected: settled.ids.len() as u64,
@@ -917,14 +918,7 @@ impl<'p> Orchestrator<'p> {
                 fs_err::rename(&log, dir.root().join("prep.previous.log"))?;
             }
             let worker = self.plan.worker(&name);
-            let mut args: Vec<std::ffi::OsString> = vec![
-                "prep".into(),
-                self.plan.config_path.clone().into(),
-                "--source".into(),
-                name.clone().into(),
-                "--run-dir".into(),
-                self.run_dir.root().into(),
-            ];
+            let mut args = prep::worker_args(&self.plan.config_path, &name, self.run_dir.root());
             // Written by this run for this preparation only: a later first preparation (after
             // a crash, or changed settings) starts from the full sample and is checked again.
             // The first sample is set aside, not deleted, until the new one is complete.
@@ -933,7 +927,10 @@ impl<'p> Orchestrator<'p> {
                 // Manifest first: from then on the source is unprepared, whatever stops here.
                 fs_err::rename(dir.manifest(), dir.first_manifest())?;
                 fs_err::rename(dir.prompts(), dir.first_prompts())?;
-                args.extend(["--exclude-hashes".into(), dir.earlier_hashes().into()]);
+                args.insert(
+                    args.len() - 2,
+                    prep::option("--exclude-hashes", &dir.earlier_hashes()),
+                );
             }
             let mut command = WorkerCommand {
                 program: exe.clone(),
@@ -1095,6 +1092,10 @@ impl<'p> Orchestrator<'p> {
         };
         let state = &mut self.sources[i].status;
         state.prepared = Some(manifest.prompts);
+        state.warning = manifest.warning();
+        if let Some(warning) = &state.warning {
+            crate::say!("gen: warning: `{name}`: {warning}");
+        }
         state.phase = Phase::Prepared;
         if !report.exit.success() {
             // The manifest is written last: the output is complete, the crash came after it.

@@ -150,6 +150,9 @@ fn row(s: &SourceStatus) -> Vec<String> {
     if !s.note.is_empty() && !repeats_verdict(s) {
         lines.push(cut(&format!("  {}", s.note), WIDTH));
     }
+    if let Some(warning) = &s.warning {
+        lines.push(cut(&format!("  warning: {warning}"), WIDTH));
+    }
     lines
 }
 

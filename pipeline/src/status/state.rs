@@ -67,6 +67,10 @@ pub struct SourceStatus {
     /// How the last preparation worker ended, when it did not simply succeed.
     #[serde(default)]
     pub verdict: Option<VerdictLine>,
+    /// Set when preparation dropped more than half the rows for one reason: likely a setting
+    /// that does not fit the data rather than a few bad rows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warning: Option<String>,
 }
 
 impl SourceStatus {
@@ -86,6 +90,7 @@ impl SourceStatus {
             eta_secs: None,
             note: String::new(),
             verdict: None,
+            warning: None,
         }
     }
 }

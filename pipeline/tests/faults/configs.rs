@@ -39,7 +39,41 @@ fn cases() -> Vec<(&'static str, String, Option<&'static str>)> {
         pin(
             "unknown_server_key",
             format!("{server}colour = 1\n{generation}{SOURCE}"),
-            "  unknown_server_key.toml:3:1  unknown field `colour`, expected one of `url`, `urls`, `model`, `api-key-env`, `launch`, `health-timeout-secs`, `max-restarts`, `log`, `host-memory`, `max-outage-secs`, `stall-secs`",
+            "  unknown_server_key.toml:3:1  unknown key `colour` in `[server]`, expected one of `url`, `urls`, `model`, `api-key-env`, `launch`, `health-timeout-secs`, `max-restarts`, `log`, `host-memory`, `max-outage-secs`, `stall-secs`",
+        ),
+        pin(
+            "worker_key_with_underscore",
+            format!("{base}{SOURCE}memory_limit = \"8G\"\n"),
+            "  worker_key_with_underscore.toml:10:1  unknown key `memory_limit` in `[[source]]`: did you mean `memory-limit`? (accepted: `name`, `path`, `repo`, `revision`, `config`, `split`, `files`, `format`, `limit`, `seed`, `prompt-field`, `messages-field`, `role-key`, `content-key`, `id-field`, `turns`, `max-turns`, `system-prompt`, `system-prompt-text`, `prompt-template`, `strip-tags`, `include`, `exclude`, `languages`, `language-field`, `dedup`, `min-chars`, `max-chars`, `tokenizer`, `min-prompt-tokens`, `max-prompt-tokens`, `resolve`, `resolve-placeholder`, `memory-limit`, `command`, `expected-prompts`, `on-length`, `order`)",
+        ),
+        pin(
+            "name_starts_with_a_dash",
+            format!("{base}\n[[source]]\nname = \"-x\"\npath = \"a.jsonl\"\n"),
+            "  name_starts_with_a_dash.toml:8:8  source name `-x` starts with `-`: it would be read as an option; start it with a letter or digit",
+        ),
+        case(
+            "name_is_an_option",
+            format!("{base}\n[[source]]\nname = \"--help\"\npath = \"a.jsonl\"\n"),
+        ),
+        pin(
+            "name_too_long",
+            format!(
+                "{base}\n[[source]]\nname = \"{}\"\npath = \"a.jsonl\"\n",
+                "n".repeat(300)
+            ),
+            "  name_too_long.toml:8:8  source name `nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn…` has 300 characters, at most 64 are allowed",
+        ),
+        pin(
+            "name_with_a_slash",
+            format!("{base}\n[[source]]\nname = \"a/b\"\npath = \"a.jsonl\"\n"),
+            "  name_with_a_slash.toml:8:8  source name `a/b` has `/` (a name is a directory of the run, not a path): use only letters, digits, `-`, `_` and `.`",
+        ),
+        pin(
+            "revision_with_a_space",
+            format!(
+                "{base}\n[[source]]\nname = \"a\"\nrepo = \"o/n\"\nfiles = [\"*.parquet\"]\nrevision = \"v1 final\"\n"
+            ),
+            "  revision_with_a_space.toml:11:12  source `a`: `revision` `v1 final` cannot be a branch, tag or commit: it has whitespace (' ')",
         ),
         case(
             "unknown_source_key",
@@ -106,6 +140,115 @@ fn cases() -> Vec<(&'static str, String, Option<&'static str>)> {
             "  zero_parallel_prep.toml:2:21  `max-parallel-prep` must be at least 1",
         ),
     ]
+}
+
+/// Several problems of different kinds in one file, a source among them with three: all are
+/// reported by one `gen check`, none waits for another to be fixed.
+#[tokio::test]
+async fn every_problem_is_reported_in_one_pass() {
+    let project = Project::new();
+    project.write(
+        "many.toml",
+        "[server]\nurl = \"http://127.0.0.1:9\"\nstall-secs = \"long\"\n\n[generation]\nmax-tokens = 16\ntemperatur = 0.5\n\n[[source]]\nname = \"a\"\npath = \"a.jsonl\"\nlimt = 5\nlimit = 0\nturns = \"some\"\nmemory_limit = \"8G\"\n",
+    );
+    let out = project.run_gen(&["check", "many.toml"]).await;
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert_eq!(
+        lines[0], "error: `many.toml` has 6 problems",
+        "{}",
+        out.stderr
+    );
+    let located: Vec<&str> = lines[1..]
+        .iter()
+        .map(|l| l.trim_start().split("  ").next().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        located,
+        [
+            "many.toml:3:14",
+            "many.toml:7:1",
+            "many.toml:12:1",
+            "many.toml:13:9",
+            "many.toml:14:9",
+            "many.toml:15:1"
+        ],
+        "{}",
+        out.stderr
+    );
+    assert!(
+        lines[2].contains("did you mean `temperature`?"),
+        "{}",
+        out.stderr
+    );
+    assert!(lines[3].contains("did you mean `limit`?"), "{}", out.stderr);
+    assert!(
+        lines[5].contains("unknown variant `some`"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// A file that is not TOML at all (here JSON lines) stops after a few errors, saying so.
+#[tokio::test]
+async fn a_file_that_is_not_toml_stops_after_a_few_errors() {
+    let project = Project::new();
+    let rows: String = (0..500)
+        .map(|i| format!("{{\"prompt\": \"question {i}\"}}\n"))
+        .collect();
+    project.write("data.jsonl", &rows);
+    let out = project.run_gen(&["check", "data.jsonl"]).await;
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
+    let lines: Vec<&str> = out.stderr.lines().collect();
+    assert!(lines.len() <= 6, "{}", out.stderr);
+    assert!(
+        lines
+            .last()
+            .is_some_and(|l| l.contains("this is not a TOML config: ")),
+        "{}",
+        out.stderr
+    );
+}
+
+/// What the run would trip on, found before it starts: an unset `${VAR}` in `launch`, a
+/// launch program that does not exist, a `path` that matches nothing. `gen check`, `gen
+/// doctor` and `gen run` each report them at `file:line:column`.
+#[tokio::test]
+async fn preflight_finds_unset_variables_missing_programs_and_paths_matching_nothing() {
+    let project = Project::new();
+    project.write("a.jsonl", "{\"prompt\": \"hi\"}\n");
+    let text = "[server]\nurl = \"http://127.0.0.1:{port}\"\nlaunch = [\"./no-such-server\", \"-m\", \"${GEN_TEST_UNSET_MODEL}\", \"--port\", \"{port}\"]\n\n[generation]\nmax-tokens = 16\n\n[[source]]\nname = \"a\"\npath = \"a.jsonl\"\n\n[[source]]\nname = \"b\"\npath = \"data/*.jsonl\"\n";
+    project.write("pre.toml", text);
+    let expected = [
+        "pre.toml:3:11  `launch` program `./no-such-server` does not exist",
+        "pre.toml:3:37  `launch` uses `${GEN_TEST_UNSET_MODEL}`, which is not set here",
+        "pre.toml:14:8  source `b`: `",
+    ];
+    for command in ["check", "run"] {
+        let out = project.run_gen(&[command, "pre.toml"]).await;
+        assert_eq!(out.code, Some(2), "{command}: {}", out.stderr);
+        for line in expected {
+            assert!(
+                out.stderr.contains(line),
+                "{command}: {line}\n{}",
+                out.stderr
+            );
+        }
+        assert!(
+            out.stderr.contains("data/*.jsonl` matches no file"),
+            "{}",
+            out.stderr
+        );
+        assert!(
+            !project.path("runs/pre").exists(),
+            "{command} started a run"
+        );
+    }
+    let out = project.run_gen(&["doctor", "pre.toml"]).await;
+    for line in expected {
+        assert!(out.stdout.contains(line), "doctor: {line}\n{}", out.stdout);
+    }
+    assert_eq!(out.code, Some(1), "{}", out.stdout);
 }
 
 #[tokio::test]

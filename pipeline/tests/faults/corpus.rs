@@ -1,6 +1,7 @@
 //! The malformed-input corpus: each case is one source of a single `gen run`, with the outcome
 //! it must have — rows counted as dropped with a reason in `manifest.json`, or the source
-//! failed with a message naming the file. Never a panic, never exit code 101.
+//! failed with a message naming the file, or (a source that yields no prompt at all) failed
+//! with what dropped its rows. Never a panic, never exit code 101.
 
 use std::fmt::Write as _;
 
@@ -21,9 +22,12 @@ enum Expect {
     },
     /// The source failed; its `prep.log` names the file and says this.
     Fails(&'static str),
+    /// The source failed without a bad file: it yields no prompt, and its `prep.log` says
+    /// this.
+    Empty(&'static str),
 }
 
-use Expect::{Fails, Rows};
+use Expect::{Empty, Fails, Rows};
 
 const fn rows(read: u64, kept: u64, dropped: &'static [(&'static str, u64)]) -> Expect {
     Rows {
@@ -229,7 +233,7 @@ fn cases() -> Vec<Case> {
                 "huge_row_over_max_chars",
                 "x.jsonl",
                 huge,
-                rows(1, 0, &[("too_long", 1)]),
+                Empty("has no prompt: all 1 rows were dropped (1 `too_long`)"),
             )
         },
         case(
@@ -238,12 +242,23 @@ fn cases() -> Vec<Case> {
             with_ok(&deep),
             rows(2, 1, &[("bad_json", 1)]),
         ),
-        case("empty_file", "x.jsonl", "", rows(0, 0, &[])),
+        case(
+            "empty_file",
+            "x.jsonl",
+            "",
+            Empty("has no prompt: its input has no rows"),
+        ),
         case(
             "blank_lines_only",
             "x.jsonl",
             "\n\n   \n\n",
-            rows(0, 0, &[]),
+            Empty("has no prompt: its input has no rows"),
+        ),
+        case(
+            "mostly_dropped",
+            "x.jsonl",
+            with_ok("{\"prompt\": 5}\n{\"prompt\": 6}\n"),
+            rows(3, 1, &[("wrong_type", 2)]),
         ),
         case(
             "repeated_rows",
@@ -262,10 +277,17 @@ fn cases() -> Vec<Case> {
                 "wrong_schema",
                 "x.jsonl",
                 "{\"text\": \"what?\"}\n{\"text\": \"why?\"}\n",
-                rows(2, 0, &[("missing_field", 2)]),
+                Empty(
+                    "`prompt-field = \"question\"` names a field no row has (2 rows read); the data's fields are `text`: set `prompt-field`",
+                ),
             )
         },
-        case("json_array_empty", "x.json", "[]", rows(0, 0, &[])),
+        case(
+            "json_array_empty",
+            "x.json",
+            "[]",
+            Empty("has no prompt: its input has no rows"),
+        ),
         case(
             "json_array_mixed",
             "x.json",
@@ -433,6 +455,7 @@ async fn every_malformed_input_has_its_expected_outcome_and_nothing_panics() {
                     && log.contains(&format!("error: failed to read `{file}`"))
                     && log.contains(text)
             }
+            (Empty(text), None) => phase == "failed" && log.contains(text),
             _ => false,
         };
         if !ok {
@@ -444,6 +467,46 @@ async fn every_malformed_input_has_its_expected_outcome_and_nothing_panics() {
     }
     eprintln!("{report}");
     assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+
+    // A field no row has is a setting the data does not fit: the error points at it.
+    let log = std::fs::read_to_string(project.path("runs/cfg/sources/wrong_schema/prep.log"))
+        .expect("prep.log");
+    let at = config
+        .lines()
+        .position(|l| l == "prompt-field = \"question\"")
+        .expect("the case's line")
+        + 1;
+    assert!(
+        log.contains(&format!(
+            "cfg.toml:{at}:16: source `wrong_schema`: `prompt-field"
+        )),
+        "{log}"
+    );
+    let failed = status["sources"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["name"] == "wrong_schema"))
+        .expect("wrong_schema in status.json");
+    // The verdict's headline (60 characters) holds where; prep.log holds all of it.
+    let said = format!("{} {}", failed["note"], failed["verdict"]);
+    assert!(said.contains(&format!("cfg.toml:{at}:16")), "{failed:#}");
+    // More than half the rows dropped for one reason: prepared, with a warning in status.
+    let source = status["sources"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["name"] == "mostly_dropped"))
+        .expect("mostly_dropped in status.json");
+    assert_eq!(
+        source["warning"],
+        "2 of 3 rows (66%) dropped as `wrong_type` (reasons and examples in manifest.json)",
+        "{source:#}"
+    );
+    let shown = project.run_gen(&["status", "runs/cfg"]).await;
+    assert!(
+        shown
+            .stdout
+            .contains("  warning: 2 of 3 rows (66%) dropped as `wrong_type`"),
+        "{}",
+        shown.stdout
+    );
 
     // The audit agrees: failed sources are pending, nothing is inconsistent.
     let (code, audit) = project.verify("runs/cfg").await;

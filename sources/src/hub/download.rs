@@ -67,16 +67,26 @@ async fn fetch_online(
         .with_progress(false)
         .build()
         .map_err(HubError::Client)?;
-    let fail = |file: Option<&str>, (source, attempts): (ApiError, u32)| {
+    let fail = async |file: Option<&str>, url: String, (source, attempts): (ApiError, u32)| {
         let file = file.map(str::to_owned);
         match status_of(&source) {
-            Some(status @ (401 | 403 | 404)) => HubError::Denied {
-                repo: repo.to_owned(),
-                revision: revision.to_owned(),
-                hint: hint(status, file.is_some(), settings.token.is_some()),
-                file,
-                status,
-            },
+            Some(status @ (401 | 403 | 404)) => {
+                let code = error_code(&url, settings).await;
+                HubError::Denied {
+                    repo: repo.to_owned(),
+                    revision: revision.to_owned(),
+                    hint: hint(
+                        status,
+                        code.as_deref(),
+                        revision,
+                        file.is_some(),
+                        settings.token.is_some(),
+                    ),
+                    code,
+                    file,
+                    status,
+                }
+            }
             _ => HubError::Network {
                 repo: repo.to_owned(),
                 revision: revision.to_owned(),
@@ -91,9 +101,17 @@ async fn fetch_online(
         RepoType::Dataset,
         revision.to_owned(),
     ));
-    let info = with_retries(settings, || listing.info())
-        .await
-        .map_err(|e| fail(None, e))?;
+    let info = match with_retries(settings, || listing.info()).await {
+        Ok(info) => info,
+        Err(e) => {
+            let url = format!(
+                "{}/api/datasets/{repo}/revision/{}",
+                settings.endpoint,
+                revision.replace('/', "%2F")
+            );
+            return Err(fail(None, url, e).await);
+        }
+    };
     let commit = info.sha;
     let selected = select_files(info.siblings.iter().map(|s| s.rfilename.as_str()), patterns);
     if selected.is_empty() {
@@ -119,12 +137,21 @@ async fn fetch_online(
         let local = if cached.is_file() {
             cached
         } else {
-            with_retries(settings, || {
+            let downloaded = with_retries(settings, || {
                 let reporter = Reporter::new(settings.progress.clone(), repo, &path);
                 pinned.download_with_progress(&path, reporter)
             })
-            .await
-            .map_err(|e| fail(Some(&path), e))?
+            .await;
+            match downloaded {
+                Ok(local) => local,
+                Err(e) => {
+                    let url = format!(
+                        "{}/datasets/{repo}/resolve/{commit}/{path}",
+                        settings.endpoint
+                    );
+                    return Err(fail(Some(&path), url, e).await);
+                }
+            }
         };
         files.push(HubFile {
             etag: etag_of(&local),
@@ -143,6 +170,27 @@ async fn fetch_online(
         files,
     })
 }
+
+/// The Hub's `X-Error-Code` for `url`, asked again after hf-hub reported a refusal (its errors
+/// keep the status but not the headers): one request, on the failure path only. `None` when
+/// the answer has no such header or the request fails.
+async fn error_code(url: &str, settings: &HubSettings) -> Option<String> {
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(ERROR_CODE_TIMEOUT)
+        .build()
+        .ok()?;
+    let mut request = client.get(url);
+    if let Some(token) = &settings.token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.ok()?;
+    let code = response.headers().get("x-error-code")?.to_str().ok()?;
+    Some(code.to_owned())
+}
+
+/// How long the request for an error code may take.
+const ERROR_CODE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Runs `attempt` until it succeeds, fails for good, or `max_retries` retries are spent; the
 /// error comes back with the number of attempts made.

@@ -10,13 +10,16 @@ use hf_hub::api::tokio::ApiError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum HubError {
-    #[error("{}: the Hub answered HTTP {status}: {hint}", target(.repo, .revision, .file))]
+    #[error("{}: the Hub answered HTTP {status}{}: {hint}", target(.repo, .revision, .file), code_of(.code))]
     Denied {
         repo: String,
         revision: String,
         file: Option<String>,
         status: u16,
-        hint: &'static str,
+        /// The Hub's `X-Error-Code` (`RepoNotFound`, `RevisionNotFound`, `EntryNotFound`,
+        /// `GatedRepo`): what is missing or refused, which the status alone does not say.
+        code: Option<String>,
+        hint: String,
     },
     #[error("{}: request failed after {attempts} attempts", target(.repo, .revision, .file))]
     Network {
@@ -61,6 +64,11 @@ fn target(repo: &str, revision: &str, file: &Option<String>) -> String {
     }
 }
 
+fn code_of(code: &Option<String>) -> String {
+    code.as_ref()
+        .map_or_else(String::new, |c| format!(" ({c})"))
+}
+
 fn list_patterns(patterns: &[String]) -> String {
     patterns
         .iter()
@@ -94,8 +102,35 @@ pub(super) fn is_transient(error: &ApiError) -> bool {
     }
 }
 
+/// What a refusal means: from the Hub's `X-Error-Code` when it sent one (the Hub answers a
+/// missing repository with 401 to a request without a token, so the status alone cannot tell a
+/// typo from a gated dataset), else the likely cause of the status.
+pub(super) fn hint(
+    status: u16,
+    code: Option<&str>,
+    revision: &str,
+    file: bool,
+    authenticated: bool,
+) -> String {
+    let token = if authenticated {
+        "the token in `HF_TOKEN` cannot see it"
+    } else {
+        "no `HF_TOKEN` was set"
+    };
+    match code {
+        Some("RepoNotFound") => format!(
+            "the dataset does not exist: check the `repo` spelling (a private or gated dataset looks the same when {token})"
+        ),
+        Some("RevisionNotFound") => format!(
+            "the dataset exists but has no revision `{revision}`: check `revision` (a branch, tag or commit)"
+        ),
+        Some("EntryNotFound") => "the file does not exist at this revision".to_owned(),
+        _ => status_hint(status, file, authenticated).to_owned(),
+    }
+}
+
 /// The likely cause of a refusal, as the Hub uses these statuses.
-pub(super) fn hint(status: u16, file: bool, authenticated: bool) -> &'static str {
+fn status_hint(status: u16, file: bool, authenticated: bool) -> &'static str {
     match (status, file, authenticated) {
         (401, _, false) => "the dataset is gated or private and no token was sent: set `HF_TOKEN`",
         (401, _, true) => "the token in `HF_TOKEN` was rejected: it may be expired or mistyped",
@@ -121,11 +156,24 @@ mod tests {
             revision: "main".to_owned(),
             file: Some("data/a.parquet".to_owned()),
             status: 403,
-            hint: hint(403, true, true),
+            code: None,
+            hint: hint(403, None, "main", true, true),
         };
         assert_eq!(
             error.to_string(),
             "dataset `o/n` at revision `main`, file `data/a.parquet`: the Hub answered HTTP 403: access refused: a gated dataset needs its conditions accepted on the Hub by the token's user, or the token lacks read permission"
+        );
+        let error = HubError::Denied {
+            repo: "o/n".to_owned(),
+            revision: "v9".to_owned(),
+            file: None,
+            status: 404,
+            code: Some("RevisionNotFound".to_owned()),
+            hint: hint(404, Some("RevisionNotFound"), "v9", false, false),
+        };
+        assert_eq!(
+            error.to_string(),
+            "dataset `o/n` at revision `v9`: the Hub answered HTTP 404 (RevisionNotFound): the dataset exists but has no revision `v9`: check `revision` (a branch, tag or commit)"
         );
         let error = HubError::NoMatch {
             repo: "o/n".to_owned(),

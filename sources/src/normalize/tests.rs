@@ -229,6 +229,49 @@ fn table() {
             Ok(vec![u("q1"), u("q2")]),
         ),
         (
+            "consecutive human turns are one message: merged, in every mode",
+            "turns = \"all\"",
+            json!({"conversations": [
+                {"from": "human", "value": "part one"}, {"from": "human", "value": "part two"},
+                {"from": "gpt", "value": "a1"}, {"from": "human", "value": "q2"}]}),
+            Ok(vec![u("part one\n\npart two"), u("q2")]),
+        ),
+        (
+            "consecutive human turns merged in first mode",
+            "",
+            json!({"conversations": [
+                {"from": "human", "value": "q"}, {"from": "human", "value": "more"},
+                {"from": "gpt", "value": "a"}]}),
+            Ok(vec![u("q\n\nmore")]),
+        ),
+        (
+            "consecutive turns merged in history mode, the context alternates",
+            "turns = \"history\"",
+            json!({"conversations": [
+                {"from": "human", "value": "q1"}, {"from": "human", "value": "q1b"},
+                {"from": "gpt", "value": "a1"}, {"from": "gpt", "value": "a1b"},
+                {"from": "human", "value": "q2"}]}),
+            Ok(vec![u("q1\n\nq1b"), a("a1\n\na1b"), u("q2")]),
+        ),
+        (
+            "an empty human turn in the middle cuts the conversation before it",
+            "turns = \"all\"",
+            json!({"conversations": [
+                {"from": "human", "value": "q1"}, {"from": "gpt", "value": "a1"},
+                {"from": "human", "value": " "}, {"from": "gpt", "value": "answer to nothing"},
+                {"from": "human", "value": "q3"}]}),
+            Ok(vec![u("q1")]),
+        ),
+        (
+            "an empty answer in history mode cuts before it: no two user turns in a row",
+            "turns = \"history\"",
+            json!({"conversations": [
+                {"from": "human", "value": "q1"}, {"from": "gpt", "value": ""},
+                {"from": "human", "value": "q2"}, {"from": "gpt", "value": "a2"},
+                {"from": "human", "value": "q3"}]}),
+            Ok(vec![u("q1")]),
+        ),
+        (
             "custom role and content keys",
             "role-key = \"speaker\"\ncontent-key = \"text\"",
             json!({"messages": [{"speaker": "human", "text": "q"}]}),

@@ -2,10 +2,14 @@
 //! Hub dataset, by the row's `dataset`, `split` and `index` fields.
 //!
 //! A dataset's split is fetched (through the same Hub cache) the first time a row needs it, and
-//! only its prompt field is kept, in file order: TACO's ~26k questions, APPS's 10k. A split that
-//! cannot be fetched or read is remembered as failed, and each row that needs it is dropped and
-//! counted (`unresolved`), with the reason in the examples: without Hub access the source still
-//! prepares its other rows.
+//! only its prompt field is kept, in file order: TACO's ~26k questions, APPS's 10k.
+//!
+//! A dataset the Hub does not give (refused, missing repository or revision, no network, not
+//! cached offline) fails the whole source ([`Resolver::fatal`]): its rows are often a large
+//! share of the source (a quarter of OpenCodeReasoning), and a manifest without them would
+//! look complete. A preparation that failed is run again by the next `gen run`. Single rows
+//! that cannot be resolved (a split the dataset has no file for, a row number past its end, a
+//! row without text) are dropped and counted (`unresolved`), with the reason in the examples.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
@@ -40,12 +44,22 @@ pub(super) struct Unresolved(pub(super) String);
 
 pub(super) struct Resolver<'a> {
     datasets: &'a BTreeMap<String, ResolveSpec>,
-    placeholder: &'a str,
-    prompt_field: &'a str,
+    pub(super) placeholder: &'a str,
+    pub(super) prompt_field: &'a str,
     hub: &'a HubSettings,
     /// By (dataset, split).
     splits: HashMap<(String, String), SplitPrompts>,
     pub(super) provenance: Vec<ResolvedFrom>,
+    /// The first dataset the Hub did not give; the source fails with it.
+    pub(super) fatal: Option<Unfetched>,
+}
+
+/// A `resolve` dataset the Hub did not give.
+#[derive(Debug)]
+pub(super) struct Unfetched {
+    pub(super) dataset: String,
+    pub(super) split: String,
+    pub(super) error: hub::HubError,
 }
 
 impl<'a> Resolver<'a> {
@@ -57,10 +71,11 @@ impl<'a> Resolver<'a> {
                 .resolve_placeholder
                 .as_deref()
                 .unwrap_or(DEFAULT_RESOLVE_PLACEHOLDER),
-            prompt_field: spec.prompt_field.as_deref()?,
+            prompt_field: spec.prompt_field.as_ref()?.get_ref(),
             hub,
             splits: HashMap::new(),
             provenance: Vec::new(),
+            fatal: None,
         })
     }
 
@@ -125,13 +140,26 @@ impl<'a> Resolver<'a> {
             .map(|p| p.replace("{split}", split))
             .collect();
         let revision = entry.revision.as_deref().unwrap_or("main");
-        let download = hub::fetch(&entry.repo, revision, &patterns, self.hub).map_err(|e| {
-            format!(
-                "cannot fetch `{}` split `{split}`: {}",
-                entry.repo,
-                chain(&e)
-            )
-        })?;
+        let download = match hub::fetch(&entry.repo, revision, &patterns, self.hub) {
+            Ok(download) => download,
+            Err(error) => {
+                let message = format!(
+                    "cannot fetch `{}` split `{split}`: {}",
+                    entry.repo,
+                    chain(&error)
+                );
+                // The dataset was reached, it just has no file for this row's split: a row
+                // problem. Anything else loses every row that points there.
+                if !matches!(error, hub::HubError::NoMatch { .. }) && self.fatal.is_none() {
+                    self.fatal = Some(Unfetched {
+                        dataset: dataset.to_owned(),
+                        split: split.to_owned(),
+                        error,
+                    });
+                }
+                return Err(message);
+            }
+        };
         let field = entry.field.as_deref().unwrap_or(DEFAULT_RESOLVE_FIELD);
         let projection = Projection {
             columns: BTreeSet::from([field.to_owned()]),

@@ -16,7 +16,8 @@ pub use json_array::{JsonArrayError, MAX_ELEMENT_BYTES, for_each_array_row};
 pub use jsonl::JsonlRows;
 pub use open::{Row, RowError, open_decoded};
 pub use parquet::{
-    InvalidUtf8Column, PARQUET_BATCH_SIZE, batch_rows, for_each_parquet_batch, for_each_parquet_row,
+    InvalidUtf8Column, PARQUET_BATCH_SIZE, batch_rows, for_each_parquet_batch,
+    for_each_parquet_row, parquet_columns,
 };
 pub use projection::{Projection, TurnsProjection};
 pub use rows::{Columns, for_each_row, format_of};

@@ -181,6 +181,17 @@ pub fn for_each_parquet_batch(
     Ok(())
 }
 
+/// The top-level column names of the Parquet file at `path` (read from its footer).
+pub fn parquet_columns(path: &Path) -> io::Result<Vec<String>> {
+    let builder = ParquetRecordBatchReaderBuilder::try_new(open_parquet(path)?).map_err(invalid)?;
+    Ok(builder
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| f.name().clone())
+        .collect())
+}
+
 /// The rows of one batch as JSON objects, numbered from `first_row`.
 pub fn batch_rows(
     batch: &RecordBatch,

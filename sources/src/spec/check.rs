@@ -14,23 +14,100 @@ fn valid_repo_id(id: &str) -> bool {
     parts.len() == 2 && parts.iter().all(|p| valid_part(p))
 }
 
+/// Longest accepted source name.
+const MAX_NAME_CHARS: usize = 64;
+
+/// Whether `name` is safe as a directory name, in prompt ids and as a command-line argument:
+/// ASCII letters, digits, `-`, `_` and `.`; never `-` first (it would read as a flag), never `.`
+/// first (`.` and `..` are directories already, and a hidden one is easily missed).
+pub(super) fn valid_name(name: &str) -> Result<(), String> {
+    let shown: String = name.chars().take(MAX_NAME_CHARS).collect();
+    let shown = if shown.len() < name.len() {
+        format!("{shown}…")
+    } else {
+        shown
+    };
+    let rule = "use only letters, digits, `-`, `_` and `.`";
+    if name.is_empty() {
+        return Err(format!("source name is empty: {rule}"));
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')))
+    {
+        return Err(format!(
+            "source name `{shown}` has {}: {rule}",
+            match bad {
+                '/' | '\\' => format!("`{bad}` (a name is a directory of the run, not a path)"),
+                c if c.is_whitespace() => "whitespace".to_owned(),
+                c if c.is_control() => "a control character".to_owned(),
+                c => format!("`{c}`"),
+            }
+        ));
+    }
+    if name.starts_with('-') {
+        return Err(format!(
+            "source name `{shown}` starts with `-`: it would be read as an option; start it with a letter or digit"
+        ));
+    }
+    if name.starts_with('.') {
+        return Err(format!(
+            "source name `{shown}` starts with `.`: start it with a letter or digit"
+        ));
+    }
+    let chars = name.chars().count();
+    if chars > MAX_NAME_CHARS {
+        return Err(format!(
+            "source name `{shown}` has {chars} characters, at most {MAX_NAME_CHARS} are allowed"
+        ));
+    }
+    Ok(())
+}
+
+/// Whether `revision` can name a branch, tag or commit: git's own rules for ref names
+/// (`git check-ref-format`), which the Hub's revisions follow. `refs/convert/parquet` and
+/// `refs/pr/1` pass; `v1 final`, `main..dev` and `feature/` do not.
+pub(super) fn valid_revision(revision: &str) -> Result<(), String> {
+    let bad = |why: &str| {
+        Err(format!(
+            "`{revision}` cannot be a branch, tag or commit: {why}"
+        ))
+    };
+    if revision.is_empty() {
+        return Err("is empty (leave it out for `main`)".to_owned());
+    }
+    if let Some(c) = revision.chars().find(|c| c.is_whitespace()) {
+        return bad(&format!("it has whitespace ({c:?})"));
+    }
+    if let Some(c) = revision
+        .chars()
+        .find(|c| c.is_control() || matches!(c, '~' | '^' | ':' | '?' | '*' | '[' | '\\'))
+    {
+        return bad(&format!("it has `{c}`"));
+    }
+    if revision.contains("..") || revision.contains("@{") || revision == "@" {
+        return bad("it has `..`, `@{` or is `@`");
+    }
+    if revision.starts_with('/') || revision.ends_with('/') || revision.contains("//") {
+        return bad("a `/` starts or ends it, or two follow each other");
+    }
+    if revision.ends_with('.') || revision.ends_with(".lock") {
+        return bad("it ends with `.` or `.lock`");
+    }
+    if revision.split('/').any(|part| part.starts_with('.')) {
+        return bad("a part of it starts with `.`");
+    }
+    Ok(())
+}
+
 pub(super) fn check(spec: &SourceSpec) -> Vec<SpecProblem> {
     let mut problems = Vec::new();
     let name = spec.name.get_ref();
     let mut push = |span: std::ops::Range<usize>, message: String| {
         problems.push(SpecProblem { span, message });
     };
-    let valid_name = !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    if !valid_name {
-        push(
-            spec.name.span(),
-            format!(
-                "source name `{name}` must be non-empty and use only letters, digits, `_` and `-`"
-            ),
-        );
+    if let Err(why) = valid_name(name) {
+        push(spec.name.span(), why);
     }
     match (&spec.path, &spec.repo) {
         (None, None) => push(
@@ -105,11 +182,11 @@ pub(super) fn check(spec: &SourceSpec) -> Vec<SpecProblem> {
             }
         }
         if let Some(revision) = &spec.revision
-            && revision.get_ref().trim().is_empty()
+            && let Err(why) = valid_revision(revision.get_ref())
         {
             push(
                 revision.span(),
-                format!("source `{name}`: `revision` is empty"),
+                format!("source `{name}`: `revision` {why}"),
             );
         }
     }
@@ -204,6 +281,14 @@ pub(super) fn check(spec: &SourceSpec) -> Vec<SpecProblem> {
                         "source `{name}`: `resolve.{dataset}.repo` must look like `owner/name`, not `{}`",
                         entry.repo
                     ),
+                );
+            }
+            if let Some(revision) = &entry.revision
+                && let Err(why) = valid_revision(revision)
+            {
+                push(
+                    resolve.span(),
+                    format!("source `{name}`: `resolve.{dataset}.revision` {why}"),
                 );
             }
             if entry.files.is_empty() {
@@ -377,6 +462,21 @@ mod tests {
                 "name = \"a b\"\npath = \"x\"",
                 &["letters, digits"],
             ),
+            (
+                "a revision with a space",
+                "name = \"a\"\nrepo = \"o/n\"\nfiles = [\"*\"]\nrevision = \"v1 final\"",
+                &["`revision` `v1 final` cannot be a branch, tag or commit: it has whitespace"],
+            ),
+            (
+                "a resolve revision with `..`",
+                "name = \"a\"\npath = \"x\"\nprompt-field = \"input\"\nresolve = { taco = { repo = \"BAAI/TACO\", revision = \"main..dev\", files = [\"*\"] } }",
+                &["`resolve.taco.revision` `main..dev` cannot be"],
+            ),
+            (
+                "the parquet branch and a pull request are revisions",
+                "name = \"a\"\nrepo = \"o/n\"\nfiles = [\"*\"]\nrevision = \"refs/convert/parquet\"",
+                &[],
+            ),
         ];
         for (case, text, expected) in cases {
             let found = problems(text);
@@ -384,6 +484,69 @@ mod tests {
             for (message, fragment) in found.iter().zip(expected.iter()) {
                 assert!(message.contains(fragment), "case `{case}`: {message}");
             }
+        }
+    }
+
+    #[test]
+    fn names_are_safe_as_directories_and_arguments() {
+        for good in ["sharegpt", "open-r1.math_v2", "A1", &"n".repeat(64)] {
+            assert_eq!(super::valid_name(good), Ok(()), "{good}");
+        }
+        let cases = [
+            ("-x", "starts with `-`"),
+            ("--help", "starts with `-`"),
+            ("..", "starts with `.`"),
+            (".hidden", "starts with `.`"),
+            ("a/b", "`/` (a name is a directory of the run, not a path)"),
+            ("a b", "has whitespace"),
+            ("", "source name is empty"),
+            ("é", "has `é`"),
+        ];
+        for (name, expected) in cases {
+            let why = super::valid_name(name).expect_err(name);
+            assert!(why.contains(expected), "{name}: {why}");
+        }
+        let long = "n".repeat(300);
+        let why = super::valid_name(&long).expect_err("300 characters");
+        assert!(why.contains("has 300 characters, at most 64"), "{why}");
+        assert!(
+            why.len() < 200,
+            "the name is shortened in the message: {why}"
+        );
+    }
+
+    #[test]
+    fn revisions_follow_git_ref_rules() {
+        for good in [
+            "main",
+            "v1.0",
+            "refs/convert/parquet",
+            "refs/pr/12",
+            &"a".repeat(40),
+        ] {
+            assert_eq!(super::valid_revision(good), Ok(()), "{good}");
+        }
+        for bad in [
+            "",
+            "v1 final",
+            "main..dev",
+            "a~1",
+            "a^",
+            "x:y",
+            "f*",
+            "[x]",
+            "/main",
+            "main/",
+            "a//b",
+            "v1.",
+            "x.lock",
+            ".hidden",
+            "a/.b",
+            "@",
+            "a@{1}",
+            "tab\there",
+        ] {
+            assert!(super::valid_revision(bad).is_err(), "`{bad}` passed");
         }
     }
 

@@ -48,9 +48,7 @@ fn failure(spec: &SourceSpec, hub: gen_sources::HubSettings) -> String {
 
 #[test]
 fn refusals_name_repo_revision_file_and_likely_cause() {
-    let mut broken = jsonl_repo("o/broken");
-    broken.unresolvable.push("data/train-2.jsonl".to_owned());
-    let hub = FakeHub::start(vec![jsonl_repo("o/gated").gated(TOKEN), broken]);
+    let hub = FakeHub::start(vec![jsonl_repo("o/gated").gated(TOKEN)]);
     let cache = tempfile::tempdir().expect("tempdir");
     let base = || settings(&hub, cache.path());
 
@@ -69,22 +67,49 @@ fn refusals_name_repo_revision_file_and_likely_cause() {
         base().with_token(Some("hf_wrong".to_owned())),
     );
     assert!(
-        chain.contains("HTTP 403: access refused: a gated dataset"),
+        chain.contains("HTTP 403 (GatedRepo): access refused: a gated dataset"),
+        "{chain}"
+    );
+}
+
+/// The Hub answers a missing repository, revision and file alike with 404 (a missing
+/// repository even with 401 when no token is sent); its `X-Error-Code` names which one is
+/// missing, and so does the error.
+#[test]
+fn a_404_names_what_is_missing_repository_revision_or_file() {
+    let mut broken = jsonl_repo("o/broken");
+    broken.unresolvable.push("data/train-2.jsonl".to_owned());
+    let hub = FakeHub::start(vec![broken]);
+    let cache = tempfile::tempdir().expect("tempdir");
+    let base = || settings(&hub, cache.path());
+
+    let chain = failure(&spec("o/typo", ""), base());
+    assert!(
+        chain.contains(
+            "dataset `o/typo` at revision `main`: the Hub answered HTTP 401 (RepoNotFound): the dataset does not exist: check the `repo` spelling (a private or gated dataset looks the same when no `HF_TOKEN` was set)"
+        ),
+        "{chain}"
+    );
+    let chain = failure(
+        &spec("o/typo", ""),
+        base().with_token(Some(TOKEN.to_owned())),
+    );
+    assert!(
+        chain.contains("HTTP 404 (RepoNotFound): the dataset does not exist"),
         "{chain}"
     );
 
-    let chain = failure(&spec("o/typo", ""), base());
-    assert!(chain.contains("dataset `o/typo` at revision `main`: the Hub answered HTTP 404: no such dataset or revision"), "{chain}");
-
     let chain = failure(&spec("o/broken", "revision = \"v9\""), base());
     assert!(
-        chain.contains("dataset `o/broken` at revision `v9`: the Hub answered HTTP 404"),
+        chain.contains(
+            "dataset `o/broken` at revision `v9`: the Hub answered HTTP 404 (RevisionNotFound): the dataset exists but has no revision `v9`: check `revision`"
+        ),
         "{chain}"
     );
 
     let chain = failure(&spec("o/broken", ""), base());
     assert!(
-        chain.contains("file `data/train-2.jsonl`: the Hub answered HTTP 404: the file does not exist at this revision"),
+        chain.contains("file `data/train-2.jsonl`: the Hub answered HTTP 404 (EntryNotFound): the file does not exist at this revision"),
         "{chain}"
     );
 
@@ -371,7 +396,7 @@ fn large_files_follow_the_cdn_redirect_resume_in_chunks_and_report_progress() {
 }
 
 #[test]
-fn resolved_prompts_name_their_origin_and_an_unreachable_dataset_drops_only_its_rows() {
+fn resolved_prompts_name_their_origin_and_an_unreachable_dataset_fails_the_source() {
     use crate::support::datasets;
 
     let specs = super::conformance::datasets_toml();
@@ -438,22 +463,36 @@ fn resolved_prompts_name_their_origin_and_an_unreachable_dataset_drops_only_its_
             .starts_with("sha256:")
     );
 
-    // TACO gated (no token here): its rows are dropped, APPS's still resolve.
-    repos[0] = repos[0].clone().gated(TOKEN);
-    let hub = FakeHub::start(repos);
-    let cache = tempfile::tempdir().expect("tempdir");
-    let (prompts, manifest) = run(spec, settings(&hub, cache.path()));
-    let keys: Vec<&str> = prompts
+    // TACO gated (no token here), or not on the Hub at all: its rows would be lost, so the
+    // source fails (the next run prepares it again) instead of a manifest without them.
+    let gated = {
+        let mut repos = repos.clone();
+        repos[0] = repos[0].clone().gated(TOKEN);
+        repos
+    };
+    let missing: Vec<FakeRepo> = repos
         .iter()
-        .filter_map(|p| p.source_key.as_deref())
+        .filter(|r| r.id != "BAAI/TACO")
+        .cloned()
         .collect();
-    assert_eq!(keys, ["c1", "c4", "d2"]);
-    assert_eq!(manifest.dropped.get("unresolved"), Some(&6));
-    assert!(
-        manifest.examples.iter().any(|e| e
-            .reason
-            .starts_with("cannot fetch `BAAI/TACO` split `train`")),
-        "{:?}",
-        manifest.examples
-    );
+    for (case, repos, cause) in [
+        ("gated", gated, "HTTP 401 (GatedRepo)"),
+        ("missing", missing, "HTTP 401 (RepoNotFound)"),
+    ] {
+        let hub = FakeHub::start(repos);
+        let cache = tempfile::tempdir().expect("tempdir");
+        let chain = failure(spec, settings(&hub, cache.path()));
+        assert!(
+            chain.starts_with(
+                "source `opencodereasoning`: cannot get `resolve.taco` (split `train`), where the prompts of its `-` rows are; run again once the Hub gives it, or leave those rows out on purpose with `exclude = { input = [\"-\"] }`"
+            ),
+            "{case}: {chain}"
+        );
+        assert!(
+            chain.contains(&format!(
+                "dataset `BAAI/TACO` at revision `main`: the Hub answered {cause}"
+            )),
+            "{case}: {chain}"
+        );
+    }
 }

@@ -155,14 +155,17 @@ pub fn ultrachat() -> Fixture {
         repo,
         expected: Expected {
             source: "ultrachat",
+            // u2's empty user turn cuts its conversation before it (what follows answered a
+            // message we do not have), so u4 is not its duplicate.
             prompts: vec![
                 vec![u("How do tides work?"), u("Why twice a day?"), u("Thanks!")],
+                vec![u("Name a prime.")],
                 vec![u("Name a prime."), u("Another one?")],
                 vec![u("Write a haiku about rain.")],
             ],
-            keys: Some(vec!["u1", "u2", "u5"]),
+            keys: Some(vec!["u1", "u2", "u4", "u5"]),
             dropped: vec![("no_user_turn", 1)],
-            duplicates: 1,
+            duplicates: 0,
             rows_read: 5,
         },
     }
