@@ -147,6 +147,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 hub: HubSettings::from_env(),
                 seen_across: None,
                 columnar: true,
+                sample: Default::default(),
             };
             let dir = file.parent().unwrap_or(Path::new("."));
             let mut kept = 0u64;
