@@ -14,8 +14,11 @@ use serde::{Deserialize, Serialize};
 use crate::config::Plan;
 use crate::store::{RunDir, atomic, frames::FrameWriter};
 
-/// Prompts per zstd frame of the prompts file.
+/// Prompts per zstd frame of the prompts file, at most.
 const FRAME_PROMPTS: usize = 1000;
+/// Uncompressed bytes per frame, at most (about): a frame is buffered whole, here and in every
+/// reader, so a thousand 40 KB prompts must not make one.
+const FRAME_BYTES: usize = 4 << 20;
 
 /// `manifest.json`: the sources crate's counters plus what the pipeline needs.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -146,6 +149,7 @@ fn prepare_spec(
     exclude: Option<&mut std::collections::HashSet<u64>>,
 ) -> anyhow::Result<PrepManifest> {
     let source = spec.name();
+    let memory_limit = plan.worker(source).memory_limit;
     let dir = run_dir.source(source);
     fs_err::create_dir_all(dir.root())?;
     let final_path = dir.prompts();
@@ -158,11 +162,16 @@ fn prepare_spec(
         hub,
         seen_across: exclude,
         columnar: true,
+        sample: gen_sources::SampleOptions {
+            memory: sample_memory(memory_limit),
+            // Next to the output, on disk: `/tmp` is often RAM, charged to the worker's cgroup.
+            dir: Some(dir.root().to_path_buf()),
+        },
     };
     let counters = gen_sources::prepare_with(spec, base_dir, &mut options, &mut |prompt| {
         writer.push(prompt)?;
         written += 1;
-        if writer.pending() >= FRAME_PROMPTS {
+        if writer.pending() >= FRAME_PROMPTS || writer.pending_bytes() >= FRAME_BYTES {
             writer.flush()?;
         }
         Ok(())
@@ -200,6 +209,15 @@ fn prepare_spec(
         );
     }
     Ok(manifest)
+}
+
+/// Bytes of prompts the sample may hold in memory: the default, or a quarter of the worker's
+/// memory limit when that is smaller (the rest is the readers', the output's and the process's).
+fn sample_memory(memory_limit: Option<u64>) -> usize {
+    let quarter = memory_limit.map_or(u64::MAX, |limit| limit / 4);
+    usize::try_from(quarter)
+        .unwrap_or(usize::MAX)
+        .min(gen_sources::prepare::DEFAULT_SAMPLE_MEMORY)
 }
 
 /// Download progress as lines in the worker's log: where a large download stands, and proof

@@ -247,3 +247,42 @@ async fn a_worker_that_makes_no_progress_is_stopped_by_the_watchdog_and_called_a
     assert_eq!(record["verdict"]["subtype"], "timeout", "{record:#}");
     assert_eq!(server.chat_requests(), 0);
 }
+
+/// Keeping every row of a source larger than its worker's memory limit: the sample goes on on
+/// disk instead of holding the prompts, so the worker is not OOM-killed.
+#[tokio::test]
+async fn keeping_every_row_of_a_source_larger_than_the_memory_limit_succeeds() {
+    if let Some(reason) = oom_skip_reason() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let gen_ = Gen::new();
+    // 2,000 distinct prompts of 40 KB: 81 MB of input, more than the 64 MiB limit (held in
+    // memory, as before, they took 125 MB).
+    let rows = 2_000;
+    let filler = "lorem ipsum dolor sit amet ".repeat(1500);
+    let mut data = String::with_capacity(rows * (filler.len() + 64));
+    for i in 0..rows {
+        data.push_str(&format!("{{\"prompt\": \"row {i}: {filler}\"}}\n"));
+    }
+    gen_.write("data/big.jsonl", &data);
+    drop(data);
+    let sources = "\n[[source]]\nname = \"big\"\npath = \"data/big.jsonl\"\nlimit = 100000000\nmemory-limit = \"64M\"\n";
+    gen_.write("cfg.toml", &config(&server.url(), sources));
+    let out = gen_.run(&["run", "cfg.toml"]).await;
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let manifest: serde_json::Value =
+        serde_json::from_str(&gen_.read("runs/cfg/sources/big/manifest.json")).expect("manifest");
+    assert_eq!(manifest["prompts"], rows, "{manifest:#}");
+    let record = worker(&gen_, "big");
+    let peak = record["report"]["peak_rss_bytes"]
+        .as_u64()
+        .expect("peak RSS");
+    assert!(
+        peak < 64 << 20,
+        "peak RSS {peak} under the limit: {record:#}"
+    );
+    let records = completions(&gen_.path("runs/cfg/sources/big/completions.jsonl.zst"));
+    assert_eq!(records.len(), rows);
+}

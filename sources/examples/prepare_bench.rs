@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo run --release -p gen-sources --example prepare_bench -- generate FILE ROWS
-//! cargo run --release -p gen-sources --example prepare_bench -- prepare FILE [LIMIT]
+//! cargo run --release -p gen-sources --example prepare_bench -- prepare FILE [LIMIT|all]
 //! cargo run --release -p gen-sources --example prepare_bench -- decode FILE
 //! ```
 //!
@@ -125,7 +125,8 @@ fn generate(path: &Path, rows: usize) -> Result<(), Box<dyn std::error::Error>> 
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: prepare_bench (generate FILE ROWS | prepare FILE [LIMIT] | decode FILE)";
+    let usage =
+        "usage: prepare_bench (generate FILE ROWS | prepare FILE [LIMIT|all] | decode FILE)";
     let (mode, file) = match (args.get(1), args.get(2)) {
         (Some(mode), Some(file)) => (mode.as_str(), Path::new(file)),
         _ => return Err(usage.into()),
@@ -138,7 +139,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             (rows as u64, 0)
         }
         "prepare" => {
-            let limit = args.get(3).map_or("10000", String::as_str);
+            let limit = match args.get(3).map_or("10000", String::as_str) {
+                // Every row: a limit no source reaches.
+                "all" => "1000000000000",
+                limit => limit,
+            };
             let name = file.file_name().ok_or(usage)?.to_string_lossy();
             let spec: SourceSpec = toml::from_str(&format!(
                 "name = \"bench\"\npath = \"{name}\"\nmessages-field = \"conversations\"\nturns = \"all\"\nlimit = {limit}"
@@ -147,6 +152,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 hub: HubSettings::from_env(),
                 seen_across: None,
                 columnar: true,
+                // A sample larger than memory spills next to the input, as `gen prep` spills
+                // next to its output (not to `/tmp`, which may be RAM).
+                sample: gen_sources::SampleOptions {
+                    dir: file.parent().map(Path::to_path_buf),
+                    ..Default::default()
+                },
             };
             let dir = file.parent().unwrap_or(Path::new("."));
             let mut kept = 0u64;

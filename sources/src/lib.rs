@@ -22,6 +22,6 @@ pub mod read;
 pub mod spec;
 
 pub use hub::{HubError, HubSettings};
-pub use prepare::{Manifest, PrepareOptions, SourceError, prepare, prepare_with};
+pub use prepare::{Manifest, PrepareOptions, SampleOptions, SourceError, prepare, prepare_with};
 pub use prompt::{Message, Prompt, Role};
 pub use spec::SourceSpec;

@@ -16,6 +16,7 @@ mod error;
 mod manifest;
 mod resolve;
 mod sample;
+mod spill;
 #[cfg(test)]
 mod tests;
 
@@ -41,6 +42,7 @@ use crate::read::{
 use crate::spec::{Format, SourceSpec};
 use manifest::etag_checksum;
 use resolve::{Resolver, Unresolved};
+pub use sample::{DEFAULT_SAMPLE_MEMORY, SampleOptions};
 use sample::{Prehashed, Sample};
 
 /// Everything `prepare` needs beyond the spec: how to reach the Hub, and the prompts earlier
@@ -55,6 +57,8 @@ pub struct PrepareOptions<'a> {
     /// (the default). `false` turns every row into a JSON object first, as text formats are
     /// read: slower, and the reference the columnar path is tested against.
     pub columnar: bool,
+    /// How much of the sample is held in memory, and where the rest goes.
+    pub sample: SampleOptions,
 }
 
 impl PrepareOptions<'_> {
@@ -64,6 +68,7 @@ impl PrepareOptions<'_> {
             hub,
             seen_across: None,
             columnar: true,
+            sample: SampleOptions::default(),
         }
     }
 
@@ -208,6 +213,8 @@ struct Collector<'a> {
     seen_across: Option<&'a HashSet<u64>>,
     occurrences: HashMap<u64, u32, BuildHasherDefault<Prehashed>>,
     sample: Sample,
+    /// Why the sample stopped taking prompts (its temporary files failed), if it did.
+    spill_error: Option<io::Error>,
     /// Scratch space for a prompt's JSON rendering (its content hash) and its id.
     hash_buffer: Vec<u8>,
     id_buffer: String,
@@ -378,8 +385,13 @@ impl Collector<'_> {
             source_key: source_key(),
             row,
         };
-        if self.sample.offer(prompt, key, hash) {
-            self.manifest.sampled_out += 1;
+        if self.spill_error.is_some() {
+            return;
+        }
+        match self.sample.offer(prompt, key, hash) {
+            Ok(true) => self.manifest.sampled_out += 1,
+            Ok(false) => {}
+            Err(e) => self.spill_error = Some(e),
         }
     }
 }
@@ -548,7 +560,10 @@ pub fn prepare_with(
         sample: Sample::new(
             usize::try_from(spec.limit()).unwrap_or(usize::MAX),
             spec.seed(),
+            spec.dedup(),
+            options.sample.clone(),
         ),
+        spill_error: None,
         hash_buffer: Vec::new(),
         id_buffer: String::new(),
         presence: FieldPresence {
@@ -578,8 +593,12 @@ pub fn prepare_with(
         sample,
         resolver,
         presence,
+        spill_error,
         ..
     } = collector;
+    if let Some(e) = spill_error {
+        return Err(SourceError::Sample(e));
+    }
     if let Some(resolver) = resolver {
         if let Some(unfetched) = resolver.fatal {
             return Err(SourceError::Resolve {
@@ -604,19 +623,32 @@ pub fn prepare_with(
             &manifest,
         ));
     }
-    let kept = sample.into_kept();
-    if kept.is_empty() && manifest.duplicates_across == 0 {
+    // The sink's own failure, told apart from the sample's files failing.
+    let mut sink_error = None;
+    let mut seen = options.seen_across.as_deref_mut();
+    let finished = sample.finish(&mut |prompt, hash| {
+        if let Err(e) = sink(&prompt) {
+            let message = e.to_string();
+            sink_error = Some(e);
+            return Err(io::Error::other(message));
+        }
+        if let Some(seen) = seen.as_deref_mut() {
+            seen.insert(hash);
+        }
+        Ok(())
+    });
+    if let Some(e) = sink_error {
+        return Err(SourceError::Sink(e));
+    }
+    let finished = finished.map_err(SourceError::Sample)?;
+    manifest.kept = finished.kept;
+    manifest.duplicates_within += finished.duplicates;
+    manifest.sampled_out += finished.sampled_out;
+    if manifest.kept == 0 && manifest.duplicates_across == 0 {
         return Err(SourceError::NoPrompts {
             source_name: spec.name().to_owned(),
             summary: no_prompt_summary(&manifest),
         });
     }
-    for (prompt, _) in &kept {
-        sink(prompt).map_err(SourceError::Sink)?;
-    }
-    if let Some(seen) = options.seen_across.as_deref_mut() {
-        seen.extend(kept.iter().map(|(_, hash)| *hash));
-    }
-    manifest.kept = kept.len() as u64;
     Ok(manifest)
 }

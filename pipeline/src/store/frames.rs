@@ -360,6 +360,11 @@ impl FrameWriter {
         self.pending
     }
 
+    /// Bytes buffered since the last flush (uncompressed).
+    pub fn pending_bytes(&self) -> usize {
+        self.buffer.len()
+    }
+
     /// Writes the buffered records as one frame and fsyncs (frames written before by
     /// [`FrameWriter::write_frame`] too).
     pub fn flush(&mut self) -> io::Result<()> {

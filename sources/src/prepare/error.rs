@@ -72,6 +72,9 @@ pub enum SourceError {
     NoInput { source_name: String },
     #[error("failed to write prompts")]
     Sink(#[source] io::Error),
+    /// The sample's temporary files (a sample larger than memory goes on on disk).
+    #[error("failed to keep the sample on disk")]
+    Sample(#[source] io::Error),
 }
 
 /// No row of a source has the field its prompts are read from.

@@ -1,5 +1,7 @@
 //! Bottom-k sampling on a seeded hash of each prompt's id: deterministic, independent of file
-//! order, and bounded to `limit` prompts in memory however large the source is.
+//! order, and bounded in memory however large the source and `limit` are: up to
+//! [`SampleOptions::memory`] bytes of prompts are held in a heap; past that the sample goes on
+//! on disk ([`super::spill`]) and picks the same prompts.
 //!
 //! Deduplication rides on it. With deduplication on, a prompt's id (and so its key) depends on
 //! its content only, so every copy of a prompt has the same key: once the sample has rejected or
@@ -11,10 +13,36 @@
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
+use std::io;
+use std::path::PathBuf;
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
+use super::spill::Spill;
 use crate::prompt::Prompt;
+
+/// Bytes of prompts a sample holds in memory before it goes on on disk, by default.
+pub const DEFAULT_SAMPLE_MEMORY: usize = 32 << 20;
+
+/// Where and when a sample spills to disk.
+#[derive(Debug, Clone)]
+pub struct SampleOptions {
+    /// Bytes of prompts held in memory, at most (an estimate: text plus per-turn overhead).
+    pub memory: usize,
+    /// Where its temporary files go (anonymous: nothing is left behind). The default is the
+    /// system's temporary directory; `gen prep` uses the source's own run directory, since
+    /// `/tmp` is often RAM (tmpfs), which would count against the worker's memory limit.
+    pub dir: Option<PathBuf>,
+}
+
+impl Default for SampleOptions {
+    fn default() -> SampleOptions {
+        SampleOptions {
+            memory: DEFAULT_SAMPLE_MEMORY,
+            dir: None,
+        }
+    }
+}
 
 struct Candidate {
     key: u64,
@@ -44,20 +72,43 @@ impl Ord for Candidate {
 pub(super) struct Sample {
     limit: usize,
     seed: u64,
+    dedup: bool,
     heap: BinaryHeap<Candidate>,
     /// Content hashes of the prompts in `heap`.
     members: PrehashedSet,
     arrivals: u64,
+    /// Estimated bytes of the prompts in `heap`.
+    held: usize,
+    options: SampleOptions,
+    /// Once the heap outgrew `options.memory`: every candidate since, and the heap's.
+    spill: Option<Spill>,
+    /// In a spill, keys from here up cannot enter: the heap's largest key when it was full.
+    threshold: u64,
+}
+
+/// What [`Sample::finish`] decided beyond the prompts it passed on.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct Finished {
+    pub(super) kept: u64,
+    /// Copies of a prompt in the sample, found only when it was picked (on disk).
+    pub(super) duplicates: u64,
+    /// Distinct prompts beyond `limit`, left out only when the sample was picked (on disk).
+    pub(super) sampled_out: u64,
 }
 
 impl Sample {
-    pub(super) fn new(limit: usize, seed: u64) -> Sample {
+    pub(super) fn new(limit: usize, seed: u64, dedup: bool, options: SampleOptions) -> Sample {
         Sample {
             limit,
             seed,
+            dedup,
             heap: BinaryHeap::new(),
             members: PrehashedSet::default(),
             arrivals: 0,
+            held: 0,
+            options,
+            spill: None,
+            threshold: u64::MAX,
         }
     }
 
@@ -69,18 +120,29 @@ impl Sample {
     /// Whether a prompt with this key would enter the sample; when not, building it is wasted
     /// work (most rows of a large source).
     pub(super) fn admits(&self, key: u64) -> bool {
-        self.limit > 0
-            && (self.heap.len() < self.limit || self.heap.peek().is_some_and(|top| key < top.key))
+        if self.limit == 0 {
+            return false;
+        }
+        if self.spill.is_some() {
+            return key < self.threshold;
+        }
+        self.heap.len() < self.limit || self.heap.peek().is_some_and(|top| key < top.key)
     }
 
-    /// Whether a prompt with this content hash is in the sample now.
+    /// Whether a prompt with this content hash is in the sample now (on disk, copies are found
+    /// when the sample is picked instead).
     pub(super) fn contains(&self, hash: u64) -> bool {
         self.members.contains(&hash)
     }
 
     /// Offers a prompt the sample [admits](Sample::admits) (with its key and content hash);
     /// returns whether one was pushed out.
-    pub(super) fn offer(&mut self, prompt: Prompt, key: u64, hash: u64) -> bool {
+    pub(super) fn offer(&mut self, prompt: Prompt, key: u64, hash: u64) -> io::Result<bool> {
+        if let Some(spill) = &mut self.spill {
+            spill.push(&prompt, key, hash)?;
+            return Ok(false);
+        }
+        self.held += held_bytes(&prompt);
         let candidate = Candidate {
             key,
             order: self.arrivals,
@@ -91,23 +153,76 @@ impl Sample {
         self.members.insert(hash);
         if self.heap.len() < self.limit {
             self.heap.push(candidate);
-            return false;
+            if self.held > self.options.memory {
+                self.start_spill()?;
+            }
+            return Ok(false);
         }
         // Full: the top (largest key) leaves. The newcomer's key is below it (`admits`), so
         // replacing the top in place is a push followed by a pop, with one sift instead of two.
         if let Some(mut top) = self.heap.peek_mut() {
             let evicted = std::mem::replace(&mut *top, candidate);
+            self.held = self.held.saturating_sub(held_bytes(&evicted.prompt));
             self.members.remove(&evicted.hash);
         }
-        true
+        if self.held > self.options.memory {
+            self.start_spill()?;
+        }
+        Ok(true)
     }
 
-    /// The kept prompts in input order, with their content hashes.
-    pub(super) fn into_kept(self) -> Vec<(Prompt, u64)> {
-        let mut kept = self.heap.into_vec();
-        kept.sort_by_key(|c| c.order);
-        kept.into_iter().map(|c| (*c.prompt, c.hash)).collect()
+    /// Moves the heap to disk, in arrival order; every later candidate follows it there.
+    fn start_spill(&mut self) -> io::Result<()> {
+        let dir = self.options.dir.clone().unwrap_or_else(std::env::temp_dir);
+        let mut spill = Spill::new(&dir)?;
+        if self.heap.len() == self.limit {
+            self.threshold = self.heap.peek().map_or(u64::MAX, |top| top.key);
+        }
+        let mut held = std::mem::take(&mut self.heap).into_vec();
+        held.sort_by_key(|c| c.order);
+        for candidate in held {
+            spill.push(&candidate.prompt, candidate.key, candidate.hash)?;
+        }
+        self.members = PrehashedSet::default();
+        self.held = 0;
+        self.spill = Some(spill);
+        Ok(())
     }
+
+    /// Hands the kept prompts to `sink` in input order, with their content hashes.
+    pub(super) fn finish(
+        self,
+        sink: &mut dyn FnMut(Prompt, u64) -> io::Result<()>,
+    ) -> io::Result<Finished> {
+        let Some(spill) = self.spill else {
+            let mut kept = self.heap.into_vec();
+            kept.sort_by_key(|c| c.order);
+            let count = kept.len() as u64;
+            for candidate in kept {
+                sink(*candidate.prompt, candidate.hash)?;
+            }
+            return Ok(Finished {
+                kept: count,
+                ..Finished::default()
+            });
+        };
+        spill.finish(self.limit as u64, self.dedup, sink)
+    }
+}
+
+/// What a prompt in the heap costs, roughly: its text and the allocations around it.
+fn held_bytes(prompt: &Prompt) -> usize {
+    const PROMPT_OVERHEAD: usize = 160;
+    const MESSAGE_OVERHEAD: usize = 48;
+    PROMPT_OVERHEAD
+        + prompt.id.len()
+        + prompt.source.len()
+        + prompt.source_key.as_ref().map_or(0, String::len)
+        + prompt
+            .messages
+            .iter()
+            .map(|m| MESSAGE_OVERHEAD + m.content.len())
+            .sum::<usize>()
 }
 
 /// A hasher for keys that already are uniform 64-bit hashes (xxh3 content hashes): hashing them

@@ -268,3 +268,92 @@ fn a_malformed_json_array_element_is_one_dropped_row_shown_with_file_and_index()
         manifest.examples[0]
     );
 }
+
+/// `rows` prompts with repeats: row `i` holds prompt `i % distinct`.
+fn repeated_rows(rows: usize, distinct: usize) -> Vec<String> {
+    (0..rows)
+        .map(|i| format!(r#"{{"prompt": "question {}"}}"#, i % distinct))
+        .collect()
+}
+
+fn collect_with(spec: &SourceSpec, dir: &Path, memory: usize) -> (Vec<Prompt>, Manifest) {
+    let spill = tempfile::tempdir().expect("spill dir");
+    let mut options = PrepareOptions {
+        sample: SampleOptions {
+            memory,
+            dir: Some(spill.path().to_path_buf()),
+        },
+        ..PrepareOptions::new(HubSettings::from_vars(|_| None).with_offline(true))
+    };
+    let mut out = Vec::new();
+    let manifest = prepare_with(spec, dir, &mut options, &mut |p| {
+        out.push(p.clone());
+        Ok(())
+    })
+    .expect("prepare");
+    let left: Vec<_> = fs_err::read_dir(spill.path()).expect("read_dir").collect();
+    assert!(left.is_empty(), "temporary files left behind: {left:?}");
+    (out, manifest)
+}
+
+#[test]
+fn a_sample_larger_than_memory_goes_to_disk_and_keeps_the_same_prompts() {
+    // Every row kept, sampled, with and without repeats; spilled from the first prompt, in
+    // the middle, and never.
+    let cases = [
+        (300, 300, "limit = 1000"),
+        (300, 120, "limit = 1000"),
+        (300, 120, "limit = 50"),
+        (300, 300, "limit = 50\nseed = 3"),
+        (300, 120, "limit = 1000\ndedup = false"),
+        (300, 120, "limit = 40\ndedup = false"),
+    ];
+    for (rows, distinct, extra) in cases {
+        let rows = repeated_rows(rows, distinct);
+        let rows: Vec<&str> = rows.iter().map(String::as_str).collect();
+        let (dir, spec) = write_source(&rows, extra);
+        let (in_memory, expected) = collect_with(&spec, dir.path(), usize::MAX);
+        for memory in [1, 4 << 10] {
+            let (spilled, manifest) = collect_with(&spec, dir.path(), memory);
+            assert_eq!(spilled, in_memory, "{extra}, memory {memory}");
+            assert_eq!(manifest.kept, expected.kept, "{extra}, memory {memory}");
+            assert_eq!(manifest.rows_read, expected.rows_read);
+            // Copies of prompts evicted from a sample in memory count as sampled out; on
+            // disk they are found as copies. Together they agree.
+            assert_eq!(
+                manifest.duplicates_within + manifest.sampled_out,
+                expected.duplicates_within + expected.sampled_out,
+                "{extra}, memory {memory}"
+            );
+            if expected.sampled_out == 0 {
+                assert_eq!(manifest.duplicates_within, expected.duplicates_within);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_spill_directory_that_cannot_be_written_fails_the_source_with_its_path() {
+    let rows = repeated_rows(50, 50);
+    let rows: Vec<&str> = rows.iter().map(String::as_str).collect();
+    let (dir, spec) = write_source(&rows, "");
+    let missing = dir.path().join("no-such-dir");
+    let mut options = PrepareOptions {
+        sample: SampleOptions {
+            memory: 1,
+            dir: Some(missing.clone()),
+        },
+        ..PrepareOptions::new(HubSettings::from_vars(|_| None).with_offline(true))
+    };
+    let error = prepare_with(&spec, dir.path(), &mut options, &mut |_| Ok(()))
+        .expect_err("no spill directory");
+    let chain = format!(
+        "{error}: {}",
+        std::error::Error::source(&error).expect("cause")
+    );
+    assert!(
+        chain.contains("failed to keep the sample on disk"),
+        "{chain}"
+    );
+    assert!(chain.contains(&missing.display().to_string()), "{chain}");
+}

@@ -38,6 +38,7 @@ fn failure(spec: &SourceSpec, hub: gen_sources::HubSettings) -> String {
         hub,
         seen_across: None,
         columnar: true,
+        sample: Default::default(),
     };
     let error = prepare_with(spec, Path::new("."), &mut options, &mut |_| Ok(()))
         .expect_err("preparation fails");
@@ -290,6 +291,7 @@ fn corrupt_parquet_from_the_hub_names_the_file() {
         hub: settings(&hub, cache.path()),
         seen_across: None,
         columnar: true,
+        sample: Default::default(),
     };
     let error =
         prepare_with(&spec, Path::new("."), &mut options, &mut |_| Ok(())).expect_err("corrupt");
@@ -321,6 +323,7 @@ fn an_earlier_source_wins_across_sources() {
             hub: settings(&hub, cache.path()),
             seen_across: Some(&mut seen),
             columnar: true,
+            sample: Default::default(),
         };
         let mut count = 0;
         let manifest = prepare_with(&spec, Path::new("."), &mut options, &mut |_| {

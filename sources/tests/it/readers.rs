@@ -218,6 +218,7 @@ fn local_globs_mix_formats_and_compressions() {
         hub: HubSettings::from_vars(|_| None).with_offline(true),
         seen_across: None,
         columnar: true,
+        sample: Default::default(),
     };
     let mut texts = Vec::new();
     let manifest = prepare_with(&spec, dir.path(), &mut options, &mut |p| {
@@ -259,6 +260,7 @@ fn prepare_file(
         hub: HubSettings::from_vars(|_| None).with_offline(true),
         seen_across: None,
         columnar,
+        sample: Default::default(),
     };
     let mut prompts = Vec::new();
     let manifest = prepare_with(&spec, dir.path(), &mut options, &mut |p| {
