@@ -67,6 +67,10 @@ pub struct SourceStatus {
     /// How the last preparation worker ended, when it did not simply succeed.
     #[serde(default)]
     pub verdict: Option<VerdictLine>,
+    /// What went wrong with its stored data in this run and what `gen` did about it (damaged
+    /// completions set aside, stored records that were not answers): kept until the run ends.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl SourceStatus {
@@ -86,6 +90,7 @@ impl SourceStatus {
             eta_secs: None,
             note: String::new(),
             verdict: None,
+            warnings: Vec::new(),
         }
     }
 }
@@ -120,6 +125,10 @@ pub struct ServerStatus {
     /// Set while the server is down: dispatch is paused, nothing is marked failed.
     #[serde(default)]
     pub down_since_unix_ms: Option<u64>,
+    /// Why it is down, while it is: unreachable, or failing every request although `/health`
+    /// answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down_reason: Option<String>,
     /// Requests in flight now.
     #[serde(default)]
     pub in_flight: Option<u32>,

@@ -10,15 +10,20 @@
 //! file without entries, a torn write, a data frame replaced or damaged) the reader decodes the
 //! data frame as before; an entry never makes a frame valid that decoding would reject.
 //!
+//! The format tag also says what the writer vouched for: `gid2` entries are written only
+//! after every record of the frame was checked to be an answer (a finish reason, some content
+//! or reasoning: `run::record`'s check). Entries of the earlier format `gid1` were written
+//! before answers were checked, so their frames are decoded and their records checked.
+//!
 //! Layout of an entry (little-endian):
 //!
 //! ```text
 //! u32 0x184D2A5E   skippable frame magic        ┐ zstd frame header
 //! u32 N            bytes that follow             ┘
-//! [u8; 4] "gid1"   this format
+//! [u8; 4] "gid2"   this format (the same layout as "gid1", which is no longer trusted)
 //! u32              compressed length of the data frame before this entry
 //! u32              number of ids, then per id: u32 length + UTF-8 bytes
-//! u64              xxh3-64 of everything above from "gid1" on, then the data frame's bytes
+//! u64              xxh3-64 of everything above from the tag on, then the data frame's bytes
 //! ```
 
 use std::io;
@@ -28,7 +33,7 @@ use xxhash_rust::xxh3::Xxh3;
 
 /// The skippable-frame magic of an entry (zstd reserves 0x184D2A50..=0x184D2A5F).
 const MAGIC: u32 = 0x184D_2A5E;
-const TAG: &[u8; 4] = b"gid1";
+const TAG: &[u8; 4] = b"gid2";
 const HEADER: usize = 8;
 const CHECKSUM: usize = 8;
 
@@ -181,6 +186,22 @@ mod tests {
         for cut in 0..entry.len() {
             assert_eq!(verified_ids(&entry[..cut], &data), None, "cut {cut}");
         }
+    }
+
+    /// An entry of the earlier format vouches for nothing: its writer did not check that the
+    /// records were answers, so its frame is decoded and checked.
+    #[test]
+    fn an_entry_of_the_earlier_format_is_not_trusted() {
+        let text = b"{\"id\":\"a\"}\n";
+        let data = frame(text);
+        let mut entry = entry(text, &data).expect("entry");
+        assert!(verified_ids(&entry, &data).is_some());
+        entry[HEADER..HEADER + 4].copy_from_slice(b"gid1");
+        let body_end = entry.len() - CHECKSUM;
+        let checksum = checksum(&entry[HEADER..body_end], &data);
+        entry[body_end..].copy_from_slice(&checksum.to_le_bytes());
+        assert!(is_entry(&entry));
+        assert_eq!(verified_ids(&entry, &data), None);
     }
 
     #[test]
