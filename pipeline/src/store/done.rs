@@ -135,7 +135,9 @@ pub fn load(path: &Path) -> io::Result<Stored> {
 
 fn load_at(path: &Path, dir: &SourceDir, now_ms: u64) -> io::Result<Stored> {
     let path = path.to_path_buf();
-    let (frames, scan) = frames::survey(&path, frame_records)?;
+    let marker = checked_marker(&path);
+    let checked = read_checked(&marker, &path)?;
+    let (frames, scan) = frames::survey(&path, checked, frame_records)?;
     let mut stored = Stored {
         ids: HashSet::with_capacity(scan.records as usize),
         repairs: Vec::new(),
@@ -161,6 +163,7 @@ fn load_at(path: &Path, dir: &SourceDir, now_ms: u64) -> io::Result<Stored> {
     }
     if scan.damaged.is_empty() && not_answers == 0 {
         frames::cut_torn_tail(&path, &scan)?;
+        write_checked(&marker, checked, scan.intact_end())?;
         return Ok(stored);
     }
     let mut file = fs_err::File::open(&path)?;
@@ -233,7 +236,46 @@ fn load_at(path: &Path, dir: &SourceDir, now_ms: u64) -> io::Result<Stored> {
     if let Some(parent) = path.parent() {
         fs_err::File::open(parent)?.sync_all()?;
     }
+    write_checked(&marker, checked, fs_err::metadata(&path)?.len())?;
     Ok(stored)
+}
+
+/// `NAME.checked` next to the completions file `NAME`: up to which byte its records were
+/// checked to be answers, so frames an older `gen` indexed (`gid1` entries) are decoded and
+/// checked once, not on every start. Their entries still prove each frame's bytes intact.
+fn checked_marker(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".checked");
+    path.with_file_name(name)
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Checked {
+    through: u64,
+}
+
+/// Where the checked part of `path` ends: 0 without a marker, or when the file is shorter
+/// than it (replaced or cut: not the file that was checked).
+fn read_checked(marker: &Path, path: &Path) -> io::Result<u64> {
+    let through = match super::atomic::read_json::<Checked>(marker) {
+        Ok(Some(checked)) => checked.through,
+        // An unreadable marker only costs a slower start.
+        Ok(None) | Err(_) => 0,
+    };
+    let len = match fs_err::metadata(path) {
+        Ok(meta) => meta.len(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+        Err(e) => return Err(e),
+    };
+    Ok(if through <= len { through } else { 0 })
+}
+
+/// Records that the records of `path` up to byte `through` were checked (when it moved).
+fn write_checked(marker: &Path, before: u64, through: u64) -> io::Result<()> {
+    if through == before || through == 0 {
+        return Ok(());
+    }
+    super::atomic::write_json(marker, &Checked { through })
 }
 
 /// The ids of one frame's records, in order, and which are not answers.
@@ -306,7 +348,7 @@ mod tests {
     /// For each valid data frame: whether its ids came from its index entry (not decoding).
     fn from_index(path: &Path) -> Vec<bool> {
         let (per_frame, _) =
-            frames::survey(path, |body| Ok(matches!(body, FrameBody::Ids(_)))).expect("scan");
+            frames::survey(path, 0, |body| Ok(matches!(body, FrameBody::Ids(_)))).expect("scan");
         per_frame.into_iter().map(|f| f.value).collect()
     }
 
@@ -468,7 +510,7 @@ mod tests {
             Ok(())
         })
         .expect("scan");
-        let (_, parallel_scan) = frames::survey(&path, |_| Ok(())).expect("scan");
+        let (_, parallel_scan) = frames::survey(&path, 0, |_| Ok(())).expect("scan");
         assert_eq!(parallel_scan, line_scan);
         assert_eq!(sequential, all.into_iter().collect());
         assert_eq!(completed_ids(&path).expect("ids"), sequential);
@@ -557,6 +599,53 @@ mod tests {
         assert_eq!(from_index(&path), [true, false]);
         let again = load(&path).expect("again");
         assert_eq!((again.ids, again.repairs), (good, vec![]));
+    }
+
+    /// Frames an older `gen` indexed (`gid1`) are decoded and checked on the first start,
+    /// and from then on read from their entries, up to where the check got.
+    #[test]
+    fn frames_indexed_before_answers_were_checked_are_checked_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("completions.jsonl.zst");
+        let mut bytes = Vec::new();
+        for records in [
+            vec![answer("a"), answer("b")],
+            vec![
+                answer("c"),
+                json!({"id": "cut", "content": "", "finish_reason": "abort"}),
+            ],
+        ] {
+            let text: String = records.iter().map(|r| format!("{r}\n")).collect();
+            let frame = zstd::stream::encode_all(text.as_bytes(), 3).expect("encode");
+            let entry = index::legacy_entry(text.as_bytes(), &frame).expect("entry");
+            bytes.extend(frame);
+            bytes.extend(entry);
+        }
+        fs_err::write(&path, &bytes).expect("write");
+        let marker = dir.path().join("completions.jsonl.zst.checked");
+        let stored = load(&path).expect("load");
+        let good: HashSet<String> = ["a", "b", "c"].map(str::to_owned).into();
+        assert_eq!(stored.ids, good);
+        assert!(matches!(
+            &stored.repairs[..],
+            [Repair::NotAnswers { records: 1, .. }]
+        ));
+        let through = read_checked(&marker, &path).expect("marker");
+        assert_eq!(through, len(&path));
+        let trusted = |through: u64| -> Vec<bool> {
+            let (frames, _) =
+                frames::survey(&path, through, |body| Ok(matches!(body, FrameBody::Ids(_))))
+                    .expect("survey");
+            frames.into_iter().map(|f| f.value).collect()
+        };
+        // The untouched legacy frame, then the rewritten one (vouched for by its new entry).
+        assert_eq!(trusted(0), [false, true]);
+        assert_eq!(trusted(through), [true, true]);
+        let again = load(&path).expect("again");
+        assert_eq!((again.ids, again.repairs), (good, vec![]));
+        // A shorter file is not the file that was checked.
+        fs_err::write(&marker, format!("{{\"through\": {}}}", len(&path) + 1)).expect("write");
+        assert_eq!(read_checked(&marker, &path).expect("marker"), 0);
     }
 
     #[test]

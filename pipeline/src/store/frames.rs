@@ -154,14 +154,17 @@ pub struct Frame<T> {
 
 /// Like [`scan`], but frames are read in parallel and `on_frame` is called once per valid data
 /// frame, on a worker thread; the results come back in file order. A data frame followed by a
-/// matching id index entry is checked by hashing instead of decoding; any other is decoded. An
-/// error from `on_frame` on a valid frame is returned. Damaged ranges are passed over (a slow
-/// search for the next whole frame), as [`scan`] does.
+/// matching id index entry that vouches its records were checked is checked by hashing
+/// instead of decoding — an entry of the earlier format too when the frame ends by byte
+/// `legacy_checked_until` (its records were checked before); any other is decoded. An error
+/// from `on_frame` on a valid frame is returned. Damaged ranges are passed over (a slow search
+/// for the next whole frame), as [`scan`] does.
 pub fn survey<T: Send>(
     path: &Path,
+    legacy_checked_until: u64,
     on_frame: impl Fn(FrameBody<'_>) -> io::Result<T> + Sync,
 ) -> io::Result<(Vec<Frame<T>>, Scan)> {
-    survey_batched(path, BATCH_BYTES, on_frame)
+    survey_batched(path, BATCH_BYTES, legacy_checked_until, on_frame)
 }
 
 /// A whole frame and, when it is a data frame and the next frame is an id index entry, that
@@ -180,6 +183,7 @@ impl Unit {
 fn survey_batched<T: Send>(
     path: &Path,
     batch_bytes: usize,
+    legacy_checked_until: u64,
     on_frame: impl Fn(FrameBody<'_>) -> io::Result<T> + Sync,
 ) -> io::Result<(Vec<Frame<T>>, Scan)> {
     let mut file = match fs_err::File::open(path) {
@@ -199,6 +203,7 @@ fn survey_batched<T: Send>(
             &mut file,
             offset,
             batch_bytes,
+            legacy_checked_until,
             &on_frame,
             &mut frames,
             &mut scan,
@@ -230,6 +235,7 @@ fn survey_stretch<T: Send>(
     file: &mut fs_err::File,
     start: u64,
     batch_bytes: usize,
+    legacy_checked_until: u64,
     on_frame: &(impl Fn(FrameBody<'_>) -> io::Result<T> + Sync),
     frames: &mut Vec<Frame<T>>,
     scan: &mut Scan,
@@ -264,10 +270,14 @@ fn survey_stretch<T: Send>(
                     return Ok(Checked::Skippable);
                 }
                 if let Some(entry) = &unit.entry
-                    && let Some(ids) = index::verified_ids(&pending[entry.clone()], data)
+                    && let Some(vouched) = index::vouched(&pending[entry.clone()], data)
+                    && (vouched.checked || checked + entry.end as u64 <= legacy_checked_until)
                 {
-                    let records = ids.len() as u64;
-                    return Ok(Checked::Data(on_frame(FrameBody::Ids(ids))?, records));
+                    let records = vouched.ids.len() as u64;
+                    return Ok(Checked::Data(
+                        on_frame(FrameBody::Ids(vouched.ids))?,
+                        records,
+                    ));
                 }
                 let Some(text) = decoder.decode(data)? else {
                     return Ok(Checked::Invalid);
@@ -563,7 +573,8 @@ impl FrameDecoder {
 /// (that would throw the intact frames after it away): it is an error, for the caller to set
 /// aside first ([`super::done::load`] does for completions).
 pub fn repair(path: &Path) -> io::Result<Scan> {
-    let (_, scan) = survey(path, |_| Ok(()))?;
+    // Only validity matters here: any intact entry proves its frame decodes.
+    let (_, scan) = survey(path, u64::MAX, |_| Ok(()))?;
     if let Some(first) = scan.damaged.first() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -817,7 +828,7 @@ mod tests {
             assert!(expected.torn_bytes > 0);
             assert_eq!(expected.records, 201);
             for batch in [1, 50, 333, 4096, BATCH_BYTES] {
-                let (per_frame, got) = survey_batched(&path, batch, |body| {
+                let (per_frame, got) = survey_batched(&path, batch, 0, |body| {
                     Ok(match body {
                         FrameBody::Text(text) => (
                             false,
@@ -873,7 +884,7 @@ mod tests {
     }
 
     fn ids_of(path: &Path, batch: usize) -> (Vec<String>, Scan) {
-        let (frames, scan) = survey_batched(path, batch, |body| {
+        let (frames, scan) = survey_batched(path, batch, 0, |body| {
             Ok(match body {
                 FrameBody::Ids(ids) => ids.into_iter().map(str::to_owned).collect::<Vec<_>>(),
                 FrameBody::Text(text) => text

@@ -34,6 +34,8 @@ use xxhash_rust::xxh3::Xxh3;
 /// The skippable-frame magic of an entry (zstd reserves 0x184D2A50..=0x184D2A5F).
 const MAGIC: u32 = 0x184D_2A5E;
 const TAG: &[u8; 4] = b"gid2";
+/// The earlier format: the same layout, written before records were checked to be answers.
+const LEGACY_TAG: &[u8; 4] = b"gid1";
 const HEADER: usize = 8;
 const CHECKSUM: usize = 8;
 
@@ -67,9 +69,23 @@ pub fn is_entry(frame: &[u8]) -> bool {
     frame.len() >= HEADER + TAG.len() && frame[..4] == MAGIC.to_le_bytes()
 }
 
+/// What an intact entry says of its data frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Vouched<'a> {
+    pub ids: Vec<&'a str>,
+    /// Its writer checked that every record is an answer (format `gid2`).
+    pub checked: bool,
+}
+
 /// The ids of `data` (a whole data frame's compressed bytes) if `entry` (the whole frame right
-/// after it) is an intact id index entry for exactly those bytes; `None` otherwise.
+/// after it) is an intact id index entry, of this format, for exactly those bytes; `None`
+/// otherwise.
 pub fn verified_ids<'a>(entry: &'a [u8], data: &[u8]) -> Option<Vec<&'a str>> {
+    vouched(entry, data).filter(|v| v.checked).map(|v| v.ids)
+}
+
+/// Like [`verified_ids`], for an entry of either format, saying which.
+pub fn vouched<'a>(entry: &'a [u8], data: &[u8]) -> Option<Vouched<'a>> {
     if !is_entry(entry) {
         return None;
     }
@@ -79,7 +95,8 @@ pub fn verified_ids<'a>(entry: &'a [u8], data: &[u8]) -> Option<Vec<&'a str>> {
         return None;
     }
     let (body, stored) = payload.split_at(payload.len() - CHECKSUM);
-    if &body[..4] != TAG
+    let checked = &body[..4] == TAG;
+    if !(checked || &body[..4] == LEGACY_TAG)
         || read_u32(body, 4)? as usize != data.len()
         || u64::from_le_bytes(stored.try_into().ok()?) != checksum(body, data)
     {
@@ -94,7 +111,18 @@ pub fn verified_ids<'a>(entry: &'a [u8], data: &[u8]) -> Option<Vec<&'a str>> {
         ids.push(std::str::from_utf8(id).ok()?);
         at += 4 + len;
     }
-    (at == body.len()).then_some(ids)
+    (at == body.len()).then_some(Vouched { ids, checked })
+}
+
+/// An entry of the earlier format `gid1` for `frame`, as an older `gen` wrote it.
+#[cfg(test)]
+pub(crate) fn legacy_entry(text: &[u8], frame: &[u8]) -> Option<Vec<u8>> {
+    let mut entry = entry(text, frame)?;
+    entry[HEADER..HEADER + 4].copy_from_slice(LEGACY_TAG);
+    let body_end = entry.len() - CHECKSUM;
+    let checksum = checksum(&entry[HEADER..body_end], frame);
+    entry[body_end..].copy_from_slice(&checksum.to_le_bytes());
+    Some(entry)
 }
 
 fn read_u32(bytes: &[u8], at: usize) -> Option<u32> {
@@ -194,14 +222,18 @@ mod tests {
     fn an_entry_of_the_earlier_format_is_not_trusted() {
         let text = b"{\"id\":\"a\"}\n";
         let data = frame(text);
-        let mut entry = entry(text, &data).expect("entry");
-        assert!(verified_ids(&entry, &data).is_some());
-        entry[HEADER..HEADER + 4].copy_from_slice(b"gid1");
-        let body_end = entry.len() - CHECKSUM;
-        let checksum = checksum(&entry[HEADER..body_end], &data);
-        entry[body_end..].copy_from_slice(&checksum.to_le_bytes());
+        assert!(verified_ids(&entry(text, &data).expect("entry"), &data).is_some());
+        let entry = legacy_entry(text, &data).expect("entry");
         assert!(is_entry(&entry));
         assert_eq!(verified_ids(&entry, &data), None);
+        // It still proves the frame's bytes intact.
+        assert_eq!(
+            vouched(&entry, &data),
+            Some(Vouched {
+                ids: vec!["a"],
+                checked: false
+            })
+        );
     }
 
     #[test]

@@ -16,6 +16,8 @@
 //!                                                set aside by `gen run` (their prompts redone)
 //!   sources/NAME/completions.not-answers-MS.jsonl  stored records that were not answers
 //!                                                (aborted, empty), set aside the same way
+//!   sources/NAME/completions.jsonl.zst.checked   up to which byte the records were checked to
+//!                                                be answers (frames an older `gen` indexed)
 //! ```
 
 use std::path::{Path, PathBuf};
