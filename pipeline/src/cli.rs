@@ -35,6 +35,9 @@ pub enum Command {
         /// on the second of eight hosts; `gen merge` combines the shares.
         #[arg(long, value_name = "I/N")]
         shard: Option<crate::run::shard::Shard>,
+        /// Send the prompts the server refused (HTTP 400, in `rejected.jsonl`) again.
+        #[arg(long)]
+        retry_rejected: bool,
     },
     /// Show the state of a run: a config file or a run directory.
     Status {

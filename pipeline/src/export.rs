@@ -176,6 +176,9 @@ pub struct ExportSummary {
     pub rows: BTreeMap<String, u64>,
     /// Records skipped because their id was already exported.
     pub duplicates: u64,
+    /// Stored records skipped because they are not answers (aborted, empty: an older `gen`
+    /// stored those; `gen run` sets them aside and generates them again).
+    pub not_answers: u64,
 }
 
 impl ExportSummary {
@@ -200,10 +203,16 @@ pub fn export(args: &ExportArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|(name, rows)| format!("{name} {rows}"))
         .collect();
-    let duplicates = match summary.duplicates {
+    let mut duplicates = match summary.duplicates {
         0 => String::new(),
         n => format!("; {n} duplicate(s) skipped"),
     };
+    if summary.not_answers > 0 {
+        duplicates.push_str(&format!(
+            "; {} stored record(s) that are not answers skipped (`gen run` generates them again)",
+            summary.not_answers
+        ));
+    }
     println!(
         "exported {} completions ({}{duplicates}) to `{}`",
         summary.total(),
@@ -299,6 +308,10 @@ fn write_all(
         let mut rows = 0u64;
         let mut failure: Option<anyhow::Error> = None;
         crate::store::frames::scan(&path, |line| {
+            if crate::run::record::line_defect(line)?.is_some() {
+                summary.not_answers += 1;
+                return Ok(());
+            }
             let stored: StoredCompletion = serde_json::from_slice(line)
                 .map_err(|e| io::Error::other(format!("a record is not a completion: {e}")))?;
             if !seen.insert(stored.id.clone()) {

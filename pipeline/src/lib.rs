@@ -136,6 +136,7 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             sources,
             allow_config_change,
             shard,
+            retry_rejected,
         } => {
             let plan = Plan::load(&config)?;
             let run_dir = run_dir_for(&plan, run_dir);
@@ -161,6 +162,7 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
                 sources,
                 allow_config_change,
                 shard,
+                retry_rejected,
             };
             let runtime =
                 tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
@@ -178,20 +180,36 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             };
             let code = match outcome {
                 RunOutcome::NothingToDo => exit::OK,
-                RunOutcome::Finished { failed } if failed.is_empty() => {
-                    eprintln!(
-                        "gen: every source is done; `gen status {}` shows the run",
-                        run_dir.root().display()
-                    );
-                    exit::OK
-                }
-                RunOutcome::Finished { failed } => {
-                    eprintln!(
-                        "gen: {} source(s) not finished: {}; run `gen run` again to retry them",
-                        failed.len(),
-                        failed.join(", ")
-                    );
-                    exit::FAILED
+                RunOutcome::Finished { failed, refused } => {
+                    if !refused.is_empty() {
+                        let per_source: Vec<String> =
+                            refused.iter().map(|(s, n)| format!("{s} {n}")).collect();
+                        let total: u64 = refused.iter().map(|(_, n)| n).sum();
+                        eprintln!(
+                            "gen: {total} prompt(s) refused by the server ({}): the reasons are in \
+                             `sources/NAME/rejected.jsonl`; after fixing the prompts or the \
+                             settings, `gen run --retry-rejected` sends them again (a change of \
+                             `max-tokens` or sampling settings does so by itself)",
+                            per_source.join(", ")
+                        );
+                    }
+                    if !failed.is_empty() {
+                        eprintln!(
+                            "gen: {} source(s) not finished: {}; run `gen run` again to retry them",
+                            failed.len(),
+                            failed.join(", ")
+                        );
+                    } else if refused.is_empty() {
+                        eprintln!(
+                            "gen: every source is done; `gen status {}` shows the run",
+                            run_dir.root().display()
+                        );
+                    }
+                    if failed.is_empty() && refused.is_empty() {
+                        exit::OK
+                    } else {
+                        exit::FAILED
+                    }
                 }
                 RunOutcome::Interrupted => exit::FAILED,
             };

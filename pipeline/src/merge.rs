@@ -72,6 +72,10 @@ fn merge_source(name: &str, shards: &[RunDir], out: &RunDir) -> anyhow::Result<M
         })
         .with_context(|| format!("failed to read `{}`", dir.completions().display()))?;
         for record in records {
+            // The merged file's entries vouch that its records are answers.
+            if record.defect().is_some() {
+                continue;
+            }
             if seen.insert(record.id.clone()) {
                 writer.push(&record)?;
                 if writer.pending() >= 1000 {
@@ -81,7 +85,7 @@ fn merge_source(name: &str, shards: &[RunDir], out: &RunDir) -> anyhow::Result<M
                 result.duplicates += 1;
             }
         }
-        settled.extend(record::settled_ids(&dir.rejected())?.ids);
+        settled.extend(record::settled_ids(&dir.rejected(), &record::Resend::default())?.ids);
         if let Ok(text) = fs_err::read(dir.rejected()) {
             rejected_lines.extend_from_slice(&text);
         }

@@ -1,22 +1,26 @@
 //! `gen verify`: audits a run directory — every prompt id has exactly one completion or one
 //! recorded rejection, counts add up per source, no duplicate ids, every output file decodes.
 //!
-//! It only reads: a torn tail is reported (the next `gen run` cuts it off), never repaired
-//! here, so verifying a run that is still going never races its writer. What counts as a
-//! problem (exit 1): duplicate or unknown completion ids, a file that does not decode before
-//! its end, manifest counters that do not add up, and prompts missing from a source the run
-//! says is done. Pending prompts of a run that has not finished them are reported, not failed.
+//! It only reads: what the next `gen run` puts right (a torn tail it cuts off, damaged bytes
+//! and stored records that are not answers it sets aside, see [`crate::store::done`]) is
+//! reported with what `gen run` will do, never repaired here, so verifying a run that is still
+//! going never races its writer. Both apply the same rules: the same reader (intact frames
+//! after damage count), the same answer check ([`record::line_defect`]). What counts as a
+//! problem (exit 1): duplicate or unknown completion ids, damage (bytes that do not decode
+//! and are not a torn tail), stored records that are not answers, manifest counters that do
+//! not add up, and prompts missing from a source the run says is done. Pending prompts of a
+//! run that has not finished them are reported, not failed.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 
 use crate::prep::PrepManifest;
-use crate::run::record::{RejectKind, RejectedRecord};
+use crate::run::record::{self, RejectKind, RejectedRecord};
 use crate::status::Phase;
 use crate::store::frames;
 use crate::store::{RunDir, SourceDir, atomic};
@@ -43,6 +47,7 @@ pub struct Totals {
     pub lost: u64,
     pub duplicated: u64,
     pub unknown: u64,
+    pub not_answers: u64,
     pub problems: usize,
 }
 
@@ -60,7 +65,8 @@ pub struct SourceAudit {
     pub completed: u64,
     /// Prompts without a completion that the server refused for good.
     pub rejected: u64,
-    /// Prompts with neither, that a rerun will send (of which `retry` ran out of attempts).
+    /// Prompts with neither, that a rerun will send (of which `retry` ran out of attempts or
+    /// were refused under other settings than the run's now).
     pub pending: u64,
     pub retry: u64,
     /// Prompts with neither in a source the run says is done.
@@ -69,6 +75,8 @@ pub struct SourceAudit {
     pub duplicated: u64,
     /// Completion ids that are not prepared prompt ids.
     pub unknown: u64,
+    /// Stored records that are not answers (aborted, empty, no finish reason): not done.
+    pub not_answers: u64,
     /// Things that are fine but worth saying (torn tails, why prompts are pending).
     pub notes: Vec<String>,
     /// Things that are wrong; any makes the audit fail.
@@ -140,14 +148,25 @@ pub fn audit(run_dir: &RunDir) -> anyhow::Result<Audit> {
         }
     }
     let run_finished = status.as_ref().and_then(|s| s["finished"].as_bool());
+    // The settings the last run used: a refusal recorded under others is sent again.
+    let settings = atomic::read_json::<crate::run::pin::RunPin>(&run_dir.root().join("run.json"))
+        .ok()
+        .flatten()
+        .map(|pin| record::settings_fingerprint(pin.max_tokens, &pin.params));
     let mut sources = Vec::new();
     for name in names {
         let phase = listed_sources
             .iter()
             .find(|(n, _)| *n == name)
             .and_then(|(_, phase)| *phase);
-        let mut audit = audit_source(&run_dir.source(&name), &name, phase, run_finished)
-            .with_context(|| format!("failed to audit source `{name}`"))?;
+        let mut audit = audit_source(
+            &run_dir.source(&name),
+            &name,
+            phase,
+            run_finished,
+            settings.as_deref(),
+        )
+        .with_context(|| format!("failed to audit source `{name}`"))?;
         audit.phase = phase;
         sources.push(audit);
     }
@@ -160,6 +179,7 @@ pub fn audit(run_dir: &RunDir) -> anyhow::Result<Audit> {
         totals.lost += s.lost;
         totals.duplicated += s.duplicated;
         totals.unknown += s.unknown;
+        totals.not_answers += s.not_answers;
         totals.problems += s.problems.len();
     }
     Ok(Audit {
@@ -171,54 +191,37 @@ pub fn audit(run_dir: &RunDir) -> anyhow::Result<Audit> {
     })
 }
 
-/// The part of a completion record the audit needs. Only the id is required, so records
-/// written by another version of `gen` still count.
-#[derive(Deserialize)]
-struct CompletionId {
-    id: String,
-}
-
 /// What reading one framed file found, beyond its records.
 struct FileCheck {
     torn_bytes: u64,
-    /// Whole frames follow the undecodable part: the damage is not a torn write.
-    damaged_middle: bool,
+    /// Ranges that do not decode although they are not a torn tail.
+    damaged: Vec<std::ops::Range<u64>>,
+    /// Where the intact part ends (the file's length without a torn tail).
+    intact_end: u64,
 }
 
-/// Scans a framed file, telling a torn tail (a crash mid-write) from damage in the middle.
+/// Scans a framed file, telling a torn tail (a crash mid-write) from damage, and reading the
+/// intact frames after damage too.
 fn check_framed(
     path: &Path,
     on_line: impl FnMut(&[u8]) -> std::io::Result<()>,
 ) -> anyhow::Result<FileCheck> {
     let scan = frames::scan(path, on_line)
         .with_context(|| format!("failed to read `{}`", path.display()))?;
-    let mut damaged_middle = false;
-    if scan.torn_bytes > 0 {
-        let bytes = fs_err::read(path)?;
-        let offset = usize::try_from(scan.valid_len).unwrap_or(usize::MAX);
-        damaged_middle = has_frame_after(bytes.get(offset + 1..).unwrap_or_default());
-    }
     Ok(FileCheck {
         torn_bytes: scan.torn_bytes,
-        damaged_middle,
+        intact_end: scan.intact_end(),
+        damaged: scan.damaged,
     })
 }
 
-/// Whether `bytes` holds a whole, decodable zstd frame anywhere.
-fn has_frame_after(bytes: &[u8]) -> bool {
-    const MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
-    let mut from = 0;
-    while let Some(at) = bytes[from..].windows(4).position(|w| w == MAGIC) {
-        let start = from + at;
-        let rest = &bytes[start..];
-        if let Ok(size) = zstd::zstd_safe::find_frame_compressed_size(rest)
-            && zstd::stream::decode_all(&rest[..size]).is_ok()
-        {
-            return true;
-        }
-        from = start + 1;
-    }
-    false
+/// `a..b, c..d` for damaged ranges.
+fn ranges(damaged: &[std::ops::Range<u64>]) -> String {
+    damaged
+        .iter()
+        .map(|r| format!("{}..{}", r.start, r.end))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn audit_source(
@@ -226,6 +229,7 @@ fn audit_source(
     name: &str,
     phase: Option<Phase>,
     run_finished: Option<bool>,
+    settings: Option<&str>,
 ) -> anyhow::Result<SourceAudit> {
     let mut audit = SourceAudit {
         name: name.to_owned(),
@@ -263,8 +267,14 @@ fn audit_source(
             // The prompts file is renamed into place whole: any damage is a problem.
             audit.problems.push(format!(
                 "`prompts.jsonl.zst` does not decode after byte {} ({} bytes unreadable)",
-                fs_err::metadata(&prompts_path)?.len() - check.torn_bytes,
-                check.torn_bytes
+                check.intact_end, check.torn_bytes
+            ));
+        }
+        if !check.damaged.is_empty() {
+            audit.problems.push(format!(
+                "`prompts.jsonl.zst` is damaged: bytes {} do not decode; prepare the source \
+                 again in a new run directory",
+                ranges(&check.damaged)
             ));
         }
         if bad_prompt_lines > 0 {
@@ -322,23 +332,52 @@ fn audit_source(
     let completions_path = dir.completions();
     let mut completion_counts: HashMap<String, u64> = HashMap::new();
     let mut bad_completion_lines = 0u64;
+    let mut not_answers: Vec<(String, crate::inference::client::Defect)> = Vec::new();
     let check = check_framed(&completions_path, |line| {
-        match serde_json::from_slice::<CompletionId>(line) {
-            Ok(record) => *completion_counts.entry(record.id).or_default() += 1,
+        match record::line_defect(line) {
+            Ok(Some(defective)) => not_answers.push(defective),
+            Ok(None) => match crate::store::index::record_id(line) {
+                Ok(id) => *completion_counts.entry(id).or_default() += 1,
+                Err(_) => bad_completion_lines += 1,
+            },
             Err(_) => bad_completion_lines += 1,
         }
         Ok(())
     })?;
-    if check.damaged_middle {
+    let intact: u64 = completion_counts.values().sum();
+    if !check.damaged.is_empty() {
+        let bytes: u64 = check.damaged.iter().map(|r| r.end - r.start).sum();
         audit.problems.push(format!(
-            "`completions.jsonl.zst` does not decode in the middle: {} bytes unreadable before \
-             later whole frames",
-            check.torn_bytes
+            "`completions.jsonl.zst` is damaged: {bytes} bytes (at {}) do not decode; the \
+             completions in them are lost. The next `gen run` moves those bytes to \
+             `completions.damaged-<time>.bin`, keeps the {intact} completions of the intact \
+             frames and generates the lost prompts again",
+            ranges(&check.damaged)
         ));
-    } else if check.torn_bytes > 0 {
+    }
+    if check.torn_bytes > 0 {
         audit.notes.push(format!(
             "`completions.jsonl.zst`: torn tail of {} bytes (repaired on the next run)",
             check.torn_bytes
+        ));
+    }
+    audit.not_answers = not_answers.len() as u64;
+    if let Some((id, defect)) = not_answers.first() {
+        audit.problems.push(format!(
+            "{} stored completions are not answers (e.g. `{id}`: {defect}): they do not count \
+             as done; the next `gen run` moves them to `completions.not-answers-<time>.jsonl` \
+             and generates them again",
+            not_answers.len()
+        ));
+    }
+    for name in dir.set_aside()? {
+        let what = if name.starts_with("completions.damaged-") {
+            "damaged bytes of the completions"
+        } else {
+            "stored records that were not answers"
+        };
+        audit.notes.push(format!(
+            "`{name}`: {what}, set aside by `gen run`; their prompts were generated again"
         ));
     }
     if bad_completion_lines > 0 {
@@ -386,6 +425,7 @@ fn audit_source(
     let rejected_path = dir.rejected();
     let mut permanent: HashSet<String> = HashSet::new();
     let mut exhausted: HashSet<String> = HashSet::new();
+    let mut resent: HashSet<String> = HashSet::new();
     match fs_err::read(&rejected_path) {
         Ok(bytes) => {
             let lines: Vec<&[u8]> = bytes
@@ -395,6 +435,15 @@ fn audit_source(
             let ends_whole = bytes.last().is_none_or(|b| *b == b'\n');
             for (i, line) in lines.iter().enumerate() {
                 match serde_json::from_slice::<RejectedRecord>(line) {
+                    Ok(record)
+                        if record.kind == RejectKind::Rejected
+                            && matches!(
+                                (record.settings.as_deref(), settings),
+                                (Some(then), Some(now)) if then != now
+                            ) =>
+                    {
+                        resent.insert(record.id);
+                    }
                     Ok(record) => {
                         match record.kind {
                             RejectKind::Rejected
@@ -425,7 +474,7 @@ fn audit_source(
         } else if permanent.contains(id) {
             audit.rejected += 1;
         } else {
-            if exhausted.contains(id) {
+            if exhausted.contains(id) || resent.contains(id) {
                 audit.retry += 1;
             }
             audit.pending += 1;
@@ -447,7 +496,10 @@ fn audit_source(
                 _ => "the last run stopped before them",
             };
             let retry = if audit.retry > 0 {
-                format!(" ({} ran out of attempts)", audit.retry)
+                format!(
+                    " ({} ran out of attempts or were refused under other settings)",
+                    audit.retry
+                )
             } else {
                 String::new()
             };
@@ -716,16 +768,24 @@ mod tests {
         );
 
         // A whole frame after the garbage (appended raw: a writer would cut the tail first).
-        let frame = zstd::encode_all(&b"{\"id\":\"s-0000000000000001\"}\n"[..], 3).expect("zstd");
+        let frame = zstd::encode_all(
+            &b"{\"id\":\"s-0000000000000001\",\"content\":\"a\",\"finish_reason\":\"stop\"}\n"[..],
+            3,
+        )
+        .expect("zstd");
         bytes.extend_from_slice(&frame);
         fs_err::write(&path, &bytes).expect("write");
         let damaged = audit(&run_dir).expect("audit");
         assert!(!damaged.consistent);
         assert!(
-            damaged.sources[0].problems[0].contains("does not decode in the middle"),
+            damaged.sources[0].problems[0].starts_with(
+                "`completions.jsonl.zst` is damaged: 8 bytes (at 106..114) do not decode"
+            ),
             "{:?}",
             damaged.sources[0].problems
         );
+        // The intact frame after the damage counts.
+        assert_eq!(damaged.sources[0].completed, 2, "{damaged:#?}");
     }
 
     #[test]
@@ -740,6 +800,7 @@ mod tests {
             reason: "HTTP 400".into(),
             attempts: 1,
             created_unix_ms: 0,
+            settings: None,
         };
         let mut line = serde_json::to_vec(&record).expect("json");
         line.push(b'\n');

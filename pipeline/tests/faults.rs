@@ -3,7 +3,8 @@
 //! - seeded `kill -9` during preparation and generation, then a clean rerun: nothing lost,
 //!   nothing duplicated (`kill_nine_during_preparation_and_generation_loses_nothing`; the
 //!   20-kill soak is the ignored `soak_twenty_kills`, run by `scripts/soak.sh`);
-//! - a torn or corrupted completions tail, repaired by the next run;
+//! - a torn or corrupted completions tail, repaired by the next run; damage, lost and empty
+//!   answers, failing servers and refusals ([`outcomes`]);
 //! - a corpus of malformed inputs, each with its expected outcome ([`corpus`]);
 //! - bad configs: exit 2 and `file:line:column` ([`configs`]);
 //! - two runs on one run directory (the run lock); SIGTERM mid-generation;
@@ -25,6 +26,8 @@ mod disk;
 mod harness;
 #[path = "faults/llama.rs"]
 mod llama;
+#[path = "faults/outcomes.rs"]
+mod outcomes;
 
 use std::time::Duration;
 
@@ -390,7 +393,7 @@ async fn damage_in_the_middle_of_a_file_fails_the_audit() {
     assert_eq!(out.code, Some(1), "{}", out.stdout);
     assert!(
         out.stdout
-            .contains("problem: `alpha`: `completions.jsonl.zst` does not decode in the middle:"),
+            .contains("problem: `alpha`: `completions.jsonl.zst` is damaged:"),
         "{}",
         out.stdout
     );

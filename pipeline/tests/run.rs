@@ -434,7 +434,8 @@ async fn resuming_under_changed_generation_settings_is_refused_unless_allowed() 
         "data/a.jsonl",
         "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n",
     );
-    std::fs::remove_dir_all(gen_.path("runs/cfg/sources/alpha")).ok();
+    // Prepared again (its answer to "one" stays): new settings would mix two datasets.
+    std::fs::remove_file(gen_.path("runs/cfg/sources/alpha/manifest.json")).ok();
     let changed = gen_
         .read("cfg.toml")
         .replace("max-tokens = 16", "max-tokens = 32");

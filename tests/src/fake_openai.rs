@@ -17,6 +17,16 @@
 //! writes ([`Writes`]: all at once, one event per write, fixed-size pieces, or split inside a
 //! multi-byte UTF-8 character).
 //!
+//! Answer-fault knobs, shaped like real replies: `abort_first` streams end with
+//! `finish_reason: "abort"` then `[DONE]` on HTTP 200, as vLLM ends an engine-aborted request
+//! (vllm-project/vllm#57082); `empty_first` streams carry only the role chunk then `[DONE]` (no
+//! content, finish reason or usage); a prompt containing `ABORT` or `EMPTY` gets that every
+//! time, one containing `MALFORMED` a chunk cut in the middle of its JSON. `context_length`
+//! refuses a request whose prompt words plus `max_tokens` exceed it with vLLM's 400 (body as
+//! quoted in ogx-ai/ogx#4534); [`FakeOpenAi::set_failing`] makes every chat request fail with
+//! a status and message while `/health` stays 200 (vLLM after its engine died answers 500
+//! "EngineCore encountered an issue…", vllm-project/vllm#42362).
+//!
 //! Every chat request's last user message and arrival time are recorded
 //! ([`FakeOpenAi::received`]).
 
@@ -67,6 +77,14 @@ pub struct Knobs {
     pub crlf: bool,
     /// How the event stream is cut into writes.
     pub writes: Writes,
+    /// Chat requests (after `fail_first`) whose answer is aborted: some content, then
+    /// `finish_reason: "abort"` and `[DONE]`.
+    pub abort_first: usize,
+    /// Chat requests (after those) answered with an empty stream: the role chunk, `[DONE]`.
+    pub empty_first: usize,
+    /// The model's context in tokens (a word of the messages is a token): a request whose
+    /// messages and `max_tokens` do not fit is refused with vLLM's 400.
+    pub context_length: Option<u64>,
 }
 
 /// The message of the `fail_first` errors.
@@ -132,6 +150,8 @@ struct Shared {
     knobs: Knobs,
     chat_requests: AtomicUsize,
     received: Mutex<Vec<Received>>,
+    /// While set, every chat request gets this status and message.
+    failing: Mutex<Option<(u16, String)>>,
 }
 
 /// One chat request as the fake server saw it arrive.
@@ -161,6 +181,7 @@ impl FakeOpenAi {
             knobs,
             chat_requests: AtomicUsize::new(0),
             received: Mutex::new(Vec::new()),
+            failing: Mutex::new(None),
         });
         let app = Router::new()
             .route("/health", get(|| async { axum::Json(json!({"status": "ok"})) }))
@@ -189,6 +210,17 @@ impl FakeOpenAi {
     /// Chat completion requests received so far.
     pub fn chat_requests(&self) -> usize {
         self.shared.chat_requests.load(Ordering::SeqCst)
+    }
+
+    /// From now on every chat request fails with `status` and `message` (`/health` still
+    /// answers 200); `None` ends it.
+    pub fn set_failing(&self, failure: Option<(u16, &str)>) {
+        *self
+            .shared
+            .failing
+            .lock()
+            .expect("no request panicked while holding the lock") =
+            failure.map(|(status, message)| (status, message.to_owned()));
     }
 
     /// Every chat request received so far, in arrival order.
@@ -321,14 +353,76 @@ async fn chat(State(shared): State<Arc<Shared>>, axum::Json(body): axum::Json<Va
         };
         return error_response(knobs, status, message);
     }
+    let failing = shared
+        .failing
+        .lock()
+        .expect("no request panicked while holding the lock")
+        .clone();
+    if let Some((status, message)) = failing {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return error_response(knobs, status, &message);
+    }
     if last_user.contains("REJECT") {
         return error_response(knobs, StatusCode::BAD_REQUEST, "prompt too long");
+    }
+    let max_tokens = body["max_tokens"].as_u64().unwrap_or(0);
+    if let Some(limit) = knobs.context_length {
+        let words: u64 = body["messages"]
+            .as_array()
+            .map(|messages| {
+                messages
+                    .iter()
+                    .filter_map(|m| m["content"].as_str())
+                    .map(|c| c.split_whitespace().count() as u64)
+                    .sum()
+            })
+            .unwrap_or(0);
+        if words + max_tokens > limit {
+            let message = format!(
+                "This model's maximum context length is {limit} tokens. However, you requested \
+                 {} tokens ({words} in the messages, {max_tokens} in the completion). Please \
+                 reduce the length of the messages or completion.",
+                words + max_tokens
+            );
+            let body = json!({"object": "error", "message": message, "type": "BadRequestError", "param": null, "code": 400});
+            return (StatusCode::BAD_REQUEST, axum::Json(body)).into_response();
+        }
+    }
+    let after_failures = n.saturating_sub(knobs.fail_first);
+    if last_user.contains("ABORT") || after_failures < knobs.abort_first {
+        // vLLM's engine-aborted request: HTTP 200, part of an answer, `abort`, `[DONE]`.
+        let events = [
+            json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}]}),
+            json!({"choices": [{"index": 0, "delta": {"content": "echo: "}, "logprobs": null, "finish_reason": null}]}),
+            json!({"choices": [{"index": 0, "delta": {"content": ""}, "logprobs": null, "finish_reason": "abort"}]}),
+        ];
+        return sse_body(cut(knobs.writes, sse_text(knobs, &events, true)));
+    }
+    if last_user.contains("EMPTY")
+        || (after_failures >= knobs.abort_first
+            && after_failures - knobs.abort_first < knobs.empty_first)
+    {
+        let events = [
+            json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": null, "finish_reason": null}]}),
+        ];
+        return sse_body(cut(knobs.writes, sse_text(knobs, &events, true)));
+    }
+    if last_user.contains("MALFORMED") {
+        let mut text = sse_text(
+            knobs,
+            &[json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})],
+            false,
+        );
+        text.push(
+            "data: {\"choices\": [{\"index\": 0, \"delta\": {\"content\": \"ec\n\n".to_owned(),
+        );
+        text.extend(sse_text(knobs, &[], true));
+        return sse_body(cut(knobs.writes, text));
     }
     let mut answer = format!("echo: {last_user}");
     pad(&mut answer, &last_user, knobs.answer_bytes);
     // A prompt containing LONG is cut by max_tokens unless the budget is at least 100.
-    let budget = body["max_tokens"].as_u64().unwrap_or(0);
-    let finish = if last_user.contains("LONG") && budget < 100 {
+    let finish = if last_user.contains("LONG") && max_tokens < 100 {
         "length"
     } else {
         "stop"

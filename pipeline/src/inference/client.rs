@@ -1,10 +1,14 @@
 //! Streaming OpenAI chat completions.
 //!
-//! A request succeeds only when its stream ends with `[DONE]`; a stream cut before it, an
-//! error event inside it, a 5xx or a refused connection are transient ([`RequestError::Transient`]);
-//! a 400 is the prompt's own fault ([`RequestError::Rejected`]); 401/403/404 mean the config is
-//! wrong for every prompt ([`RequestError::Fatal`]). There is no total timeout — long
-//! reasoning takes many minutes — only a connect timeout and an idle timeout per chunk.
+//! A request succeeds only when its stream ends with `[DONE]` and carries an answer: a finish
+//! reason other than `abort` or `error`, and some content or reasoning ([`answer_defect`]).
+//! An aborted or empty answer, an error event inside the stream or a 5xx is transient
+//! ([`RequestError::Transient`]); a refused connection or a stream cut before `[DONE]` may
+//! mean the server is down ([`RequestError::ServerDown`], which the dispatcher confirms with
+//! a health probe); a 400 is the prompt's own fault ([`RequestError::Rejected`]);
+//! 401/403/404 mean the config is wrong for every prompt ([`RequestError::Fatal`]). There is
+//! no total timeout — long reasoning takes many minutes — only a connect timeout and an idle
+//! timeout per chunk.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -40,6 +44,55 @@ pub struct Completion {
     pub reasoning_content: Option<String>,
     pub finish_reason: Option<String>,
     pub usage: Option<Usage>,
+}
+
+/// Why a stream that ended with `[DONE]` is still not an answer to keep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Defect {
+    /// `finish_reason = "abort"`: SGLang and vLLM end a request they aborted (engine shutdown,
+    /// a pause, a scheduler abort) this way, with HTTP 200 and `[DONE]`.
+    Aborted,
+    /// `finish_reason = "error"`: vLLM's retryable request-level internal error.
+    EngineError,
+    /// No finish reason at all; `empty` when there was no content or reasoning either.
+    NoFinishReason { empty: bool },
+    /// A finish reason, but neither content nor reasoning (whitespace does not count).
+    Empty,
+}
+
+impl std::fmt::Display for Defect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Defect::Aborted => "the server aborted the answer (finish_reason = abort)",
+            Defect::EngineError => {
+                "the server ended the answer with an error (finish_reason = error)"
+            }
+            Defect::NoFinishReason { empty: true } => {
+                "empty answer: the stream ended without content, reasoning or finish_reason"
+            }
+            Defect::NoFinishReason { empty: false } => {
+                "the stream ended without a finish_reason (the answer may be cut)"
+            }
+            Defect::Empty => "empty answer: no content and no reasoning",
+        })
+    }
+}
+
+/// Why an answer is not one to keep, if it is not: the one rule `gen run` (before storing),
+/// `gen verify` and the done-set apply to every answer.
+pub fn answer_defect(
+    content: &str,
+    reasoning: Option<&str>,
+    finish_reason: Option<&str>,
+) -> Option<Defect> {
+    let empty = content.trim().is_empty() && reasoning.is_none_or(|r| r.trim().is_empty());
+    match finish_reason {
+        Some("abort") => Some(Defect::Aborted),
+        Some("error") => Some(Defect::EngineError),
+        None => Some(Defect::NoFinishReason { empty }),
+        Some(_) if empty => Some(Defect::Empty),
+        Some(_) => None,
+    }
 }
 
 /// A completion with its timing, as [`ChatClient::complete_timed`] measures it.
@@ -267,6 +320,13 @@ impl ChatClient {
         }
         if !reasoning.is_empty() {
             completion.reasoning_content = Some(reasoning);
+        }
+        if let Some(defect) = answer_defect(
+            &completion.content,
+            completion.reasoning_content.as_deref(),
+            completion.finish_reason.as_deref(),
+        ) {
+            return Err(RequestError::Transient(defect.to_string()));
         }
         Ok(TimedCompletion {
             completion,

@@ -3,19 +3,36 @@
 //! request waits for the server to come back instead of burning its attempts. One prober task
 //! polls `/health` with backoff until it answers 200.
 //!
+//! A server can also be down for dispatch while `/health` answers: an engine that fails every
+//! request (vLLM answering 500 after its engine died, every stream aborted). Requests report
+//! each answer ([`Liveness::answered`]) and each failure ([`Liveness::failed`]); a run of
+//! failures across different prompts with no answer in between makes the server *failing*:
+//! down like any other outage, but probed with a small real chat request
+//! ([`Liveness::answers`]) instead of `/health`, which would say all is well.
+//!
 //! This is what turns an outage into a pause: no prompt is marked failed because the server
-//! was away.
+//! was away or broken.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::client::{ChatClient, RequestError};
 use super::probe;
 use crate::status::state::unix_ms;
 
 /// Longest pause between two health probes while the server is down.
 const MAX_PROBE_INTERVAL: Duration = Duration::from_secs(10);
+/// Failed requests in a row, for at least two different prompts and with no answer in between,
+/// that make a server failing. A prompt that fails alone keeps failing alone: its retries
+/// never make a streak of two prompts.
+const FAILING_STREAK: u32 = 4;
+/// Output tokens the probe of a failing server asks for: enough for a reasoning model's first
+/// words, few enough to answer in a moment.
+const PROBE_TOKENS: u32 = 16;
+/// How long the probe of a failing server may take.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The server's state as requests see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,12 +44,28 @@ pub enum Health {
     },
 }
 
+/// What requests have seen of the server lately.
+#[derive(Debug, Default)]
+struct Record {
+    /// Requests it answered in this run.
+    answered: u64,
+    /// Failed requests since its last answer.
+    streak: u32,
+    /// The prompts of those failures (two are enough to tell).
+    streak_prompts: Vec<String>,
+    /// Why it is down, while it is.
+    down_reason: Option<String>,
+    /// A test request is out to tell whether the streak is the server's fault.
+    probing: bool,
+}
+
 #[derive(Debug, Clone)]
 pub struct Liveness {
     url: Arc<str>,
     /// The URL as shown to people (credentials redacted).
     shown: Arc<str>,
     state: watch::Sender<Health>,
+    record: Arc<Mutex<Record>>,
 }
 
 impl Liveness {
@@ -42,7 +75,114 @@ impl Liveness {
             url: url.into(),
             shown: probe::redact(url).into(),
             state,
+            record: Arc::default(),
         }
+    }
+
+    fn record(&self) -> std::sync::MutexGuard<'_, Record> {
+        // A panic while holding it cannot leave the counters inconsistent in a harmful way.
+        self.record
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A request got an answer: the server works.
+    pub fn answered(&self) {
+        let mut record = self.record();
+        record.answered += 1;
+        record.streak = 0;
+        record.streak_prompts.clear();
+    }
+
+    /// Requests the server answered in this run (to tell whether it answered others since).
+    pub fn answers_so_far(&self) -> u64 {
+        self.record().answered
+    }
+
+    /// Why the server is down, while it is.
+    pub fn down_reason(&self) -> Option<String> {
+        self.record().down_reason.clone()
+    }
+
+    /// A request for `prompt` failed in a way that may be the server's (5xx, an error event,
+    /// an aborted or empty answer, a cut stream while `/health` answers). Returns whether the
+    /// server is down now: already, or because this failure completes a run of failures
+    /// across prompts ([`FAILING_STREAK`]) and a test request through `client` fails too,
+    /// which makes it failing. A test request that is answered ends the run: those prompts
+    /// fail on their own.
+    pub async fn failed(&self, prompt: &str, reason: &str, client: &ChatClient) -> bool {
+        if self.health() != Health::Up {
+            return true;
+        }
+        let streak = {
+            let mut record = self.record();
+            record.streak += 1;
+            if record.streak_prompts.len() < 2 && !record.streak_prompts.iter().any(|p| p == prompt)
+            {
+                record.streak_prompts.push(prompt.to_owned());
+            }
+            let due = record.streak >= FAILING_STREAK
+                && record.streak_prompts.len() >= 2
+                && !record.probing;
+            record.probing |= due;
+            due.then_some(record.streak)
+        };
+        let Some(streak) = streak else {
+            return false;
+        };
+        let test = Liveness::answers_briefly(client).await;
+        self.record().probing = false;
+        match test {
+            Ok(()) => {
+                self.answered();
+                false
+            }
+            Err(e) => {
+                self.report_failing(
+                    &format!(
+                        "{streak} requests in a row failed, for different prompts, and a test \
+                         request too ({e}); last: {reason}"
+                    ),
+                    client,
+                );
+                true
+            }
+        }
+    }
+
+    /// The server fails requests although `/health` answers: pause everyone, and probe it with
+    /// a small real request until it answers one.
+    pub fn report_failing(&self, reason: &str, client: &ChatClient) {
+        let why = format!("{reason} (its /health answers, but requests fail)");
+        if self.go_down(&why) {
+            crate::say!(
+                "gen: server {} fails every request although /health answers ({reason}); \
+                 pausing, and probing it with a small request until it answers one",
+                self.shown
+            );
+            tokio::spawn(self.clone().probe_until_up(Some(client.clone())));
+        }
+    }
+
+    /// Whether the server answers a one-line test prompt with the run's settings and a budget
+    /// of `max_tokens` (what `/health` cannot tell); how the request failed when it does not.
+    pub async fn answers(client: &ChatClient, max_tokens: u32) -> Result<(), RequestError> {
+        let question = [gen_sources::Message::new(
+            gen_sources::Role::User,
+            "Reply with the single word OK.".to_owned(),
+        )];
+        match tokio::time::timeout(PROBE_TIMEOUT, client.complete(&question, max_tokens)).await {
+            Ok(answer) => answer.map(|_| ()),
+            Err(_) => Err(RequestError::Transient(format!(
+                "the test request got no answer within {} s",
+                PROBE_TIMEOUT.as_secs()
+            ))),
+        }
+    }
+
+    /// [`Liveness::answers`] with a small budget: does the server answer at all?
+    pub async fn answers_briefly(client: &ChatClient) -> Result<(), RequestError> {
+        Liveness::answers(client, PROBE_TOKENS.min(client.max_tokens())).await
     }
 
     pub fn health(&self) -> Health {
@@ -81,16 +221,29 @@ impl Liveness {
 
     /// A request failed as if the server were down. One quick probe tells a real outage from a
     /// stale pooled connection the server had closed: only a failed probe pauses everyone.
-    pub async fn confirm_down(&self, reason: &str) {
+    /// Returns whether the server is down now.
+    pub async fn confirm_down(&self, reason: &str) -> bool {
         if self.health() == Health::Up && matches!(probe::health(&self.url).await, Ok(true)) {
             tracing::debug!(url = %self.shown, %reason, "request failed but the server answers /health");
-            return;
+            return false;
         }
         self.report_down(reason);
+        true
     }
 
     /// A request found the server down: pause everyone and probe until it is back.
     pub fn report_down(&self, reason: &str) {
+        if self.go_down(reason) {
+            crate::say!(
+                "gen: server {} is down ({reason}); pausing until it answers again",
+                self.shown
+            );
+            tokio::spawn(self.clone().probe_until_up(None));
+        }
+    }
+
+    /// Marks the server down for `reason`; whether it was up until now.
+    fn go_down(&self, reason: &str) -> bool {
         let newly_down = self.state.send_if_modified(|health| match health {
             Health::Up => {
                 *health = Health::Down {
@@ -101,19 +254,22 @@ impl Liveness {
             Health::Down { .. } => false,
         });
         if newly_down {
-            crate::say!(
-                "gen: server {} is down ({reason}); pausing until it answers again",
-                self.shown
-            );
-            tokio::spawn(self.clone().probe_until_up());
+            self.record().down_reason = Some(reason.to_owned());
         }
+        newly_down
     }
 
-    async fn probe_until_up(self) {
+    /// Probes until the server is back: `/health`, or with `client` (a failing server) a small
+    /// real request.
+    async fn probe_until_up(self, client: Option<ChatClient>) {
         let mut interval = Duration::from_millis(250);
         loop {
             tokio::time::sleep(interval).await;
-            if let Ok(true) = probe::health(&self.url).await {
+            let back = match &client {
+                None => matches!(probe::health(&self.url).await, Ok(true)),
+                Some(client) => Liveness::answers_briefly(client).await.is_ok(),
+            };
+            if back {
                 let down_for = match self.health() {
                     Health::Down { since_unix_ms } => {
                         unix_ms().saturating_sub(since_unix_ms) / 1000
@@ -124,10 +280,62 @@ impl Liveness {
                     "gen: server {} is back after {down_for} s; resuming",
                     self.shown
                 );
+                {
+                    let mut record = self.record();
+                    record.down_reason = None;
+                    record.streak = 0;
+                    record.streak_prompts.clear();
+                }
                 self.state.send_replace(Health::Up);
                 return;
             }
             interval = (interval * 2).min(MAX_PROBE_INTERVAL);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client() -> ChatClient {
+        ChatClient::new(
+            "http://127.0.0.1:1",
+            "m".into(),
+            None,
+            8,
+            serde_json::Map::new(),
+        )
+        .expect("client")
+    }
+
+    /// One prompt failing again and again is that prompt's business; failures of different
+    /// prompts with no answer in between make the server failing, with the last reason.
+    #[tokio::test]
+    async fn failures_across_prompts_make_a_failing_server_one_prompt_alone_does_not() {
+        let liveness = Liveness::new("http://127.0.0.1:1");
+        let client = client();
+        for _ in 0..10 {
+            assert!(!liveness.failed("a", "HTTP 500: boom", &client).await);
+        }
+        liveness.answered();
+        assert_eq!(liveness.answers_so_far(), 1);
+        assert!(!liveness.failed("a", "HTTP 500: boom", &client).await);
+        assert!(!liveness.failed("b", "HTTP 500: boom", &client).await);
+        assert!(!liveness.failed("a", "HTTP 500: boom", &client).await);
+        assert_eq!(liveness.health(), Health::Up);
+        // The fourth, of a second prompt: a test request, refused here, confirms it.
+        assert!(liveness.failed("c", "HTTP 500: last", &client).await);
+        assert!(matches!(liveness.health(), Health::Down { .. }));
+        let reason = liveness.down_reason().unwrap_or_default();
+        assert!(
+            reason.starts_with(
+                "4 requests in a row failed, for different prompts, and a test request too ("
+            ) && reason
+                .ends_with("; last: HTTP 500: last (its /health answers, but requests fail)"),
+            "{reason}"
+        );
+        // Down: every later failure is the outage's.
+        assert!(liveness.failed("d", "HTTP 500: boom", &client).await);
     }
 }

@@ -3,12 +3,24 @@
 //! reuse that server's prefix cache) unless the server goes down. Results go back to the
 //! orchestrator as [`DispatchEvent`]s; nothing here writes files or status.
 //!
-//! Error handling per prompt: a server that is down ([`RequestError::ServerDown`], or marked
-//! down while the request streams) costs the prompt no attempt: its lease is returned and the
-//! request goes to another server, or waits until one answers (see [`Liveness`]) — only after
-//! [`MAX_CRASHES`] outages during one prompt is it set aside; transient errors are retried
-//! with backoff and jitter up to `max_attempts`; a rejection (400) is final;
-//! `finish_reason = length` follows the source's [`LengthPolicy`].
+//! Error handling per prompt. A prompt's attempts are spent only on errors that single it out:
+//! - a server that is down ([`RequestError::ServerDown`] confirmed by a failed `/health`, or
+//!   marked down while the request streams) costs no attempt: the lease is returned and the
+//!   request goes to another server, or waits until one answers (see [`Liveness`]) — only
+//!   after [`MAX_CRASHES`] outages found by this prompt's own requests is it set aside;
+//! - a busy server (503 while `/health` answers) costs none either: the request waits and asks
+//!   again;
+//! - any other failure that may be the server's — a 5xx, an error event, an aborted or empty
+//!   answer, a malformed stream, a stream cut while `/health` answers — is retried with backoff
+//!   and jitter, and said as what it was. It is reported to the server's [`Liveness`]: a run of
+//!   them across prompts makes the server *failing*, an outage that forgives the attempts it
+//!   cost. A prompt runs out of `max_attempts` only when the server answered other requests
+//!   since its first failure, or answers a test request then: otherwise it is the server's
+//!   fault, and the server is failing;
+//! - a refusal (400) is judged once per kind ([`Refusals`]): the prompt's own is final (it is
+//!   recorded with the settings it was refused under); one a test prompt gets too stops the
+//!   run ([`DispatchEvent::Fatal`]) with the prompts left pending;
+//! - `finish_reason = length` follows the source's [`LengthPolicy`].
 //!
 //! A prompt with several user turns is regenerated turn by turn: each turn is answered on the
 //! model's own earlier answers (their reasoning stripped from the history), and the whole
@@ -26,11 +38,12 @@ use tokio_util::sync::CancellationToken;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use super::feed::Prompts;
-use super::fleet::{Fleet, Lease};
+use super::fleet::{Backend, Fleet, Lease};
 use super::record::{CompletionRecord, RejectKind, RejectedRecord, TurnRecord};
+use super::refusal::{Judgement, Refusals};
 use crate::inference::RequestError;
 use crate::inference::client::{Completion, Usage};
-use crate::inference::liveness::Health;
+use crate::inference::liveness::{Health, Liveness};
 use crate::status::state::unix_ms;
 use gen_sources::{Message, Prompt, Role};
 
@@ -88,6 +101,11 @@ pub struct Dispatcher {
     pub cancel: CancellationToken,
     /// Stops sending new prompts (requests in flight go on).
     pub stop_admitting: CancellationToken,
+    /// Whose fault each kind of refusal is.
+    pub refusals: Arc<Refusals>,
+    /// The generation settings' fingerprint, recorded with each refusal
+    /// ([`super::record::settings_fingerprint`]).
+    pub settings: Arc<str>,
 }
 
 /// How one request for one turn ended, after retries.
@@ -168,15 +186,16 @@ impl Dispatcher {
                 continue;
             }
             let mut budget = self.max_tokens;
-            let mut retried_length = false;
+            // The answer cut by `max-tokens`, while a larger budget is tried.
+            let mut cut: Option<Completion> = None;
             let completion = loop {
                 match self.turn(&mut lease, &prompt.id, &history, budget).await {
                     TurnOutcome::Answered(completion, used) => {
                         attempts += used;
                         let truncated = completion.finish_reason.as_deref() == Some("length");
                         match length {
-                            LengthPolicy::Retry if truncated && !retried_length => {
-                                retried_length = true;
+                            LengthPolicy::Retry if truncated && cut.is_none() => {
+                                cut = Some(completion);
                                 budget = budget.saturating_mul(2);
                             }
                             LengthPolicy::Drop if truncated => {
@@ -193,6 +212,11 @@ impl Dispatcher {
                             }
                             _ => break completion,
                         }
+                    }
+                    // The larger budget is refused (beyond the context): keep the cut answer.
+                    TurnOutcome::GaveUp(RejectKind::Rejected, _, used) if cut.is_some() => {
+                        attempts += used;
+                        break cut.take().expect("checked by the guard");
                     }
                     TurnOutcome::GaveUp(kind, reason, used) => {
                         return Some(self.give_up(
@@ -232,9 +256,10 @@ impl Dispatcher {
         })
     }
 
-    /// One request, retried: transient errors with backoff on the same server, outages by
-    /// moving to another server or waiting until one answers. `lease` is `None` only between
-    /// giving a down server's place back and getting the next one.
+    /// One request, retried: failures with backoff on the same server, outages by moving to
+    /// another server or waiting until one answers (see the module documentation for what
+    /// costs an attempt). `lease` is `None` only between giving a down server's place back and
+    /// getting the next one.
     async fn turn(
         &self,
         lease: &mut Option<Lease>,
@@ -242,8 +267,14 @@ impl Dispatcher {
         messages: &[Message],
         max_tokens: u32,
     ) -> TurnOutcome {
+        // Failed requests charged to this prompt.
         let mut attempt = 0u32;
+        // Outages this prompt's own requests found (a prompt that keeps crashing the server).
         let mut crashes = 0u32;
+        // The server of this prompt's first charged failure, and how many requests it had
+        // answered by then: whether it answered others since tells whose fault the failures
+        // are.
+        let mut since: Option<(Arc<Backend>, u64)> = None;
         loop {
             if lease
                 .as_ref()
@@ -257,19 +288,18 @@ impl Dispatcher {
                 };
             }
             let backend = lease.as_ref().expect("leased above").backend.clone();
-            attempt += 1;
             backend.touch();
             let result = tokio::select! {
-                result = backend.client.complete(messages, max_tokens) => result,
+                result = backend.client.complete(messages, max_tokens) => Some(result),
                 // Another request found the server down (or the stall watchdog did): this
                 // stream is lost with it; the prompt moves on without spending an attempt.
-                () = backend.liveness.wait_down() => Err(RequestError::ServerDown(
-                    "the server was found down while this request streamed".into(),
-                )),
+                () = backend.liveness.wait_down() => None,
                 () = self.cancel.cancelled() => return TurnOutcome::Cancelled,
             };
+            let Some(result) = result else { continue };
             let reason = match result {
                 Ok(completion) => {
+                    backend.liveness.answered();
                     let output = completion.usage.as_ref().map_or(0, |u| u.completion_tokens);
                     // Only a tuner reads (and empties) the telemetry: with a fixed
                     // concurrency it would grow by a sample per request, forever.
@@ -283,49 +313,132 @@ impl Dispatcher {
                             .finished(usage.prompt_tokens, usage.completion_tokens);
                     }
                     backend.finished(output);
-                    return TurnOutcome::Answered(completion, attempt);
+                    return TurnOutcome::Answered(completion, attempt + 1);
                 }
                 Err(RequestError::Fatal(message)) => return TurnOutcome::Fatal(message),
                 Err(RequestError::Rejected(reason)) => {
-                    return TurnOutcome::GaveUp(RejectKind::Rejected, reason, attempt);
-                }
-                Err(RequestError::ServerDown(reason)) => {
-                    if reason.starts_with("HTTP 503") {
-                        backend.telemetry.overloaded();
+                    // A larger budget after a cut answer is this prompt's own business.
+                    if max_tokens != self.max_tokens {
+                        return TurnOutcome::GaveUp(RejectKind::Rejected, reason, attempt + 1);
                     }
-                    // An outage is not this prompt's attempt.
-                    attempt -= 1;
-                    crashes += 1;
-                    if crashes > MAX_CRASHES {
-                        let reason = format!(
-                            "the server went down {crashes} times while answering this prompt; last: {reason}"
-                        );
-                        return TurnOutcome::GaveUp(RejectKind::Exhausted, reason, attempt);
-                    }
-                    backend.liveness.confirm_down(&reason).await;
-                    if backend.liveness.health() == Health::Up {
-                        // It answers `/health` (a full queue, a stale connection): wait a
-                        // little before asking it again rather than hammering it.
-                        tokio::select! {
-                            () = tokio::time::sleep(backoff(crashes, id)) => {}
-                            () = self.cancel.cancelled() => return TurnOutcome::Cancelled,
+                    let judged = self.refusals.judge(&reason, &backend.client, max_tokens);
+                    let Some(judgement) = self.unless_cancelled(judged).await else {
+                        return TurnOutcome::Cancelled;
+                    };
+                    match judgement {
+                        Some(Judgement::Prompt) => {
+                            return TurnOutcome::GaveUp(RejectKind::Rejected, reason, attempt + 1);
+                        }
+                        Some(Judgement::Config(message)) => return TurnOutcome::Fatal(message),
+                        None => {
+                            if self.pause(backoff(1, id)).await.is_err() {
+                                return TurnOutcome::Cancelled;
+                            }
+                            continue;
                         }
                     }
-                    continue;
+                }
+                Err(RequestError::ServerDown(reason)) => {
+                    let busy = reason.starts_with("HTTP 503");
+                    if busy {
+                        backend.telemetry.overloaded();
+                    }
+                    if backend.liveness.confirm_down(&reason).await {
+                        crashes += 1;
+                        if crashes > MAX_CRASHES {
+                            let reason = format!(
+                                "the server went down {crashes} times while answering this prompt; last: {reason}"
+                            );
+                            return TurnOutcome::GaveUp(RejectKind::Exhausted, reason, attempt);
+                        }
+                        continue;
+                    }
+                    if busy {
+                        // Alive but busy (a full queue): not this prompt's fault; ask again
+                        // a little later rather than hammering it.
+                        let failed = backend.liveness.failed(id, &reason, &backend.client);
+                        if self.unless_cancelled(failed).await.is_none() {
+                            return TurnOutcome::Cancelled;
+                        }
+                        if self.pause(backoff(2, id)).await.is_err() {
+                            return TurnOutcome::Cancelled;
+                        }
+                        continue;
+                    }
+                    format!("{reason}, while the server answered /health")
                 }
                 Err(RequestError::Transient(reason)) => {
                     backend.telemetry.retryable_error();
                     reason
                 }
             };
+            let failed = backend.liveness.failed(id, &reason, &backend.client);
+            let Some(failing) = self.unless_cancelled(failed).await else {
+                return TurnOutcome::Cancelled;
+            };
+            if failing {
+                // Part of a run of failures across prompts: the server is failing.
+                forgive(&mut attempt, &mut since, false);
+                continue;
+            }
+            attempt += 1;
+            if since
+                .as_ref()
+                .is_none_or(|(server, _)| !Arc::ptr_eq(server, &backend))
+            {
+                since = Some((backend.clone(), backend.liveness.answers_so_far()));
+            }
             if attempt >= self.max_attempts {
+                let answered_before = since.as_ref().map_or(0, |(_, answered)| *answered);
+                let evidence = if backend.liveness.answers_so_far() > answered_before {
+                    "the server answered other requests meanwhile"
+                } else {
+                    let test = Liveness::answers_briefly(&backend.client);
+                    let Some(test) = self.unless_cancelled(test).await else {
+                        return TurnOutcome::Cancelled;
+                    };
+                    match test {
+                        Ok(()) => {
+                            backend.liveness.answered();
+                            "the server answers a test request"
+                        }
+                        Err(e) => {
+                            // Nothing else is answered either: the server's fault.
+                            backend.liveness.report_failing(
+                                &format!("{reason}; a test request failed too: {e}"),
+                                &backend.client,
+                            );
+                            forgive(&mut attempt, &mut since, true);
+                            continue;
+                        }
+                    }
+                };
+                let reason = format!("{reason} ({attempt} attempts; {evidence})");
                 return TurnOutcome::GaveUp(RejectKind::Exhausted, reason, attempt);
             }
             tracing::debug!(%id, attempt, %reason, "retrying");
             tokio::select! {
                 () = tokio::time::sleep(backoff(attempt, id)) => {}
+                // An outage declared meanwhile: the failure was the server's.
+                () = backend.liveness.wait_down() => forgive(&mut attempt, &mut since, true),
                 () = self.cancel.cancelled() => return TurnOutcome::Cancelled,
             }
+        }
+    }
+
+    /// The output of `future`, or `None` when the run is cancelled first.
+    async fn unless_cancelled<T>(&self, future: impl Future<Output = T>) -> Option<T> {
+        tokio::select! {
+            output = future => Some(output),
+            () = self.cancel.cancelled() => None,
+        }
+    }
+
+    /// Waits `delay`; `Err` when the run is cancelled meanwhile.
+    async fn pause(&self, delay: Duration) -> Result<(), ()> {
+        tokio::select! {
+            () = tokio::time::sleep(delay) => Ok(()),
+            () = self.cancel.cancelled() => Err(()),
         }
     }
 
@@ -337,6 +450,8 @@ impl Dispatcher {
         reason: String,
         attempts: u32,
     ) -> DispatchEvent {
+        // A refusal holds only under the settings it was refused with.
+        let settings = (kind == RejectKind::Rejected).then(|| self.settings.to_string());
         DispatchEvent::GaveUp {
             source,
             record: RejectedRecord {
@@ -345,7 +460,25 @@ impl Dispatcher {
                 reason,
                 attempts,
                 created_unix_ms: unix_ms(),
+                settings,
             },
+        }
+    }
+}
+
+/// The server turned out failing (or down) after this prompt's failures: those were its
+/// fault. When it answered nothing since this prompt's first charged failure, all of them are
+/// forgiven; otherwise only the last, when it was charged (`charged_now`).
+fn forgive(attempt: &mut u32, since: &mut Option<(Arc<Backend>, u64)>, charged_now: bool) {
+    match since {
+        Some((server, answered)) if server.liveness.answers_so_far() > *answered => {
+            if charged_now {
+                *attempt = attempt.saturating_sub(1);
+            }
+        }
+        _ => {
+            *attempt = 0;
+            *since = None;
         }
     }
 }

@@ -80,6 +80,7 @@ impl Backend {
                 Health::Up => None,
                 Health::Down { since_unix_ms } => Some(since_unix_ms),
             },
+            down_reason: self.liveness.down_reason(),
             in_flight: Some(self.limiter.in_flight()),
             ceiling: view.as_ref().map(|v| v.ceiling),
             decision: view.map(|v| v.decision),

@@ -1,7 +1,8 @@
 //! `gen run`: the orchestrator's event loop ([`orchestrator`]), preparation workers as
 //! supervised processes ([`supervisor`], [`rss`], [`sys`]) and the request dispatcher
 //! ([`dispatch`]) over one or several servers ([`fleet`]), fed from the prepared prompts
-//! ([`feed`]), with its stored records ([`record`]).
+//! ([`feed`]), with its stored records ([`record`]) and the judge of refused requests
+//! ([`refusal`]).
 
 pub mod cgroup;
 pub mod dispatch;
@@ -14,6 +15,7 @@ pub mod observe;
 pub mod orchestrator;
 pub mod pin;
 pub mod record;
+pub mod refusal;
 pub mod rss;
 pub mod shard;
 pub mod supervisor;

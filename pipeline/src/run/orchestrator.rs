@@ -50,8 +50,12 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 pub enum RunOutcome {
     /// Every source already had every prompt completed; the server was not contacted.
     NothingToDo,
-    /// The run went through; these sources still have work left (a rerun retries them).
-    Finished { failed: Vec<String> },
+    /// The run went through; these sources still have work left (a rerun retries them), and
+    /// these have prompts the server refused (per source; `--retry-rejected` sends them again).
+    Finished {
+        failed: Vec<String>,
+        refused: Vec<(String, u64)>,
+    },
     /// Interrupted by a signal; everything completed so far is stored.
     Interrupted,
 }
@@ -67,6 +71,8 @@ pub struct Selection {
     pub allow_config_change: bool,
     /// Only this host's share of every source's prompts.
     pub shard: Option<super::shard::Shard>,
+    /// Send the prompts the server refused again (`--retry-rejected`).
+    pub retry_rejected: bool,
 }
 
 impl Selection {
@@ -112,6 +118,8 @@ struct SourceState {
     /// Peak RSS of its preparation worker in this run.
     peak_rss_bytes: Option<u64>,
     writer: Option<FrameWriter>,
+    /// Prompts the server refused and nothing answered since (recorded in `rejected.jsonl`).
+    refused: u64,
 }
 
 /// What [`Orchestrator::open_source`] did with a prepared source.
@@ -170,7 +178,13 @@ async fn run_loop(
     // One `gen run` per run directory; held until this function returns.
     let _lock = super::lock::RunLock::acquire(run_dir)?;
     let previous: Option<RunStatus> = atomic::read_json(&run_dir.status()).ok().flatten();
-    let mut orchestrator = Orchestrator::load(plan, run_dir)?;
+    let settings =
+        record::settings_fingerprint(plan.generation.max_tokens, &plan.generation.params);
+    let resend = record::Resend {
+        all_refused: selection.retry_rejected,
+        settings: Some(settings.clone()),
+    };
+    let mut orchestrator = Orchestrator::load(plan, run_dir, &resend)?;
     orchestrator.events.append(
         "run_started",
         None,
@@ -205,6 +219,14 @@ async fn run_loop(
     if needs_prep.is_empty() && orchestrator.sources.iter().all(|s| s.feed.is_none()) {
         orchestrator.status.finished = true;
         orchestrator.write_status()?;
+        let refused = orchestrator.refused(&selected);
+        if !refused.is_empty() {
+            crate::say!("gen: nothing to send: every prompt is completed or settled");
+            return Ok(RunOutcome::Finished {
+                failed: Vec::new(),
+                refused,
+            });
+        }
         crate::say!("gen: nothing to do: every prompt of every source is already completed");
         return Ok(RunOutcome::NothingToDo);
     }
@@ -271,10 +293,14 @@ async fn run_loop(
         params: plan.generation.params.clone(),
         shard: selection.shard.map(|s| s.to_string()),
     };
-    let checked = match pin.check_or_record(run_dir, selection.allow_config_change) {
-        Ok(()) => server_checks(plan, &fleet, &urls, &model, api_key.clone()).await,
-        Err(e) => Err(e),
-    };
+    // Before anything is stored, new settings mix nothing (a run stopped by a refused
+    // setting is rerun with a fixed one).
+    let nothing_stored = orchestrator.sources.iter().all(|s| s.status.done == 0);
+    let checked =
+        match pin.check_or_record(run_dir, selection.allow_config_change || nothing_stored) {
+            Ok(()) => server_checks(plan, &fleet, &urls, &model, api_key.clone()).await,
+            Err(e) => Err(e),
+        };
     if let Err(e) = checked {
         dispatch_cancel.cancel();
         if let Some(server) = managed {
@@ -303,6 +329,8 @@ async fn run_loop(
         events: events_tx,
         cancel: dispatch_cancel.clone(),
         stop_admitting: stop_admitting.clone(),
+        refusals: Arc::default(),
+        settings: settings.as_str().into(),
     };
     let mut dispatching = 0usize;
     for (i, feed) in orchestrator.take_feeds() {
@@ -525,7 +553,8 @@ async fn run_loop(
         .map(|(s, _)| s)
         .map(|s| s.status.name.clone())
         .collect();
-    Ok(RunOutcome::Finished { failed })
+    let refused = orchestrator.refused(&selected);
+    Ok(RunOutcome::Finished { failed, refused })
 }
 
 /// Before generating, on the first server that answers: its context holds `max-tokens` plus a
@@ -588,7 +617,11 @@ fn create_private_dir(path: &std::path::Path) -> std::io::Result<()> {
 }
 
 impl<'p> Orchestrator<'p> {
-    fn load(plan: &'p Plan, run_dir: &RunDir) -> anyhow::Result<Orchestrator<'p>> {
+    fn load(
+        plan: &'p Plan,
+        run_dir: &RunDir,
+        resend: &record::Resend,
+    ) -> anyhow::Result<Orchestrator<'p>> {
         let mut sources = Vec::new();
         for spec in &plan.sources {
             let name = spec.name();
@@ -599,10 +632,17 @@ impl<'p> Orchestrator<'p> {
             let across = manifest
                 .as_ref()
                 .map_or(0, |m| m.counters.duplicates_across);
-            let settled = record::settled_ids(&dir.rejected())
+            let settled = record::settled_ids(&dir.rejected(), resend)
                 .with_context(|| format!("failed to read `{}`", dir.rejected().display()))?;
-            let done_ids = record::completed_ids(&dir.completions())
+            let stored = crate::store::done::load(&dir.completions())
                 .with_context(|| format!("failed to read `{}`", dir.completions().display()))?;
+            let warnings = report_repairs(run_dir, name, &stored.repairs);
+            let done_ids = stored.ids;
+            let refused = settled
+                .refused
+                .iter()
+                .filter(|id| !done_ids.contains(*id))
+                .count() as u64;
             let previous: Option<WorkerReport> = atomic::read_json::<WorkerFile>(&dir.worker())
                 .ok()
                 .flatten()
@@ -622,12 +662,18 @@ impl<'p> Orchestrator<'p> {
                     } else {
                         Phase::Pending
                     },
-                    warning: manifest.as_ref().and_then(prep::PrepManifest::warning),
-                    prepared: manifest.map(|m| m.prompts),
+                    prepared: manifest.as_ref().map(|m| m.prompts),
                     done: done_ids.len() as u64,
                     rejected: settled.ids.len() as u64,
                     duplicates: settled.duplicates + across,
                     note,
+                    // The preparation's own warning first, then what this start repaired.
+                    warnings: manifest
+                        .as_ref()
+                        .and_then(prep::PrepManifest::warning)
+                        .into_iter()
+                        .chain(warnings)
+                        .collect(),
                     ..SourceStatus::new(name, Phase::Pending)
                 },
                 done_ids,
@@ -643,6 +689,7 @@ impl<'p> Orchestrator<'p> {
                 generating_since: None,
                 peak_rss_bytes: None,
                 writer: None,
+                refused,
             });
         }
         let status = RunStatus {
@@ -793,6 +840,7 @@ impl<'p> Orchestrator<'p> {
                     reason,
                     attempts: 0,
                     created_unix_ms: state::unix_ms(),
+                    settings: None,
                 };
                 serde_json::to_writer(&mut lines, &record)?;
                 lines.push(b'\n');
@@ -1092,9 +1140,9 @@ impl<'p> Orchestrator<'p> {
         };
         let state = &mut self.sources[i].status;
         state.prepared = Some(manifest.prompts);
-        state.warning = manifest.warning();
-        if let Some(warning) = &state.warning {
+        if let Some(warning) = manifest.warning() {
             crate::say!("gen: warning: `{name}`: {warning}");
+            state.warnings.push(warning);
         }
         state.phase = Phase::Prepared;
         if !report.exit.success() {
@@ -1124,6 +1172,7 @@ impl<'p> Orchestrator<'p> {
         line.push(b'\n');
         file.write_all(&line)?;
         let source = &mut self.sources[i];
+        source.refused += u64::from(record.kind == RejectKind::Rejected);
         let state = &mut source.status;
         let what = match record.kind {
             RejectKind::Rejected => "rejected",
@@ -1147,6 +1196,16 @@ impl<'p> Orchestrator<'p> {
             }
         }
         Ok(())
+    }
+
+    /// The selected sources with prompts the server refused, and how many.
+    fn refused(&self, selected: &[bool]) -> Vec<(String, u64)> {
+        self.sources
+            .iter()
+            .zip(selected)
+            .filter(|(s, selected)| **selected && s.refused > 0)
+            .map(|(s, _)| (s.status.name.clone(), s.refused))
+            .collect()
     }
 
     fn finish_generation(&mut self, i: usize, stopped: bool) -> anyhow::Result<()> {
@@ -1241,18 +1300,20 @@ impl<'p> Orchestrator<'p> {
         for (i, server) in self.status.servers.iter().enumerate() {
             if server.down_since_unix_ms != self.logged_down[i] {
                 match server.down_since_unix_ms {
-                    Some(_) => self.events.append(
-                        "server_down",
-                        None,
+                    Some(_) => self.events.append("server_down", None, {
+                        let why = server
+                            .down_reason
+                            .as_ref()
+                            .map_or_else(String::new, |r| format!(" ({r})"));
                         if all_down {
-                            format!("{} stopped answering; dispatch paused", server.url)
+                            format!("{} stopped answering{why}; dispatch paused", server.url)
                         } else {
                             format!(
-                                "{} stopped answering; its requests go to the others",
+                                "{} stopped answering{why}; its requests go to the others",
                                 server.url
                             )
-                        },
-                    ),
+                        }
+                    }),
                     None => self.events.append(
                         "server_up",
                         None,
@@ -1308,6 +1369,28 @@ pub struct WorkerFile {
     /// Milliseconds from the worker's exit to its verdict (the budget is 1 s).
     #[serde(default)]
     pub verdict_ms: Option<u64>,
+}
+
+/// Says what [`crate::store::done::load`] put right in source `name`'s completions: a torn
+/// tail quietly (a crash's normal leftover), anything that lost or moved records loudly, on
+/// stderr and in `events.jsonl`; returns those for the source's status.
+fn report_repairs(
+    run_dir: &RunDir,
+    name: &str,
+    repairs: &[crate::store::done::Repair],
+) -> Vec<String> {
+    let mut events = crate::store::events::EventLog::new(run_dir.events());
+    let mut warnings = Vec::new();
+    for repair in repairs {
+        if repair.is_loud() {
+            crate::say!("gen: WARNING: `{name}`: {repair}");
+            events.append("completions_repaired", Some(name), repair.to_string());
+            warnings.push(repair.to_string());
+        } else {
+            tracing::info!(source = name, "{repair}");
+        }
+    }
+    warnings
 }
 
 /// After a preparation again (see [`Orchestrator::open_source`]): drops the first sample set

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::inference::client::Usage;
+use crate::inference::client::{Defect, Usage, answer_defect};
 use gen_sources::Message;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,6 +39,123 @@ pub struct TurnRecord {
     pub reasoning_content: Option<String>,
     pub finish_reason: Option<String>,
     pub usage: Option<Usage>,
+}
+
+impl CompletionRecord {
+    /// Why this stored record is not an answer to keep (its last turn, or an earlier one),
+    /// when it is not: see [`answer_defect`].
+    pub fn defect(&self) -> Option<Defect> {
+        conversation_defect(
+            (
+                &self.content,
+                self.reasoning_content.as_deref(),
+                self.finish_reason.as_deref(),
+            ),
+            self.turns.iter().map(|t| {
+                (
+                    t.content.as_str(),
+                    t.reasoning_content.as_deref(),
+                    t.finish_reason.as_deref(),
+                )
+            }),
+        )
+    }
+}
+
+/// An answer as the check reads it: content, reasoning, finish reason.
+type AnswerParts<'a> = (&'a str, Option<&'a str>, Option<&'a str>);
+
+/// The defect of a record's last answer, else of the first turn that has one.
+fn conversation_defect<'a>(
+    last: AnswerParts<'a>,
+    mut turns: impl Iterator<Item = AnswerParts<'a>>,
+) -> Option<Defect> {
+    answer_defect(last.0, last.1, last.2).or_else(|| {
+        turns.find_map(|(content, reasoning, finish)| answer_defect(content, reasoning, finish))
+    })
+}
+
+/// The fields of a stored record the answer check reads; the rest is skipped unparsed.
+#[derive(Deserialize)]
+struct StoredAnswer<'a> {
+    #[serde(borrow)]
+    id: std::borrow::Cow<'a, str>,
+    #[serde(default, borrow)]
+    content: std::borrow::Cow<'a, str>,
+    #[serde(default, borrow)]
+    reasoning_content: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default, borrow)]
+    turns: Vec<StoredTurn<'a>>,
+}
+
+#[derive(Deserialize)]
+struct StoredTurn<'a> {
+    #[serde(default, borrow)]
+    content: std::borrow::Cow<'a, str>,
+    #[serde(default, borrow)]
+    reasoning_content: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default, borrow)]
+    finish_reason: Option<std::borrow::Cow<'a, str>>,
+}
+
+/// The id and defect of one stored JSONL record that is not an answer to keep
+/// ([`CompletionRecord::defect`]); `None` for a good one. Records as `gen` writes them are
+/// passed by a byte search when they cannot hold a defect; only the others are parsed, so
+/// checking a million records costs little more than reading them.
+pub fn line_defect(line: &[u8]) -> io::Result<Option<(String, Defect)>> {
+    if !heuristic_maybe_defective(line) {
+        return Ok(None);
+    }
+    let record: StoredAnswer<'_> = serde_json::from_slice(line).map_err(io::Error::other)?;
+    let defect = conversation_defect(
+        (
+            &record.content,
+            record.reasoning_content.as_deref(),
+            record.finish_reason.as_deref(),
+        ),
+        record.turns.iter().map(|t| {
+            (
+                t.content.as_ref(),
+                t.reasoning_content.as_deref(),
+                t.finish_reason.as_deref(),
+            )
+        }),
+    );
+    Ok(defect.map(|d| (record.id.into_owned(), d)))
+}
+
+/// Whether a record could hold a defect. Serialized compactly (as `gen` writes), a string can
+/// never contain an unescaped `"`, so `"finish_reason":null` or `"content":"` can only be a
+/// key and its value; a record not written that way is always parsed.
+fn heuristic_maybe_defective(line: &[u8]) -> bool {
+    use memchr::memmem::{find, find_iter};
+    if !line.starts_with(br#"{"id":""#) || find(line, br#""finish_reason":"#).is_none() {
+        return true;
+    }
+    for bad in [
+        &br#""finish_reason":null"#[..],
+        br#""finish_reason":"abort""#,
+        br#""finish_reason":"error""#,
+    ] {
+        if find(line, bad).is_some() {
+            return true;
+        }
+    }
+    // An empty or whitespace-only content (the prompt's messages too: then the parse decides).
+    const KEY: &[u8] = br#""content":""#;
+    find_iter(line, KEY).any(|at| {
+        let mut rest = &line[at + KEY.len()..];
+        loop {
+            match rest {
+                [b'"', ..] => return true,
+                [b' ', tail @ ..] => rest = tail,
+                [b'\\', b'n' | b't' | b'r', tail @ ..] => rest = tail,
+                _ => return false,
+            }
+        }
+    })
 }
 
 impl From<crate::inference::client::Completion> for TurnRecord {
@@ -73,11 +190,47 @@ pub struct RejectedRecord {
     pub reason: String,
     pub attempts: u32,
     pub created_unix_ms: u64,
+    /// For a refusal: the fingerprint of the generation settings it was refused under
+    /// ([`settings_fingerprint`]). Under other settings the prompt is sent again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<String>,
 }
 
-/// Ids with a stored completion (the done-set), cutting a torn tail first.
+/// A fingerprint of what every request of a run sends besides the prompt: `max_tokens` and
+/// the sampling parameters (what a refusal may be caused by).
+pub fn settings_fingerprint(
+    max_tokens: u32,
+    params: &serde_json::Map<String, serde_json::Value>,
+) -> String {
+    let text = serde_json::json!({"max_tokens": max_tokens, "params": params}).to_string();
+    format!("{:016x}", xxhash_rust::xxh3::xxh3_64(text.as_bytes()))
+}
+
+/// Which refusals a run sends again instead of keeping them settled.
+#[derive(Debug, Clone, Default)]
+pub struct Resend {
+    /// Every refusal (`gen run --retry-rejected`).
+    pub all_refused: bool,
+    /// The run's settings ([`settings_fingerprint`]): a refusal recorded under other settings
+    /// is sent again. `None` keeps every refusal settled.
+    pub settings: Option<String>,
+}
+
+impl Resend {
+    fn resends(&self, record: &RejectedRecord) -> bool {
+        record.kind == RejectKind::Rejected
+            && (self.all_refused
+                || matches!(
+                    (&record.settings, &self.settings),
+                    (Some(then), Some(now)) if then != now
+                ))
+    }
+}
+
+/// Ids with a stored answer (the done-set), after putting the file right: see
+/// [`crate::store::done::load`].
 pub fn completed_ids(path: &Path) -> io::Result<HashSet<String>> {
-    crate::store::done::completed_ids(path)
+    crate::store::done::load(path).map(|stored| stored.ids)
 }
 
 /// What `rejected.jsonl` settles.
@@ -87,11 +240,14 @@ pub struct Settled {
     pub ids: HashSet<String>,
     /// How many of them another source answers (kind `duplicate`).
     pub duplicates: u64,
+    /// Those the server refused (kind `rejected`).
+    pub refused: HashSet<String>,
 }
 
 /// Ids settled without a completion: permanently rejected, truncated-and-dropped or duplicate
-/// prompts. Prompts that merely ran out of attempts are not settled: the next run retries them.
-pub fn settled_ids(path: &Path) -> io::Result<Settled> {
+/// prompts, except the refusals `resend` sends again. Prompts that merely ran out of attempts
+/// are not settled: the next run retries them.
+pub fn settled_ids(path: &Path, resend: &Resend) -> io::Result<Settled> {
     let text = match fs_err::read(path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Settled::default()),
@@ -105,8 +261,12 @@ pub fn settled_ids(path: &Path) -> io::Result<Settled> {
     {
         if let Ok(record) = serde_json::from_slice::<RejectedRecord>(line)
             && record.kind != RejectKind::Exhausted
+            && !resend.resends(&record)
         {
             settled.duplicates += u64::from(record.kind == RejectKind::Duplicate);
+            if record.kind == RejectKind::Rejected {
+                settled.refused.insert(record.id.clone());
+            }
             settled.ids.insert(record.id);
         }
     }

@@ -150,7 +150,7 @@ fn row(s: &SourceStatus) -> Vec<String> {
     if !s.note.is_empty() && !repeats_verdict(s) {
         lines.push(cut(&format!("  {}", s.note), WIDTH));
     }
-    if let Some(warning) = &s.warning {
+    for warning in &s.warnings {
         lines.push(cut(&format!("  warning: {warning}"), WIDTH));
     }
     lines
@@ -211,6 +211,9 @@ pub fn render(status: &RunStatus, now_ms: u64) -> String {
         };
         let _ = writeln!(out, "{}", cut(&head, WIDTH));
         let _ = writeln!(out, "{}", cut(&format!("       {detail}"), WIDTH));
+        if let (Some(_), Some(reason)) = (server.down_since_unix_ms, &server.down_reason) {
+            let _ = writeln!(out, "{}", cut(&format!("       why: {reason}"), WIDTH));
+        }
         if let Some(decision) = &server.decision
             && server.down_since_unix_ms.is_none()
         {
@@ -308,6 +311,7 @@ mod tests {
             model: "Qwen/Qwen3-8B".into(),
             concurrency: 64,
             down_since_unix_ms: None,
+            down_reason: None,
             in_flight: Some(64),
             ceiling: None,
             decision: None,

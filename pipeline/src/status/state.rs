@@ -67,10 +67,12 @@ pub struct SourceStatus {
     /// How the last preparation worker ended, when it did not simply succeed.
     #[serde(default)]
     pub verdict: Option<VerdictLine>,
-    /// Set when preparation dropped more than half the rows for one reason: likely a setting
-    /// that does not fit the data rather than a few bad rows.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub warning: Option<String>,
+    /// What deserves a look: a preparation that dropped more than half its rows for one
+    /// reason (likely a setting that does not fit the data), and what went wrong with its
+    /// stored data in this run and what `gen` did about it (damaged completions set aside,
+    /// stored records that were not answers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl SourceStatus {
@@ -90,7 +92,7 @@ impl SourceStatus {
             eta_secs: None,
             note: String::new(),
             verdict: None,
-            warning: None,
+            warnings: Vec::new(),
         }
     }
 }
@@ -125,6 +127,10 @@ pub struct ServerStatus {
     /// Set while the server is down: dispatch is paused, nothing is marked failed.
     #[serde(default)]
     pub down_since_unix_ms: Option<u64>,
+    /// Why it is down, while it is: unreachable, or failing every request although `/health`
+    /// answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub down_reason: Option<String>,
     /// Requests in flight now.
     #[serde(default)]
     pub in_flight: Option<u32>,

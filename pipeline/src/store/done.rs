@@ -1,43 +1,303 @@
 //! The done-set: the ids of the completions stored in a source's `completions.jsonl.zst`,
-//! rebuilt on every start of `gen run` (a million records in well under a second).
+//! rebuilt on every start of `gen run` (a million records in well under a second), and the
+//! file put right first.
 //!
-//! The file is read with [`frames::scan_frames`] — frames checked in parallel, a torn tail cut
-//! off first, exactly the frames [`frames::scan`] accepts. A data frame's ids come from the id
-//! index entry after it when that entry matches the frame's bytes ([`index`]), so nothing is
-//! decompressed; a frame without a matching entry (files written before the index, a frame
-//! whose entry a crash cut off) is decoded and only each record's `id` is read
-//! ([`index::record_id`]), the same function the writer used to fill the entry.
+//! The file is read with [`frames::survey`] — frames checked in parallel, exactly the frames
+//! [`frames::scan`] accepts. A data frame's ids come from the id index entry after it when
+//! that entry matches the frame's bytes and vouches that its records were checked to be
+//! answers ([`index`]), so nothing is decompressed; any other frame (files written before the
+//! index or before answers were checked, a frame whose entry a crash cut off) is decoded, each
+//! record's `id` read ([`index::record_id`]) and each record checked
+//! ([`record::line_defect`]).
+//!
+//! What [`load`] puts right, so that the file holds whole frames of good answers only:
+//! - a torn tail (a partial last frame, what a crash mid-write leaves) is cut off;
+//! - damaged bytes (anything else that does not decode) are moved to
+//!   `completions.damaged-<unix ms>.bin` and the intact frames around them kept;
+//! - stored records that are not answers (aborted, empty, no finish reason: older `gen`s
+//!   stored those) are moved to `completions.not-answers-<unix ms>.jsonl`.
+//!
+//! The prompts of lost or moved records are then simply not done, and are generated again.
+//! The file is rewritten (temp + fsync + rename) only in the last two cases, after the set-aside
+//! file is on disk, so no step loses a byte: a crash in between leaves the old file, and the next
+//! start does it again.
 //!
 //! The set holds the ids as strings, not hashes: membership is then exact by construction,
 //! and a million ids of ~30 bytes cost about 70 MB, well inside the run's budget.
 
 use std::collections::HashSet;
-use std::io;
-use std::path::Path;
+use std::io::{self, Read as _, Seek as _, SeekFrom, Write as _};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
 
 use super::frames::{self, FrameBody};
 use super::index;
+use super::layout::SourceDir;
+use crate::inference::client::Defect;
+use crate::run::record;
 
-/// Ids with a stored completion, cutting a torn tail off `path` first. A missing file is empty.
-pub fn completed_ids(path: &Path) -> io::Result<HashSet<String>> {
-    let (per_frame, scan) = frames::scan_frames(path, frame_ids)?;
-    frames::cut_torn_tail(path, &scan)?;
-    let mut ids = HashSet::with_capacity(scan.records as usize);
-    for frame in per_frame {
-        ids.extend(frame);
-    }
-    Ok(ids)
+/// What [`load`] found in a completions file.
+#[derive(Debug, Default)]
+pub struct Stored {
+    /// Ids with a stored answer.
+    pub ids: HashSet<String>,
+    /// What was wrong with the file and was put right; empty for a sound file.
+    pub repairs: Vec<Repair>,
 }
 
-/// The ids of one frame's records, in order.
-fn frame_ids(body: FrameBody<'_>) -> io::Result<Vec<String>> {
-    match body {
-        FrameBody::Ids(ids) => Ok(ids.into_iter().map(str::to_owned).collect()),
-        FrameBody::Text(text) => text
+/// One thing [`load`] put right.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Repair {
+    /// A partial last frame, cut off.
+    TornTail { bytes: u64 },
+    /// Bytes that did not decode, moved to `to`; every intact frame was kept.
+    Damaged {
+        ranges: Vec<Range<u64>>,
+        to: PathBuf,
+        /// Records in the intact frames (kept).
+        kept: u64,
+    },
+    /// Stored records that are not answers, moved to `to`; their prompts are generated again.
+    NotAnswers {
+        records: u64,
+        /// One of them: its id and what is wrong with it.
+        example: (String, Defect),
+        to: PathBuf,
+    },
+}
+
+impl Repair {
+    /// Whether this lost or moved records (a torn tail is routine: its records were never
+    /// acknowledged as stored).
+    pub fn is_loud(&self) -> bool {
+        !matches!(self, Repair::TornTail { .. })
+    }
+}
+
+impl std::fmt::Display for Repair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Repair::TornTail { bytes } => write!(
+                f,
+                "cut a torn tail of {bytes} bytes (a write interrupted by a crash)"
+            ),
+            Repair::Damaged { ranges, to, kept } => {
+                let bytes: u64 = ranges.iter().map(|r| r.end - r.start).sum();
+                let at: Vec<String> = ranges
+                    .iter()
+                    .map(|r| format!("{}..{}", r.start, r.end))
+                    .collect();
+                write!(
+                    f,
+                    "`completions.jsonl.zst` was damaged: {bytes} bytes (at {}) did not decode; \
+                     moved them to `{}`, kept the {kept} completions of the intact frames; the \
+                     prompts whose completions were in the damaged bytes are generated again",
+                    at.join(", "),
+                    file_name(to)
+                )
+            }
+            Repair::NotAnswers {
+                records,
+                example,
+                to,
+            } => write!(
+                f,
+                "{records} stored completions were not answers (e.g. `{}`: {}); moved them to \
+                 `{}`; their prompts are generated again",
+                example.0,
+                example.1,
+                file_name(to)
+            ),
+        }
+    }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
+/// One valid data frame's records.
+struct FrameRecords {
+    ids: Vec<String>,
+    /// Indexes (in `ids`) of records that are not answers, with what is wrong.
+    defective: Vec<(usize, Defect)>,
+}
+
+/// Ids with a stored answer in the completions file `path`, after putting the file right
+/// (see the module documentation); set-aside files go next to it. A missing file is empty.
+pub fn load(path: &Path) -> io::Result<Stored> {
+    let dir = SourceDir::new(path.parent().unwrap_or(Path::new(".")));
+    load_at(path, &dir, crate::status::state::unix_ms())
+}
+
+fn load_at(path: &Path, dir: &SourceDir, now_ms: u64) -> io::Result<Stored> {
+    let path = path.to_path_buf();
+    let marker = checked_marker(&path);
+    let checked = read_checked(&marker, &path)?;
+    let (frames, scan) = frames::survey(&path, checked, frame_records)?;
+    let mut stored = Stored {
+        ids: HashSet::with_capacity(scan.records as usize),
+        repairs: Vec::new(),
+    };
+    let mut not_answers = 0u64;
+    let mut example = None;
+    for frame in &frames {
+        let records = &frame.value;
+        let mut bad = records.defective.iter().peekable();
+        for (i, id) in records.ids.iter().enumerate() {
+            if let Some((_, defect)) = bad.next_if(|(at, _)| *at == i) {
+                not_answers += 1;
+                example.get_or_insert_with(|| (id.clone(), *defect));
+            } else {
+                stored.ids.insert(id.clone());
+            }
+        }
+    }
+    if scan.torn_bytes > 0 {
+        stored.repairs.push(Repair::TornTail {
+            bytes: scan.torn_bytes,
+        });
+    }
+    if scan.damaged.is_empty() && not_answers == 0 {
+        frames::cut_torn_tail(&path, &scan)?;
+        write_checked(&marker, checked, scan.intact_end())?;
+        return Ok(stored);
+    }
+    let mut file = fs_err::File::open(&path)?;
+    if !scan.damaged.is_empty() {
+        let to = dir.damaged_completions(now_ms);
+        let mut aside = frames::create_private(&to)?;
+        for range in &scan.damaged {
+            file.seek(SeekFrom::Start(range.start))?;
+            io::copy(&mut (&mut file).take(range.end - range.start), &mut aside)?;
+        }
+        aside.sync_all()?;
+        stored.repairs.push(Repair::Damaged {
+            ranges: scan.damaged.clone(),
+            to,
+            kept: scan.records,
+        });
+    }
+    let mut aside_answers = None;
+    if let Some(example) = example {
+        let to = dir.not_answers(now_ms);
+        aside_answers = Some(frames::create_private(&to)?);
+        stored.repairs.push(Repair::NotAnswers {
+            records: not_answers,
+            example,
+            to,
+        });
+    }
+    // The intact frames, without the records set aside, into a new file that replaces the old.
+    let temp = path.with_extension("zst.salvage.tmp");
+    let mut out = frames::create_private(&temp)?;
+    for frame in &frames {
+        let len = frame.bytes.end - frame.bytes.start;
+        file.seek(SeekFrom::Start(frame.bytes.start))?;
+        if frame.value.defective.is_empty() {
+            io::copy(&mut (&mut file).take(len), &mut out)?;
+            continue;
+        }
+        let mut bytes = Vec::new();
+        (&mut file).take(len).read_to_end(&mut bytes)?;
+        let text = zstd::stream::decode_all(&bytes[..])?;
+        let mut kept = Vec::new();
+        let mut bad = frame.value.defective.iter().peekable();
+        let aside = aside_answers
+            .as_mut()
+            .expect("a frame with records that are not answers has their file");
+        for (i, line) in text
             .split(|b| *b == b'\n')
-            .filter(|line| !line.is_empty())
-            .map(index::record_id)
-            .collect(),
+            .filter(|l| !l.is_empty())
+            .enumerate()
+        {
+            let target = if bad.next_if(|(at, _)| *at == i).is_some() {
+                &mut *aside as &mut dyn io::Write
+            } else {
+                &mut kept as &mut dyn io::Write
+            };
+            target.write_all(line)?;
+            target.write_all(b"\n")?;
+        }
+        if !kept.is_empty() {
+            // Every kept record was checked above: the entry may vouch for it.
+            out.write_all(&frames::encode_frame(&kept, true)?)?;
+        }
+    }
+    if let Some(aside) = aside_answers {
+        aside.sync_all()?;
+    }
+    out.sync_all()?;
+    drop(out);
+    fs_err::rename(&temp, &path)?;
+    if let Some(parent) = path.parent() {
+        fs_err::File::open(parent)?.sync_all()?;
+    }
+    write_checked(&marker, checked, fs_err::metadata(&path)?.len())?;
+    Ok(stored)
+}
+
+/// `NAME.checked` next to the completions file `NAME`: up to which byte its records were
+/// checked to be answers, so frames an older `gen` indexed (`gid1` entries) are decoded and
+/// checked once, not on every start. Their entries still prove each frame's bytes intact.
+fn checked_marker(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".checked");
+    path.with_file_name(name)
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Checked {
+    through: u64,
+}
+
+/// Where the checked part of `path` ends: 0 without a marker, or when the file is shorter
+/// than it (replaced or cut: not the file that was checked).
+fn read_checked(marker: &Path, path: &Path) -> io::Result<u64> {
+    let through = match super::atomic::read_json::<Checked>(marker) {
+        Ok(Some(checked)) => checked.through,
+        // An unreadable marker only costs a slower start.
+        Ok(None) | Err(_) => 0,
+    };
+    let len = match fs_err::metadata(path) {
+        Ok(meta) => meta.len(),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
+        Err(e) => return Err(e),
+    };
+    Ok(if through <= len { through } else { 0 })
+}
+
+/// Records that the records of `path` up to byte `through` were checked (when it moved).
+fn write_checked(marker: &Path, before: u64, through: u64) -> io::Result<()> {
+    if through == before || through == 0 {
+        return Ok(());
+    }
+    super::atomic::write_json(marker, &Checked { through })
+}
+
+/// The ids of one frame's records, in order, and which are not answers.
+fn frame_records(body: FrameBody<'_>) -> io::Result<FrameRecords> {
+    match body {
+        FrameBody::Ids(ids) => Ok(FrameRecords {
+            ids: ids.into_iter().map(str::to_owned).collect(),
+            defective: Vec::new(),
+        }),
+        FrameBody::Text(text) => {
+            let mut records = FrameRecords {
+                ids: Vec::new(),
+                defective: Vec::new(),
+            };
+            for line in text.split(|b| *b == b'\n').filter(|line| !line.is_empty()) {
+                if let Some((_, defect)) = record::line_defect(line)? {
+                    records.defective.push((records.ids.len(), defect));
+                }
+                records.ids.push(index::record_id(line)?);
+            }
+            Ok(records)
+        }
     }
 }
 
@@ -49,6 +309,14 @@ mod tests {
 
     use super::*;
     use crate::store::frames::{FrameWriter, open_private};
+
+    fn answer(id: &str) -> serde_json::Value {
+        json!({"id": id, "content": "an answer", "finish_reason": "stop"})
+    }
+
+    fn completed_ids(path: &Path) -> io::Result<HashSet<String>> {
+        load(path).map(|stored| stored.ids)
+    }
 
     fn open(path: &Path, indexed: bool) -> FrameWriter {
         let (writer, _) = if indexed {
@@ -68,7 +336,7 @@ mod tests {
             for i in 0..*size {
                 let id = format!("{prefix}-{frame}-{i}");
                 writer
-                    .push(&json!({"id": id, "content": "x".repeat(100 * i)}))
+                    .push(&json!({"id": id, "content": format!("a{}", "x".repeat(100 * i)), "finish_reason": "stop"}))
                     .expect("push");
                 ids.push(id);
             }
@@ -80,12 +348,21 @@ mod tests {
     /// For each valid data frame: whether its ids came from its index entry (not decoding).
     fn from_index(path: &Path) -> Vec<bool> {
         let (per_frame, _) =
-            frames::scan_frames(path, |body| Ok(matches!(body, FrameBody::Ids(_)))).expect("scan");
-        per_frame
+            frames::survey(path, 0, |body| Ok(matches!(body, FrameBody::Ids(_)))).expect("scan");
+        per_frame.into_iter().map(|f| f.value).collect()
     }
 
     fn len(path: &Path) -> u64 {
         fs_err::metadata(path).expect("meta").len()
+    }
+
+    fn truncate(path: &Path, len: u64) {
+        fs_err::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .expect("open")
+            .set_len(len)
+            .expect("truncate");
     }
 
     fn append(path: &Path, bytes: &[u8]) {
@@ -99,7 +376,7 @@ mod tests {
         let path = dir.path().join("one.jsonl.zst");
         let mut writer = open(&path, indexed);
         for id in ids {
-            writer.push(&json!({"id": id})).expect("push");
+            writer.push(&answer(id)).expect("push");
         }
         writer.flush().expect("flush");
         let bytes = fs_err::read(&path).expect("read");
@@ -136,22 +413,32 @@ mod tests {
                 }
                 assert_eq!(completed_ids(&path).expect("ids"), expected, "cut at {cut}");
                 assert_eq!(len(&path), kept, "cut at {cut}");
-                fs_err::OpenOptions::new()
-                    .write(true)
-                    .open(&path)
-                    .expect("open")
-                    .set_len(good_len)
-                    .expect("truncate");
+                truncate(&path, good_len);
             }
 
-            // A whole data frame with a flipped byte is cut with what follows, even when its
-            // entry is intact: the entry no longer matches, and decoding fails the checksum.
+            // A whole data frame with a flipped byte, even with its entry intact, is damage:
+            // the entry no longer matches and decoding fails the checksum. It is moved aside
+            // (with its entry) and the whole frame after it is kept.
             let mut corrupt = torn.clone();
-            corrupt[data_len / 2] ^= 0x55;
+            corrupt[data_len - 1] ^= 0x55;
             append(&path, &corrupt);
-            append(&path, &torn);
-            assert_eq!(completed_ids(&path).expect("ids"), intact);
-            assert_eq!(len(&path), good_len);
+            let (later, _) = next_flush(&["later-1"], indexed);
+            append(&path, &later);
+            let stored = load(&path).expect("load");
+            let mut expected = intact.clone();
+            expected.insert("later-1".into());
+            assert_eq!(stored.ids, expected);
+            let [Repair::Damaged { ranges, to, kept }] = &stored.repairs[..] else {
+                panic!("{:?}", stored.repairs);
+            };
+            assert_eq!(*kept, 51);
+            let corrupt_range = good_len..good_len + corrupt.len() as u64;
+            assert_eq!(ranges, &vec![corrupt_range]);
+            assert_eq!(fs_err::read(to).expect("set aside"), corrupt);
+            assert_eq!(len(&path), good_len + later.len() as u64);
+            assert_eq!(load(&path).expect("again").repairs, [], "sound now");
+            fs_err::remove_file(to).expect("rm");
+            truncate(&path, good_len);
 
             // Appending after the repair yields a readable file with the new id.
             let (mut writer, scan) = if indexed {
@@ -161,7 +448,7 @@ mod tests {
             }
             .expect("reopen");
             assert_eq!(scan.records, 50);
-            writer.push(&json!({"id": "after"})).expect("push");
+            writer.push(&answer("after")).expect("push");
             writer.flush().expect("flush");
             intact.insert("after".into());
             assert_eq!(completed_ids(&path).expect("ids"), intact);
@@ -223,7 +510,7 @@ mod tests {
             Ok(())
         })
         .expect("scan");
-        let (_, parallel_scan) = frames::scan_frames(&path, |_| Ok(())).expect("scan");
+        let (_, parallel_scan) = frames::survey(&path, 0, |_| Ok(())).expect("scan");
         assert_eq!(parallel_scan, line_scan);
         assert_eq!(sequential, all.into_iter().collect());
         assert_eq!(completed_ids(&path).expect("ids"), sequential);
@@ -256,6 +543,109 @@ mod tests {
         })
         .expect("scan");
         assert_eq!(lines, text);
+    }
+
+    /// Records an older `gen` stored although they are not answers (aborted, empty, without a
+    /// finish reason) are moved to a file of their own, whole lines as they were; the good
+    /// records stay, in order, in frames whose entries now vouch for them.
+    #[test]
+    fn stored_records_that_are_not_answers_are_set_aside() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("completions.jsonl.zst");
+        let bad = [
+            json!({"id": "aborted", "content": "half an ans", "finish_reason": "abort"}),
+            json!({"id": "empty", "content": "", "finish_reason": null}),
+            json!({"id": "blank", "content": " \n", "reasoning_content": "", "finish_reason": "stop"}),
+            json!({"id": "turn", "content": "ok", "finish_reason": "stop",
+                   "turns": [{"content": "", "finish_reason": "abort"}, {"content": "ok", "finish_reason": "stop"}]}),
+        ];
+        // As an older `gen` wrote them: no entry that vouches for the records.
+        let mut writer = open(&path, false);
+        writer.push(&answer("good-1")).expect("push");
+        for record in &bad {
+            writer.push(record).expect("push");
+        }
+        writer.push(&json!({"id": "thinking", "content": "", "reasoning_content": "hmm", "finish_reason": "length"})).expect("push");
+        writer.flush().expect("flush");
+        writer.push(&answer("good-2")).expect("push");
+        writer.flush().expect("flush");
+        drop(writer);
+        let stored = load_at(&path, &SourceDir::new(dir.path()), 42).expect("load");
+        let good: HashSet<String> = ["good-1", "thinking", "good-2"].map(str::to_owned).into();
+        assert_eq!(stored.ids, good);
+        let aside = dir.path().join("completions.not-answers-42.jsonl");
+        assert_eq!(
+            stored.repairs,
+            [Repair::NotAnswers {
+                records: 4,
+                example: ("aborted".into(), Defect::Aborted),
+                to: aside.clone(),
+            }]
+        );
+        let moved: Vec<serde_json::Value> = fs_err::read_to_string(&aside)
+            .expect("aside")
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json"))
+            .collect();
+        assert_eq!(moved, bad);
+        let mut lines = Vec::new();
+        frames::scan(&path, |line| {
+            lines.push(index::record_id(line)?);
+            Ok(())
+        })
+        .expect("scan");
+        assert_eq!(lines, ["good-1", "thinking", "good-2"]);
+        // The rewritten frame vouches for its records; the untouched one is still decoded.
+        assert_eq!(from_index(&path), [true, false]);
+        let again = load(&path).expect("again");
+        assert_eq!((again.ids, again.repairs), (good, vec![]));
+    }
+
+    /// Frames an older `gen` indexed (`gid1`) are decoded and checked on the first start,
+    /// and from then on read from their entries, up to where the check got.
+    #[test]
+    fn frames_indexed_before_answers_were_checked_are_checked_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("completions.jsonl.zst");
+        let mut bytes = Vec::new();
+        for records in [
+            vec![answer("a"), answer("b")],
+            vec![
+                answer("c"),
+                json!({"id": "cut", "content": "", "finish_reason": "abort"}),
+            ],
+        ] {
+            let text: String = records.iter().map(|r| format!("{r}\n")).collect();
+            let frame = zstd::stream::encode_all(text.as_bytes(), 3).expect("encode");
+            let entry = index::legacy_entry(text.as_bytes(), &frame).expect("entry");
+            bytes.extend(frame);
+            bytes.extend(entry);
+        }
+        fs_err::write(&path, &bytes).expect("write");
+        let marker = dir.path().join("completions.jsonl.zst.checked");
+        let stored = load(&path).expect("load");
+        let good: HashSet<String> = ["a", "b", "c"].map(str::to_owned).into();
+        assert_eq!(stored.ids, good);
+        assert!(matches!(
+            &stored.repairs[..],
+            [Repair::NotAnswers { records: 1, .. }]
+        ));
+        let through = read_checked(&marker, &path).expect("marker");
+        assert_eq!(through, len(&path));
+        let trusted = |through: u64| -> Vec<bool> {
+            let (frames, _) =
+                frames::survey(&path, through, |body| Ok(matches!(body, FrameBody::Ids(_))))
+                    .expect("survey");
+            frames.into_iter().map(|f| f.value).collect()
+        };
+        // The untouched legacy frame, then the rewritten one (vouched for by its new entry).
+        assert_eq!(trusted(0), [false, true]);
+        assert_eq!(trusted(through), [true, true]);
+        let again = load(&path).expect("again");
+        assert_eq!((again.ids, again.repairs), (good, vec![]));
+        // A shorter file is not the file that was checked.
+        fs_err::write(&marker, format!("{{\"through\": {}}}", len(&path) + 1)).expect("write");
+        assert_eq!(read_checked(&marker, &path).expect("marker"), 0);
     }
 
     #[test]

@@ -7,15 +7,21 @@
 //! [`FrameWriter::open_indexed`] (completions) follows each data frame with an id index entry,
 //! a skippable frame every decoder passes over ([`index`]), in the same write.
 //!
-//! Two readers share one rule — a frame is valid if it is whole, decodes with its checksum and
-//! holds whole lines (a skippable frame is valid and holds none); reading stops at the first
-//! frame that is not: [`scan`] calls back line by line in order, [`scan_frames`] checks frames
-//! in parallel (they are independent) for the start of `gen run`, where a million records must
-//! be read in about a second. It takes a data frame's ids from the entry after it when the
-//! entry's checksum matches the frame's bytes — the frame is then exactly as written, so it
-//! decodes — and decodes the frame otherwise.
+//! A frame is valid if it is whole, decodes with its checksum and holds whole lines (a
+//! skippable frame is valid and holds none). Only bytes at the very end that are not a whole
+//! frame are a *torn tail*, what a crash mid-write leaves. Anything else that does not decode —
+//! bytes followed by later whole frames, or a whole frame that fails its checksum — is
+//! *damage* (a bad disk block, a stray write): the readers report it in [`Scan::damaged`] and
+//! go on with the next whole frame, so one bad frame never hides the intact ones after it.
+//! Cutting is for torn tails only; damage is set aside by the done-set ([`super::done`]).
+//!
+//! Two readers share that rule: [`scan`] calls back line by line in order, [`survey`] checks
+//! frames in parallel (they are independent) for the start of `gen run`, where a million
+//! records must be read in about a second. It takes a data frame's ids from the entry after
+//! it when the entry's checksum matches the frame's bytes — the frame is then exactly as
+//! written, so it decodes — and decodes the frame otherwise.
 
-use std::io::{self, Read as _, Write};
+use std::io::{self, Read as _, Seek as _, SeekFrom, Write};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
@@ -35,68 +41,130 @@ const BATCH_BYTES: usize = 32 << 20;
 /// which allocates as the data actually arrives, rather than reserved up front.
 const MAX_RESERVE: u64 = 256 << 20;
 
+/// The magic number a zstd data frame starts with (little-endian 0xFD2FB528).
+const DATA_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+
+/// The largest frame looked for when searching past damage.
+const MAX_FRAME: usize = 1 << 30;
+
 /// What reading a framed file found.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Scan {
-    /// Bytes of whole, valid frames from the start of the file.
+    /// The file's length.
+    pub len: u64,
+    /// Bytes of whole, valid frames.
     pub valid_len: u64,
-    /// Bytes after them that do not form a valid frame (a torn write).
+    /// Bytes at the end that do not form a whole frame (a torn write), cut by [`repair`].
     pub torn_bytes: u64,
     pub records: u64,
+    /// Byte ranges that do not decode and are not a torn tail: whole frames follow them, or
+    /// they are a whole frame that fails its checksum. The records in them are lost.
+    pub damaged: Vec<Range<u64>>,
 }
 
-/// Calls `on_line` for every JSONL line in the valid frames of `path`. A missing file is empty.
+impl Scan {
+    /// Bytes in damaged ranges.
+    pub fn damaged_bytes(&self) -> u64 {
+        self.damaged.iter().map(|r| r.end - r.start).sum()
+    }
+
+    /// Where the torn tail starts (the file's length when there is none).
+    pub fn intact_end(&self) -> u64 {
+        self.len - self.torn_bytes
+    }
+}
+
+/// Calls `on_line` for every JSONL line in the valid frames of `path`, in order, passing over
+/// damaged ranges (reported in the result). A missing file is empty.
 pub fn scan(path: &Path, mut on_line: impl FnMut(&[u8]) -> io::Result<()>) -> io::Result<Scan> {
     let bytes = match fs_err::read(path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Scan::default()),
         Err(e) => return Err(e),
     };
-    let mut scan = Scan::default();
+    let mut scan = Scan {
+        len: bytes.len() as u64,
+        ..Scan::default()
+    };
+    let mut decoder = FrameDecoder::new();
     let mut offset = 0usize;
     while offset < bytes.len() {
-        let rest = &bytes[offset..];
-        let Ok(size) = zstd_safe::find_frame_compressed_size(rest) else {
-            break;
-        };
-        let Ok(decoded) = zstd::stream::decode_all(&rest[..size]) else {
-            break;
-        };
-        // A frame is only valid if it holds whole lines.
-        if !decoded.is_empty() && decoded.last() != Some(&b'\n') {
+        let units = whole_units(&bytes[offset..], true);
+        let mut valid_units = 0;
+        for unit in &units {
+            let data = &bytes[offset + unit.data.start..offset + unit.data.end];
+            if !is_skippable(data) {
+                let Some(text) = decoder.decode(data)? else {
+                    break;
+                };
+                for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                    on_line(line)?;
+                    scan.records += 1;
+                }
+            }
+            scan.valid_len += (unit.end() - unit.data.start) as u64;
+            valid_units += 1;
+        }
+        if let Some(last) = units[..valid_units].last() {
+            offset += last.end();
+        }
+        if offset >= bytes.len() {
             break;
         }
-        for line in decoded.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-            on_line(line)?;
-            scan.records += 1;
+        // `offset` starts bytes that are not a valid frame: resume at the next one.
+        match next_data_frame(&bytes[offset + 1..], true, &mut decoder)? {
+            Resync::Found(at) => {
+                let next = offset + 1 + at;
+                scan.damaged.push(offset as u64..next as u64);
+                offset = next;
+            }
+            Resync::NotFound | Resync::NeedMore(_) => {
+                let tail = offset as u64..bytes.len() as u64;
+                if is_whole_data_frame(&bytes[offset..]) {
+                    scan.damaged.push(tail);
+                } else {
+                    scan.torn_bytes = tail.end - tail.start;
+                }
+                break;
+            }
         }
-        offset += size;
     }
-    scan.valid_len = offset as u64;
-    scan.torn_bytes = (bytes.len() - offset) as u64;
     Ok(scan)
 }
 
-/// A valid data frame as [`scan_frames`] hands it over.
+/// A valid data frame as [`survey`] hands it over.
 #[derive(Debug)]
 pub enum FrameBody<'a> {
     /// Its decoded lines: a run of whole `\n`-terminated lines.
     Text(&'a [u8]),
     /// The ids of its records, from the id index entry after it, which matched the frame's
-    /// compressed bytes (see [`index`]); the frame was not decoded.
+    /// compressed bytes and says its writer checked every record (see [`index`]); the frame
+    /// was not decoded.
     Ids(Vec<&'a str>),
+}
+
+/// What [`survey`] returns for one valid data frame.
+#[derive(Debug)]
+pub struct Frame<T> {
+    /// Where the frame is, with the id index entry after it.
+    pub bytes: Range<u64>,
+    /// What `on_frame` returned for it.
+    pub value: T,
 }
 
 /// Like [`scan`], but frames are read in parallel and `on_frame` is called once per valid data
 /// frame, on a worker thread; the results come back in file order. A data frame followed by a
-/// matching id index entry is checked by hashing instead of decoding; any other is decoded. An
-/// error from `on_frame` on a valid frame is returned; frames after the first invalid one are
-/// never looked at.
-pub fn scan_frames<T: Send>(
+/// matching id index entry that vouches its records were checked is checked by hashing
+/// instead of decoding — an entry of the earlier format too when the frame ends by byte
+/// `legacy_checked_until` (its records were checked before); any other is decoded. An error
+/// from `on_frame` on a valid frame is returned. Damaged ranges are passed over (a slow search
+/// for the next whole frame), as [`scan`] does.
+pub fn survey<T: Send>(
     path: &Path,
+    legacy_checked_until: u64,
     on_frame: impl Fn(FrameBody<'_>) -> io::Result<T> + Sync,
-) -> io::Result<(Vec<T>, Scan)> {
-    scan_frames_batched(path, BATCH_BYTES, on_frame)
+) -> io::Result<(Vec<Frame<T>>, Scan)> {
+    survey_batched(path, BATCH_BYTES, legacy_checked_until, on_frame)
 }
 
 /// A whole frame and, when it is a data frame and the next frame is an id index entry, that
@@ -112,39 +180,89 @@ impl Unit {
     }
 }
 
-fn scan_frames_batched<T: Send>(
+fn survey_batched<T: Send>(
     path: &Path,
     batch_bytes: usize,
+    legacy_checked_until: u64,
     on_frame: impl Fn(FrameBody<'_>) -> io::Result<T> + Sync,
-) -> io::Result<(Vec<T>, Scan)> {
+) -> io::Result<(Vec<Frame<T>>, Scan)> {
     let mut file = match fs_err::File::open(path) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), Scan::default())),
         Err(e) => return Err(e),
     };
-    let file_len = file.metadata()?.len();
-    let mut results = Vec::new();
-    let mut scan = Scan::default();
-    // Bytes read but not yet checked; they start at file offset `scan.valid_len`.
+    let len = file.metadata()?.len();
+    let mut scan = Scan {
+        len,
+        ..Scan::default()
+    };
+    let mut frames = Vec::new();
+    let mut offset = 0u64;
+    while offset < len {
+        let end = survey_stretch(
+            &mut file,
+            offset,
+            batch_bytes,
+            legacy_checked_until,
+            &on_frame,
+            &mut frames,
+            &mut scan,
+        )?;
+        if end >= len {
+            break;
+        }
+        match resync(&mut file, end, len, batch_bytes)? {
+            Some(next) => {
+                scan.damaged.push(end..next);
+                offset = next;
+            }
+            None => {
+                if starts_with_whole_data_frame(&mut file, end, len, batch_bytes)? {
+                    scan.damaged.push(end..len);
+                } else {
+                    scan.torn_bytes = len - end;
+                }
+                break;
+            }
+        }
+    }
+    Ok((frames, scan))
+}
+
+/// Checks the valid units from `start` on, in parallel batches, until one is not valid or the
+/// file ends; returns where they end.
+fn survey_stretch<T: Send>(
+    file: &mut fs_err::File,
+    start: u64,
+    batch_bytes: usize,
+    legacy_checked_until: u64,
+    on_frame: &(impl Fn(FrameBody<'_>) -> io::Result<T> + Sync),
+    frames: &mut Vec<Frame<T>>,
+    scan: &mut Scan,
+) -> io::Result<u64> {
+    file.seek(SeekFrom::Start(start))?;
+    // Bytes read but not yet checked; they start at file offset `checked`.
+    let mut checked = start;
     let mut pending = Vec::new();
     let mut want = batch_bytes;
     let mut eof = false;
     loop {
         if !eof && pending.len() < want {
             let missing = (want - pending.len()) as u64;
-            let read = (&mut file).take(missing).read_to_end(&mut pending)?;
+            let read = (&mut *file).take(missing).read_to_end(&mut pending)?;
             eof = (read as u64) < missing;
         }
         let units = whole_units(&pending, eof);
         let Some(consumed) = units.last().map(Unit::end) else {
-            if eof {
-                break;
+            // A whole data frame is held back while the entry after it may be unread.
+            if eof || !(is_whole_data_frame(&pending) || could_be_cut_frame(&pending)) {
+                return Ok(checked);
             }
-            // A frame larger than a batch (or garbage up to the end of the file).
+            // A frame larger than a batch.
             want = pending.len() * 2;
             continue;
         };
-        let checked: Vec<io::Result<Checked<T>>> = units
+        let outcomes: Vec<io::Result<Checked<T>>> = units
             .par_iter()
             .map_init(FrameDecoder::new, |decoder, unit| {
                 let data = &pending[unit.data.clone()];
@@ -152,10 +270,14 @@ fn scan_frames_batched<T: Send>(
                     return Ok(Checked::Skippable);
                 }
                 if let Some(entry) = &unit.entry
-                    && let Some(ids) = index::verified_ids(&pending[entry.clone()], data)
+                    && let Some(vouched) = index::vouched(&pending[entry.clone()], data)
+                    && (vouched.checked || checked + entry.end as u64 <= legacy_checked_until)
                 {
-                    let records = ids.len() as u64;
-                    return Ok(Checked::Data(on_frame(FrameBody::Ids(ids))?, records));
+                    let records = vouched.ids.len() as u64;
+                    return Ok(Checked::Data(
+                        on_frame(FrameBody::Ids(vouched.ids))?,
+                        records,
+                    ));
                 }
                 let Some(text) = decoder.decode(data)? else {
                     return Ok(Checked::Invalid);
@@ -164,35 +286,195 @@ fn scan_frames_batched<T: Send>(
                 Ok(Checked::Data(on_frame(FrameBody::Text(text))?, records))
             })
             .collect();
-        for (unit, outcome) in units.iter().zip(checked) {
+        for (unit, outcome) in units.iter().zip(outcomes) {
+            let bytes = checked + unit.data.start as u64..checked + unit.end() as u64;
             match outcome? {
-                Checked::Invalid => {
-                    scan.torn_bytes = file_len - scan.valid_len;
-                    return Ok((results, scan));
-                }
+                Checked::Invalid => return Ok(bytes.start),
                 Checked::Skippable => {}
                 Checked::Data(value, records) => {
-                    results.push(value);
+                    frames.push(Frame {
+                        bytes: bytes.clone(),
+                        value,
+                    });
                     scan.records += records;
                 }
             }
-            scan.valid_len += (unit.end() - unit.data.start) as u64;
+            scan.valid_len += bytes.end - bytes.start;
         }
         pending.drain(..consumed);
+        checked += consumed as u64;
         want = batch_bytes;
     }
-    scan.torn_bytes = file_len - scan.valid_len;
-    Ok((results, scan))
 }
 
 /// What checking one [`Unit`] found.
 enum Checked<T> {
-    /// Its data frame is not valid: the scan stops there.
+    /// Its data frame is not valid: the stretch of valid frames ends there.
     Invalid,
     /// A skippable frame: valid, and holds no records.
     Skippable,
     /// A valid data frame: what `on_frame` returned for it, and its record count.
     Data(T, u64),
+}
+
+/// What looking for the next valid data frame found.
+enum Resync {
+    /// One starts at this offset.
+    Found(usize),
+    /// None starts in the bytes looked at.
+    NotFound,
+    /// A frame starting at this offset may be valid, but runs past the bytes read.
+    NeedMore(usize),
+}
+
+/// The first offset in `bytes` where a valid data frame starts. Only data frames count: an id
+/// index entry right after damage belongs to the damaged frame.
+fn next_data_frame(bytes: &[u8], eof: bool, decoder: &mut FrameDecoder) -> io::Result<Resync> {
+    for at in memchr::memmem::find_iter(bytes, &DATA_MAGIC) {
+        let rest = &bytes[at..];
+        match zstd_safe::find_frame_compressed_size(rest) {
+            Ok(size) if size > 0 && size <= rest.len() => {
+                let decodes = decoder.decode(&rest[..size])?.is_some();
+                if decodes {
+                    return Ok(Resync::Found(at));
+                }
+            }
+            // Only a frame cut by the end of the bytes read can still turn out whole.
+            _ if !eof && could_be_cut_frame(rest) => return Ok(Resync::NeedMore(at)),
+            _ => {}
+        }
+    }
+    Ok(Resync::NotFound)
+}
+
+/// The start of the next valid data frame after the invalid bytes at `from`, searched in
+/// windows of the file (damage is rare, and this is only reached when there is some).
+fn resync(
+    file: &mut fs_err::File,
+    from: u64,
+    len: u64,
+    batch_bytes: usize,
+) -> io::Result<Option<u64>> {
+    let mut decoder = FrameDecoder::new();
+    let mut start = from + 1;
+    // Large enough that a frame's magic number fits in a window with room to move on.
+    let batch_bytes = batch_bytes.max(1 << 16);
+    let mut want = batch_bytes;
+    while start < len {
+        let window = read_at(file, start, want)?;
+        let eof = start + window.len() as u64 >= len;
+        match next_data_frame(&window, eof, &mut decoder)? {
+            Resync::Found(at) => return Ok(Some(start + at as u64)),
+            // The candidate is read whole next time round: the window starts at it, and grows
+            // if it must, up to a bound past which it is passed over.
+            Resync::NeedMore(at) if at > 0 => start += at as u64,
+            Resync::NeedMore(_) if want < MAX_FRAME => want = want.saturating_mul(2),
+            Resync::NeedMore(_) => {
+                start += 1;
+                want = batch_bytes;
+            }
+            Resync::NotFound if eof => return Ok(None),
+            // A magic number may straddle the window's end.
+            Resync::NotFound => {
+                start += window.len().saturating_sub(DATA_MAGIC.len() - 1).max(1) as u64;
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Whether the bytes from `from` to the end of the file start with a data frame that is whole
+/// by its structure (its blocks all there): it was written whole, so if it does not decode it
+/// is damaged, not torn.
+fn starts_with_whole_data_frame(
+    file: &mut fs_err::File,
+    from: u64,
+    len: u64,
+    batch_bytes: usize,
+) -> io::Result<bool> {
+    let mut want = batch_bytes.max(1 << 16);
+    loop {
+        let bytes = read_at(file, from, want)?;
+        if is_whole_data_frame(&bytes) {
+            return Ok(true);
+        }
+        if from + bytes.len() as u64 >= len || want >= MAX_FRAME || !could_be_cut_frame(&bytes) {
+            return Ok(false);
+        }
+        want *= 2;
+    }
+}
+
+/// Whether `bytes` could be the start of a frame that runs past their end: a data frame whose
+/// header and block headers so far are well formed, or a skippable frame whose size reaches
+/// past them. Tells a frame cut by the end of a read (read more) from bytes that are no frame
+/// at all (do not: garbage must not make a reader take the rest of the file into memory).
+fn could_be_cut_frame(bytes: &[u8]) -> bool {
+    /// zstd's largest block.
+    const MAX_BLOCK: usize = 128 << 10;
+    if bytes.len() < 4 {
+        let skippable = [0x50, 0x2a, 0x4d, 0x18];
+        return DATA_MAGIC.starts_with(bytes)
+            || bytes
+                .iter()
+                .zip(skippable)
+                .enumerate()
+                .all(|(i, (b, s))| if i == 0 { b & 0xf0 == s } else { *b == s });
+    }
+    if is_skippable(bytes) {
+        return bytes.get(4..8).is_none_or(|size| {
+            8 + u32::from_le_bytes([size[0], size[1], size[2], size[3]]) as usize > bytes.len()
+        });
+    }
+    if !bytes.starts_with(&DATA_MAGIC) {
+        return false;
+    }
+    let Some(&descriptor) = bytes.get(4) else {
+        return true;
+    };
+    if descriptor & 0x08 != 0 {
+        // The reserved bit.
+        return false;
+    }
+    let single_segment = descriptor & 0x20 != 0;
+    let dictionary_id = [0, 1, 2, 4][usize::from(descriptor & 0x03)];
+    let content_size = match descriptor >> 6 {
+        0 => usize::from(single_segment),
+        1 => 2,
+        2 => 4,
+        _ => 8,
+    };
+    let checksum = if descriptor & 0x04 != 0 { 4 } else { 0 };
+    let mut at = 5 + usize::from(!single_segment) + dictionary_id + content_size;
+    loop {
+        let Some(header) = bytes.get(at..at + 3) else {
+            return true;
+        };
+        let header = u32::from(header[0]) | u32::from(header[1]) << 8 | u32::from(header[2]) << 16;
+        let (last, kind, size) = (header & 1 == 1, (header >> 1) & 3, (header >> 3) as usize);
+        if kind == 3 || size > MAX_BLOCK {
+            return false;
+        }
+        at += 3 + if kind == 1 { 1 } else { size };
+        if at > bytes.len() {
+            return true;
+        }
+        if last {
+            return at + checksum > bytes.len();
+        }
+    }
+}
+
+fn is_whole_data_frame(bytes: &[u8]) -> bool {
+    bytes.starts_with(&DATA_MAGIC)
+        && zstd_safe::find_frame_compressed_size(bytes).is_ok_and(|size| size <= bytes.len())
+}
+
+fn read_at(file: &mut fs_err::File, at: u64, bytes: usize) -> io::Result<Vec<u8>> {
+    file.seek(SeekFrom::Start(at))?;
+    let mut out = Vec::new();
+    (&mut *file).take(bytes as u64).read_to_end(&mut out)?;
+    Ok(out)
 }
 
 /// The whole frames at the start of `bytes`, each data frame paired with the id index entry
@@ -223,7 +505,7 @@ fn whole_frames(bytes: &[u8]) -> Vec<Range<usize>> {
     let mut offset = 0;
     while offset < bytes.len() {
         match zstd_safe::find_frame_compressed_size(&bytes[offset..]) {
-            Ok(size) if size > 0 => {
+            Ok(size) if size > 0 && offset + size <= bytes.len() => {
                 frames.push(offset..offset + size);
                 offset += size;
             }
@@ -287,9 +569,24 @@ impl FrameDecoder {
     }
 }
 
-/// Cuts a torn tail off `path`, returning what was kept.
+/// Cuts a torn tail off `path`, returning what was kept. Damage before the end is not cut
+/// (that would throw the intact frames after it away): it is an error, for the caller to set
+/// aside first ([`super::done::load`] does for completions).
 pub fn repair(path: &Path) -> io::Result<Scan> {
-    let (_, scan) = scan_frames(path, |_| Ok(()))?;
+    // Only validity matters here: any intact entry proves its frame decodes.
+    let (_, scan) = survey(path, u64::MAX, |_| Ok(()))?;
+    if let Some(first) = scan.damaged.first() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "`{}` is damaged: {} bytes from byte {} do not decode, with whole frames after \
+                 them; refusing to append to it",
+                path.display(),
+                scan.damaged_bytes(),
+                first.start
+            ),
+        ));
+    }
     cut_torn_tail(path, &scan)?;
     Ok(scan)
 }
@@ -298,10 +595,25 @@ pub fn repair(path: &Path) -> io::Result<Scan> {
 pub fn cut_torn_tail(path: &Path, scan: &Scan) -> io::Result<()> {
     if scan.torn_bytes > 0 {
         let file = fs_err::OpenOptions::new().write(true).open(path)?;
-        file.set_len(scan.valid_len)?;
+        file.set_len(scan.intact_end())?;
         file.sync_all()?;
     }
     Ok(())
+}
+
+/// One data frame of `text` (whole JSONL lines) as the writer makes it: checksummed, with its
+/// content size, and followed by its id index entry when `indexed`.
+pub fn encode_frame(text: &[u8], indexed: bool) -> io::Result<Vec<u8>> {
+    let mut encoder = zstd::stream::Encoder::new(Vec::new(), LEVEL)?;
+    encoder.include_checksum(true)?;
+    // The content size in the frame header lets readers decode it in one call.
+    encoder.set_pledged_src_size(Some(text.len() as u64))?;
+    encoder.write_all(text)?;
+    let mut frame = encoder.finish()?;
+    if indexed && let Some(entry) = index::entry(text, &frame) {
+        frame.extend_from_slice(&entry);
+    }
+    Ok(frame)
 }
 
 /// Appends records to a framed file.
@@ -384,19 +696,9 @@ impl FrameWriter {
         if self.pending == 0 {
             return Ok(());
         }
-        let mut encoder = zstd::stream::Encoder::new(Vec::new(), LEVEL)?;
-        encoder.include_checksum(true)?;
-        // The content size in the frame header lets readers decode it in one call.
-        encoder.set_pledged_src_size(Some(self.buffer.len() as u64))?;
-        encoder.write_all(&self.buffer)?;
-        let mut frame = encoder.finish()?;
         // One write: a crash leaves the data frame whole or torn, and its entry whole, torn
         // (cut with the tail) or missing (the frame is then decoded on every start).
-        if self.indexed
-            && let Some(entry) = index::entry(&self.buffer, &frame)
-        {
-            frame.extend_from_slice(&entry);
-        }
+        let frame = encode_frame(&self.buffer, self.indexed)?;
         self.file.write_all(&frame)?;
         self.unsynced = true;
         self.buffer.clear();
@@ -411,6 +713,17 @@ pub fn open_private(path: &Path) -> io::Result<fs_err::File> {
     fs_err::OpenOptions::new()
         .create(true)
         .append(true)
+        .mode(0o600)
+        .open(path)
+}
+
+/// Creates `path` (replacing it) for writing, owner-only.
+pub fn create_private(path: &Path) -> io::Result<fs_err::File> {
+    use fs_err::os::unix::fs::OpenOptionsExt as _;
+    fs_err::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(true)
         .mode(0o600)
         .open(path)
 }
@@ -520,7 +833,7 @@ mod tests {
             assert!(expected.torn_bytes > 0);
             assert_eq!(expected.records, 201);
             for batch in [1, 50, 333, 4096, BATCH_BYTES] {
-                let (per_frame, got) = scan_frames_batched(&path, batch, |body| {
+                let (per_frame, got) = survey_batched(&path, batch, 0, |body| {
                     Ok(match body {
                         FrameBody::Text(text) => (
                             false,
@@ -532,7 +845,8 @@ mod tests {
                         FrameBody::Ids(ids) => (true, ids.into_iter().map(str::to_owned).collect()),
                     })
                 })
-                .expect("scan_frames");
+                .expect("survey");
+                let per_frame: Vec<_> = per_frame.into_iter().map(|f| f.value).collect();
                 assert_eq!(got, expected, "batch {batch}");
                 let from_index = per_frame.iter().filter(|(ids, _)| *ids).count();
                 if indexed {
@@ -559,6 +873,182 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `count` frames of one record each (`{"id":"r<i>"}`), indexed; the bytes and where each
+    /// frame (with its entry) starts.
+    fn frames_of_one(count: usize) -> (Vec<u8>, Vec<usize>) {
+        let mut bytes = Vec::new();
+        let mut starts = Vec::new();
+        for i in 0..count {
+            starts.push(bytes.len());
+            let text = format!("{{\"id\":\"r{i}\",\"pad\":\"{}\"}}\n", "z".repeat(i * 13));
+            bytes.extend(encode_frame(text.as_bytes(), true).expect("encode"));
+        }
+        (bytes, starts)
+    }
+
+    fn ids_of(path: &Path, batch: usize) -> (Vec<String>, Scan) {
+        let (frames, scan) = survey_batched(path, batch, 0, |body| {
+            Ok(match body {
+                FrameBody::Ids(ids) => ids.into_iter().map(str::to_owned).collect::<Vec<_>>(),
+                FrameBody::Text(text) => text
+                    .split(|b| *b == b'\n')
+                    .filter(|l| !l.is_empty())
+                    .map(|l| index::record_id(l).expect("id"))
+                    .collect(),
+            })
+        })
+        .expect("survey");
+        (frames.into_iter().flat_map(|f| f.value).collect(), scan)
+    }
+
+    fn line_ids(path: &Path) -> (Vec<String>, Scan) {
+        let mut ids = Vec::new();
+        let scan = scan(path, |line| {
+            ids.push(index::record_id(line)?);
+            Ok(())
+        })
+        .expect("scan");
+        (ids, scan)
+    }
+
+    /// Damage anywhere but in a partial last frame is damage: both readers report its range
+    /// and read every intact frame after it, at any batch size; a whole frame that fails its
+    /// checksum at the end is damage too, while a partial one or garbage is a torn tail.
+    #[test]
+    fn damage_is_passed_over_and_only_a_partial_last_frame_is_torn() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.jsonl.zst");
+        let (clean, starts) = frames_of_one(6);
+        let all: Vec<String> = (0..6).map(|i| format!("r{i}")).collect();
+        let frame = |i: usize| starts[i]..starts.get(i + 1).copied().unwrap_or(clean.len());
+        // (what is done to the bytes, ids kept, damaged ranges, torn bytes)
+        type Case = (&'static str, Vec<u8>, Vec<usize>, Vec<Range<u64>>, u64);
+        let mut cases: Vec<Case> = Vec::new();
+        let flip = |at: usize| {
+            let mut bytes = clean.clone();
+            bytes[at] ^= 0x5a;
+            bytes
+        };
+        let range = |r: Range<usize>| r.start as u64..r.end as u64;
+        // The last byte of a data frame's checksum: its structure stays whole.
+        let checksum = |i: usize| {
+            let start = frame(i).start;
+            start + zstd_safe::find_frame_compressed_size(&clean[start..]).expect("frame") - 1
+        };
+        // A byte flipped inside the compressed data of frame 1 (its checksum fails).
+        cases.push((
+            "inside frame 1",
+            flip(checksum(1)),
+            vec![0, 2, 3, 4, 5],
+            vec![range(frame(1))],
+            0,
+        ));
+        // The magic number of frame 0 destroyed.
+        cases.push((
+            "magic of frame 0",
+            flip(0),
+            vec![1, 2, 3, 4, 5],
+            vec![range(frame(0))],
+            0,
+        ));
+        // Two damaged frames.
+        let mut two = flip(checksum(2));
+        two[checksum(4)] ^= 0x5a;
+        cases.push((
+            "frames 2 and 4",
+            two,
+            vec![0, 1, 3, 5],
+            vec![range(frame(2)), range(frame(4))],
+            0,
+        ));
+        // Garbage in the middle (no frame structure at all).
+        let mut garbage = clean[..frame(3).start].to_vec();
+        garbage.extend_from_slice(b"\x28\xb5\x2f\xfd not a frame at all");
+        let at = garbage.len();
+        garbage.extend_from_slice(&clean[frame(3).start..]);
+        cases.push((
+            "garbage in the middle",
+            garbage,
+            vec![0, 1, 2, 3, 4, 5],
+            vec![range(frame(3).start..at)],
+            0,
+        ));
+        // The last frame whole but failing its checksum: damage, not a torn write.
+        cases.push((
+            "inside the last frame",
+            flip(checksum(5)),
+            vec![0, 1, 2, 3, 4],
+            vec![range(frame(5))],
+            0,
+        ));
+        // The last frame cut short: a torn tail.
+        let cut = frame(5).start + 10;
+        cases.push((
+            "last frame cut",
+            clean[..cut].to_vec(),
+            vec![0, 1, 2, 3, 4],
+            vec![],
+            (cut - frame(5).start) as u64,
+        ));
+        // Garbage appended: a torn tail.
+        let mut appended = clean.clone();
+        appended.extend_from_slice(b"\x28\xb5\x2f\xfd garbage");
+        cases.push(("garbage appended", appended, (0..6).collect(), vec![], 12));
+        for (what, bytes, kept, damaged, torn) in cases {
+            fs_err::write(&path, &bytes).expect("write");
+            let kept: Vec<String> = kept.iter().map(|i| all[*i].clone()).collect();
+            let (ids, expected) = line_ids(&path);
+            assert_eq!(ids, kept, "{what}: line reader");
+            assert_eq!(expected.damaged, damaged, "{what}: line reader");
+            assert_eq!(expected.torn_bytes, torn, "{what}: line reader");
+            assert_eq!(expected.records, kept.len() as u64, "{what}");
+            for batch in [1, 7, 100, 4096, BATCH_BYTES] {
+                let (ids, scan) = ids_of(&path, batch);
+                assert_eq!(ids, kept, "{what}: batch {batch}");
+                assert_eq!(scan, expected, "{what}: batch {batch}");
+            }
+            // Appending refuses a damaged file and cuts only a torn tail.
+            let repaired = repair(&path);
+            if damaged.is_empty() {
+                assert_eq!(repaired.expect("repair").torn_bytes, torn, "{what}");
+                assert_eq!(
+                    fs_err::metadata(&path).expect("meta").len(),
+                    expected.intact_end()
+                );
+            } else {
+                let error = repaired.expect_err(what).to_string();
+                assert!(error.contains("is damaged"), "{what}: {error}");
+                assert_eq!(
+                    fs_err::read(&path).expect("read"),
+                    bytes,
+                    "{what}: untouched"
+                );
+            }
+        }
+    }
+
+    /// Bytes with no frame structure are recognized as such at once: a reader looking past
+    /// them does not take the rest of the file into memory.
+    #[test]
+    fn a_cut_frame_is_told_from_garbage() {
+        let (bytes, starts) = frames_of_one(2);
+        let first = &bytes[..starts[1]];
+        let data_len = zstd_safe::find_frame_compressed_size(first).expect("frame");
+        for cut in 0..data_len {
+            assert!(could_be_cut_frame(&first[..cut]), "cut at {cut}");
+        }
+        // The entry after it, cut anywhere, is a cut skippable frame.
+        for cut in data_len + 1..first.len() {
+            assert!(
+                could_be_cut_frame(&first[data_len..cut]),
+                "entry cut at {cut}"
+            );
+        }
+        assert!(!could_be_cut_frame(b"\x28\xb5\x2f\xfd\x08garbage"));
+        assert!(!could_be_cut_frame(b"not a frame"));
+        assert!(!could_be_cut_frame(&[0; 64]));
     }
 
     #[test]

@@ -10,15 +10,20 @@
 //! file without entries, a torn write, a data frame replaced or damaged) the reader decodes the
 //! data frame as before; an entry never makes a frame valid that decoding would reject.
 //!
+//! The format tag also says what the writer vouched for: `gid2` entries are written only
+//! after every record of the frame was checked to be an answer (a finish reason, some content
+//! or reasoning: `run::record`'s check). Entries of the earlier format `gid1` were written
+//! before answers were checked, so their frames are decoded and their records checked.
+//!
 //! Layout of an entry (little-endian):
 //!
 //! ```text
 //! u32 0x184D2A5E   skippable frame magic        ┐ zstd frame header
 //! u32 N            bytes that follow             ┘
-//! [u8; 4] "gid1"   this format
+//! [u8; 4] "gid2"   this format (the same layout as "gid1", which is no longer trusted)
 //! u32              compressed length of the data frame before this entry
 //! u32              number of ids, then per id: u32 length + UTF-8 bytes
-//! u64              xxh3-64 of everything above from "gid1" on, then the data frame's bytes
+//! u64              xxh3-64 of everything above from the tag on, then the data frame's bytes
 //! ```
 
 use std::io;
@@ -28,7 +33,9 @@ use xxhash_rust::xxh3::Xxh3;
 
 /// The skippable-frame magic of an entry (zstd reserves 0x184D2A50..=0x184D2A5F).
 const MAGIC: u32 = 0x184D_2A5E;
-const TAG: &[u8; 4] = b"gid1";
+const TAG: &[u8; 4] = b"gid2";
+/// The earlier format: the same layout, written before records were checked to be answers.
+const LEGACY_TAG: &[u8; 4] = b"gid1";
 const HEADER: usize = 8;
 const CHECKSUM: usize = 8;
 
@@ -62,9 +69,23 @@ pub fn is_entry(frame: &[u8]) -> bool {
     frame.len() >= HEADER + TAG.len() && frame[..4] == MAGIC.to_le_bytes()
 }
 
+/// What an intact entry says of its data frame.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Vouched<'a> {
+    pub ids: Vec<&'a str>,
+    /// Its writer checked that every record is an answer (format `gid2`).
+    pub checked: bool,
+}
+
 /// The ids of `data` (a whole data frame's compressed bytes) if `entry` (the whole frame right
-/// after it) is an intact id index entry for exactly those bytes; `None` otherwise.
+/// after it) is an intact id index entry, of this format, for exactly those bytes; `None`
+/// otherwise.
 pub fn verified_ids<'a>(entry: &'a [u8], data: &[u8]) -> Option<Vec<&'a str>> {
+    vouched(entry, data).filter(|v| v.checked).map(|v| v.ids)
+}
+
+/// Like [`verified_ids`], for an entry of either format, saying which.
+pub fn vouched<'a>(entry: &'a [u8], data: &[u8]) -> Option<Vouched<'a>> {
     if !is_entry(entry) {
         return None;
     }
@@ -74,7 +95,8 @@ pub fn verified_ids<'a>(entry: &'a [u8], data: &[u8]) -> Option<Vec<&'a str>> {
         return None;
     }
     let (body, stored) = payload.split_at(payload.len() - CHECKSUM);
-    if &body[..4] != TAG
+    let checked = &body[..4] == TAG;
+    if !(checked || &body[..4] == LEGACY_TAG)
         || read_u32(body, 4)? as usize != data.len()
         || u64::from_le_bytes(stored.try_into().ok()?) != checksum(body, data)
     {
@@ -89,7 +111,18 @@ pub fn verified_ids<'a>(entry: &'a [u8], data: &[u8]) -> Option<Vec<&'a str>> {
         ids.push(std::str::from_utf8(id).ok()?);
         at += 4 + len;
     }
-    (at == body.len()).then_some(ids)
+    (at == body.len()).then_some(Vouched { ids, checked })
+}
+
+/// An entry of the earlier format `gid1` for `frame`, as an older `gen` wrote it.
+#[cfg(test)]
+pub(crate) fn legacy_entry(text: &[u8], frame: &[u8]) -> Option<Vec<u8>> {
+    let mut entry = entry(text, frame)?;
+    entry[HEADER..HEADER + 4].copy_from_slice(LEGACY_TAG);
+    let body_end = entry.len() - CHECKSUM;
+    let checksum = checksum(&entry[HEADER..body_end], frame);
+    entry[body_end..].copy_from_slice(&checksum.to_le_bytes());
+    Some(entry)
 }
 
 fn read_u32(bytes: &[u8], at: usize) -> Option<u32> {
@@ -181,6 +214,26 @@ mod tests {
         for cut in 0..entry.len() {
             assert_eq!(verified_ids(&entry[..cut], &data), None, "cut {cut}");
         }
+    }
+
+    /// An entry of the earlier format vouches for nothing: its writer did not check that the
+    /// records were answers, so its frame is decoded and checked.
+    #[test]
+    fn an_entry_of_the_earlier_format_is_not_trusted() {
+        let text = b"{\"id\":\"a\"}\n";
+        let data = frame(text);
+        assert!(verified_ids(&entry(text, &data).expect("entry"), &data).is_some());
+        let entry = legacy_entry(text, &data).expect("entry");
+        assert!(is_entry(&entry));
+        assert_eq!(verified_ids(&entry, &data), None);
+        // It still proves the frame's bytes intact.
+        assert_eq!(
+            vouched(&entry, &data),
+            Some(Vouched {
+                ids: vec!["a"],
+                checked: false
+            })
+        );
     }
 
     #[test]

@@ -12,6 +12,12 @@
 //!   sources/NAME/worker.json    how the last preparation worker ended
 //!   sources/NAME/completions.jsonl.zst  one record per completed prompt, appended in frames
 //!   sources/NAME/rejected.jsonl prompts the server refused or that ran out of attempts
+//!   sources/NAME/completions.damaged-MS.bin      bytes of the completions that did not decode,
+//!                                                set aside by `gen run` (their prompts redone)
+//!   sources/NAME/completions.not-answers-MS.jsonl  stored records that were not answers
+//!                                                (aborted, empty), set aside the same way
+//!   sources/NAME/completions.jsonl.zst.checked   up to which byte the records were checked to
+//!                                                be answers (frames an older `gen` indexed)
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -58,6 +64,11 @@ pub struct SourceDir {
 }
 
 impl SourceDir {
+    /// The source directory at `root`.
+    pub fn new(root: impl Into<PathBuf>) -> SourceDir {
+        SourceDir { root: root.into() }
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }
@@ -84,6 +95,38 @@ impl SourceDir {
 
     pub fn rejected(&self) -> PathBuf {
         self.root.join("rejected.jsonl")
+    }
+
+    /// Bytes of `completions.jsonl.zst` that did not decode, set aside at `unix_ms`.
+    pub fn damaged_completions(&self, unix_ms: u64) -> PathBuf {
+        self.root.join(format!("completions.damaged-{unix_ms}.bin"))
+    }
+
+    /// Stored records that were not answers (aborted, empty), set aside at `unix_ms`.
+    pub fn not_answers(&self, unix_ms: u64) -> PathBuf {
+        self.root
+            .join(format!("completions.not-answers-{unix_ms}.jsonl"))
+    }
+
+    /// The files [`SourceDir::damaged_completions`] and [`SourceDir::not_answers`] made, by
+    /// name.
+    pub fn set_aside(&self) -> std::io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        let entries = match fs_err::read_dir(&self.root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(names),
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
+            let name = entry?.file_name().to_string_lossy().into_owned();
+            if name.starts_with("completions.damaged-")
+                || name.starts_with("completions.not-answers-")
+            {
+                names.push(name);
+            }
+        }
+        names.sort();
+        Ok(names)
     }
 
     /// The first sample's prompts and manifest, set aside while the source is prepared again
