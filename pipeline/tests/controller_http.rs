@@ -5,7 +5,9 @@
 //! it reads a real server.
 //!
 //! `bench_controller_http` (ignored) measures whole jobs (makespan from the first request to the
-//! last answer) at fixed levels and with `"auto"`: `scripts/bench-controller.sh`.
+//! last answer) at fixed levels and with `"auto"`: `scripts/bench-controller.sh`
+//! (`GEN_BENCH_GEN=/path/to/gen` runs another build, e.g. an older one, against the same
+//! servers).
 
 mod support;
 
@@ -48,7 +50,24 @@ async fn job(
             fake.url()
         ),
     );
-    let out = gen_.run(&["run", "cfg.toml"]).await;
+    let out = match std::env::var("GEN_BENCH_GEN") {
+        // Another build of `gen` (an older one, to measure what changed).
+        Ok(binary) => {
+            let out = tokio::process::Command::new(binary)
+                .args(["run", "cfg.toml"])
+                .current_dir(gen_.path(""))
+                .env("NO_COLOR", "1")
+                .output()
+                .await
+                .expect("spawn GEN_BENCH_GEN");
+            support::Output {
+                code: out.status.code().unwrap_or(-1),
+                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            }
+        }
+        Err(_) => gen_.run(&["run", "cfg.toml"]).await,
+    };
     assert_eq!(out.code, 0, "{}", out.stderr);
     let makespan = fake.sim_makespan().expect("the job ran");
     (makespan, out.stderr, gen_)
@@ -128,7 +147,11 @@ async fn bench_controller_http() {
     ];
     println!("| server | prompts | fixed levels: makespan | best fixed | auto | **auto / best** |");
     println!("|---|---|---|---|---|---|");
+    let only = std::env::var("GEN_BENCH_HTTP_ONLY").unwrap_or_default();
     for (name, flavour, server, levels) in servers {
+        if !name.contains(&only) {
+            continue;
+        }
         let mut fixed = Vec::new();
         for level in levels {
             let (span, _, _) = job(flavour, server.clone(), prompts, &level.to_string()).await;

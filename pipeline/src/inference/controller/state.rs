@@ -346,7 +346,9 @@ impl Controller {
         let kv_full = obs
             .kv_usage
             .is_some_and(|usage| usage > self.settings.kv_panic_usage);
-        let severe = self.preemption_severe(self.last_window_finishes);
+        // Against the finishes of the last window or of this one so far, whichever is more:
+        // in the first window of a fast job the last one says nothing.
+        let severe = self.preemption_severe(self.last_window_finishes.max(self.window.finishes));
         if new_preemptions > 0
             && self.window.preemptions > u64::from(severe)
             && kv_full
