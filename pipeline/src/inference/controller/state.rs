@@ -346,9 +346,14 @@ impl Controller {
         let kv_full = obs
             .kv_usage
             .is_some_and(|usage| usage > self.settings.kv_panic_usage);
-        // Against the finishes of the last window or of this one so far, whichever is more:
-        // in the first window of a fast job the last one says nothing.
-        let severe = self.preemption_severe(self.last_window_finishes.max(self.window.finishes));
+        // Against the last window's finishes; in the first window, where there is none, against
+        // this one's so far (a fast job's first burst of preemptions is no thrashing).
+        let first_window = self.ticks <= u64::from(self.settings.window_ticks);
+        let severe = self.preemption_severe(if first_window {
+            self.window.finishes
+        } else {
+            self.last_window_finishes
+        });
         if new_preemptions > 0
             && self.window.preemptions > u64::from(severe)
             && kv_full
