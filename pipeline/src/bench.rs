@@ -136,7 +136,11 @@ impl Contender {
         let shown = probe::redact(url);
         let label = label(index);
         let model = probe::model(url, api_key.as_deref(), plan.server.model.as_deref()).await?;
-        let slots = signals::caps(url).await.max_running;
+        let slots = signals::SignalReader::probe(url, api_key.as_deref())
+            .await
+            .1
+            .caps
+            .max_running;
         let client = ChatClient::new(
             url,
             model.clone(),

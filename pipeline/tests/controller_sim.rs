@@ -1,19 +1,28 @@
 //! The concurrency controller against a simulated continuous-batching server on virtual time
-//! (field-notes §2.5): every 5 s tick becomes an [`Observation`], the controller decides the
+//! (field-notes §2.5): every tick (1 s) becomes an [`Observation`], the controller decides the
 //! limit, and the driver keeps that many requests in flight. Hours of server time run in
 //! seconds, with no sockets and no sleeps. Each scenario also runs an exhaustive fixed-limit
 //! sweep on the same seeded workload, and asserts the controller's throughput as a fraction of
-//! the best fixed limit, its preemptions, and where the limit settles.
+//! the best fixed limit, its preemptions, and where the limit settles — in steady state, and
+//! over whole jobs of N prompts from the first request (makespan).
 //!
-//! `bench_controller` (ignored) prints the table recorded in `BENCHMARKS.md`; run it with
-//! `scripts/bench-controller.sh`.
+//! With a [`Flavour`] the controller learns the server's caps and load the way `gen run`
+//! does: from the bodies of the flavour's real endpoints (SGLang's `/server_info` and
+//! `sglang:*` metrics, vLLM's `vllm:*` metrics with `cache_config_info`, llama.cpp's `/props`
+//! and `/slots`), parsed by `gen`'s own [`Endpoints`].
+//!
+//! `bench_controller` and `bench_whole_jobs` (ignored) print the tables recorded in
+//! `BENCHMARKS.md`; run them with `scripts/bench-controller.sh`.
 
 use gen_pipeline::inference::controller::{
-    Caps, Controller, Decision, Finish, LengthStats, Observation, Phase, Settings,
+    Caps, Controller, Decision, Finish, LengthStats, Observation, Phase, Reached, Settings,
 };
-use gen_tests::sim::{ServerConfig, SimServer, Workload};
+use gen_pipeline::inference::signals::Endpoints;
+use gen_tests::sim::{Flavour, ServerConfig, SimServer, Workload};
 
-const TICK: f64 = 5.0;
+fn tick_secs() -> f64 {
+    Settings::default().tick.as_secs_f64()
+}
 const MAX_TOKENS: u32 = 30_000;
 const SWEEP: [u32; 12] = [8, 16, 24, 32, 40, 48, 56, 64, 96, 128, 192, 256];
 
@@ -37,6 +46,10 @@ struct Scenario {
     caps: bool,
     /// On a restart, replace the controller by a fresh one (length stats lost).
     forget_on_restart: bool,
+    /// Read caps and load from this server's endpoints (then `metrics` and `caps` are unused).
+    flavour: Option<Flavour>,
+    /// A whole job of this many prompts: the run ends when the last one is answered.
+    prompts: Option<u64>,
 }
 
 impl Scenario {
@@ -49,6 +62,17 @@ impl Scenario {
             metrics: true,
             caps: true,
             forget_on_restart: false,
+            flavour: None,
+            prompts: None,
+        }
+    }
+
+    /// A whole job of `prompts` prompts on a server of `flavour`.
+    fn job(server: ServerConfig, flavour: Flavour, prompts: u64) -> Scenario {
+        Scenario {
+            flavour: Some(flavour),
+            prompts: Some(prompts),
+            ..Scenario::new(server, 200.0)
         }
     }
 
@@ -69,6 +93,8 @@ impl Scenario {
 enum Policy {
     Fixed(u32),
     Auto(Option<LengthStats>),
+    /// A resumed run: the stats and what the earlier run reached.
+    Resumed(LengthStats, Reached),
 }
 
 /// One tick of a run, for measuring any interval afterwards.
@@ -88,6 +114,12 @@ struct Run {
     /// Decisions whose reason changed, with their time.
     decisions: Vec<(f64, Decision)>,
     stats: Option<LengthStats>,
+    /// What the controller reached at the end.
+    reached: Option<Reached>,
+    /// Whole jobs: when the last prompt was answered.
+    makespan: Option<f64>,
+    /// The controller's status line at the end.
+    summary: String,
 }
 
 impl Run {
@@ -142,18 +174,70 @@ impl Run {
     }
 }
 
+/// What the controller is told each tick, as `gen run`'s tuner reads it.
+struct Signals {
+    endpoints: Option<(Flavour, Endpoints)>,
+    metrics: bool,
+}
+
+impl Signals {
+    /// The server's caps at the start, and how to read it every tick.
+    fn probe(scenario: &Scenario, server: &SimServer) -> (Signals, Caps) {
+        match scenario.flavour {
+            Some(flavour) => {
+                let (endpoints, reading) = Endpoints::discover(|p| server.endpoint(flavour, p));
+                let signals = Signals {
+                    endpoints: Some((flavour, endpoints)),
+                    metrics: true,
+                };
+                (signals, reading.caps)
+            }
+            None => {
+                let signals = Signals {
+                    endpoints: None,
+                    metrics: scenario.metrics,
+                };
+                (signals, scenario.caps())
+            }
+        }
+    }
+
+    fn observe(&self, server: &SimServer, obs: &mut Observation) {
+        if let Some((flavour, endpoints)) = &self.endpoints {
+            let load = endpoints.reading(|p| server.endpoint(*flavour, p)).load;
+            obs.server_running = load.running;
+            obs.server_queued = load.queued;
+            obs.kv_usage = load.kv_usage;
+            obs.preemptions_total = load.preemptions_total;
+        } else if self.metrics {
+            let m = server.metrics();
+            obs.server_running = Some(m.running);
+            obs.server_queued = Some(m.queued);
+            obs.kv_usage = Some(m.kv_usage);
+            obs.preemptions_total = Some(m.preemptions_total);
+        }
+    }
+}
+
 fn simulate(scenario: &Scenario, policy: &Policy) -> Run {
     let mut server = SimServer::new(scenario.server.clone());
     let mut work = Workload::new(scenario.seed);
     let base_median = work.output_median;
+    let (signals, caps) = Signals::probe(scenario, &server);
     let (mut controller, mut limit) = match policy {
         Policy::Fixed(l) => (None, *l),
         Policy::Auto(stats) => {
-            let c = Controller::new(
+            let c = Controller::new(Settings::default(), caps, MAX_TOKENS, stats.clone());
+            let l = c.limit();
+            (Some(c), l)
+        }
+        Policy::Resumed(stats, reached) => {
+            let c = Controller::resume(
                 Settings::default(),
-                scenario.caps(),
+                caps,
                 MAX_TOKENS,
                 stats.clone(),
+                *reached,
             );
             let l = c.limit();
             (Some(c), l)
@@ -168,11 +252,16 @@ fn simulate(scenario: &Scenario, policy: &Policy) -> Run {
         ticks: Vec::new(),
         decisions: Vec::new(),
         stats: None,
+        reached: None,
+        makespan: None,
+        summary: String::new(),
     };
+    let tick = tick_secs();
     let mut in_flight: u32 = 0;
+    let mut submitted: u64 = 0;
     let mut tokens: u64 = 0;
     let mut preemptions: u64 = 0;
-    let mut next_tick = TICK;
+    let mut next_tick = tick;
     let mut tick_tokens: u64 = 0;
     let mut tick_finishes: Vec<Finish> = Vec::new();
     let mut restarted = false;
@@ -191,11 +280,12 @@ fn simulate(scenario: &Scenario, policy: &Policy) -> Run {
             }
         }
         if server.is_up() {
-            while in_flight < limit {
+            while in_flight < limit && scenario.prompts.is_none_or(|n| submitted < n) {
                 if server.submit(work.next_request()).is_err() {
                     break;
                 }
                 in_flight += 1;
+                submitted += 1;
             }
         }
         let step = server.step();
@@ -207,6 +297,10 @@ fn simulate(scenario: &Scenario, policy: &Policy) -> Run {
             prompt_tokens: f.prompt_tokens,
             output_tokens: f.output_tokens,
         }));
+        if scenario.prompts == Some(submitted) && in_flight == 0 {
+            run.makespan = Some(server.now());
+            break;
+        }
 
         while server.now() >= next_tick {
             if let Some(c) = controller.as_mut()
@@ -232,26 +326,13 @@ fn simulate(scenario: &Scenario, policy: &Policy) -> Run {
                         c.on_server_restart(scenario.caps());
                     }
                 }
-                let m = server.metrics();
-                let metric = |v| if scenario.metrics { Some(v) } else { None };
-                let obs = Observation {
+                let mut obs = Observation {
                     output_tokens: tick_tokens,
                     finishes: std::mem::take(&mut tick_finishes),
                     in_flight,
-                    server_running: metric(m.running),
-                    server_queued: metric(m.queued),
-                    kv_usage: if scenario.metrics {
-                        Some(m.kv_usage)
-                    } else {
-                        None
-                    },
-                    preemptions_total: if scenario.metrics {
-                        Some(m.preemptions_total)
-                    } else {
-                        None
-                    },
                     ..Observation::default()
                 };
+                signals.observe(&server, &mut obs);
                 let decision = c.observe(&obs);
                 limit = decision.limit;
                 if decision.reason != last_reason {
@@ -267,8 +348,12 @@ fn simulate(scenario: &Scenario, policy: &Policy) -> Run {
                 preemptions,
                 limit,
             });
-            next_tick += TICK;
+            next_tick += tick;
         }
+    }
+    if let Some(c) = &controller {
+        run.summary = c.summary();
+        run.reached = Some(c.reached());
     }
     run.stats = controller.map(|c| c.stats().clone());
     run
@@ -475,25 +560,24 @@ fn restart_run(keep_stats: bool) -> (Run, f64) {
 }
 
 #[test]
-fn server_restart_reenters_startup_and_keeps_length_stats() {
+fn server_restart_resumes_at_its_limit_and_keeps_length_stats() {
     let (run, at) = restart_run(true);
     let (_, decision) = run
         .decisions
         .iter()
         .find(|(t, _)| *t > at)
         .expect("a decision after the restart");
-    assert_eq!(decision.phase, Phase::Startup, "{}", run.log());
+    // The same server set-up came back: it resumes at the limit it had, in steady state.
+    assert_eq!(decision.phase, Phase::Steady, "{}", run.log());
     assert!(
-        decision.reason.starts_with("server restarted"),
+        decision
+            .reason
+            .starts_with("server restarted with the same caps"),
         "{}",
         decision.reason
     );
     let before = run.at(at).limit;
-    assert!(
-        decision.limit <= before / 2 + 1,
-        "{before} → {}",
-        decision.limit
-    );
+    assert_eq!(decision.limit, before, "{}", run.log());
 
     let hour_before = run.throughput(at - HOUR, at);
     let hour_after = run.throughput(at, at + HOUR);
@@ -547,10 +631,11 @@ fn persisted_stats_start_at_the_right_ceiling() {
         "{}",
         resumed.ceiling()
     );
-    // A resumed run climbs straight to the learnt ceiling and loses nothing for it.
+    // A run with the learnt stats starts at the learnt ceiling, ahead of a fresh one (which
+    // ramps there as its first answers come in), and loses nothing for it.
     let second = simulate(&scenario, &Policy::Auto(Some(resumed.stats().clone())));
-    assert!(second.at(6.0 * MIN).limit >= 44, "{}", second.log());
-    assert!(first.at(6.0 * MIN).limit < second.at(6.0 * MIN).limit);
+    assert!(second.at(1.0 * MIN).limit >= 44, "{}", second.log());
+    assert!(first.at(1.0 * MIN).limit < second.at(1.0 * MIN).limit);
     let (a, b) = (
         first.throughput(0.0, 30.0 * MIN),
         second.throughput(0.0, 30.0 * MIN),
@@ -624,6 +709,184 @@ fn bench_controller() {
                 100.0 * auto / best,
                 c.auto.preemptions(from, to) as f64 / span,
             );
+        }
+    }
+}
+
+// ---- Whole jobs: the makespan of N prompts from the first request -----------------------------
+
+/// Fixed levels a whole job is run at; the best of them is the target.
+const JOB_SWEEP: [u32; 10] = [8, 16, 24, 32, 48, 64, 96, 128, 192, 256];
+
+/// The servers whole jobs run on: the engine shape and whose endpoints it answers with.
+fn job_servers() -> Vec<(&'static str, ServerConfig, Flavour)> {
+    vec![
+        (
+            "SGLang, KV-bound",
+            ServerConfig::kv_bound(),
+            Flavour::Sglang,
+        ),
+        ("vLLM, KV-bound", ServerConfig::kv_bound(), Flavour::Vllm),
+        (
+            "SGLang, cap-bound",
+            ServerConfig::cap_bound(),
+            Flavour::Sglang,
+        ),
+        ("vLLM, cap-bound", ServerConfig::cap_bound(), Flavour::Vllm),
+        // llama.cpp: 8 slots, each with its own 32k context (never the bound).
+        (
+            "llama.cpp, 8 slots",
+            ServerConfig::new(8 * 32_768, 8),
+            Flavour::LlamaCpp,
+        ),
+    ]
+}
+
+impl Comparison {
+    /// The fixed level that finished the job first: (L, makespan).
+    fn best_makespan(&self) -> (u32, f64) {
+        self.fixed
+            .iter()
+            .filter_map(|(l, run)| run.makespan.map(|m| (*l, m)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .expect("every fixed run finishes its job")
+    }
+
+    /// Best fixed makespan ÷ auto's: 1.0 = as fast as the best fixed level.
+    fn makespan_ratio(&self) -> f64 {
+        let auto = self.auto.makespan.expect("the auto run finishes its job");
+        self.best_makespan().1 / auto
+    }
+
+    fn job_report(&self, name: &str) -> String {
+        let mut lines: Vec<String> = self
+            .fixed
+            .iter()
+            .map(|(l, run)| {
+                format!(
+                    "  fixed L={l:<4} {:>8.0} s",
+                    run.makespan.unwrap_or(f64::NAN)
+                )
+            })
+            .collect();
+        lines.push(format!(
+            "  auto         {:>8.0} s  ({})",
+            self.auto.makespan.unwrap_or(f64::NAN),
+            self.auto.summary
+        ));
+        format!(
+            "{name}: auto / best fixed = {:.3}\n{}\n{}",
+            self.makespan_ratio(),
+            lines.join("\n"),
+            self.auto.log()
+        )
+    }
+}
+
+#[test]
+fn whole_jobs_of_800_prompts_finish_within_5_percent_of_the_best_fixed_level() {
+    for (name, server, flavour) in job_servers() {
+        let c = compare(&Scenario::job(server, flavour, 800), &JOB_SWEEP);
+        let report = c.job_report(name);
+        assert!(c.makespan_ratio() >= 0.95, "{report}");
+        println!("{}", report.lines().take(12).collect::<Vec<_>>().join("\n"));
+    }
+}
+
+#[test]
+fn each_flavour_gives_the_controller_what_its_server_tells() {
+    let start = |server: ServerConfig, flavour| {
+        let scenario = Scenario::job(server, flavour, 1);
+        let sim = SimServer::new(scenario.server.clone());
+        Signals::probe(&scenario, &sim).1
+    };
+    // SGLang says both; vLLM only its KV capacity (num_gpu_blocks × block_size); llama.cpp
+    // only its slots.
+    let kv = ServerConfig::kv_bound();
+    assert_eq!(
+        start(kv.clone(), Flavour::Sglang),
+        Caps {
+            max_running: Some(256),
+            kv_tokens: Some(400_000),
+            user_max: None
+        }
+    );
+    assert_eq!(
+        start(kv.clone(), Flavour::Vllm),
+        Caps {
+            max_running: None,
+            kv_tokens: Some(400_000),
+            user_max: None
+        }
+    );
+    assert_eq!(
+        start(kv, Flavour::LlamaCpp),
+        Caps {
+            max_running: Some(256),
+            kv_tokens: None,
+            user_max: None
+        }
+    );
+}
+
+#[test]
+fn a_resumed_job_starts_at_the_limit_the_last_one_reached() {
+    let scenario = Scenario::job(ServerConfig::kv_bound(), Flavour::Vllm, 400);
+    let first = simulate(&scenario, &Policy::Auto(None));
+    let reached = first.reached.expect("auto reached somewhere");
+    let stats = first.stats.clone().expect("stats");
+    let mut rest = scenario.clone();
+    rest.seed = 43;
+    let resumed = simulate(&rest, &Policy::Resumed(stats, reached));
+    let (_, decision) = &resumed.decisions[0];
+    assert_eq!(decision.limit, reached.limit, "{}", resumed.log());
+    assert!(
+        decision.reason.starts_with("resuming at"),
+        "{}",
+        decision.reason
+    );
+    let fresh = simulate(&rest, &Policy::Auto(None));
+    let (resumed_span, fresh_span) = (
+        resumed.makespan.expect("done"),
+        fresh.makespan.expect("done"),
+    );
+    println!("resumed job: {resumed_span:.0} s, a fresh start: {fresh_span:.0} s");
+    assert!(resumed_span <= fresh_span * 1.01, "{}", resumed.log());
+}
+
+/// The whole-job table in `BENCHMARKS.md`: run with `scripts/bench-controller.sh`.
+#[test]
+#[ignore = "benchmark: run with scripts/bench-controller.sh"]
+fn bench_whole_jobs() {
+    let sizes: Vec<u64> = std::env::var("GEN_BENCH_JOB_SIZES")
+        .ok()
+        .map(|s| {
+            s.split_whitespace()
+                .filter_map(|n| n.parse().ok())
+                .collect()
+        })
+        .unwrap_or_else(|| vec![800, 2000, 20_000]);
+    println!(
+        "| server | prompts | seed | best fixed L | its makespan | auto makespan | **auto / best** | auto at the end |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for (name, server, flavour) in job_servers() {
+        for &prompts in &sizes {
+            for seed in [42, 7] {
+                let mut scenario = Scenario::job(server.clone(), flavour, prompts);
+                scenario.seed = seed;
+                let c = compare(&scenario, &JOB_SWEEP);
+                let (best_l, best) = c.best_makespan();
+                let auto = c.auto.makespan.expect("done");
+                println!(
+                    "| {name} | {prompts} | {seed} | {best_l} | {best:.0} s | {auto:.0} s | **{:.3}** | {} |",
+                    best / auto,
+                    c.auto.summary
+                );
+                if std::env::var_os("GEN_BENCH_LOG").is_some() {
+                    eprintln!("{}", c.job_report(name));
+                }
+            }
         }
     }
 }

@@ -257,7 +257,9 @@ async fn auto_concurrency_settles_within_the_servers_slots() {
     let out = gen_.run(&["run", "cfg.toml"]).await;
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(
-        out.stderr.contains("concurrency auto:") && out.stderr.contains("server reports 4 slots"),
+        out.stderr.contains("concurrency auto: starting at 6")
+            && out.stderr.contains("read from llama.cpp: /props")
+            && out.stderr.contains("4 running at most"),
         "{}",
         out.stderr
     );

@@ -29,6 +29,14 @@
 //!
 //! Every chat request's last user message and arrival time are recorded
 //! ([`FakeOpenAi::received`]).
+//!
+//! With [`Knobs::sim`] it is a simulated continuous-batching server instead ([`sim`]): answers
+//! stream as a [`crate::sim::SimServer`] decodes them on the real clock, and it answers the
+//! capacity and load endpoints of SGLang, vLLM or llama.cpp.
+
+mod sim;
+
+pub use sim::SimKnobs;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -85,6 +93,8 @@ pub struct Knobs {
     /// The model's context in tokens (a word of the messages is a token): a request whose
     /// messages and `max_tokens` do not fit is refused with vLLM's 400.
     pub context_length: Option<u64>,
+    /// Be a simulated server (the other knobs then do nothing).
+    pub sim: Option<SimKnobs>,
 }
 
 /// The message of the `fail_first` errors.
@@ -152,6 +162,7 @@ struct Shared {
     received: Mutex<Vec<Received>>,
     /// While set, every chat request gets this status and message.
     failing: Mutex<Option<(u16, String)>>,
+    sim: Option<sim::SimEngine>,
 }
 
 /// One chat request as the fake server saw it arrive.
@@ -178,12 +189,24 @@ impl FakeOpenAi {
     /// Starts on `addr` (e.g. the address of a server that was stopped, to simulate a restart).
     pub async fn start_at(addr: SocketAddr, knobs: Knobs) -> FakeOpenAi {
         let shared = Arc::new(Shared {
+            sim: knobs.sim.as_ref().map(sim::SimEngine::start),
             knobs,
             chat_requests: AtomicUsize::new(0),
             received: Mutex::new(Vec::new()),
             failing: Mutex::new(None),
         });
-        let app = Router::new()
+        let mut app = Router::new();
+        for path in [
+            "/props",
+            "/slots",
+            "/server_info",
+            "/get_server_info",
+            "/v1/loads",
+            "/metrics",
+        ] {
+            app = app.route(path, get(sim_endpoint));
+        }
+        let app = app
             .route("/health", get(|| async { axum::Json(json!({"status": "ok"})) }))
             .route(
                 "/v1/models",
@@ -221,6 +244,11 @@ impl FakeOpenAi {
             .lock()
             .expect("no request panicked while holding the lock") =
             failure.map(|(status, message)| (status, message.to_owned()));
+    }
+
+    /// With [`Knobs::sim`]: the time from the first request to the last answer.
+    pub fn sim_makespan(&self) -> Option<std::time::Duration> {
+        self.shared.sim.as_ref()?.makespan()
     }
 
     /// Every chat request received so far, in arrival order.
@@ -322,7 +350,33 @@ fn split_half(text: &str) -> (&str, &str) {
     text.split_at(at)
 }
 
+/// A capacity or load endpoint: the simulated server's flavour answers it, or nothing does.
+async fn sim_endpoint(State(shared): State<Arc<Shared>>, uri: axum::http::Uri) -> Response {
+    match shared.sim.as_ref().and_then(|e| e.endpoint(uri.path())) {
+        Some(body) => body.into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
 async fn chat(State(shared): State<Arc<Shared>>, axum::Json(body): axum::Json<Value>) -> Response {
+    if let Some(engine) = &shared.sim {
+        shared.chat_requests.fetch_add(1, Ordering::SeqCst);
+        let prompt = body["messages"].to_string();
+        let max_tokens = body["max_tokens"]
+            .as_u64()
+            .and_then(|m| u32::try_from(m).ok())
+            .unwrap_or(u32::MAX);
+        let receiver = engine.submit(&prompt, max_tokens);
+        let stream = futures_util::stream::unfold(receiver, |mut receiver| async move {
+            let bytes = receiver.recv().await?;
+            Some((Ok::<_, Infallible>(bytes), receiver))
+        });
+        return (
+            [(header::CONTENT_TYPE, "text/event-stream")],
+            Body::from_stream(stream),
+        )
+            .into_response();
+    }
     let knobs = &shared.knobs;
     let n = shared.chat_requests.fetch_add(1, Ordering::SeqCst);
     let last_user = body["messages"]

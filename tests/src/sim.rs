@@ -12,7 +12,8 @@
 //!
 //! It knows nothing about any controller: a driver submits requests ([`SimServer::submit`]),
 //! advances the engine ([`SimServer::step`]), reads what a real server exposes
-//! ([`SimServer::metrics`], [`SimServer::caps`]) and may crash it ([`SimServer::restart`]).
+//! ([`SimServer::metrics`], [`SimServer::caps`], or the endpoints of a real server's
+//! [`Flavour`] with [`SimServer::endpoint`]) and may crash it ([`SimServer::restart`]).
 //! [`Workload`] draws the request lengths of field-notes' simulation from a seeded generator.
 
 use std::collections::VecDeque;
@@ -228,6 +229,21 @@ impl SimServer {
         lost
     }
 
+    /// Drops request `id` wherever it is (its client went away); its KV is freed.
+    pub fn abort(&mut self, id: u64) {
+        if let Some(at) = self.running.iter().position(|seq| seq.id == id) {
+            let seq = self.running.remove(at);
+            self.kv_used -= seq.resident();
+        } else {
+            self.waiting.retain(|seq| seq.id != id);
+        }
+    }
+
+    /// Output tokens generated so far by each running request.
+    pub fn progress(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.running.iter().map(|seq| (seq.id, seq.generated))
+    }
+
     /// Runs one engine step (or idles when there is nothing to do).
     pub fn step(&mut self) -> StepOutcome {
         if self.running.is_empty() && self.waiting.is_empty() || !self.is_up() {
@@ -382,6 +398,149 @@ impl SplitMix64 {
         let u1 = 1.0 - self.uniform();
         let u2 = self.uniform();
         (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    }
+}
+
+/// Which real server's endpoints a [`SimServer`] answers with: the same paths, JSON shapes,
+/// metric names and label sets (`gen-pipeline`'s `signals::parse` documents where each was
+/// seen). What a server does not expose, the flavour does not either: vLLM prints its KV
+/// capacity (`cache_config_info`) but not its running cap; llama.cpp its slots but no KV pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavour {
+    /// `/server_info`, `/get_server_info`, `/v1/loads`, `/metrics` (`sglang:*`).
+    Sglang,
+    /// `/metrics` (`vllm:*`, with `cache_config_info`).
+    Vllm,
+    /// `/props`, `/slots`, `/metrics` (`llamacpp:*`).
+    LlamaCpp,
+}
+
+/// The served model's name in every endpoint.
+pub const SIM_MODEL: &str = "sim-model";
+
+/// vLLM's default block size.
+const BLOCK_SIZE: u64 = 16;
+
+impl SimServer {
+    /// The body a `flavour` server answers `path` with, `None` where it answers 404.
+    pub fn endpoint(&self, flavour: Flavour, path: &str) -> Option<String> {
+        let m = self.metrics();
+        let used = self.kv_used;
+        let config = &self.config;
+        let path = path.split('?').next().unwrap_or(path);
+        match (flavour, path) {
+            (Flavour::Sglang, "/server_info" | "/get_server_info") => Some(
+                serde_json::json!({
+                    "model_path": SIM_MODEL, "served_model_name": SIM_MODEL,
+                    "max_running_requests": config.max_running, "max_queued_requests": null,
+                    "tp_size": 1, "dp_size": 1, "status": "ready",
+                    "max_total_num_tokens": config.kv_tokens, "max_req_input_len": config.kv_tokens,
+                    "internal_states": [{
+                        "max_running_requests": config.max_running,
+                        "last_gen_throughput": 0.0,
+                        "memory_usage": {"weight": 1.0, "kvcache": 1.0, "token_capacity": config.kv_tokens, "graph": 0.1},
+                        "effective_max_running_requests_per_dp": config.max_running
+                    }],
+                    "version": "0.5.9-sim"
+                })
+                .to_string(),
+            ),
+            (Flavour::Sglang, "/v1/loads") => Some(
+                serde_json::json!({
+                    "timestamp": "1970-01-01T00:00:00+00:00", "version": "0.5.9-sim",
+                    "accelerator": null, "num_accelerators": 1,
+                    "loads": [{
+                        "dp_rank": 0, "num_running_reqs": m.running, "num_waiting_reqs": m.queued,
+                        "num_used_tokens": used, "num_total_tokens": used,
+                        "max_total_num_tokens": config.kv_tokens, "token_usage": m.kv_usage,
+                        "gen_throughput": 0.0, "cache_hit_rate": 0.0, "utilization": 1.0,
+                        "max_running_requests": config.max_running
+                    }]
+                })
+                .to_string(),
+            ),
+            (Flavour::Sglang, "/metrics") => {
+                let labels = format!(
+                    "engine_type=\"unified\",model_name=\"{SIM_MODEL}\",moe_ep_rank=\"0\",pp_rank=\"0\",tp_rank=\"0\""
+                );
+                let gauges: [(&str, String); 6] = [
+                    ("num_running_reqs", m.running.to_string()),
+                    ("num_queue_reqs", m.queued.to_string()),
+                    ("token_usage", m.kv_usage.to_string()),
+                    ("num_used_tokens", used.to_string()),
+                    ("max_total_num_tokens", config.kv_tokens.to_string()),
+                    ("num_retracted_reqs", "0".to_owned()),
+                ];
+                let mut text = String::new();
+                for (name, value) in gauges {
+                    text.push_str(&format!(
+                        "# TYPE sglang:{name} gauge\nsglang:{name}{{{labels}}} {value}\n"
+                    ));
+                }
+                for (name, value) in [
+                    ("num_retracted_requests_total", m.preemptions_total),
+                    ("generation_tokens_total", m.output_tokens_total),
+                ] {
+                    text.push_str(&format!(
+                        "# TYPE sglang:{name} counter\nsglang:{name}{{{labels}}} {value}.0\n"
+                    ));
+                }
+                Some(text)
+            }
+            (Flavour::Vllm, "/metrics") => {
+                let labels = format!("engine=\"0\",model_name=\"{SIM_MODEL}\"");
+                let blocks = config.kv_tokens / BLOCK_SIZE;
+                Some(format!(
+                    "# HELP vllm:num_requests_running Number of requests in model execution batches.\n\
+                     # TYPE vllm:num_requests_running gauge\n\
+                     vllm:num_requests_running{{{labels}}} {}.0\n\
+                     # TYPE vllm:num_requests_waiting gauge\n\
+                     vllm:num_requests_waiting{{{labels}}} {}.0\n\
+                     # TYPE vllm:kv_cache_usage_perc gauge\n\
+                     vllm:kv_cache_usage_perc{{{labels}}} {}\n\
+                     # TYPE vllm:num_preemptions_total counter\n\
+                     vllm:num_preemptions_total{{{labels}}} {}.0\n\
+                     # TYPE vllm:generation_tokens_total counter\n\
+                     vllm:generation_tokens_total{{{labels}}} {}.0\n\
+                     # HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n\
+                     # TYPE vllm:cache_config_info gauge\n\
+                     vllm:cache_config_info{{block_size=\"{BLOCK_SIZE}\",cache_dtype=\"auto\",calculate_kv_scales=\"False\",cpu_offload_gb=\"0.0\",enable_prefix_caching=\"True\",engine=\"0\",gpu_memory_utilization=\"0.9\",is_attention_free=\"False\",num_cpu_blocks=\"None\",num_gpu_blocks=\"{blocks}\",num_gpu_blocks_override=\"None\",prefix_caching_hash_algo=\"sha256\",sliding_window=\"None\",swap_space=\"0.0\",swap_space_bytes=\"0.0\"}} 1.0\n",
+                    m.running, m.queued, m.kv_usage, m.preemptions_total, m.output_tokens_total,
+                ))
+            }
+            (Flavour::LlamaCpp, "/props") => Some(
+                serde_json::json!({
+                    "default_generation_settings": {"n_ctx": config.kv_tokens / u64::from(config.max_running.max(1))},
+                    "total_slots": config.max_running,
+                    "model_path": format!("{SIM_MODEL}.gguf"),
+                    "build_info": "b0000-sim"
+                })
+                .to_string(),
+            ),
+            (Flavour::LlamaCpp, "/slots") => {
+                let slots: Vec<serde_json::Value> = (0..config.max_running)
+                    .map(|id| {
+                        serde_json::json!({
+                            "id": id,
+                            "n_ctx": config.kv_tokens / u64::from(config.max_running.max(1)),
+                            "is_processing": id < m.running
+                        })
+                    })
+                    .collect();
+                Some(serde_json::Value::from(slots).to_string())
+            }
+            (Flavour::LlamaCpp, "/metrics") => Some(format!(
+                "# HELP llamacpp:requests_processing Number of requests processing.\n\
+                 # TYPE llamacpp:requests_processing gauge\n\
+                 llamacpp:requests_processing {}\n\
+                 # TYPE llamacpp:requests_deferred gauge\n\
+                 llamacpp:requests_deferred {}\n\
+                 # TYPE llamacpp:tokens_predicted_total counter\n\
+                 llamacpp:tokens_predicted_total {}\n",
+                m.running, m.queued, m.output_tokens_total
+            )),
+            _ => None,
+        }
     }
 }
 

@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::limiter::{Limiter, Slot};
-use super::tuner::{Telemetry, Tuner, TunerView};
+use super::tuner::{Telemetry, Tuner, TunerTarget, TunerView};
 use crate::config::Plan;
 use crate::config::plan::Concurrency;
 use crate::inference::liveness::{Health, Liveness};
@@ -315,11 +315,14 @@ pub async fn connect(
                     _ => run_dir.root().join(format!("controller.{i}.json")),
                 };
                 let tuner = Tuner::new(
-                    url,
-                    &model,
-                    max,
-                    plan.generation.max_tokens,
-                    stats,
+                    TunerTarget {
+                        url,
+                        model: &model,
+                        api_key: api_key.as_deref(),
+                        user_max: max,
+                        max_tokens: plan.generation.max_tokens,
+                        stats_path: stats,
+                    },
                     liveness.clone(),
                 )
                 .await;

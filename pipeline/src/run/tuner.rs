@@ -1,7 +1,10 @@
-//! Auto concurrency: every tick the sampler reads what the client saw (tokens, finishes,
-//! errors; [`Telemetry`]) and what the server exposes ([`signals`]), feeds the pure
-//! [`Controller`], and applies its decision to the [`Limiter`]. Length statistics are saved in
-//! the run directory after every tick and reused after a restart, keyed by server and model.
+//! Auto concurrency: at the start the tuner asks the server what it is and what bounds it
+//! ([`SignalReader::probe`]); every tick (1 s) it reads what the client saw (tokens,
+//! finishes, errors; [`Telemetry`]) and what the server exposes ([`SignalReader::read`]),
+//! feeds the pure [`Controller`], and applies its decision to the [`Limiter`]. What the
+//! controller learnt (length statistics) and reached (limit, planned KV use, the caps it had)
+//! is saved in the run directory (`controller.json`, keyed by server and model) every few
+//! ticks and at the end, so a resumed run starts where this one got to.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -13,11 +16,14 @@ use tokio_util::sync::CancellationToken;
 
 use super::limiter::Limiter;
 use crate::inference::controller::{
-    Caps, Controller, Decision, Finish, LengthStats, Observation, Settings,
+    Caps, Controller, Decision, Finish, LengthStats, Observation, Reached, Settings,
 };
 use crate::inference::liveness::{Health, Liveness};
-use crate::inference::signals;
+use crate::inference::signals::SignalReader;
 use crate::store::atomic;
+
+/// Ticks between two saves of `controller.json` (and one more at the end).
+const SAVE_EVERY_TICKS: u64 = 10;
 
 /// What requests report for the sampler, between two ticks.
 #[derive(Debug, Default)]
@@ -69,15 +75,19 @@ impl Telemetry {
 pub struct TunerView {
     pub limit: u32,
     pub ceiling: u32,
+    /// The controller in plain words: "ramped 32 → 47 in 9 s; holding at 47: KV 91% full".
     pub decision: String,
 }
 
-/// `controller.json`: length statistics learnt for one server and model.
+/// `controller.json`: what the controller learnt and reached for one server and model.
 #[derive(Debug, Serialize, Deserialize)]
-struct SavedStats {
+struct Saved {
     key: String,
     stats: LengthStats,
     limit: u32,
+    /// Absent in files written before resumed runs started from them.
+    #[serde(default)]
+    reached: Option<Reached>,
 }
 
 pub struct Tuner {
@@ -85,45 +95,61 @@ pub struct Tuner {
     pub limiter: Arc<Limiter>,
     pub telemetry: Arc<Telemetry>,
     pub liveness: Liveness,
+    pub signals: SignalReader,
+    pub api_key: Option<String>,
     pub url: String,
     pub key: String,
     pub stats_path: PathBuf,
     pub view: watch::Sender<TunerView>,
 }
 
+/// What a [`Tuner`] is for.
+pub struct TunerTarget<'a> {
+    pub url: &'a str,
+    pub model: &'a str,
+    pub api_key: Option<&'a str>,
+    /// `max-concurrency`, the user's bound.
+    pub user_max: Option<u32>,
+    pub max_tokens: u32,
+    /// Where `controller.json` lives.
+    pub stats_path: PathBuf,
+}
+
 impl Tuner {
-    /// A tuner for `url`/`model`, starting from saved statistics when the run has some.
-    pub async fn new(
-        url: &str,
-        model: &str,
-        user_max: Option<u32>,
-        max_tokens: u32,
-        stats_path: PathBuf,
-        liveness: Liveness,
-    ) -> Tuner {
-        let mut caps = signals::caps(url).await;
-        caps.user_max = user_max;
-        let key = format!("{url} {model}");
-        let saved: Option<SavedStats> = atomic::read_json(&stats_path)
+    /// A tuner for `target`, starting where an earlier run on the same server and model got
+    /// to when the run directory says so.
+    pub async fn new(target: TunerTarget<'_>, liveness: Liveness) -> Tuner {
+        let (signals, reading) = SignalReader::probe(target.url, target.api_key).await;
+        let mut caps = reading.caps;
+        caps.user_max = target.user_max;
+        let key = format!("{} {}", target.url, target.model);
+        let saved: Option<Saved> = atomic::read_json(&target.stats_path)
             .ok()
             .flatten()
-            .filter(|s: &SavedStats| s.key == key);
-        let controller = Controller::new(
-            Settings::default(),
-            caps,
-            max_tokens,
-            saved.map(|s| s.stats),
-        );
+            .filter(|s: &Saved| s.key == key);
+        let settings = Settings::default();
+        let controller = match saved {
+            Some(saved) => {
+                let reached = saved.reached.unwrap_or(Reached {
+                    limit: saved.limit,
+                    kv_utilization: settings.kv_utilization,
+                    caps: Caps::default(),
+                });
+                Controller::resume(settings, caps, target.max_tokens, saved.stats, reached)
+            }
+            None => Controller::new(settings, caps, target.max_tokens, None),
+        };
         let decision = controller.decision();
         let limiter = Limiter::new(decision.limit);
         let view = watch::Sender::new(TunerView {
             limit: decision.limit,
             ceiling: controller.ceiling(),
-            decision: decision.reason.clone(),
+            decision: controller.summary(),
         });
         crate::say!(
-            "gen: concurrency auto: {} ({})",
-            decision.limit,
+            "gen: concurrency auto: {}; read from {} ({})",
+            decision.reason,
+            signals.endpoints().describe(),
             describe_caps(caps)
         );
         Tuner {
@@ -131,18 +157,22 @@ impl Tuner {
             limiter,
             telemetry: Arc::new(Telemetry::default()),
             liveness,
-            url: url.to_owned(),
+            signals,
+            api_key: target.api_key.map(str::to_owned),
+            url: target.url.to_owned(),
             key,
-            stats_path,
+            stats_path: target.stats_path,
             view,
         }
     }
 
     /// Samples and decides every tick until cancelled.
     pub async fn run(mut self, cancel: CancellationToken) {
-        let mut tick = tokio::time::interval(self.controller_tick());
+        let mut tick = tokio::time::interval(Settings::default().tick);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
         let mut was_down = false;
+        let mut ticks: u64 = 0;
         loop {
             tokio::select! {
                 _ = tick.tick() => {}
@@ -151,15 +181,19 @@ impl Tuner {
                     return;
                 }
             }
+            ticks += 1;
             match self.liveness.health() {
                 Health::Down { .. } => {
                     was_down = true;
                     continue;
                 }
                 Health::Up if was_down => {
-                    // Back from an outage: caps may have changed; re-enter startup, keep stats.
+                    // Back from an outage: it may be another set-up now; read its caps again.
                     was_down = false;
-                    let mut caps = signals::caps(&self.url).await;
+                    let (signals, reading) =
+                        SignalReader::probe(&self.url, self.api_key.as_deref()).await;
+                    self.signals = signals;
+                    let mut caps = reading.caps;
                     caps.user_max = self.controller.caps().user_max;
                     let decision = self.controller.on_server_restart(caps);
                     self.apply(&decision);
@@ -167,32 +201,44 @@ impl Tuner {
                 }
                 Health::Up => {}
             }
-            let load = signals::load(&self.url).await;
+            let reading = self.signals.read().await;
+            let known = self.controller.caps();
+            let caps = Caps {
+                max_running: reading.caps.max_running.or(known.max_running),
+                kv_tokens: reading.caps.kv_tokens.or(known.kv_tokens),
+                user_max: known.user_max,
+            };
+            if caps != known {
+                // The server now reports other caps without having been seen down: it was
+                // restarted with other arguments between two ticks.
+                let decision = self.controller.on_server_restart(caps);
+                self.apply(&decision);
+                continue;
+            }
             let mut observation = self.telemetry.take(self.limiter.in_flight());
-            observation.server_running = load.running;
-            observation.server_queued = load.queued;
-            observation.kv_usage = load.kv_usage;
-            observation.preemptions_total = load.preemptions_total;
+            observation.server_running = reading.load.running;
+            observation.server_queued = reading.load.queued;
+            observation.kv_usage = reading.load.kv_usage;
+            observation.preemptions_total = reading.load.preemptions_total;
             let decision = self.controller.observe(&observation);
             self.apply(&decision);
-            self.save();
+            if ticks.is_multiple_of(SAVE_EVERY_TICKS) {
+                self.save();
+            }
         }
     }
 
-    /// Saves the length statistics (and the limit) for the next run.
+    /// Saves what the controller learnt and reached, for the next run.
     fn save(&self) {
-        let saved = SavedStats {
+        let saved = Saved {
             key: self.key.clone(),
             stats: self.controller.stats().clone(),
-            limit: self.limiter.limit(),
+            limit: self.controller.limit(),
+            reached: Some(self.controller.reached()),
         };
         if let Err(e) = atomic::write_json(&self.stats_path, &saved) {
-            tracing::warn!("cannot save controller statistics: {e}");
+            tracing::warn!("cannot save the concurrency controller's state: {e}");
         }
-    }
-
-    fn controller_tick(&self) -> std::time::Duration {
-        Settings::default().tick
     }
 
     fn apply(&mut self, decision: &Decision) {
@@ -208,17 +254,18 @@ impl Tuner {
         self.view.send_replace(TunerView {
             limit: decision.limit,
             ceiling: self.controller.ceiling(),
-            decision: decision.reason.clone(),
+            decision: self.controller.summary(),
         });
     }
 }
 
 fn describe_caps(caps: Caps) -> String {
-    let slots = caps
-        .max_running
-        .map_or_else(|| "slots unknown".to_owned(), |s| format!("{s} slots"));
+    let running = caps.max_running.map_or_else(
+        || "running cap unknown".to_owned(),
+        |s| format!("{s} running at most"),
+    );
     let kv = caps
         .kv_tokens
         .map_or_else(|| "KV unknown".to_owned(), |k| format!("{k} KV tokens"));
-    format!("server reports {slots}, {kv}")
+    format!("{running}, {kv}")
 }

@@ -482,12 +482,10 @@ mod tests {
                 40 * 60,
             )]),
             ServerStatus {
-                concurrency: 38,
-                in_flight: Some(37),
-                ceiling: Some(46),
-                decision: Some(
-                    "creep 36 → 38 (kv ceiling 46 (u=0.90, E_resident 7.9k tok))".into(),
-                ),
+                concurrency: 48,
+                in_flight: Some(47),
+                ceiling: Some(52),
+                decision: Some("ramped 8 → 24 → 48 in 9 s; holding at 48: KV 91% full".into()),
                 ..server()
             },
         );

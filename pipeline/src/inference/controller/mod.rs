@@ -5,14 +5,18 @@
 //!
 //! - [`settings`]: the tunables and their documented defaults.
 //! - [`stats`]: decayed output-length statistics, persisted across restarts.
-//! - [`types`]: caps, observations, decisions.
-//! - [`state`]: the controller itself — ceiling, guards, startup, creep and probes.
+//! - [`types`]: caps, observations, decisions, what a run reached.
+//! - [`state`]: the controller itself — ceiling, guards, re-entry; `ramp` (startup), `steady`
+//!   (creep and probes) and `words` (the status line) extend it.
 
+mod ramp;
 pub mod settings;
 pub mod state;
 pub mod stats;
+mod steady;
 pub mod types;
 mod window;
+mod words;
 
 #[cfg(test)]
 mod tests;
@@ -20,4 +24,4 @@ mod tests;
 pub use settings::Settings;
 pub use state::Controller;
 pub use stats::LengthStats;
-pub use types::{Caps, Decision, Finish, Observation, Phase};
+pub use types::{Caps, Decision, Finish, Observation, Phase, Reached};

@@ -1,7 +1,8 @@
 //! The controller's tunables. The defaults are field-notes §2.5's design, retuned where the
-//! simulation (`pipeline/tests/controller_sim.rs`, table in `BENCHMARKS.md`) showed it settling
-//! below the best fixed limit: the preemption tolerance, the `u` steps and the creep toward a
-//! known ceiling. Change them only with those simulation tests.
+//! simulation (`pipeline/tests/controller_sim.rs`, tables in `BENCHMARKS.md`) showed it
+//! settling below the best fixed limit: the preemption tolerance, the `u` steps, the creep
+//! toward a known ceiling, and a start at the ceiling with a ramp on a one-second tick
+//! instead of ×1.5 per minute from 8. Change them only with those simulation tests.
 
 use std::time::Duration;
 
@@ -10,14 +11,17 @@ use std::time::Duration;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     /// How often the sampler calls [`Controller::observe`](super::Controller::observe).
-    /// The controller never reads a clock: it counts ticks. Default 5 s.
+    /// The controller never reads a clock: it counts ticks. Default 1 s, so the start of a
+    /// job is decided in seconds.
     pub tick: Duration,
-    /// Ticks per decision window. Default 12 (60 s).
+    /// Ticks per decision window. Default 60 (60 s).
     pub window_ticks: u32,
     /// Ticks at the start of a window left out of its throughput, while the batch settles
-    /// after a change of limit. Default 1.
+    /// after a change of limit. Default 5 (5 s).
     pub settle_ticks: u32,
-    /// Limit at the very start (before any window), clamped to the ceiling. Default 8.
+    /// Limit at the very start when the server reports neither a running cap nor its KV
+    /// capacity, clamped to the ceiling. Default 8. With either known, the start is the
+    /// ceiling.
     pub initial_limit: u32,
     /// Ceiling when neither the server's caps nor the user bound it. Default 4096.
     pub max_limit: u32,
@@ -44,8 +48,18 @@ pub struct Settings {
     /// Default 0.05.
     pub headroom_fraction: f64,
 
-    /// Startup growth per window, up to the ceiling. Default 1.5.
+    /// Startup growth per window, up to the ceiling, when the server reports no caps.
+    /// Default 1.5.
     pub startup_growth: f64,
+    /// Ramp (startup with known caps): ticks between two steps toward the ceiling. Default 2.
+    pub ramp_ticks: u32,
+    /// Ramp: growth per step, at most up to the ceiling. Default 2.
+    pub ramp_growth: f64,
+    /// Ramp: KV usage at which it stops (the cache is as full as it should get). Default 0.95.
+    pub ramp_kv_full: f64,
+    /// Ramp: ticks in a row with a server queue beyond the headroom while fewer than the limit
+    /// run, before the running count is taken as the server's real cap. Default 3.
+    pub ramp_queue_ticks: u32,
     /// Steady creep per window: `max(1, L / creep_divisor, creep_gap·(L_kv − L))`.
     /// Default 50.
     pub creep_divisor: u32,
@@ -106,9 +120,9 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Settings {
         Settings {
-            tick: Duration::from_secs(5),
-            window_ticks: 12,
-            settle_ticks: 1,
+            tick: Duration::from_secs(1),
+            window_ticks: 60,
+            settle_ticks: 5,
             initial_limit: 8,
             max_limit: 4096,
             kv_utilization: 0.90,
@@ -120,6 +134,10 @@ impl Default for Settings {
             headroom_min: 2,
             headroom_fraction: 0.05,
             startup_growth: 1.5,
+            ramp_ticks: 2,
+            ramp_growth: 2.0,
+            ramp_kv_full: 0.95,
+            ramp_queue_ticks: 3,
             creep_divisor: 50,
             creep_gap: 0.25,
             probe_every_windows: 6,
@@ -137,7 +155,7 @@ impl Default for Settings {
             preemption_severe: 3.0,
             preemption_severe_min: 8,
             stats_decay: 0.999,
-            prior_weight: 20.0,
+            prior_weight: 10.0,
             prior_prompt_tokens: 1024.0,
             resident_shift: 2.0,
         }

@@ -1,9 +1,16 @@
 //! The controller's state machine: per tick it folds an [`Observation`] into the current
-//! window; per window it applies the guards (first match wins), then the phase's move
-//! (startup growth, steady creep, a probe and its verdict).
+//! window and, while starting, ramps ([`super::ramp`]); per window it applies the guards
+//! (first match wins), then the phase's move (blind startup growth, steady creep, a probe and
+//! its verdict, [`super::steady`]).
 //!
 //! - **Ceiling** = min(`max_running` + `q_headroom`, `L_kv`, user max), with
 //!   `L_kv = ⌊u·KV_tokens / E_resident⌋`; a missing cap simply does not bound it.
+//! - **Start**: at the ceiling when the server reports a running cap or its KV capacity (the
+//!   ramp then follows the ceiling up every 2 s as completions refine `E_resident`, and stops
+//!   at the first saturation sign: a preemption, KV ≥ 95% full, or a server queue that stays
+//!   while fewer than the limit run, which makes the running count the cap); at 8, ×1.5 per
+//!   window, when it reports neither. A resumed run starts at the limit it reached
+//!   ([`Controller::resume`]), checked against the current caps.
 //! - **Guards** per window: (1) retryable 5xx > max(3, 5% of finishes) → L×0.5, backoff;
 //!   (2) any 503/429/stall → L×0.7, backoff; (3) preemptions beyond the tolerance (max(2, 25%
 //!   of finishes)) → u−0.01, L within the new ceiling; beyond the severe level (max(8, 3×
@@ -13,59 +20,77 @@
 //!   most once per window). After a preemption cut, preemptions cut again only once L/2
 //!   requests have finished: the requests admitted before the cut keep growing until then.
 //!   Two windows in a row without preemption raise `u` by 0.01 (up to 1.0).
-//! - **Startup** ×1.5 per window to the ceiling (leaving early, back at the previous limit,
-//!   when a step gains < 2%). **Steady**: creep max(1, L/50, (L_kv − L)/4) per window (the
-//!   last term only when `L_kv` is the ceiling); every 6 windows a ±10% probe,
-//!   alternately up and down; an up-probe is kept at ≥ +2%, a down-probe reverted at ≥ 3%
-//!   loss, both against the window just before.
-//! - **Re-entry** (server restart, counter drop, `E_resident` doubled): startup from
-//!   min(L/2, ceiling), keeping the length stats and `u`. `E_resident` halved: startup from L.
+//! - **Steady**: creep max(1, L/50, (L_kv − L)/4) per window (the last term only when `L_kv`
+//!   is the ceiling); every 6 windows a ±10% probe, alternately up and down; an up-probe is
+//!   kept at ≥ +2%, a down-probe reverted at ≥ 3% loss, both against the window just before.
+//! - **Re-entry**: a server back with the same caps resumes at its limit; with other caps, or
+//!   when `E_resident` doubled, startup from min(L/2, ceiling), keeping the length stats and
+//!   `u`. `E_resident` halved: startup from L.
 //!
 //! Shrinking never cancels anything: the dispatcher only withholds new submissions.
 
+use super::ramp::Ramp;
 use super::settings::Settings;
 use super::stats::LengthStats;
-use super::types::{Caps, Decision, Observation, Phase};
+use super::types::{Caps, Decision, Observation, Phase, Reached};
 use super::window::Window;
+use super::words::{kilo, percent};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-enum Direction {
+pub(super) enum Direction {
     Up,
     Down,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct Probe {
-    direction: Direction,
-    from: u32,
-    baseline: f64,
+pub(super) struct Probe {
+    pub(super) direction: Direction,
+    pub(super) from: u32,
+    pub(super) baseline: f64,
+}
+
+/// The server's load as the last tick saw it, for the status line.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct LastSeen {
+    pub(super) running: Option<u32>,
+    pub(super) queued: Option<u32>,
+    pub(super) kv_usage: Option<f64>,
 }
 
 /// One server's concurrency controller. See the module docs for the algorithm.
 #[derive(Debug, Clone)]
 pub struct Controller {
-    settings: Settings,
-    caps: Caps,
-    stats: LengthStats,
-    limit: u32,
-    u: f64,
-    phase: Phase,
-    reason: String,
-    window: Window,
-    last_preemptions: Option<u64>,
-    quiet_windows: u32,
-    steady_windows: u32,
-    next_probe_up: bool,
-    probe: Option<Probe>,
-    /// Startup: the limit and throughput of the window before the last growth step.
-    startup_previous: Option<(u32, f64)>,
+    pub(super) settings: Settings,
+    pub(super) caps: Caps,
+    pub(super) stats: LengthStats,
+    pub(super) limit: u32,
+    pub(super) u: f64,
+    pub(super) phase: Phase,
+    pub(super) reason: String,
+    pub(super) window: Window,
+    pub(super) last_preemptions: Option<u64>,
+    pub(super) quiet_windows: u32,
+    pub(super) steady_windows: u32,
+    pub(super) next_probe_up: bool,
+    pub(super) probe: Option<Probe>,
+    /// Blind startup: the limit and throughput of the window before the last growth step.
+    pub(super) startup_previous: Option<(u32, f64)>,
     /// `E_resident` at the last (re-)entry, to detect a 2× shift.
-    reference_resident: f64,
+    pub(super) reference_resident: f64,
     /// Finishes of the last window: the tick guard's preemption tolerance.
-    last_window_finishes: u32,
+    pub(super) last_window_finishes: u32,
     /// Finishes still to come before preemptions may cut L again: after a cut, the requests
     /// admitted before it keep growing (and preempting) until they are replaced.
-    cut_holdoff: u32,
+    pub(super) cut_holdoff: u32,
+    /// Ticks observed so far.
+    pub(super) ticks: u64,
+    pub(super) ramp: Ramp,
+    pub(super) last_seen: LastSeen,
+    /// Why the limit was last lowered, in a few words, for the status line.
+    pub(super) last_cut: String,
+    /// A running cap the server did not report but showed: it queued requests while running
+    /// this many with the KV cache not full (vLLM's `max_num_seqs`, a hybrid model's cap).
+    pub(super) seen_running_cap: Option<u32>,
 }
 
 impl Controller {
@@ -102,15 +127,71 @@ impl Controller {
             startup_previous: None,
             last_window_finishes: 0,
             cut_holdoff: 0,
+            ticks: 0,
+            ramp: Ramp::default(),
+            last_seen: LastSeen::default(),
+            last_cut: String::new(),
+            seen_running_cap: None,
         };
         let ceiling = controller.ceiling();
-        controller.limit = controller.settings.initial_limit.clamp(1, ceiling);
+        controller.limit = if controller.has_caps() {
+            ceiling
+        } else {
+            controller.settings.initial_limit.clamp(1, ceiling)
+        };
+        controller.ramp.begin(0, controller.limit);
         controller.reason = format!(
-            "startup at {} ({})",
+            "starting at {} ({})",
             controller.limit,
             controller.ceiling_reason()
         );
         controller
+    }
+
+    /// A controller that starts where an earlier run (or this server before a restart) got
+    /// to: at its limit and planned KV use, within the ceiling of the current `caps`. With the
+    /// same caps it goes on in steady state; with others it ramps from there.
+    pub fn resume(
+        settings: Settings,
+        caps: Caps,
+        max_tokens: u32,
+        stats: LengthStats,
+        reached: Reached,
+    ) -> Controller {
+        let mut controller = Controller::new(settings, caps, max_tokens, Some(stats));
+        let s = &controller.settings;
+        controller.u = reached
+            .kv_utilization
+            .clamp(s.kv_utilization_min, s.kv_utilization_max);
+        let ceiling = controller.ceiling();
+        controller.limit = reached.limit.clamp(1, ceiling);
+        controller.ramp.begin(0, controller.limit);
+        if same_server(reached.caps, caps) {
+            controller.phase = Phase::Steady;
+            controller.ramp.end(0, "resumed".to_owned());
+            controller.reason = format!(
+                "resuming at {}, the limit reached before ({})",
+                controller.limit,
+                controller.ceiling_reason()
+            );
+        } else {
+            controller.reason = format!(
+                "resuming at {} (reached {} before, with other server caps; {})",
+                controller.limit,
+                reached.limit,
+                controller.ceiling_reason()
+            );
+        }
+        controller
+    }
+
+    /// What to keep for a resumed run.
+    pub fn reached(&self) -> Reached {
+        Reached {
+            limit: self.limit,
+            kv_utilization: self.u,
+            caps: self.caps,
+        }
     }
 
     /// The limit in force.
@@ -147,19 +228,27 @@ impl Controller {
 
     /// `L_kv = ⌊u·KV_tokens / E_resident⌋` (at least 1), when the KV capacity is known.
     pub fn kv_limit(&self) -> Option<u32> {
+        self.kv_limit_for(self.stats.expected_resident())
+    }
+
+    pub(super) fn kv_limit_for(&self, resident: f64) -> Option<u32> {
         let kv = self.caps.kv_tokens?;
-        let l = (self.u * kv as f64 / self.stats.expected_resident()).floor();
+        let l = (self.u * kv as f64 / resident.max(1.0)).floor();
         Some((l.min(f64::from(u32::MAX)) as u32).max(1))
     }
 
     /// The most the limit may be: min(`max_running` + `q_headroom`, `L_kv`, user max), or
     /// `max_limit` when nothing is known.
     pub fn ceiling(&self) -> u32 {
+        self.ceiling_with(self.kv_limit())
+    }
+
+    pub(super) fn ceiling_with(&self, kv_limit: Option<u32>) -> u32 {
         let mut ceiling = self.settings.max_limit;
-        if let Some(running) = self.caps.max_running {
+        if let Some(running) = self.running_cap() {
             ceiling = ceiling.min(running.saturating_add(self.settings.headroom(running)));
         }
-        if let Some(kv) = self.kv_limit() {
+        if let Some(kv) = kv_limit {
             ceiling = ceiling.min(kv);
         }
         if let Some(user) = self.caps.user_max {
@@ -168,17 +257,41 @@ impl Controller {
         ceiling.max(1)
     }
 
-    /// The server came back (or was replaced): take its new caps and re-enter startup from
-    /// min(L/2, ceiling), keeping the length statistics and `u`.
+    /// The most requests the server runs at once: reported, or seen.
+    pub(super) fn running_cap(&self) -> Option<u32> {
+        self.caps.max_running.or(self.seen_running_cap)
+    }
+
+    /// The server came back (or was replaced). With the same caps it resumes at the limit it
+    /// had; with others it takes them and re-enters startup from min(L/2, ceiling). The length
+    /// statistics and `u` are kept either way.
     pub fn on_server_restart(&mut self, caps: Caps) -> Decision {
+        let same = same_server(self.caps, caps);
         self.caps = caps;
+        if !same {
+            self.seen_running_cap = None;
+        }
         self.last_preemptions = None;
-        self.reenter("server restarted");
+        if same {
+            let limit = self.limit.min(self.ceiling()).max(1);
+            self.reenter("server restarted");
+            self.limit = limit;
+            self.phase = Phase::Steady;
+            self.ramp.end(self.ticks, "resumed".to_owned());
+            self.reason = format!(
+                "server restarted with the same caps: resuming at {} ({})",
+                self.limit,
+                self.ceiling_reason()
+            );
+        } else {
+            self.reenter("server restarted with other caps");
+        }
         self.decision()
     }
 
     /// Folds one tick in; at the end of a window, decides. Returns the limit to apply now.
     pub fn observe(&mut self, obs: &Observation) -> Decision {
+        self.ticks += 1;
         for finish in &obs.finishes {
             self.stats.record(
                 finish.prompt_tokens,
@@ -186,11 +299,17 @@ impl Controller {
                 self.settings.stats_decay,
             );
         }
+        self.ramp.finishes += obs.finishes.len() as u64;
+        self.last_seen = LastSeen {
+            running: obs.server_running,
+            queued: obs.server_queued,
+            kv_usage: obs.kv_usage,
+        };
 
         let new_preemptions = match (obs.preemptions_total, self.last_preemptions) {
             (Some(now), Some(before)) if now < before => {
                 self.last_preemptions = Some(now);
-                self.reenter("preemption counter dropped: server restarted");
+                self.reenter("the server's preemption counter dropped: it restarted");
                 return self.decision();
             }
             (Some(now), Some(before)) => now - before,
@@ -227,7 +346,14 @@ impl Controller {
         let kv_full = obs
             .kv_usage
             .is_some_and(|usage| usage > self.settings.kv_panic_usage);
-        let severe = self.preemption_severe(self.last_window_finishes);
+        // Against the last window's finishes; in the first window, where there is none, against
+        // this one's so far (a fast job's first burst of preemptions is no thrashing).
+        let first_window = self.ticks <= u64::from(self.settings.window_ticks);
+        let severe = self.preemption_severe(if first_window {
+            self.window.finishes
+        } else {
+            self.last_window_finishes
+        });
         if new_preemptions > 0
             && self.window.preemptions > u64::from(severe)
             && kv_full
@@ -241,11 +367,11 @@ impl Controller {
             self.limit = self
                 .scaled(self.settings.preemption_backoff)
                 .min(self.ceiling());
-            self.phase = Phase::Backoff;
-            self.probe = None;
+            self.enter_backoff();
+            self.last_cut = format!("{new_preemptions} preemptions with the KV cache full");
             self.reason = format!(
-                "kv usage {:.2} with {new_preemptions} new preemptions: {before} → {}",
-                obs.kv_usage.unwrap_or(1.0),
+                "KV cache {} full with {new_preemptions} new preemptions: {before} → {}",
+                percent(obs.kv_usage.unwrap_or(1.0)),
                 self.limit
             );
         }
@@ -254,9 +380,9 @@ impl Controller {
         let shift = resident / self.reference_resident;
         if shift >= self.settings.resident_shift || shift <= 1.0 / self.settings.resident_shift {
             let why = format!(
-                "E_resident moved {} → {}",
-                kilo(self.reference_resident),
-                kilo(resident)
+                "requests hold {} tokens now, {} before",
+                kilo(resident),
+                kilo(self.reference_resident)
             );
             if self.phase == Phase::Startup {
                 self.reference_resident = resident;
@@ -266,13 +392,15 @@ impl Controller {
                 let limit = self.limit;
                 self.reenter(&why);
                 self.limit = limit.min(self.ceiling()).max(1);
+                self.ramp.begin(self.ticks, self.limit);
                 self.reason = format!(
-                    "{why}: startup from {} ({})",
+                    "{why}: starting again from {} ({})",
                     self.limit,
                     self.ceiling_reason()
                 );
                 return self.decision();
             } else {
+                self.last_cut = why.clone();
                 self.reenter(&why);
                 return self.decision();
             }
@@ -281,6 +409,7 @@ impl Controller {
         if self.window.ticks >= self.settings.window_ticks {
             self.end_window();
         }
+        self.ramp_tick(obs, new_preemptions);
         // The ceiling moves with every completion; the limit never sits above it.
         let ceiling = self.ceiling();
         if self.limit > ceiling {
@@ -324,15 +453,20 @@ impl Controller {
         if w.retryable > error_threshold {
             self.limit = self.scaled(s.error_backoff);
             self.enter_backoff();
+            self.last_cut = format!("{} server errors in a minute", w.retryable);
             self.reason = format!(
-                "{} retryable errors (> {error_threshold}): {before} → {}",
+                "{} retryable server errors (more than {error_threshold}): {before} → {}",
                 w.retryable, self.limit
             );
         } else if w.overloaded + w.stalls > 0 {
             self.limit = self.scaled(s.overload_backoff);
             self.enter_backoff();
+            self.last_cut = format!(
+                "{} overloaded answers, {} stalled streams",
+                w.overloaded, w.stalls
+            );
             self.reason = format!(
-                "{} overloaded (503/429), {} stalls: {before} → {}",
+                "{} overloaded answers (503/429), {} stalled streams: {before} → {}",
                 w.overloaded, w.stalls, self.limit
             );
         } else if w.preemptions > tolerated {
@@ -345,16 +479,21 @@ impl Controller {
             }
             self.limit = self.limit.min(self.ceiling());
             self.enter_backoff();
+            self.last_cut = format!("{} preemptions in a minute", w.preemptions);
             self.reason = format!(
-                "{} preemptions (> {tolerated} tolerated): u {u_before:.2} → {:.2}, {before} → {}",
-                w.preemptions, self.u, self.limit
+                "{} preemptions (more than the {tolerated} tolerated): planning {} KV use \
+                 instead of {}, {before} → {}",
+                w.preemptions,
+                percent(self.u),
+                percent(u_before),
+                self.limit
             );
         } else if let Some((running, queued)) = queueing {
             self.limit = (running.round() as u32 + headroom).max(1);
             self.enter_backoff();
+            self.last_cut = format!("the server queued {queued:.0} while running {running:.0}");
             self.reason = format!(
-                "server queueing: {queued:.0} queued > {headroom} while {running:.0} running: \
-                 {before} → {}",
+                "the server queues {queued:.0} while it runs {running:.0}: {before} → {}",
                 self.limit
             );
         } else if w
@@ -367,17 +506,18 @@ impl Controller {
                 self.phase = Phase::Steady;
             }
             self.reason = format!(
-                "app-limited: {:.0} in flight < {}/2, holding",
+                "app-limited: {:.0} in flight, under half of {}: holding",
                 w.in_flight.get().unwrap_or(0.0),
                 self.limit
             );
         } else {
             match self.phase {
-                Phase::Startup => self.startup_step(throughput),
+                Phase::Startup if !self.has_caps() => self.startup_step(throughput),
+                Phase::Startup => {}
                 Phase::Backoff => {
                     self.phase = Phase::Steady;
                     self.steady_windows = 0;
-                    self.reason = format!("holding {} after backoff", self.limit);
+                    self.reason = format!("holding {} after lowering it", self.limit);
                 }
                 Phase::Probing => self.finish_probe(throughput),
                 Phase::Steady => self.steady_step(throughput),
@@ -391,124 +531,9 @@ impl Controller {
                 self.probe = None;
                 self.phase = Phase::Steady;
             }
-            if !self.reason.contains("ceiling") {
-                self.reason = format!("{}; {}", self.reason, self.ceiling_reason());
-            }
+            self.reason = format!("{}; at most {}", self.reason, self.ceiling_reason());
         }
         self.limit = self.limit.max(1);
-    }
-
-    fn startup_step(&mut self, throughput: f64) {
-        let s = &self.settings;
-        if let Some((previous, previous_throughput)) = self.startup_previous
-            && !self.has_caps()
-            && self.limit > previous
-            && throughput < previous_throughput * (1.0 + s.keep_up_gain)
-        {
-            let from = self.limit;
-            self.limit = previous;
-            self.enter_steady();
-            self.reason = format!(
-                "startup plateau: {from} gained {:+.1}% over {previous}, back to {previous}",
-                gain(throughput, previous_throughput)
-            );
-            return;
-        }
-        let ceiling = self.ceiling();
-        let next = ((f64::from(self.limit) * s.startup_growth).ceil() as u32).min(ceiling);
-        if next <= self.limit {
-            self.enter_steady();
-            self.reason = format!("startup done at {}: {}", self.limit, self.ceiling_reason());
-        } else {
-            self.startup_previous = Some((self.limit, throughput));
-            let from = self.limit;
-            self.limit = next;
-            self.reason = format!("startup {from} → {next} ({})", self.ceiling_reason());
-        }
-    }
-
-    fn steady_step(&mut self, throughput: f64) {
-        let s = &self.settings;
-        let ceiling = self.ceiling();
-        self.steady_windows += 1;
-        if self.steady_windows >= s.probe_every_windows {
-            self.steady_windows = 0;
-            let up = ((f64::from(self.limit) * (1.0 + s.probe_step)).ceil() as u32).min(ceiling);
-            let down = ((f64::from(self.limit) * (1.0 - s.probe_step)).floor() as u32).max(1);
-            let want_up = self.next_probe_up;
-            self.next_probe_up = !self.next_probe_up;
-            // At the ceiling an up-probe has nowhere to go: its turn is skipped (a down-probe
-            // there would only measure a loss we already expect).
-            let (direction, to) = if want_up && up > self.limit {
-                (Direction::Up, up)
-            } else if !want_up && down < self.limit {
-                (Direction::Down, down)
-            } else {
-                self.reason = format!("steady, no probe at {}", self.ceiling_reason());
-                return;
-            };
-            self.probe = Some(Probe {
-                direction,
-                from: self.limit,
-                baseline: throughput,
-            });
-            self.phase = Phase::Probing;
-            self.reason = format!(
-                "probe {} {} → {to}",
-                if direction == Direction::Up {
-                    "up"
-                } else {
-                    "down"
-                },
-                self.limit
-            );
-            self.limit = to;
-            return;
-        }
-        // Under a KV ceiling, close part of the gap: after a preemption cut L comes back within
-        // minutes, and `u` (learnt from preemptions) keeps it from overshooting.
-        let gap = match self.kv_limit() {
-            Some(kv) if kv <= ceiling => {
-                (s.creep_gap * f64::from(kv.saturating_sub(self.limit))).floor() as u32
-            }
-            _ => 0,
-        };
-        let creep = (self.limit / s.creep_divisor.max(1)).max(1).max(gap);
-        let next = self.limit.saturating_add(creep).min(ceiling);
-        if next > self.limit {
-            self.reason = format!("creep {} → {next} ({})", self.limit, self.ceiling_reason());
-            self.limit = next;
-        } else {
-            self.reason = format!("steady at {}", self.ceiling_reason());
-        }
-    }
-
-    fn finish_probe(&mut self, throughput: f64) {
-        self.phase = Phase::Steady;
-        let Some(probe) = self.probe.take() else {
-            return;
-        };
-        let change = gain(throughput, probe.baseline);
-        let s = &self.settings;
-        let (keep, name) = match probe.direction {
-            Direction::Up => (throughput >= probe.baseline * (1.0 + s.keep_up_gain), "up"),
-            Direction::Down => (
-                throughput > probe.baseline * (1.0 - s.revert_down_loss),
-                "down",
-            ),
-        };
-        if keep {
-            self.reason = format!(
-                "probe {name} kept: {} → {} ({change:+.1}%)",
-                probe.from, self.limit
-            );
-        } else {
-            self.reason = format!(
-                "probe {name} reverted: {} → {} ({change:+.1}%)",
-                self.limit, probe.from
-            );
-            self.limit = probe.from;
-        }
     }
 
     /// Preemptions a window with `finishes` completions tolerates without a cut.
@@ -526,17 +551,20 @@ impl Controller {
     }
 
     /// Whether the server reported a running cap or a KV capacity.
-    fn has_caps(&self) -> bool {
+    pub(super) fn has_caps(&self) -> bool {
         self.caps.max_running.is_some() || self.caps.kv_tokens.is_some()
     }
 
-    fn enter_backoff(&mut self) {
+    pub(super) fn enter_backoff(&mut self) {
+        if self.phase == Phase::Startup {
+            self.ramp.end(self.ticks, "lowered".to_owned());
+        }
         self.phase = Phase::Backoff;
         self.probe = None;
         self.startup_previous = None;
     }
 
-    fn enter_steady(&mut self) {
+    pub(super) fn enter_steady(&mut self) {
         self.phase = Phase::Steady;
         self.steady_windows = 0;
         self.probe = None;
@@ -553,51 +581,22 @@ impl Controller {
         self.steady_windows = 0;
         self.cut_holdoff = 0;
         self.reference_resident = self.stats.expected_resident();
+        self.ramp.begin(self.ticks, self.limit);
         self.reason = format!(
-            "{why}: startup from {} ({})",
+            "{why}: starting again from {} ({})",
             self.limit,
             self.ceiling_reason()
         );
     }
 
     /// `L × factor`, rounded down, at least 1 and at most one less than L (a cut always cuts).
-    fn scaled(&self, factor: f64) -> u32 {
+    pub(super) fn scaled(&self, factor: f64) -> u32 {
         let l = (f64::from(self.limit) * factor).floor() as u32;
         l.min(self.limit.saturating_sub(1)).max(1)
     }
-
-    /// What bounds the ceiling, e.g. "kv ceiling 46 (u=0.90, E_resident 7.9k tok)".
-    fn ceiling_reason(&self) -> String {
-        let ceiling = self.ceiling();
-        if self.caps.user_max == Some(ceiling) {
-            return format!("user ceiling {ceiling}");
-        }
-        if self.kv_limit() == Some(ceiling) {
-            return format!(
-                "kv ceiling {ceiling} (u={:.2}, E_resident {} tok)",
-                self.u,
-                kilo(self.stats.expected_resident())
-            );
-        }
-        if let Some(running) = self.caps.max_running
-            && running.saturating_add(self.settings.headroom(running)) == ceiling
-        {
-            return format!("cap ceiling {ceiling} ({running} running + queue headroom)");
-        }
-        format!("no known cap, ceiling {ceiling}")
-    }
 }
 
-/// Relative change in percent.
-fn gain(now: f64, before: f64) -> f64 {
-    if before > 0.0 {
-        (now / before - 1.0) * 100.0
-    } else {
-        0.0
-    }
-}
-
-/// Tokens in thousands with one decimal: 7900.0 → "7.9k".
-fn kilo(tokens: f64) -> String {
-    format!("{:.1}k", tokens / 1000.0)
+/// Whether two sets of caps describe the same server set-up (the user's bound aside).
+fn same_server(a: Caps, b: Caps) -> bool {
+    a.max_running == b.max_running && a.kv_tokens == b.kv_tokens
 }

@@ -1,5 +1,6 @@
-//! Unit tests of the controller: the ceiling, each guard and its order, startup, creep,
-//! probes, `u` adaptation and re-entry, driven through the public API window by window.
+//! Unit tests of the controller: the ceiling, each guard and its order, the start and its
+//! ramp, creep, probes, `u` adaptation, resuming and re-entry, driven through the public API
+//! tick by tick and window by window.
 
 use super::*;
 
@@ -50,17 +51,32 @@ fn grown() -> Controller {
     c
 }
 
-/// A controller in steady state at `l`, ceiling 210 (cap 200), metrics on.
-fn steady(l: u32) -> Controller {
-    let settings = Settings {
-        initial_limit: l,
-        startup_growth: 1.0,
-        ..Settings::default()
+/// A controller resumed in steady state at `l` on a server with `caps` (planning `u` KV use),
+/// after one app-limited window (which sets the preemption baseline and changes nothing).
+fn resumed(l: u32, caps: Caps, max_tokens: u32, u: f64) -> Controller {
+    let settings = Settings::default();
+    let stats = LengthStats::prior(
+        max_tokens,
+        settings.prior_prompt_tokens,
+        settings.prior_weight,
+    );
+    let reached = Reached {
+        limit: l,
+        kv_utilization: u,
+        caps,
     };
-    let mut c = Controller::new(settings, caps(Some(200), None, None), MAX_TOKENS, None);
-    let d = window(&mut c, |l| busy(l, 0));
+    let mut c = Controller::resume(settings, caps, max_tokens, stats, reached);
+    let d = window(&mut c, |l| Observation {
+        in_flight: 0,
+        ..busy(l, 0)
+    });
     assert_eq!((d.limit, d.phase), (l, Phase::Steady), "{}", d.reason);
     c
+}
+
+/// A controller in steady state at `l`, ceiling 210 (cap 200), metrics on.
+fn steady(l: u32) -> Controller {
+    resumed(l, caps(Some(200), None, None), MAX_TOKENS, 0.90)
 }
 
 #[test]
@@ -84,16 +100,43 @@ fn ceiling_takes_the_smallest_known_bound() {
 }
 
 #[test]
-fn startup_grows_by_half_per_window_to_the_ceiling() {
+fn with_a_known_cap_the_start_is_the_cap_plus_headroom() {
     let mut c = Controller::new(
         Settings::default(),
         caps(Some(128), None, None),
         MAX_TOKENS,
         None,
     );
-    let mut seen = vec![(c.limit(), c.phase())];
+    assert_eq!((c.limit(), c.phase()), (135, Phase::Startup));
+    // A few quiet seconds at the cap (no queue building up behind it) end the ramp.
+    let mut seen = Vec::new();
     for _ in 0..8 {
-        let d = window(&mut c, |l| busy(l, 0));
+        let d = c.observe(&busy(c.limit(), 0));
+        seen.push((d.limit, d.phase));
+    }
+    assert_eq!(seen[0], (135, Phase::Startup));
+    assert_eq!(seen[7], (135, Phase::Steady));
+    assert_eq!(
+        c.summary(),
+        "holding at 135: KV 50% full, none waiting at the server"
+    );
+}
+
+#[test]
+fn blind_startup_grows_by_half_per_window_to_the_ceiling() {
+    let mut c = Controller::new(
+        Settings::default(),
+        caps(None, None, Some(40)),
+        MAX_TOKENS,
+        None,
+    );
+    let mut seen = vec![(c.limit(), c.phase())];
+    for _ in 0..5 {
+        // Throughput grows with the limit: every step pays.
+        let d = window(&mut c, |l| Observation {
+            output_tokens: u64::from(l) * 100,
+            ..busy(l, 0)
+        });
         seen.push((d.limit, d.phase));
     }
     use Phase::{Startup, Steady};
@@ -104,13 +147,191 @@ fn startup_grows_by_half_per_window_to_the_ceiling() {
             (12, Startup),
             (18, Startup),
             (27, Startup),
-            (41, Startup),
-            (62, Startup),
-            (93, Startup),
-            (135, Startup),
-            (135, Steady),
+            (40, Startup),
+            (40, Steady),
         ]
     );
+    assert!(
+        c.summary()
+            .starts_with("ramped 8 → 12 → 18 → 27 → 40 in 5 min"),
+        "{}",
+        c.summary()
+    );
+}
+
+/// A tick at limit `l` finishing `n` requests of 1000 prompt and 4000 output tokens.
+fn finishing(l: u32, n: usize, kv_usage: f64) -> Observation {
+    Observation {
+        finishes: vec![
+            Finish {
+                prompt_tokens: 1000,
+                output_tokens: 4000,
+            };
+            n
+        ],
+        kv_usage: Some(kv_usage),
+        ..busy(l, 0)
+    }
+}
+
+#[test]
+fn kv_bound_start_follows_the_ceiling_up_as_completions_arrive() {
+    // 400k KV tokens; the prior (outputs uniform up to 30k) says 11k tokens a request: 32.
+    let mut c = Controller::new(
+        Settings::default(),
+        caps(Some(256), Some(400_000), None),
+        MAX_TOKENS,
+        None,
+    );
+    assert_eq!((c.limit(), c.phase()), (32, Phase::Startup));
+    let mut limits = Vec::new();
+    for _ in 0..40 {
+        limits.push(c.observe(&finishing(c.limit(), 1, 0.5)).limit);
+    }
+    // Completions of 5k tokens (3.0k held on average) pull the KV ceiling up; the limit
+    // follows it, one step every two ticks, never above it.
+    assert!(limits.windows(2).all(|w| w[0] <= w[1]), "{limits:?}");
+    assert!(limits[39] > 40, "{limits:?}");
+    assert_eq!(c.limit(), c.ceiling());
+    assert_eq!(c.phase(), Phase::Startup);
+    let summary = c.summary();
+    assert!(summary.starts_with("ramping: 32 → "), "{summary}");
+    assert!(
+        summary.ends_with(" in 40 s (KV 50% full, none waiting at the server)"),
+        "{summary}"
+    );
+    // A generation of requests finished: the ramp is done at the ceiling (and the limit
+    // keeps following it up as the long-output prior fades).
+    for _ in 0..40 {
+        c.observe(&finishing(c.limit(), 4, 0.5));
+    }
+    assert!(
+        c.ramp.ended.is_some() || c.ramp.began_tick > 0,
+        "{}",
+        c.decision().reason
+    );
+    assert!(c.limit() > limits[39], "{}", c.decision().reason);
+}
+
+#[test]
+fn the_ramp_stops_at_the_first_sign_of_saturation() {
+    let start = || {
+        Controller::new(
+            Settings::default(),
+            caps(Some(256), Some(400_000), None),
+            MAX_TOKENS,
+            None,
+        )
+    };
+    // A preemption.
+    let mut c = start();
+    c.observe(&busy(32, 0));
+    let d = c.observe(&busy(32, 1));
+    assert_eq!((d.limit, d.phase), (32, Phase::Steady), "{}", d.reason);
+    assert!(
+        d.reason.contains("1 preemptions, the KV cache is full"),
+        "{}",
+        d.reason
+    );
+    // KV 95% full.
+    let mut c = start();
+    let d = c.observe(&finishing(32, 30, 0.96));
+    assert_eq!((d.limit, d.phase), (32, Phase::Steady), "{}", d.reason);
+    assert_eq!(
+        c.summary(),
+        "holding at 32: KV 96% full, none waiting at the server"
+    );
+}
+
+#[test]
+fn a_queue_that_stays_makes_the_running_count_the_cap() {
+    // vLLM does not say `max_num_seqs`: 5M KV tokens alone allow 408, but the server runs 128
+    // and queues the rest.
+    let mut c = Controller::new(
+        Settings::default(),
+        caps(None, Some(5_000_000), None),
+        MAX_TOKENS,
+        None,
+    );
+    assert_eq!(c.limit(), 408);
+    let queueing = |l: u32| Observation {
+        server_running: Some(128),
+        server_queued: Some(l - 128),
+        ..busy(l, 0)
+    };
+    assert_eq!(c.observe(&queueing(408)).phase, Phase::Startup);
+    assert_eq!(c.observe(&queueing(408)).phase, Phase::Startup);
+    let d = c.observe(&queueing(408));
+    // 128 + q_headroom(128) = 128 + 7.
+    assert_eq!((d.limit, d.phase), (135, Phase::Steady), "{}", d.reason);
+    assert!(
+        c.summary()
+            .starts_with("ramped 408 → 135 in 3 s; holding at 135"),
+        "{}",
+        c.summary()
+    );
+}
+
+#[test]
+fn the_ramp_does_not_grow_a_limit_the_job_does_not_fill() {
+    let mut c = Controller::new(
+        Settings::default(),
+        caps(Some(256), Some(400_000), None),
+        MAX_TOKENS,
+        None,
+    );
+    for _ in 0..20 {
+        c.observe(&Observation {
+            in_flight: 10,
+            ..finishing(c.limit(), 2, 0.1)
+        });
+    }
+    assert_eq!(c.limit(), 32);
+}
+
+#[test]
+fn a_resumed_run_starts_where_the_last_one_got_to() {
+    let server = caps(Some(256), Some(400_000), None);
+    let settings = Settings::default();
+    let stats = LengthStats::prior(
+        MAX_TOKENS,
+        settings.prior_prompt_tokens,
+        settings.prior_weight,
+    );
+    let mut learnt = stats.clone();
+    for _ in 0..2000 {
+        learnt.record(1000, 5000, settings.stats_decay);
+    }
+    // The same server: steady at the limit reached, with the KV use it had learnt.
+    let reached = Reached {
+        limit: 60,
+        kv_utilization: 0.97,
+        caps: server,
+    };
+    let c = Controller::resume(
+        settings.clone(),
+        server,
+        MAX_TOKENS,
+        learnt.clone(),
+        reached,
+    );
+    assert_eq!((c.limit(), c.phase()), (60, Phase::Steady));
+    assert!((c.kv_utilization() - 0.97).abs() < 1e-9);
+    assert_eq!(
+        c.summary(),
+        "resumed at 60; holding at 60 (the KV cache fits about 109 requests of 3.5k tokens at 97% use)"
+    );
+    // A smaller KV cache now: checked against it, and ramping from there.
+    let smaller = caps(Some(256), Some(100_000), None);
+    let c = Controller::resume(settings.clone(), smaller, MAX_TOKENS, learnt, reached);
+    assert_eq!((c.limit(), c.phase()), (27, Phase::Startup));
+    // A file from before (no caps kept): ramps from the saved limit.
+    let old = Reached {
+        caps: Caps::default(),
+        ..reached
+    };
+    let c = Controller::resume(settings, server, MAX_TOKENS, stats, old);
+    assert_eq!((c.limit(), c.phase()), (35, Phase::Startup));
 }
 
 #[test]
@@ -192,7 +413,7 @@ fn guards_fire_in_order_with_their_factors() {
                 o.server_queued = Some(120);
                 o.server_running = Some(20);
             },
-            // Averages over 12 ticks: 10 queued > 2, but 38.3 running < 38 is false.
+            // Averages over 60 ticks: 2 queued is not more than 2.
             limit: 41,
             phase: Phase::Steady,
         },
@@ -248,27 +469,21 @@ fn preemptions_within_the_tolerance_change_nothing() {
 
 #[test]
 fn preemptions_lower_u_and_only_severe_ones_cut() {
-    let mut c = Controller::new(
-        Settings::default(),
-        caps(Some(256), Some(400_000), None),
-        MAX_TOKENS,
-        None,
-    );
-    assert_eq!(c.ceiling(), 32);
-    // Reach the KV ceiling (8 → 12 → 18 → 27 → 32, then done); quiet windows raise u.
-    for _ in 0..5 {
-        window(&mut c, |l| busy(l, 0));
-    }
+    // At the KV ceiling, planning 92% use: ⌊0.92 · 400k / 11024⌋ = 33.
+    let mut c = resumed(33, caps(Some(256), Some(400_000), None), MAX_TOKENS, 0.92);
+    assert_eq!(c.ceiling(), 33);
     let u = c.kv_utilization();
-    assert!((u - 0.92).abs() < 1e-9, "{u}");
-    assert_eq!((c.limit(), c.phase()), (c.ceiling(), Phase::Steady));
     let l = c.limit();
 
     // 3 preemptions (> 2 tolerated): u −0.01, L only within the lower ceiling.
     let d = window(&mut c, |l| busy(l, 3));
     assert!((c.kv_utilization() - (u - 0.01)).abs() < 1e-9);
     assert_eq!((d.limit, d.phase), (c.ceiling().min(l), Phase::Backoff));
-    assert!(d.reason.contains("u 0.92 → 0.91"), "{}", d.reason);
+    assert!(
+        d.reason.contains("planning 91% KV use instead of 92%"),
+        "{}",
+        d.reason
+    );
 
     // 9 more (> max(8, 3 × 0 finishes)): severe, L × 0.85 as well.
     let l = c.limit();
@@ -382,20 +597,13 @@ fn steady_creeps_by_a_fiftieth() {
 #[test]
 fn under_a_kv_ceiling_creep_closes_a_quarter_of_the_gap() {
     // KV 2.2M tokens / 11024 prior E_resident at u = 0.90: L_kv = 179, below the cap's 210.
-    let settings = Settings {
-        initial_limit: 100,
-        startup_growth: 1.0,
-        ..Settings::default()
-    };
-    let mut c = Controller::new(
-        settings,
+    let mut c = resumed(
+        100,
         caps(Some(200), Some(2_200_000), None),
         MAX_TOKENS,
-        None,
+        0.90,
     );
     assert_eq!(c.ceiling(), 179);
-    window(&mut c, |l| busy(l, 0));
-    assert_eq!((c.limit(), c.phase()), (100, Phase::Steady));
     // Quiet windows raised u to 0.91: L_kv = 181; (181 − 100) / 4 = 20.
     let d = window(&mut c, |l| busy(l, 0));
     assert_eq!(d.limit, 120, "{}", d.reason);
@@ -496,7 +704,7 @@ fn quiet_windows_raise_u_up_to_the_maximum() {
 }
 
 #[test]
-fn server_restart_reenters_startup_keeping_stats() {
+fn server_restart_resumes_with_the_same_caps_and_reenters_startup_with_others() {
     let mut c = grown();
     for _ in 0..12 {
         c.observe(&Observation {
@@ -508,6 +716,13 @@ fn server_restart_reenters_startup_keeping_stats() {
         });
     }
     let stats = c.stats().clone();
+    // The same set-up: back at the limit it had.
+    let d = c.on_server_restart(caps(Some(200), None, None));
+    assert_eq!((d.limit, d.phase), (210, Phase::Steady), "{}", d.reason);
+    assert_eq!(
+        c.summary(),
+        "resumed at 210; holding at 210: KV 50% full, none waiting at the server"
+    );
     let d = c.on_server_restart(caps(Some(64), None, None));
     // min(210/2, 64 + 4)
     assert_eq!((d.limit, d.phase), (68, Phase::Startup), "{}", d.reason);
@@ -515,8 +730,8 @@ fn server_restart_reenters_startup_keeping_stats() {
     assert_eq!(c.caps().max_running, Some(64));
     let d = c.on_server_restart(caps(Some(200), None, None));
     assert_eq!((d.limit, d.phase), (34, Phase::Startup), "{}", d.reason);
-    // Startup again: ×1.5 per window.
-    assert_eq!(window(&mut c, |l| busy(l, 0)).limit, 51);
+    // Startup again: up to the cap in seconds.
+    assert_eq!(window(&mut c, |l| busy(l, 0)).limit, 210);
     // A restart with a smaller server starts at its ceiling.
     let d = c.on_server_restart(caps(Some(4), None, None));
     assert_eq!((d.limit, d.phase), (6, Phase::Startup));
@@ -529,22 +744,16 @@ fn preemption_counter_drop_is_a_restart() {
     let d = c.observe(&busy(210, 3));
     assert_eq!((d.limit, d.phase), (105, Phase::Startup), "{}", d.reason);
     assert!(d.reason.contains("restarted"));
-    // The new counter is the baseline: no preemption is counted from the drop.
+    // The new counter is the baseline: no preemption is counted from the drop, and the ramp
+    // is back at the cap within seconds.
     let d = window(&mut c, |l| busy(l, 3));
-    assert_eq!((d.limit, d.phase), (158, Phase::Startup), "{}", d.reason);
+    assert_eq!((d.limit, d.phase), (210, Phase::Steady), "{}", d.reason);
 }
 
 /// Steady at 40 (cap 200, prior for `max_tokens` 4096: E_resident = 1024 + 4096/3 ≈ 2389),
 /// then ticks each finishing 5 requests of `finish` until startup is re-entered.
 fn reentry_after(finish: Finish) -> Decision {
-    let settings = Settings {
-        initial_limit: 40,
-        startup_growth: 1.0,
-        ..Settings::default()
-    };
-    let mut c = Controller::new(settings, caps(Some(200), None, None), 4096, None);
-    window(&mut c, |l| busy(l, 0));
-    assert_eq!(c.phase(), Phase::Steady);
+    let mut c = resumed(40, caps(Some(200), None, None), 4096, 0.90);
     for _ in 0..400 {
         let d = c.observe(&Observation {
             finishes: vec![finish; 5],
@@ -569,7 +778,7 @@ fn a_resident_shift_reenters_startup_cutting_only_for_longer_requests() {
             prompt_tokens,
             output_tokens,
         });
-        assert!(d.reason.contains("E_resident moved"), "{}", d.reason);
+        assert!(d.reason.contains("tokens now"), "{}", d.reason);
         assert!((low..=high).contains(&d.limit), "{}: {}", d.limit, d.reason);
     }
 }
@@ -647,6 +856,27 @@ fn limit_stays_within_one_and_the_ceiling_under_any_observations() {
             assert!(!d.reason.is_empty());
             let u = c.kv_utilization();
             assert!((0.5 - 1e-9..=0.95 + 1e-9).contains(&u));
+        }
+    }
+}
+
+#[test]
+fn no_internal_symbol_reaches_the_user() {
+    let mut c = Controller::new(
+        Settings::default(),
+        caps(Some(256), Some(400_000), None),
+        MAX_TOKENS,
+        None,
+    );
+    for i in 0..2000u64 {
+        let d = c.observe(&Observation {
+            preemptions_total: Some(i / 7),
+            ..finishing(c.limit(), (i % 3) as usize, 0.9)
+        });
+        for text in [d.reason, c.summary()] {
+            for symbol in ["E_resident", "u=", "L_kv", "q_headroom"] {
+                assert!(!text.contains(symbol), "{symbol} in {text:?}");
+            }
         }
     }
 }

@@ -1,5 +1,5 @@
 //! What goes into the controller and what comes out: the server's [`Caps`], a tick's
-//! [`Observation`], and the [`Decision`] with its [`Phase`].
+//! [`Observation`], the [`Decision`] with its [`Phase`], and what a run [`Reached`].
 
 use serde::{Deserialize, Serialize};
 
@@ -53,7 +53,8 @@ pub struct Observation {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Phase {
-    /// Growing ×1.5 per window to the ceiling.
+    /// Starting: at the ceiling when the server reports caps (following it as the length
+    /// statistics fill in, until the first sign of saturation), else growing ×1.5 per window.
     Startup,
     /// Creeping toward the ceiling, probing now and then.
     Steady,
@@ -69,4 +70,16 @@ pub struct Decision {
     pub limit: u32,
     pub phase: Phase,
     pub reason: String,
+}
+
+/// Where a controller got to, kept in the run directory (`controller.json`) so that a resumed
+/// run, or the same server after a restart, starts there instead of ramping again.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Reached {
+    pub limit: u32,
+    /// The planned KV utilization it had learnt.
+    pub kv_utilization: f64,
+    /// The server's caps when it got there; other caps mean another server set-up, and the
+    /// limit is checked against the new ones.
+    pub caps: Caps,
 }

@@ -1,0 +1,179 @@
+//! Startup. With a running cap or the KV capacity known the controller starts at the ceiling
+//! and, every `ramp_ticks`, follows it upward (×`ramp_growth` at most per step) as the first
+//! completions refine `E_resident`; it stops at the first sign of saturation: a preemption,
+//! the KV cache `ramp_kv_full`, or a server queue that stays while fewer than the limit run
+//! (then the running count is the server's real cap: SGLang's hybrid models and vLLM's
+//! unreported `max_num_seqs` run fewer than the caps say). Knowing nothing, it grows ×1.5 per
+//! window while throughput rises ([`Controller::startup_step`]).
+
+use super::state::Controller;
+use super::types::{Observation, Phase};
+use super::words::percent;
+
+/// The ramp's bookkeeping, kept for the status line too.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(super) struct Ramp {
+    /// The limits it went through, first to last.
+    pub(super) path: Vec<u32>,
+    pub(super) began_tick: u64,
+    pub(super) last_step_tick: u64,
+    /// When and why it ended.
+    pub(super) ended: Option<(u64, String)>,
+    /// Ticks in a row with a server queue while fewer than the limit ran.
+    queue_ticks: u32,
+    /// The most requests the server ran during those ticks.
+    running_peak: u32,
+    /// Completions since it began.
+    pub(super) finishes: u64,
+}
+
+impl Ramp {
+    pub(super) fn begin(&mut self, tick: u64, limit: u32) {
+        *self = Ramp {
+            path: vec![limit],
+            began_tick: tick,
+            last_step_tick: tick,
+            ..Ramp::default()
+        };
+    }
+
+    pub(super) fn end(&mut self, tick: u64, why: String) {
+        if self.ended.is_none() {
+            self.ended = Some((tick, why));
+        }
+    }
+
+    fn step(&mut self, tick: u64, limit: u32) {
+        self.last_step_tick = tick;
+        if self.path.last() != Some(&limit) {
+            self.path.push(limit);
+        }
+    }
+}
+
+impl Controller {
+    /// One tick of the ramp (startup with known caps).
+    pub(super) fn ramp_tick(&mut self, obs: &Observation, new_preemptions: u64) {
+        if self.phase != Phase::Startup || !self.has_caps() {
+            return;
+        }
+        let s = &self.settings;
+        let headroom = s.headroom(self.limit);
+        if new_preemptions > 0 {
+            let why = format!("{new_preemptions} preemptions, the KV cache is full");
+            return self.end_ramp(why);
+        }
+        if let Some(usage) = obs.kv_usage.filter(|u| *u >= s.ramp_kv_full) {
+            return self.end_ramp(format!("KV cache {} full", percent(usage)));
+        }
+        match (obs.server_queued, obs.server_running) {
+            (Some(queued), Some(running))
+                if queued > headroom && running.saturating_add(headroom) < self.limit =>
+            {
+                self.ramp.queue_ticks += 1;
+                self.ramp.running_peak = self.ramp.running_peak.max(running);
+            }
+            _ => {
+                self.ramp.queue_ticks = 0;
+                self.ramp.running_peak = 0;
+            }
+        }
+        if self.ramp.queue_ticks >= s.ramp_queue_ticks {
+            let running = self.ramp.running_peak.max(1);
+            let from = self.limit;
+            // With room left in the KV cache, what stops the server is a cap it did not
+            // report; remember it, so later ramps do not queue at it again.
+            if self.caps.max_running.is_none()
+                && obs
+                    .kv_usage
+                    .is_none_or(|usage| usage < s.kv_utilization_min.max(0.8))
+            {
+                self.seen_running_cap = Some(running);
+            }
+            self.limit = running
+                .saturating_add(s.headroom(running))
+                .min(self.ceiling())
+                .max(1);
+            self.last_cut = format!("the server runs {running} at once");
+            self.ramp.step(self.ticks, self.limit);
+            return self.end_ramp(format!(
+                "the server runs {running} at once and queues the rest ({from} → {})",
+                self.limit
+            ));
+        }
+        if self.ticks < self.ramp.last_step_tick + u64::from(s.ramp_ticks) {
+            return;
+        }
+        let ceiling = self.ceiling();
+        // Grow only a limit the job fills: a larger one would say nothing.
+        if self.limit < ceiling && obs.in_flight.saturating_add(headroom) >= self.limit {
+            let from = self.limit;
+            let grown = (f64::from(self.limit) * s.ramp_growth).ceil() as u32;
+            self.limit = grown.min(ceiling).max(from + 1);
+            self.reason = format!(
+                "ramping {from} → {} ({}; KV {}, {} waiting at the server)",
+                self.limit,
+                self.ceiling_reason(),
+                obs.kv_usage
+                    .map_or_else(|| "use unknown".to_owned(), percent),
+                obs.server_queued
+                    .map_or_else(|| "unknown".to_owned(), |q| q.to_string()),
+            );
+        }
+        self.ramp.step(self.ticks, self.limit);
+        // A ceiling set by the KV cache is settled once a generation of requests has finished
+        // (the first completions are the short ones, and the length prior fades only with
+        // them); one set by a running cap once a queue had time to show.
+        let s = &self.settings;
+        let settled = if self.kv_limit() == Some(ceiling) {
+            self.ramp.finishes >= u64::from(self.limit)
+        } else {
+            self.ticks >= self.ramp.began_tick + 2 * u64::from(s.ramp_queue_ticks)
+        };
+        if settled && self.limit >= ceiling {
+            self.end_ramp(format!("at {}", self.ceiling_reason()));
+        }
+    }
+
+    fn end_ramp(&mut self, why: String) {
+        self.reason = format!("ramp done at {}: {why}", self.limit);
+        self.ramp.end(self.ticks, why);
+        self.enter_steady();
+    }
+
+    /// Blind startup (no caps): ×`startup_growth` per window, back to the previous limit when
+    /// a step gains less than `keep_up_gain`.
+    pub(super) fn startup_step(&mut self, throughput: f64) {
+        let s = &self.settings;
+        if let Some((previous, previous_throughput)) = self.startup_previous
+            && self.limit > previous
+            && throughput < previous_throughput * (1.0 + s.keep_up_gain)
+        {
+            let from = self.limit;
+            self.limit = previous;
+            self.enter_steady();
+            self.ramp.step(self.ticks, self.limit);
+            self.ramp
+                .end(self.ticks, format!("{from} did not pay over {previous}"));
+            self.reason = format!(
+                "startup plateau: {from} gained {:+.1}% over {previous}, back to {previous}",
+                super::words::gain(throughput, previous_throughput)
+            );
+            return;
+        }
+        let ceiling = self.ceiling();
+        let next = ((f64::from(self.limit) * s.startup_growth).ceil() as u32).min(ceiling);
+        if next <= self.limit {
+            self.enter_steady();
+            self.ramp
+                .end(self.ticks, format!("at {}", self.ceiling_reason()));
+            self.reason = format!("startup done at {}: {}", self.limit, self.ceiling_reason());
+        } else {
+            self.startup_previous = Some((self.limit, throughput));
+            let from = self.limit;
+            self.limit = next;
+            self.ramp.step(self.ticks, self.limit);
+            self.reason = format!("startup {from} → {next} ({})", self.ceiling_reason());
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! Auto concurrency end to end: real `gen run` against the fake server in its simulated mode
+//! (`gen_tests::fake_openai::SimKnobs`) on 127.0.0.1, which answers like SGLang, vLLM or
+//! llama.cpp — chat streams decoded by a simulated continuous-batching engine on the real
+//! clock, and that server's own capacity and load endpoints. The tuner reads them over HTTP as
+//! it reads a real server.
+//!
+//! `bench_controller_http` (ignored) measures whole jobs (makespan from the first request to the
+//! last answer) at fixed levels and with `"auto"`: `scripts/bench-controller.sh`
+//! (`GEN_BENCH_GEN=/path/to/gen` runs another build, e.g. an older one, against the same
+//! servers).
+
+mod support;
+
+use std::time::Duration;
+
+use gen_tests::fake_openai::{FakeOpenAi, Knobs, SimKnobs};
+use gen_tests::sim::{Flavour, ServerConfig};
+use support::Gen;
+
+/// Virtual seconds of the engine per real second: a job that takes the simulated engine 45
+/// minutes takes 27 s.
+const SPEED: f64 = 100.0;
+
+/// Runs a job of `prompts` distinct prompts at `concurrency` against a fresh simulated
+/// server; returns its makespan and `gen run`'s stderr.
+async fn job(
+    flavour: Flavour,
+    server: ServerConfig,
+    prompts: usize,
+    concurrency: &str,
+) -> (Duration, String, Gen) {
+    let fake = FakeOpenAi::start(Knobs {
+        sim: Some(SimKnobs {
+            flavour,
+            server,
+            speed: SPEED,
+        }),
+        ..Knobs::default()
+    })
+    .await;
+    let gen_ = Gen::new();
+    let rows: String = (0..prompts)
+        .map(|i| format!("{{\"prompt\": \"Tell me about item {i}.\"}}\n"))
+        .collect();
+    gen_.write("data/job.jsonl", &rows);
+    gen_.write(
+        "cfg.toml",
+        &format!(
+            "[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = 30000\nconcurrency = {concurrency}\n\n[[source]]\nname = \"job\"\npath = \"data/job.jsonl\"\n",
+            fake.url()
+        ),
+    );
+    let out = match std::env::var("GEN_BENCH_GEN") {
+        // Another build of `gen` (an older one, to measure what changed).
+        Ok(binary) => {
+            let out = tokio::process::Command::new(binary)
+                .args(["run", "cfg.toml"])
+                .current_dir(gen_.path(""))
+                .env("NO_COLOR", "1")
+                .output()
+                .await
+                .expect("spawn GEN_BENCH_GEN");
+            support::Output {
+                code: out.status.code().unwrap_or(-1),
+                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+            }
+        }
+        Err(_) => gen_.run(&["run", "cfg.toml"]).await,
+    };
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let makespan = fake.sim_makespan().expect("the job ran");
+    (makespan, out.stderr, gen_)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tuner_reads_each_servers_caps_over_http_and_starts_there() {
+    // (flavour, server, what the start-up line says)
+    let cases = [
+        (
+            Flavour::Sglang,
+            ServerConfig::cap_bound(),
+            "concurrency auto: starting at 135 (the server runs 128 at once, 7 more wait there); read from SGLang: /server_info, /v1/loads, /metrics (128 running at most, 5000000 KV tokens)",
+        ),
+        (
+            Flavour::Vllm,
+            ServerConfig::kv_bound(),
+            "concurrency auto: starting at 32 (the KV cache fits about 32 requests of 11.0k tokens at 90% use); read from vLLM: /metrics (running cap unknown, 400000 KV tokens)",
+        ),
+        (
+            Flavour::LlamaCpp,
+            ServerConfig::new(8 * 32_768, 8),
+            "concurrency auto: starting at 10 (the server runs 8 at once, 2 more wait there); read from llama.cpp: /props, /slots, /metrics (8 running at most, KV unknown)",
+        ),
+    ];
+    for (flavour, server, says) in cases {
+        let (_, stderr, gen_) = job(flavour, server, 24, "\"auto\"").await;
+        assert!(stderr.contains(says), "{flavour:?}: {stderr}");
+        let status: serde_json::Value =
+            serde_json::from_str(&gen_.read("runs/cfg/status.json")).expect("status");
+        let line = status["servers"][0]["decision"]
+            .as_str()
+            .expect("decision")
+            .to_owned();
+        for symbol in ["E_resident", "u=", "L_kv"] {
+            assert!(!line.contains(symbol), "{line}");
+        }
+        let saved: serde_json::Value =
+            serde_json::from_str(&gen_.read("runs/cfg/controller.json")).expect("saved");
+        assert!(saved["reached"]["limit"].as_u64().is_some(), "{saved}");
+    }
+}
+
+/// The end-to-end table in `BENCHMARKS.md`: run with `scripts/bench-controller.sh`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: run with scripts/bench-controller.sh"]
+async fn bench_controller_http() {
+    let prompts: usize = std::env::var("GEN_BENCH_HTTP_PROMPTS")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(800);
+    let servers = [
+        (
+            "SGLang, KV-bound",
+            Flavour::Sglang,
+            ServerConfig::kv_bound(),
+            vec![32, 48, 64, 96],
+        ),
+        (
+            "vLLM, KV-bound",
+            Flavour::Vllm,
+            ServerConfig::kv_bound(),
+            vec![32, 48, 64, 96],
+        ),
+        (
+            "SGLang, cap-bound",
+            Flavour::Sglang,
+            ServerConfig::cap_bound(),
+            vec![96, 128, 160],
+        ),
+        (
+            "vLLM, cap-bound",
+            Flavour::Vllm,
+            ServerConfig::cap_bound(),
+            vec![96, 128, 160],
+        ),
+    ];
+    println!("| server | prompts | fixed levels: makespan | best fixed | auto | **auto / best** |");
+    println!("|---|---|---|---|---|---|");
+    let only = std::env::var("GEN_BENCH_HTTP_ONLY").unwrap_or_default();
+    for (name, flavour, server, levels) in servers {
+        if !name.contains(&only) {
+            continue;
+        }
+        let mut fixed = Vec::new();
+        for level in levels {
+            let (span, _, _) = job(flavour, server.clone(), prompts, &level.to_string()).await;
+            fixed.push((level, span.as_secs_f64()));
+        }
+        let (auto, stderr, _) = job(flavour, server.clone(), prompts, "\"auto\"").await;
+        let auto = auto.as_secs_f64();
+        let (best_l, best) = fixed
+            .iter()
+            .copied()
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .expect("levels");
+        let cells: Vec<String> = fixed
+            .iter()
+            .map(|(l, s)| format!("{l}: {s:.1} s"))
+            .collect();
+        println!(
+            "| {name} | {prompts} | {} | {best_l} | {auto:.1} s | **{:.3}** |",
+            cells.join(", "),
+            best / auto
+        );
+        for line in stderr
+            .lines()
+            .filter(|l| l.contains("concurrency"))
+            .take(12)
+        {
+            eprintln!("    {line}");
+        }
+    }
+}
