@@ -39,6 +39,10 @@ pub enum BatchKind {
     ShellSignal,
     /// Kubernetes reported the container's exit code (`Exit Code: 137`).
     ContainerExit,
+    /// The runtime says its OOM watch saw no kill in the container's cgroup (docker
+    /// `"OOMKilled": false`): a kill by the container's own limit is unlikely, a host-wide OOM
+    /// is not ruled out.
+    NoMemoryKill,
 }
 
 /// One batch line.
@@ -149,6 +153,8 @@ fn classify_line(line: &str) -> Vec<BatchEvent> {
             "Evicted" => found.push(event(BatchKind::Cancelled, line, "kubernetes")),
             _ => {}
         }
+    } else if line.contains("\"OOMKilled\": false") || line.contains("OOMKilled:false") {
+        found.push(event(BatchKind::NoMemoryKill, line, "docker"));
     } else if line.contains("\"OOMKilled\": true")
         || line.contains("\"OOMKilled\":true")
         || line.contains("OOMKilled:true")

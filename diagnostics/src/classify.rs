@@ -51,9 +51,14 @@ pub fn classify(observation: &Observation) -> Verdict {
     let observation = &resolved;
     let mut verdict = rules(observation, &texts, &batch, report);
     if let Some(line) = inferred_from {
+        let quoted_below = verdict.evidence.iter().any(|e| e.contains(&line));
         verdict.evidence.insert(
             0,
-            format!("exit status not given; read as {exit} from: {line}"),
+            if quoted_below {
+                format!("exit status not given; read as {exit} from the line quoted below")
+            } else {
+                format!("exit status not given; read as {exit} from: {line}")
+            },
         );
     }
     finish(verdict, observation)
@@ -423,6 +428,14 @@ fn stopped_verdict(observation: &Observation, event: &BatchEvent, batch: &[Batch
     };
     let mut v = Verdict::new(Class::Other, Some(subtype), Confidence::High);
     v.evidence.push(quoted);
+    for other in batch
+        .iter()
+        .filter(|e| e.kind == event.kind && e.line != event.line)
+        .take(2)
+    {
+        v.evidence
+            .push(format!("{}: {}", other.reporter, other.line));
+    }
     v.evidence.push(format!("exit: {}", observation.exit));
     for other in batch
         .iter()
@@ -524,7 +537,8 @@ fn sigkill_verdict(
     }
     // Nothing speaks for or against memory: the kernel OOM killer is the usual sender of an
     // unexplained SIGKILL.
-    let confidence = if shell.is_some() {
+    let runtime_saw_none = batch.iter().find(|e| e.kind == BatchKind::NoMemoryKill);
+    let confidence = if shell.is_some() && runtime_saw_none.is_none() {
         Confidence::Medium
     } else {
         Confidence::Low
@@ -545,6 +559,12 @@ fn sigkill_verdict(
         verdict
             .evidence
             .push(format!("{}: {}", event.reporter, event.line));
+    }
+    if let Some(event) = runtime_saw_none {
+        verdict.evidence.push(format!(
+            "{}: {} (no OOM kill inside the container's own limit; a host-wide OOM kill is still possible)",
+            event.reporter, event.line
+        ));
     }
     if let Some(signature) = signature {
         verdict.evidence.push(format!("stderr: {}", signature.line));

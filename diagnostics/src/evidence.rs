@@ -135,7 +135,8 @@ pub(crate) struct MemoryEvidence {
     pub(crate) kill: Option<(OomKill, bool)>,
     /// Kernel kills for our pids that were rejected, with the reason (stale lines, pid reuse).
     pub(crate) rejected: Vec<String>,
-    /// With no pid to match: the logs' kernel kills inside whatever window is known.
+    /// With no pid, cgroup or child pid to match: the logs' kernel kills inside whatever
+    /// window is known.
     pub(crate) unattributed: Vec<OomKill>,
     pub(crate) userspace: Option<UserspaceKill>,
     /// With no pid or cgroup to match: user-space kills in the logs.
@@ -249,6 +250,7 @@ impl MemoryEvidence {
                         ));
                     } else if target.pid == 0
                         && target.cgroup.is_none()
+                        && descendants.is_empty()
                         && in_known_windows(candidate, &target)
                     {
                         unattributed.push(candidate.clone());

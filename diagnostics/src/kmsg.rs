@@ -526,6 +526,61 @@ mod tests {
     }
 
     #[test]
+    fn programs_after_a_monotonic_stamp_but_not_kernel_subsystems() {
+        let r =
+            parse_line("[   77.749597] systemd-oomd[659]: oomd attempting to kill 407 with KILL")
+                .expect("record");
+        assert_eq!(r.source.as_deref(), Some("systemd-oomd"));
+        assert_eq!(r.text, "oomd attempting to kill 407 with KILL");
+        let r = parse_line("[   12.300000] audit: type=1400 audit(1.2:3): apparmor=\"STATUS\"")
+            .expect("record");
+        assert_eq!(r.source, None);
+        assert!(r.text.starts_with("audit: type=1400"));
+        let r =
+            parse_line("[ 7063.263325] oom_reaper: reaped process 63214 (uwsgi), now anon-rss:0kB")
+                .expect("record");
+        assert!(r.text.starts_with("oom_reaper: reaped process 63214"));
+    }
+
+    #[test]
+    fn dmesg_level_prefixes_and_human_stamps() {
+        let r = parse_line("kern  :err   : [ 7063.247407] Killed process 1 (a)").expect("record");
+        assert_eq!((r.level, r.usec), (Some(3), Some(7_063_247_407)));
+        let r = parse_line("<3>[ 7063.247407] Killed process 1 (a)").expect("record");
+        assert_eq!(
+            (r.level, r.text.as_str()),
+            (Some(3), "Killed process 1 (a)")
+        );
+        let r = parse_line("[Nov21 14:22] Out of memory: Killed process 2 (b)").expect("record");
+        assert_eq!(r.text, "Out of memory: Killed process 2 (b)");
+        let r = parse_line("[  +0.000012] oom_reaper: reaped process 2 (b)").expect("record");
+        assert_eq!(r.text, "oom_reaper: reaped process 2 (b)");
+        let r = parse_line("2023-12-04T10:49:30.127Z In(05) vcpu-5 - Guest: <3>[39291577.009543] Killed process 3 (c)")
+            .expect("record");
+        assert_eq!(
+            (r.usec, r.text.as_str()),
+            (Some(39_291_577_009_543), "Killed process 3 (c)")
+        );
+    }
+
+    #[test]
+    fn newest_first_is_put_back_in_order_even_without_distinct_stamps() {
+        let log = "Aug 16 20:29:54 h kernel: Killed process 42474 (t), UID 0, total-vm:7296kB\n\
+                   Aug 16 20:29:54 h kernel: Memory cgroup out of memory: Kill process 42474 (t) score 0 or sacrifice child\n";
+        let parsed = parse(log);
+        assert!(parsed.reversed);
+        assert!(
+            parsed.records[0]
+                .text
+                .starts_with("Memory cgroup out of memory")
+        );
+        let forward = "Out of memory: Kill process 16929 (beam.smp) score 580 or sacrifice child\n\
+                       Killed process 28364, UID 0, (sh) total-vm:106064kB\n\
+                       rsyslogd invoked oom-killer: gfp_mask=0x201da, order=0\n";
+        assert!(!parse(forward).reversed);
+    }
+
+    #[test]
     fn joins_comma_continuation_of_split_summary() {
         let log = "6,1,10,-;oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null)\n\
                    6,2,11,-;,oom_memcg=/a,task_memcg=/a,task=x,pid=5,uid=0\n";

@@ -468,6 +468,22 @@ fn batch_logs_without_a_pid() {
         .evidence("exit code 137 = 128 + SIGKILL"),
         case("kubelet 2014: OOM Killed", Oom, Some(SchedulerReport))
             .stderr("batch/k8s_kubelet_status_oom_killed_2014.txt"),
+        case(
+            "docker inspect: exit 137, OOMKilled false",
+            Oom,
+            Some(SuspectedSigkill),
+        )
+        .stderr("batch/docker_inspect_exit_137_oomkilled_false.txt")
+        .confidence(Confidence::Low)
+        .evidence("a host-wide OOM kill is still possible"),
+        case(
+            "Killed in a container, with its dmesg",
+            Oom,
+            Some(Subtype::KernelMemcg),
+        )
+        .stderr("batch/docker_bash_killed_in_container.txt")
+        .kernel("kernel_versions/docker_container_dmesg_zero_stamps_memcg.txt")
+        .evidence("Killed process 19417 (python)"),
     ]);
 }
 
@@ -590,6 +606,17 @@ fn a_childs_oom_behind_the_parents_traceback() {
             .evidence("Signal 9 (SIGKILL) received by PID 14750"),
         case("torchrun: failed (exitcode: -9)", Oom, Some(SuspectedSigkill))
             .stderr("child_oom/torchrun_sigterm_siblings_exitcode_minus_9.txt"),
+        case("joblib: a worker SIGKILLed", Oom, Some(SuspectedSigkill))
+            .stderr("child_oom/joblib_loky_terminated_worker_sigkill.txt")
+            .evidence("{SIGKILL(-9)}"),
+        case("joblib: exit codes on their own line", Oom, Some(SuspectedSigkill))
+            .stderr("child_oom/joblib_exit_codes_on_their_own_line.txt"),
+        case("joblib: a worker segfault is not OOM", Traceback, Some(LastLine))
+            .stderr("child_oom/joblib_worker_segfault_not_oom.txt"),
+        case("DataLoader killed, but the kernel log has no kill", Traceback, Some(Python))
+            .stderr("child_oom/dataloader_killed_py27_traceback.txt")
+            .kernel("kernel_versions/v6_16_dmesg_t_global.txt")
+            .exit(Exit::Code(1)),
     ]);
 }
 
@@ -687,6 +714,15 @@ fn not_oom() {
             Some(TimeLimit),
         )
         .stderr("not_oom/slurm_time_limit_python_logging.txt"),
+        case(
+            "Kubernetes liveness probe kill, exit 137",
+            Other,
+            Some(TimeLimit),
+        )
+        .stderr("batch/shell_bare_killed_after_tqdm.txt")
+        .other("not_oom/k8s_liveness_probe_restart_events.txt")
+        .exit(Exit::Code(137))
+        .evidence("failed liveness probe"),
         case(
             "Slurm time limit with SIGKILL given",
             Other,
