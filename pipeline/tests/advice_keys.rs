@@ -46,12 +46,9 @@ fn all_verdicts() -> Vec<Verdict> {
         Exit::Unknown,
         Exit::Code(0),
         Exit::Code(1),
-        Exit::Code(124),
-        Exit::Code(137),
         signal(6, false),
         signal(7, false),
         signal(9, false),
-        signal(11, false),
         signal(15, false),
         signal(9, true),
     ];
@@ -63,19 +60,25 @@ fn all_verdicts() -> Vec<Verdict> {
                 let mut as_stderr = Observation::new(exit, 0);
                 as_stderr.stderr_tail = text.clone();
                 as_stderr.outputs_complete = complete;
+                as_stderr.timed_out = exit == signal(9, true) && !complete;
                 as_stderr.largest_row_bytes = Some(200 * MIB);
                 verdicts.push(gen_diagnostics::classify(&as_stderr));
-                let mut as_kernel_log = Observation::new(exit, 0);
-                as_kernel_log.kernel_log = KernelLog::Text { text: text.clone() };
-                as_kernel_log.memory_limit_bytes = Some(64 * MIB);
-                as_kernel_log.peak_rss_bytes = Some(64 * MIB);
-                as_kernel_log.outputs_complete = complete;
-                as_kernel_log.timed_out = exit == signal(9, true);
-                verdicts.push(gen_diagnostics::classify(&as_kernel_log));
             }
         }
+        for exit in [Exit::Unknown, Exit::Code(1), signal(9, false)] {
+            let mut as_kernel_log = Observation::new(exit, 0);
+            as_kernel_log.kernel_log = KernelLog::Text { text: text.clone() };
+            as_kernel_log.memory_limit_bytes = Some(64 * MIB);
+            as_kernel_log.peak_rss_bytes = Some(64 * MIB);
+            verdicts.push(gen_diagnostics::classify(&as_kernel_log));
+        }
     }
-    // What only the supervisor observes: counters, RSS at the limit, an unreadable kernel log.
+    // What only the supervisor observes: gen's own stop, counters, RSS at the limit, an
+    // unreadable kernel log.
+    verdicts.push(gen_diagnostics::classify(&Observation::new(
+        signal(15, true),
+        7,
+    )));
     let mut counter = Observation::new(signal(9, false), 7);
     counter.oom_kill_before = Some(0);
     counter.oom_kill_after = Some(1);
