@@ -184,7 +184,9 @@ fn classify_line(line: &str) -> Vec<BatchEvent> {
     {
         found.push(event(BatchKind::MemoryKill, line, "systemd"));
     } else if line.contains("Failed with result 'timeout'")
+        || line.contains("Failed with result 'watchdog'")
         || line.contains("Watchdog timeout (limit")
+        || line.contains("watchdog timeout!")
         || (line.contains("State 'stop-") && line.contains("timed out"))
     {
         found.push(event(BatchKind::Watchdog, line, "systemd"));

@@ -226,6 +226,7 @@ impl MemoryEvidence {
         let mut kill: Option<(OomKill, bool)> = None;
         let mut rejected = Vec::new();
         let mut unattributed = Vec::new();
+        let mut others: Vec<String> = Vec::new();
         for candidate in &events.kills {
             match candidate.matches(&target) {
                 KillMatch::Yes { timed } => {
@@ -241,6 +242,11 @@ impl MemoryEvidence {
                     }
                 }
                 KillMatch::No(reason) => {
+                    if target.pid != 0 && !descendants.contains(&candidate.pid) {
+                        if candidate.pid != target.pid {
+                            others.push(format!("{} ({})", candidate.pid, candidate.comm));
+                        }
+                    }
                     if target.pid != 0
                         && (candidate.pid == target.pid || descendants.contains(&candidate.pid))
                     {
@@ -277,6 +283,13 @@ impl MemoryEvidence {
             .and_then(|(k, _)| k.limit_kb)
             .or_else(|| unattributed.iter().find_map(|k| k.limit_kb))
             .map(|kb| kb * 1024);
+        if !others.is_empty() && kill.is_none() {
+            others.dedup();
+            rejected.push(format!(
+                "the kernel log's OOM kills are of other pids: {} (a pid inside a container differs from the host's, which the kernel log uses)",
+                others.iter().take(3).cloned().collect::<Vec<_>>().join(", ")
+            ));
+        }
         MemoryEvidence {
             log_unavailable,
             log_empty,

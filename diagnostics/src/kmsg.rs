@@ -543,6 +543,26 @@ mod tests {
     }
 
     #[test]
+    fn journal_iso_and_precise_stamps() {
+        let r = parse_line(
+            "2024-03-01T10:00:00+0100 gpu-box kernel: Out of memory: Killed process 5 (e)",
+        )
+        .expect("record");
+        assert_eq!(r.source.as_deref(), Some("kernel"));
+        assert_eq!(r.wall.and_then(|w| w.offset_minutes), Some(60));
+        assert_eq!(r.text, "Out of memory: Killed process 5 (e)");
+        let r = parse_line("Mar 01 10:00:00.123456 gpu-box kernel: Killed process 6 (f)")
+            .expect("record");
+        assert_eq!(
+            (r.wall.map(|w| w.micros), r.text.as_str()),
+            (Some(123_456), "Killed process 6 (f)")
+        );
+        let r = parse_line("2024-03-01T10:00:00,123456+00:00 Out of memory: Killed process 7 (g)")
+            .expect("record");
+        assert_eq!(r.text, "Out of memory: Killed process 7 (g)");
+    }
+
+    #[test]
     fn dmesg_level_prefixes_and_human_stamps() {
         let r = parse_line("kern  :err   : [ 7063.247407] Killed process 1 (a)").expect("record");
         assert_eq!((r.level, r.usec), (Some(3), Some(7_063_247_407)));

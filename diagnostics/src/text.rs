@@ -95,6 +95,19 @@ fn strip_line_prefix(mut line: &str, srun_labels: bool) -> &str {
         {
             line = rest;
         }
+        // A container runtime's log file (`/var/log/pods/...`):
+        // `2024-03-01T10:00:00.123456789Z stderr F message`.
+        if let Some((stamp, rest)) = line.split_once(' ')
+            && stamp.len() >= 20
+            && stamp.as_bytes().get(10) == Some(&b'T')
+            && stamp.as_bytes().get(4) == Some(&b'-')
+            && let Some(rest) = rest
+                .strip_prefix("stderr ")
+                .or_else(|| rest.strip_prefix("stdout "))
+            && let Some(message) = rest.strip_prefix("F ").or_else(|| rest.strip_prefix("P "))
+        {
+            line = message;
+        }
         if line.starts_with('(')
             && let Some((inside, rest)) = line[1..].split_once(") ")
             && inside.contains("pid=")
@@ -200,6 +213,12 @@ mod tests {
             "Traceback (most recent call last):\n  File \"a.py\", line 1\nKeyError: 'k'"
         );
         assert_eq!(strip_launcher_prefixes("3: not a label"), "3: not a label");
+        let cri = "2024-03-01T10:00:00.123456789Z stderr F Traceback (most recent call last):\n\
+                   2024-03-01T10:00:00.123456789Z stderr F   File \"a.py\", line 1, in <module>";
+        assert_eq!(
+            strip_launcher_prefixes(cri),
+            "Traceback (most recent call last):\n  File \"a.py\", line 1, in <module>"
+        );
     }
 
     #[test]

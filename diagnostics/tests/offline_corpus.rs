@@ -469,6 +469,14 @@ fn batch_logs_without_a_pid() {
         case("kubelet 2014: OOM Killed", Oom, Some(SchedulerReport))
             .stderr("batch/k8s_kubelet_status_oom_killed_2014.txt"),
         case(
+            "systemd: a process of the unit killed by the OOM killer",
+            Oom,
+            Some(SchedulerReport),
+        )
+        .stderr("batch/shell_bare_killed_after_tqdm.txt")
+        .other("batch/systemd_units_killed_by_oom_killer_iso.txt")
+        .next("raise the unit's MemoryMax=, then rerun with --only-failed"),
+        case(
             "docker inspect: exit 137, OOMKilled false",
             Oom,
             Some(SuspectedSigkill),
