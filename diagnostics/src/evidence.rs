@@ -242,10 +242,11 @@ impl MemoryEvidence {
                     }
                 }
                 KillMatch::No(reason) => {
-                    if target.pid != 0 && !descendants.contains(&candidate.pid) {
-                        if candidate.pid != target.pid {
-                            others.push(format!("{} ({})", candidate.pid, candidate.comm));
-                        }
+                    if target.pid != 0
+                        && candidate.pid != target.pid
+                        && !descendants.contains(&candidate.pid)
+                    {
+                        others.push(format!("{} ({})", candidate.pid, candidate.comm));
                     }
                     if target.pid != 0
                         && (candidate.pid == target.pid || descendants.contains(&candidate.pid))
