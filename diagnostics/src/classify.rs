@@ -213,6 +213,34 @@ fn rules(
         return with_child_report(verdict, report, &symptoms);
     }
 
+    // A log cut before the kill line: the report's header is all there is.
+    if let Some((cut, by_worker)) = &memory.report_without_kill
+        && (sigkill_or_unknown || child_died)
+        && (memory.target_pid == 0 || *by_worker)
+    {
+        let confidence = if *by_worker {
+            Confidence::Medium
+        } else {
+            Confidence::Low
+        };
+        let mut verdict = oom_led_by(
+            format!("kernel: {}", cut.header),
+            oom_verdict(
+                Subtype::Kernel,
+                confidence,
+                observation,
+                &memory,
+                knob(cut.memcg.as_deref()),
+            ),
+        );
+        verdict.evidence.push(if *by_worker {
+            "the worker itself invoked the OOM killer; the report's `Killed process` line is not in the log given".to_string()
+        } else {
+            "an OOM report without its `Killed process` line (the log given ends or was cut before it)".to_string()
+        });
+        return with_child_report(verdict, report, &symptoms);
+    }
+
     // 3. The scheduler or container runtime counted an OOM kill.
     if let Some(event) = batch.iter().find(|e| e.kind == BatchKind::MemoryKill) {
         let mut verdict = oom_led_by(

@@ -10,7 +10,7 @@ use crate::clock::{self, WallTime};
 use crate::kmsg::{self, SeqGap};
 use crate::native::Symptom;
 use crate::observation::{Exit, KernelLog, Observation};
-use crate::oom::{self, KillMatch, OomKill, Target, UserspaceKill};
+use crate::oom::{self, KillMatch, OomKill, OomReport, Target, UserspaceKill};
 use crate::text::{human_bytes, strip_launcher_prefixes};
 use crate::verdict::{Confidence, ErrorReport, Language};
 
@@ -148,6 +148,9 @@ pub(crate) struct MemoryEvidence {
     pub(crate) limit: Option<(u64, &'static str)>,
     /// The memory cgroup limit the kernel printed for the matched kill, bytes.
     pub(crate) kernel_limit: Option<u64>,
+    /// An OOM report whose kill line is not in the log (a quote cut short), when no kill is,
+    /// and whether the worker itself invoked it.
+    pub(crate) report_without_kill: Option<(OomReport, bool)>,
     /// The worker pid used for matching (given, or named by a shell line).
     pub(crate) target_pid: u32,
     /// The worker's known descendants (given, or named by symptom lines).
@@ -283,6 +286,13 @@ impl MemoryEvidence {
             .as_ref()
             .and_then(|(k, _)| k.limit_kb)
             .or_else(|| unattributed.iter().find_map(|k| k.limit_kb))
+            .or_else(|| {
+                events
+                    .kills
+                    .is_empty()
+                    .then(|| events.reports.last().and_then(|r| r.limit_kb))
+                    .flatten()
+            })
             .map(|kb| kb * 1024);
         if !others.is_empty() && kill.is_none() {
             others.dedup();
@@ -291,6 +301,14 @@ impl MemoryEvidence {
                 others.iter().take(3).cloned().collect::<Vec<_>>().join(", ")
             ));
         }
+        let report_without_kill = if events.kills.is_empty() {
+            events.reports.last().map(|report| {
+                let by_worker = target_pid != 0 && report.invoker == Some(target_pid);
+                (report.clone(), by_worker)
+            })
+        } else {
+            None
+        };
         MemoryEvidence {
             log_unavailable,
             log_empty,
@@ -310,6 +328,7 @@ impl MemoryEvidence {
             peak: observation.peak_rss(),
             limit: observation.effective_limit(),
             kernel_limit,
+            report_without_kill,
             target_pid,
             descendants,
         }
@@ -336,6 +355,9 @@ impl MemoryEvidence {
     /// Evidence that a SIGKILL was not the kernel's OOM killer: a kernel log that was readable
     /// and complete with no kill for the worker, or memory use far below a known limit.
     pub(crate) fn evidence_against_oom(&self) -> Option<String> {
+        if self.report_without_kill.is_some() {
+            return None;
+        }
         if self.log_unavailable.is_none() && self.seq_gaps.is_empty() && !self.log_empty {
             let counter = match self.counter_delta {
                 Some(0) => "; cgroup oom_kill unchanged",

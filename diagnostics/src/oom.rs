@@ -98,6 +98,31 @@ pub struct OomEvents {
     /// `N callbacks suppressed` lines of the OOM killer: parts of reports were rate-limited.
     #[serde(default)]
     pub suppressed: Vec<String>,
+    /// OOM reports, for logs cut before their kill line.
+    #[serde(default)]
+    pub reports: Vec<OomReport>,
+}
+
+/// The head of an OOM report: what a log cut before its kill line still says.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OomReport {
+    /// `comm invoked oom-killer: ...`, or `Task in /X killed as a result of limit of /Y`.
+    pub header: String,
+    /// The task that invoked it (`CPU: 0 PID: 9142 Comm: ...`, 2.6's `Pid: 1205, comm: ...`).
+    pub invoker: Option<u32>,
+    /// The memory cgroup the report is about, when it names one.
+    pub memcg: Option<String>,
+    /// That cgroup's limit in kB (`memory: usage ..., limit N kB`).
+    pub limit_kb: Option<u64>,
+}
+
+fn report(header: &str, memcg: Option<String>) -> OomReport {
+    OomReport {
+        header: header.to_string(),
+        invoker: None,
+        memcg,
+        limit_kb: None,
+    }
 }
 
 /// Memory cgroup limits at or above this many kB mean "no limit" (the kernel prints
@@ -123,6 +148,14 @@ pub fn find(records: &[KernelRecord]) -> OomEvents {
         if text.contains("invoked oom-killer") {
             report_pids.clear();
             stats_memcg = None;
+            events.reports.push(report(text, None));
+            continue;
+        }
+        if let Some(last) = events.reports.last_mut()
+            && last.invoker.is_none()
+            && let Some(pid) = invoking_pid(text)
+        {
+            last.invoker = Some(pid);
             continue;
         }
         if let Some(pid) = task_table_pid(text) {
@@ -137,12 +170,23 @@ pub fn find(records: &[KernelRecord]) -> OomEvents {
             // `Task in /X killed as a result of limit of /Y`
             if let Some((task, limit)) = rest.split_once(" killed as a result of limit of ") {
                 task_in = Some((task.trim().to_string(), limit.trim().to_string()));
+                match events.reports.last_mut() {
+                    Some(last) if last.memcg.is_none() => {
+                        last.memcg = Some(task.trim().to_string())
+                    }
+                    _ => events
+                        .reports
+                        .push(report(text, Some(task.trim().to_string()))),
+                }
             }
         } else if let Some(rest) = text.strip_prefix("Memory cgroup stats for ") {
             // 3.x–4.x print the victim's cgroup here when no `Task in` line names it.
             let path = rest.split(':').next().unwrap_or(rest).trim();
             if task_in.is_none() && path.starts_with('/') {
                 stats_memcg = Some(path.to_string());
+                if let Some(last) = events.reports.last_mut() {
+                    last.memcg.get_or_insert(path.to_string());
+                }
             }
         } else if let Some(rest) = text.strip_prefix("Memory limit reached of cgroup ") {
             task_in = Some((rest.trim().to_string(), rest.trim().to_string()));
@@ -153,6 +197,9 @@ pub fn find(records: &[KernelRecord]) -> OomEvents {
                 .and_then(|(_, v)| leading_number(v))
                 .map(|(n, _)| n)
                 .filter(|&n| n < UNLIMITED_KB);
+            if let Some(last) = events.reports.last_mut() {
+                last.limit_kb = last.limit_kb.or(limit_kb);
+            }
         } else if let Some(rest) = text.strip_prefix("Tasks in ") {
             if let Some((cgroup, _)) = rest.split_once(" are going to be killed") {
                 group = Some(cgroup.trim().to_string());
@@ -269,6 +316,17 @@ fn bare_kill(pid: u32, comm: String, record: &KernelRecord) -> OomKill {
         summary: None,
         report_pids: Vec::new(),
     }
+}
+
+/// The invoking task of an OOM report: `CPU: 0 PID: 9142 Comm: python3 ...` (3.x+) or
+/// `Pid: 1205, comm: rsyslogd ...` (2.6).
+fn invoking_pid(text: &str) -> Option<u32> {
+    let rest = if text.starts_with("CPU: ") {
+        &text[text.find(" PID: ")? + " PID: ".len()..]
+    } else {
+        text.strip_prefix("Pid: ")?
+    };
+    leading_number(rest).and_then(|(pid, _)| u32::try_from(pid).ok())
 }
 
 /// A task table row of an OOM report, `[  22789]     0 22789  ...  python`: its pid.

@@ -388,6 +388,27 @@ fn kernel_wording_from_2_6_32_to_6_x() {
         .confidence(Confidence::Medium)
         .evidence("pid=461754")
         .next("raise the container's resources.limits.memory, then rerun with --only-failed"),
+        case(
+            "3.10: quoted up to the header, the worker invoked it",
+            Oom,
+            Some(Kernel),
+        )
+        .stderr(stderr)
+        .kernel("kernel_formats/syslog_kernel_prefix_only_el7.txt")
+        .exit(SIGKILL)
+        .pid(9949)
+        .confidence(Confidence::Medium)
+        .evidence("java invoked oom-killer"),
+        case(
+            "4.x kubepods: quoted up to the task table, no pid",
+            Oom,
+            Some(Kernel),
+        )
+        .stderr(stderr)
+        .kernel("kernel_versions/v4_x_syslog_kubepods_task_in_cut_before_kill.txt")
+        .confidence(Confidence::Low)
+        .evidence("without its `Killed process` line")
+        .next("raise the container's resources.limits.memory to 2G"),
         case("journal in Russian", Oom, Some(KernelGlobal))
             .stderr(stderr)
             .kernel("kernel_versions/localized_journal_ru_sacrifice_child.txt")
