@@ -60,6 +60,9 @@ pub struct BatchEvent {
     pub command: Option<String>,
     /// Who reported it: `slurm`, `kubernetes`, `shell`, `systemd`, ...
     pub reporter: &'static str,
+    /// The memory limit the line names, kB (Slurm's `exceeded memory limit (used > limit)`).
+    #[serde(default)]
+    pub limit_kb: Option<u64>,
 }
 
 /// All batch lines in `text`, in order.
@@ -97,6 +100,7 @@ fn event(kind: BatchKind, line: &str, reporter: &'static str) -> BatchEvent {
         signal: None,
         command: None,
         reporter,
+        limit_kb: None,
     }
 }
 
@@ -106,16 +110,25 @@ fn classify_line(line: &str) -> Vec<BatchEvent> {
     // Slurm
     let oom_events = (lower.contains("oom_kill event") || lower.contains("oom-kill event"))
         && lower.contains("detected");
-    if oom_events
+    // `Exceeded job/step memory limit at some point.`: the limit was reached, a kill not said.
+    let at_some_point = lower.contains("memory limit at some point");
+    if at_some_point {
+        found.push(event(BatchKind::MemoryLimitReached, line, "slurm"));
+    } else if oom_events
         || lower.contains("exceeded memory limit") && lower.contains("being killed")
         || lower.contains("exceeded job memory limit")
         || line.contains("OUT_OF_MEMORY")
         || line.contains("Reason=OutOfMemory")
         || (line.starts_with("srun: error:") && line.ends_with(": Out Of Memory"))
     {
-        found.push(event(BatchKind::MemoryKill, line, "slurm"));
-    } else if lower.contains("exceeded step memory limit") {
-        found.push(event(BatchKind::MemoryLimitReached, line, "slurm"));
+        let mut kill = event(BatchKind::MemoryKill, line, "slurm");
+        // `exceeded memory limit (52917772 > 20971520)`, in KiB.
+        kill.limit_kb = lower
+            .split_once("exceeded memory limit (")
+            .and_then(|(_, rest)| rest.split_once(" > "))
+            .and_then(|(_, limit)| leading_number(limit))
+            .map(|(kb, _)| kb);
+        found.push(kill);
     }
     if line.contains("CANCELLED AT") && line.contains("***") {
         let kind = if line.contains("DUE TO TIME LIMIT") {
@@ -248,6 +261,7 @@ fn shell_signal(line: &str) -> Option<BatchEvent> {
             signal: Some(signal),
             command: non_empty(command),
             reporter: "shell",
+            limit_kb: None,
         });
     }
     // bash job control: `[1]+  Killed                  python x.py`
@@ -302,6 +316,7 @@ fn shell_event(line: &str, signal: i32, command: &str) -> BatchEvent {
         signal: Some(signal),
         command: non_empty(command),
         reporter: "shell",
+        limit_kb: None,
     }
 }
 
@@ -481,6 +496,10 @@ mod tests {
                 "slurmstepd: error: Detected 1 oom_kill event in StepId=440575.0. Some of the step tasks have been OOM Killed."
             ),
             vec![(BatchKind::MemoryKill, None)]
+        );
+        assert_eq!(
+            kinds("slurmstepd: error: Exceeded step memory limit at some point."),
+            vec![(BatchKind::MemoryLimitReached, None)]
         );
         assert_eq!(
             kinds("srun: error: nid001277: tasks 1-3: Out Of Memory"),

@@ -241,13 +241,28 @@ fn rules(
         return with_child_report(verdict, report, &symptoms);
     }
 
-    // 3. The scheduler or container runtime counted an OOM kill.
-    if let Some(event) = batch.iter().find(|e| e.kind == BatchKind::MemoryKill) {
+    // 3. The scheduler or container runtime counted an OOM kill (or saw the limit reached by
+    // a process that was then SIGKILLed).
+    let reported = batch
+        .iter()
+        .find(|e| e.kind == BatchKind::MemoryKill)
+        .map(|e| (e, Confidence::High))
+        .or_else(|| {
+            batch
+                .iter()
+                .find(|e| {
+                    // Without a kill, the warning is often page cache counted against the
+                    // limit of a job that went on to succeed.
+                    e.kind == BatchKind::MemoryLimitReached && matches!(death, Some((SIGKILL, _)))
+                })
+                .map(|e| (e, Confidence::Medium))
+        });
+    if let Some((event, confidence)) = reported {
         let mut verdict = oom_led_by(
             format!("{}: {}", event.reporter, event.line),
             oom_verdict(
                 Subtype::SchedulerReport,
-                Confidence::High,
+                confidence,
                 observation,
                 &memory,
                 knob(kill_memcg.as_deref()),
@@ -372,6 +387,15 @@ fn rules(
         verdict
             .evidence
             .push(format!("{}: {}", event.reporter, event.line));
+    }
+    if let Some(event) = batch
+        .iter()
+        .find(|e| e.kind == BatchKind::MemoryLimitReached)
+    {
+        verdict.evidence.push(format!(
+            "{}: {} (the limit was reached but nothing was killed for it: page cache counts toward it)",
+            event.reporter, event.line
+        ));
     }
     verdict
 }

@@ -293,6 +293,7 @@ impl MemoryEvidence {
                     .then(|| events.reports.last().and_then(|r| r.limit_kb))
                     .flatten()
             })
+            .or_else(|| batch.iter().find_map(|e| e.limit_kb))
             .map(|kb| kb * 1024);
         if !others.is_empty() && kill.is_none() {
             others.dedup();

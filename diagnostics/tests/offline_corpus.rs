@@ -498,6 +498,21 @@ fn batch_logs_without_a_pid() {
         .other("batch/systemd_units_killed_by_oom_killer_iso.txt")
         .next("raise the unit's MemoryMax=, then rerun with --only-failed"),
         case(
+            "slurm: limit at some point, then srun Out Of Memory",
+            Oom,
+            Some(SchedulerReport),
+        )
+        .stderr("batch/slurm_limit_at_some_point_then_srun_out_of_memory.txt")
+        .evidence("task 0: Out Of Memory"),
+        case(
+            "slurm: step exceeded memory limit, being killed",
+            Oom,
+            Some(SchedulerReport),
+        )
+        .stderr("batch/slurm_step_exceeded_memory_limit_being_killed_srun.txt")
+        .evidence("exceeded memory limit (52917772 > 20971520)")
+        .next("raise the job's Slurm --mem to 40G"),
+        case(
             "docker inspect: exit 137, OOMKilled false",
             Oom,
             Some(SuspectedSigkill),
@@ -752,6 +767,13 @@ fn not_oom() {
         .other("not_oom/k8s_liveness_probe_restart_events.txt")
         .exit(Exit::Code(137))
         .evidence("failed liveness probe"),
+        case(
+            "Slurm's memory warning after a job that finished",
+            Other,
+            Some(Subtype::ExitCode),
+        )
+        .stderr("not_oom/slurm_step_memory_limit_warning_job_succeeded.txt")
+        .evidence("nothing was killed for it"),
         case(
             "Slurm time limit with SIGKILL given",
             Other,
