@@ -23,16 +23,32 @@ async fn diagnose_json(gen_: &Gen, args: &[&str]) -> serde_json::Value {
     serde_json::from_str(&out.stdout).expect("verdict json")
 }
 
+/// `gen diagnose --stderr FIXTURE ARGS... --json`, checked for class and subtype.
+async fn diagnose_fixture(
+    fixture_name: &str,
+    args: &[&str],
+    class: &str,
+    subtype: &str,
+) -> serde_json::Value {
+    let gen_ = Gen::new();
+    gen_.write("stderr.log", &fixture(fixture_name));
+    let mut all = vec!["--stderr", "stderr.log"];
+    all.extend_from_slice(args);
+    let verdict = diagnose_json(&gen_, &all).await;
+    assert_eq!(verdict["class"], class, "{verdict:#}");
+    assert_eq!(verdict["subtype"], subtype, "{verdict:#}");
+    verdict
+}
+
 #[tokio::test]
 async fn a_slurm_job_log_alone_is_an_oom_reported_by_slurm() {
-    let gen_ = Gen::new();
-    gen_.write(
-        "slurm-191.out",
-        &fixture("batch/slurm_batch_script_killed_then_oom_event.txt"),
-    );
-    let verdict = diagnose_json(&gen_, &["--stderr", "slurm-191.out"]).await;
-    assert_eq!(verdict["class"], "oom", "{verdict:#}");
-    assert_eq!(verdict["subtype"], "scheduler_report", "{verdict:#}");
+    let verdict = diagnose_fixture(
+        "batch/slurm_batch_script_killed_then_oom_event.txt",
+        &[],
+        "oom",
+        "scheduler_report",
+    )
+    .await;
     let evidence = verdict["evidence"].to_string();
     assert!(
         evidence.contains("Detected 1 oom-kill event(s)"),
@@ -43,14 +59,13 @@ async fn a_slurm_job_log_alone_is_an_oom_reported_by_slurm() {
 
 #[tokio::test]
 async fn a_time_limit_is_not_an_oom_even_with_sigkill() {
-    let gen_ = Gen::new();
-    gen_.write(
-        "job.out",
-        &fixture("not_oom/slurm_time_limit_python_logging.txt"),
-    );
-    let verdict = diagnose_json(&gen_, &["--stderr", "job.out", "--signal", "SIGKILL"]).await;
-    assert_eq!(verdict["class"], "other", "{verdict:#}");
-    assert_eq!(verdict["subtype"], "time_limit", "{verdict:#}");
+    diagnose_fixture(
+        "not_oom/slurm_time_limit_python_logging.txt",
+        &["--signal", "SIGKILL"],
+        "other",
+        "time_limit",
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -120,14 +135,13 @@ async fn kernel_log_lifetime_and_output_flags_reach_the_classifier() {
 
 #[tokio::test]
 async fn a_server_log_given_as_stderr_keeps_its_server_verdict() {
-    let gen_ = Gen::new();
-    gen_.write(
-        "sglang.log",
-        &fixture("not_oom/sglang_capture_gloo_connection_closed.txt"),
-    );
-    let verdict = diagnose_json(&gen_, &["--stderr", "sglang.log"]).await;
-    assert_eq!(verdict["class"], "other", "{verdict:#}");
-    assert_eq!(verdict["subtype"], "cuda_graph_capture", "{verdict:#}");
+    diagnose_fixture(
+        "not_oom/sglang_capture_gloo_connection_closed.txt",
+        &[],
+        "other",
+        "cuda_graph_capture",
+    )
+    .await;
 }
 
 #[tokio::test]
