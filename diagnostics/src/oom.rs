@@ -380,13 +380,15 @@ fn parse_kill_line(rest: &str) -> Option<OomKill> {
         Some(uid_rest) => leading_number(uid_rest)?.1.strip_prefix(", ")?,
         None => rest.strip_prefix(' ')?,
     };
-    let rest = rest.strip_prefix('(')?;
+    // A quote cut right after the pid (`Killed process 62769 (`) still names the victim.
+    let rest = rest.strip_prefix('(').unwrap_or(rest);
     let end = [") total-vm:", ") vsz:", "), UID "]
         .iter()
         .filter_map(|marker| rest.find(marker))
         .min()
-        .or_else(|| rest.rfind(')'))?;
-    let (comm, tail) = (&rest[..end], &rest[end + 1..]);
+        .or_else(|| rest.rfind(')'))
+        .unwrap_or(rest.len());
+    let (comm, tail) = (&rest[..end], rest.get(end + 1..).unwrap_or(""));
     let field = |name: &str| {
         tail.split_once(name)
             .and_then(|(_, v)| leading_number(v))

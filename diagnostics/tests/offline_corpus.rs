@@ -409,6 +409,16 @@ fn kernel_wording_from_2_6_32_to_6_x() {
         .confidence(Confidence::Low)
         .evidence("without its `Killed process` line")
         .next("raise the container's resources.limits.memory to 2G"),
+        case(
+            "4.x: the worker's child sacrificed, kill line cut",
+            Oom,
+            Some(KernelMemcg),
+        )
+        .stderr(stderr)
+        .kernel("kernel_versions/v4_x_dmesg_sacrificed_child_kill_line_cut.txt")
+        .pid(62685)
+        .evidence("Killed process 62769 (")
+        .next("raise memory-limit to 1G"),
         case("journal in Russian", Oom, Some(KernelGlobal))
             .stderr(stderr)
             .kernel("kernel_versions/localized_journal_ru_sacrifice_child.txt")
