@@ -646,6 +646,17 @@ fn a_childs_oom_behind_the_parents_traceback() {
             .exit(Exit::Code(1))
             .pid(10344)
             .evidence("BrokenProcessPool"),
+        case("own: multiprocessing.Pool hung after its worker's OOM kill, then timeout", Oom, Some(KernelMemcg))
+            .stderr("child_oom/own_multiprocessing_pool_hang_then_timeout.stderr.txt")
+            .kernel("child_oom/own_multiprocessing_pool_hang_then_timeout.dmesg.txt")
+            .evidence("Killed process 4397 (python3)"),
+        case("own: the same with the parent's pid", Oom, Some(KernelMemcg))
+            .stderr("child_oom/own_multiprocessing_pool_hang_then_timeout.stderr.txt")
+            .kernel("child_oom/own_multiprocessing_pool_hang_then_timeout.dmesg.txt")
+            .exit(SIGKILL)
+            .pid(4356),
+        case("own: the same without the kernel log is the watchdog's", Class::Other, Some(Subtype::TimeLimit))
+            .stderr("child_oom/own_multiprocessing_pool_hang_then_timeout.stderr.txt"),
         case("DataLoader worker killed by signal: Killed", Oom, Some(SuspectedSigkill))
             .stderr("child_oom/dataloader_killed_py27_traceback.txt")
             .confidence(Confidence::Medium)
