@@ -142,8 +142,11 @@ fn classify_line(line: &str) -> Vec<BatchEvent> {
     } else if line.contains("JobState=TIMEOUT")
         || (line.starts_with("State:") && line.contains("TIMEOUT"))
         || line.starts_with("srun: Force Terminated job")
+        || sacct_state(line) == Some("TIMEOUT")
     {
         found.push(event(BatchKind::TimeLimit, line, "slurm"));
+    } else if sacct_state(line) == Some("CANCELLED") {
+        found.push(event(BatchKind::Cancelled, line, "slurm"));
     } else if line.contains("JobState=NODE_FAIL") {
         found.push(event(BatchKind::NodeFailure, line, "slurm"));
     } else if line.contains("JobState=PREEMPTED") || line.contains("DUE TO PREEMPTION") {
@@ -216,6 +219,24 @@ fn classify_line(line: &str) -> Vec<BatchEvent> {
         found.push(shell);
     }
     found
+}
+
+/// The State column of an `sacct` row (`123456  train  gpu  8  TIMEOUT  0:0`): a state word
+/// followed, somewhere after it, by the `exit:signal` column.
+fn sacct_state(line: &str) -> Option<&'static str> {
+    let tokens: Vec<&str> = line.split_whitespace().collect();
+    let exit_column = |t: &&str| {
+        t.split_once(':').is_some_and(|(a, b)| {
+            !a.is_empty()
+                && !b.is_empty()
+                && a.chars().all(|c| c.is_ascii_digit())
+                && b.chars().all(|c| c.is_ascii_digit())
+        })
+    };
+    let at = tokens.iter().position(exit_column)?;
+    ["TIMEOUT", "CANCELLED"]
+        .into_iter()
+        .find(|state| tokens[..at].iter().any(|t| t == state))
 }
 
 /// `Key: value` (describe), `key: value` (YAML), `"key": "value"` (JSON), case-insensitive on
@@ -509,6 +530,15 @@ mod tests {
             kinds("srun: error: nid01934: tasks 2,4-5,7: Terminated"),
             vec![(BatchKind::ShellSignal, Some(15))]
         );
+        assert_eq!(
+            kinds("4242.batch   batch   gpu-users   8   TIMEOUT   0:15"),
+            vec![(BatchKind::TimeLimit, None)]
+        );
+        assert_eq!(
+            kinds("4242         train   gpu   a100   8   CANCELLED by 1000   0:0"),
+            vec![(BatchKind::Cancelled, None)]
+        );
+        assert!(scan("request TIMEOUT while fetching shard 3").is_empty());
         let stamp = cancelled_at(
             "slurmstepd: error: *** STEP 3495064.0 ON orion-01-01 CANCELLED AT 2021-10-27T19:35:36 ***",
         );
