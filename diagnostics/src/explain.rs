@@ -12,36 +12,164 @@ use crate::verdict::{Class, Confidence, ErrorReport, Language, Subtype, Verdict}
 const SIGABRT: i32 = 6;
 const SIGSEGV: i32 = 11;
 
+/// Where the memory limit that was hit is set, as far as the evidence tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Knob {
+    /// `memory-limit` of the source in `datasets.toml` (a worker `gen` ran).
+    Gen,
+    /// Slurm's `--mem` / `--mem-per-cpu`.
+    Slurm,
+    /// The container's `resources.limits.memory`.
+    Kubernetes,
+    /// `docker run --memory`.
+    Docker,
+    /// A systemd unit's `MemoryMax=`.
+    Systemd,
+    /// PBS / LSF memory requests.
+    BatchQueue,
+}
+
+impl Knob {
+    /// From the scheduler that reported the death, else the victim's cgroup path.
+    pub(crate) fn from_evidence(reporters: &[&str], memcg: Option<&str>) -> Knob {
+        let memcg = memcg.unwrap_or("");
+        if reporters.contains(&"slurm") || memcg.contains("/slurm") {
+            Knob::Slurm
+        } else if reporters.contains(&"kubernetes") || memcg.contains("kubepods") {
+            Knob::Kubernetes
+        } else if reporters.contains(&"docker") || memcg.contains("docker") {
+            Knob::Docker
+        } else if reporters.contains(&"pbs/lsf") {
+            Knob::BatchQueue
+        } else if reporters.contains(&"systemd") || memcg.ends_with(".service") {
+            Knob::Systemd
+        } else {
+            Knob::Gen
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Knob::Gen => crate::verdict::GEN_LIMIT_KNOB,
+            Knob::Slurm => "the job's Slurm --mem",
+            Knob::Kubernetes => "the container's resources.limits.memory",
+            Knob::Docker => "the container's docker --memory",
+            Knob::Systemd => "the unit's MemoryMax=",
+            Knob::BatchQueue => "the job's memory request",
+        }
+    }
+
+    /// How to write `bytes` where this knob is set.
+    fn example(self, bytes: u64) -> String {
+        let size = limit_setting(bytes);
+        match self {
+            Knob::Gen => format!("{} = \"{size}\"", crate::verdict::GEN_LIMIT_KNOB),
+            Knob::Slurm => format!("#SBATCH --mem={size}"),
+            Knob::Kubernetes => format!("memory: {size}i"),
+            Knob::Docker => format!("docker run --memory={size}"),
+            Knob::Systemd => format!("MemoryMax={size}"),
+            Knob::BatchQueue => format!("{size} of memory"),
+        }
+    }
+}
+
+/// Memory a worker needs per byte of the row it holds: the raw bytes, the decoded string, the
+/// parsed objects and the prompt built from them (a 200 MB row took ~0.9 GB).
+const ROW_WORKING_SET_FACTOR: u64 = 5;
+
+/// The limit to suggest: twice what was hit or seen, and at least what the largest input row
+/// needs on top of it; rounded up to 64 MiB (256 MiB above 1 GiB). With the reasons.
+pub(crate) fn suggested_limit(
+    limit: Option<u64>,
+    peak: Option<u64>,
+    victim_rss: Option<u64>,
+    largest_row: Option<u64>,
+) -> Option<(u64, Vec<String>)> {
+    // The victim's RSS counts shared file pages too: only a stand-in when nothing else is known.
+    let base = limit.max(peak).or(victim_rss);
+    let mut reasons = Vec::new();
+    let mut need = base.map(|b| b.saturating_mul(2));
+    if let Some(row) = largest_row {
+        let for_row = base
+            .unwrap_or(0)
+            .saturating_add(row.saturating_mul(ROW_WORKING_SET_FACTOR));
+        if need.is_none_or(|n| for_row > n) {
+            reasons.push(format!(
+                "the largest input row is {}, and holding and parsing a row takes about {ROW_WORKING_SET_FACTOR}× its size",
+                human_bytes(row)
+            ));
+            need = Some(for_row);
+        }
+    }
+    let need = need?;
+    const MIB: u64 = 1024 * 1024;
+    let step = if need > 1024 * MIB {
+        256 * MIB
+    } else {
+        64 * MIB
+    };
+    Some((need.div_ceil(step).saturating_mul(step), reasons))
+}
+
 pub(crate) fn oom_verdict(
     subtype: Subtype,
     confidence: Confidence,
     observation: &Observation,
     memory: &MemoryEvidence,
+    knob: Knob,
 ) -> Verdict {
     let mut verdict = Verdict::new(Class::Oom, Some(subtype), confidence);
     verdict.peak_bytes = memory.peak;
     verdict.limit_bytes = match subtype {
         Subtype::KernelGlobal => observation.host_memory_bytes,
-        _ => observation.memory_limit_bytes,
+        _ => memory.limit_hit(observation),
     };
     verdict.evidence.push(format!("exit: {}", observation.exit));
     let mut child = None;
+    let victim_rss = memory
+        .kill
+        .as_ref()
+        .and_then(|(k, _)| k.rss_kb)
+        .map(|kb| kb * 1024);
     if let Some((kill, timed)) = &memory.kill {
         verdict.evidence.push(kill_line(kill, *timed));
         if let Some(summary) = &kill.summary {
             verdict.evidence.push(format!("kernel: {summary}"));
         }
-        if kill.pid != observation.pid {
+        if let Some(limit) = kill.limit_kb {
             verdict.evidence.push(format!(
-                "victim pid {} ({}) is a descendant of worker pid {}",
-                kill.pid, kill.comm, observation.pid
+                "kernel: the memory cgroup's limit was {}",
+                human_bytes(limit * 1024)
             ));
+        }
+        if kill.pid != memory.target_pid {
+            verdict.evidence.push(if memory.descendants.contains(&kill.pid) {
+                format!(
+                    "victim pid {} ({}) is a descendant of worker pid {}",
+                    kill.pid, kill.comm, memory.target_pid
+                )
+            } else if memory.target_pid == 0 {
+                format!("victim pid {} ({})", kill.pid, kill.comm)
+            } else {
+                format!(
+                    "victim pid {} ({}) is not the worker (pid {}) but a child or another task of its memory cgroup",
+                    kill.pid, kill.comm, memory.target_pid
+                )
+            });
             child = Some(kill);
         }
     }
     verdict.evidence.extend(memory.rss_line());
     verdict.evidence.extend(memory.rejected.iter().cloned());
-    let limit_text = match (verdict.limit_bytes, memory.peak) {
+    verdict.evidence.extend(memory.reading_notes());
+    let limit = verdict.limit_bytes;
+    let suggestion = suggested_limit(
+        limit,
+        memory.peak,
+        victim_rss,
+        observation.largest_row_bytes,
+    );
+    let limit_text = match (limit, memory.peak) {
         (Some(limit), Some(peak)) => format!(
             "{} (peak {} = {:.0}% of the limit)",
             human_bytes(limit),
@@ -51,26 +179,29 @@ pub(crate) fn oom_verdict(
         (Some(limit), None) => human_bytes(limit),
         (None, _) => "its current value".to_string(),
     };
-    let suggestion = verdict
-        .limit_bytes
-        .or(memory.peak)
-        .map(|b| {
-            format!(
-                ", e.g. memory_limit = \"{}\"",
-                limit_setting(b.saturating_mul(2))
-            )
-        })
-        .unwrap_or_default();
     match subtype {
         Subtype::KernelGlobal => verdict.advice.push(
             "the whole host ran out of memory (global OOM), not the worker's limit: run fewer workers at once or free host memory"
                 .to_string(),
         ),
         Subtype::UserspaceKiller => verdict.advice.push(
-            "a userspace OOM killer (earlyoom / systemd-oomd) acted under memory pressure: leave more headroom or exempt gen's workers"
+            "a user-space OOM killer (earlyoom, systemd-oomd, nohang, a memory monitor) acted under memory pressure before the kernel would: leave more headroom or exempt the worker"
                 .to_string(),
         ),
-        _ => verdict.advice.push(format!("raise memory_limit above {limit_text}{suggestion}")),
+        _ => {
+            let example = suggestion
+                .as_ref()
+                .map(|(bytes, _)| format!(", e.g. {}", knob.example(*bytes)))
+                .unwrap_or_default();
+            verdict
+                .advice
+                .push(format!("raise {} above {limit_text}{example}", knob.name()));
+            if let Some((_, reasons)) = &suggestion {
+                verdict.advice.extend(reasons.iter().cloned());
+            }
+            verdict.suggested_limit_bytes = suggestion.as_ref().map(|(bytes, _)| *bytes);
+            verdict.limit_knob = Some(knob.name().to_string());
+        }
     }
     if let Some(kill) = child {
         verdict.advice.push(format!(
@@ -83,6 +214,48 @@ pub(crate) fn oom_verdict(
             .push("or lower the worker's memory use (batch size, rows per shard)".to_string());
     }
     verdict
+}
+
+/// Why an allocation failed inside the process instead of the kernel killing it: which limit
+/// refused it, as far as the evidence says.
+pub(crate) fn allocation_refused(
+    report: &ErrorReport,
+    observation: &Observation,
+    stderr: &str,
+) -> Vec<String> {
+    let asked = report
+        .exception
+        .message
+        .strip_prefix("memory allocation of ")
+        .and_then(|m| crate::text::leading_number(m))
+        .map(|(n, _)| n);
+    let mut notes = Vec::new();
+    notes.push(
+        "not an OOM kill: the allocator was refused memory and the process stopped itself; under a memory cgroup or a host OOM the kernel kills with SIGKILL instead"
+            .to_string(),
+    );
+    let host = observation.host_memory_bytes;
+    let lower = stderr.to_ascii_lowercase();
+    let named = lower.contains("ulimit -v") || lower.contains("rlimit_as");
+    match asked {
+        Some(bytes) if host.is_some_and(|h| bytes > h) || bytes >= 1 << 40 => notes.push(format!(
+            "it asked for {} at once, more than the machine has: a size computed from bad input or an overflow, not a limit that is too low",
+            human_bytes(bytes)
+        )),
+        _ if named => notes.push(
+            "the limit that refused it: the address-space limit (`ulimit -v`, RLIMIT_AS) set for the process"
+                .to_string(),
+        ),
+        Some(bytes) => notes.push(format!(
+            "a request of {} was refused: the process hit a per-process limit, most likely the address-space limit (`ulimit -v`, RLIMIT_AS), or RLIMIT_DATA, or strict overcommit (vm.overcommit_memory=2)",
+            human_bytes(bytes)
+        )),
+        None => notes.push(
+            "the limit that refused it is per-process: the address-space limit (`ulimit -v`, RLIMIT_AS), RLIMIT_DATA, or strict overcommit (vm.overcommit_memory=2)"
+                .to_string(),
+        ),
+    }
+    notes
 }
 
 pub(crate) fn traceback_verdict(report: ErrorReport, symptoms: &[native::Symptom]) -> Verdict {
@@ -122,7 +295,7 @@ pub(crate) fn traceback_verdict(report: ErrorReport, symptoms: &[native::Symptom
     }
     if report.memory_related {
         verdict.advice.push(format!(
-            "{primary}{at}: an allocation failed inside the worker (not an OOM kill): lower batch size or memory use, or raise memory_limit"
+            "{primary}{at}: an allocation failed inside the worker (not an OOM kill): lower batch size or memory use, or raise the limit that refused it"
         ));
     } else {
         verdict
@@ -149,7 +322,23 @@ pub(crate) fn with_symptoms(mut verdict: Verdict, symptoms: &[native::Symptom]) 
         verdict
             .evidence
             .push(format!("symptom of a child's death: {}", symptom.line));
-        if verdict.class != Class::Oom {
+        if let Some(signal) = symptom.signal.filter(|s| *s != 9)
+            && verdict.class != Class::Oom
+        {
+            verdict.advice.insert(
+                0,
+                format!(
+                    "a child process died of {} (not a memory kill): find the crash in the child",
+                    signal_name(signal)
+                ),
+            );
+        } else if verdict.class != Class::Oom && symptom.signal == Some(9) {
+            verdict.advice.insert(
+                0,
+                "a child process was SIGKILLed but the kernel log given shows no OOM kill for it: look for another killer (a user-space OOM killer, a scheduler, kill -9)"
+                    .to_string(),
+            );
+        } else if verdict.class != Class::Oom {
             verdict.advice.insert(
                 0,
                 "a child process died abruptly; no OOM kill was recorded for it: check the kernel log and the child's stderr (often an OOM kill)"
@@ -177,6 +366,8 @@ pub(crate) fn other_verdict(
     };
     let confidence = if signature.is_some() {
         Confidence::High
+    } else if exit == Exit::Unknown {
+        Confidence::Low
     } else {
         Confidence::Medium
     };
@@ -194,6 +385,9 @@ pub(crate) fn other_verdict(
             "something outside gen sent {}: find it, then rerun with --only-failed",
             death.map_or("a signal", |(s, _)| signal_name(s))
         ),
+        Subtype::ExitCode if exit == Exit::Unknown => {
+            "nothing in the logs names a failure: give how it ended (--exit-code or --signal) and the kernel log of that time (--kernel-log)".to_string()
+        }
         Subtype::ExitCode if exit == Exit::Code(0) => {
             "the worker exited 0 but its outputs are not complete: check the worker's output handling".to_string()
         }
@@ -202,4 +396,55 @@ pub(crate) fn other_verdict(
     };
     verdict.advice.push(advice);
     verdict
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1024 * 1024;
+
+    #[test]
+    fn suggestion_doubles_what_was_hit() {
+        let (bytes, reasons) =
+            suggested_limit(Some(64 * MIB), Some(64 * MIB), None, None).expect("suggestion");
+        assert_eq!(limit_setting(bytes), "128M");
+        assert!(reasons.is_empty());
+        let (bytes, _) = suggested_limit(None, Some(3 * 1024 * MIB), None, None).expect("peak");
+        assert_eq!(limit_setting(bytes), "6G");
+        assert_eq!(suggested_limit(None, None, None, None), None);
+    }
+
+    #[test]
+    fn a_large_row_raises_the_suggestion_past_twice_the_limit() {
+        // A 200 MB row needed ~0.9 GB in a worker capped at 64 MiB; twice the cap is 128M.
+        let (bytes, reasons) = suggested_limit(
+            Some(64 * MIB),
+            Some(64 * MIB),
+            None,
+            Some(200 * 1000 * 1000),
+        )
+        .expect("suggestion");
+        assert!(bytes >= 900 * 1000 * 1000, "{}", limit_setting(bytes));
+        assert_eq!(limit_setting(bytes), "1G");
+        assert!(
+            reasons[0].contains("the largest input row is 190.7 MiB"),
+            "{reasons:?}"
+        );
+    }
+
+    #[test]
+    fn knobs_are_named_where_they_are_set() {
+        assert_eq!(Knob::from_evidence(&["slurm"], None), Knob::Slurm);
+        assert_eq!(
+            Knob::from_evidence(&[], Some("/kubepods/burstable/pod1/c1")),
+            Knob::Kubernetes
+        );
+        assert_eq!(
+            Knob::from_evidence(&["shell"], Some("/gen/run-1/w")),
+            Knob::Gen
+        );
+        assert_eq!(Knob::Gen.example(128 * MIB), "memory-limit = \"128M\"");
+        assert_eq!(Knob::Kubernetes.example(2048 * MIB), "memory: 2Gi");
+    }
 }

@@ -1,17 +1,21 @@
-//! Kernel log records from raw text in any of the formats the supervisor may hand us.
+//! Kernel log records from raw text in any of the formats people capture it in.
 //!
 //! Formats: `/dev/kmsg` records (`<prio>,<seq>,<usec>,<flags>;text`, dictionary continuation lines
-//! starting with a space, `\xNN` escapes), `dmesg` (`[  123.456789] text`), `dmesg -T`
-//! (`[Mon Nov 30 00:00:00 2026] text`), `journalctl -k` in short and short-monotonic form, and
-//! syslog (`Nov 30 00:05:50 host kernel: [  123.456789] text`). Lines of other programs in journal
-//! or syslog form (`earlyoom[12]: ...`) keep their identifier in [`KernelRecord::source`].
+//! starting with a space, `\xNN` escapes), `dmesg` (`[  123.456789] text`, also `-r`'s `<4>` and
+//! `-x`'s `kern  :err   :`), `dmesg -T` (`[Tue Dec  1 10:00:00 2026] text`), `journalctl -k` in
+//! short, short-precise, short-iso and short-monotonic form (also newest first with `-r`),
+//! syslog (`Nov 30 00:05:50 host kernel: [  123.456789] text`), with CRLF line ends, ANSI colours
+//! and `> ` quoting removed. Lines of other programs in journal or syslog form
+//! (`earlyoom[12]: ...`) keep their identifier in [`KernelRecord::source`].
 //!
-//! Only monotonic timestamps become [`KernelRecord::usec`]; wall-clock stamps cannot be compared
-//! with the worker's CLOCK_MONOTONIC window and are left out. This module knows nothing about OOM.
+//! Monotonic stamps become [`KernelRecord::usec`] (comparable with the worker's CLOCK_MONOTONIC
+//! window), wall-clock stamps [`KernelRecord::wall`] (comparable with `--started-at`). This
+//! module knows nothing about OOM.
 
 use serde::{Deserialize, Serialize};
 
-use crate::text::leading_number;
+use crate::clock::{self, WallTime};
+use crate::text::{leading_number, normalize};
 
 /// One log record, its text unescaped.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -20,6 +24,9 @@ pub struct KernelRecord {
     pub seq: Option<u64>,
     /// CLOCK_MONOTONIC microseconds since boot, when the format carries it.
     pub usec: Option<u64>,
+    /// Wall-clock stamp (`dmesg -T`, syslog, journald), when the format carries one.
+    #[serde(default)]
+    pub wall: Option<WallTime>,
     /// Syslog level (0 emerg .. 7 debug), from the `/dev/kmsg` priority.
     pub level: Option<u8>,
     /// Program that logged it, when known (`kernel`, `earlyoom`, `systemd-oomd`).
@@ -44,30 +51,46 @@ impl SeqGap {
     }
 }
 
-/// Parsed log: records in order, plus any `/dev/kmsg` sequence gaps.
+/// Parsed log: records in time order, plus any `/dev/kmsg` sequence gaps.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KernelLogParse {
-    /// Records in input order.
+    /// Records, oldest first.
     pub records: Vec<KernelRecord>,
     /// Gaps in `/dev/kmsg` sequence numbers (records lost).
     pub seq_gaps: Vec<SeqGap>,
+    /// The text ran newest first (`journalctl -r`) and was reversed.
+    #[serde(default)]
+    pub reversed: bool,
 }
 
-/// Parses log text in any supported format (formats may be mixed line by line).
+/// Parses log text in any supported format (formats may be mixed line by line). ANSI colours
+/// and carriage returns are removed first; a log printed newest first (`journalctl -r`) is put
+/// back in time order.
 pub fn parse(text: &str) -> KernelLogParse {
-    let mut out = KernelLogParse::default();
-    let mut last_seq: Option<u64> = None;
+    let text = normalize(text);
+    let mut records: Vec<KernelRecord> = Vec::new();
     for line in text.lines() {
-        if line.trim().is_empty() {
+        if line.trim().is_empty() || is_journal_marker(line) {
             continue;
         }
         // /dev/kmsg dictionary lines (` SUBSYSTEM=virtio`) belong to the previous record.
-        if line.starts_with(' ') && out.records.last().is_some_and(|r| r.seq.is_some()) {
+        if line.starts_with(' ') && records.last().is_some_and(|r| r.seq.is_some()) {
             continue;
         }
-        let Some(record) = parse_line(line) else {
-            continue;
-        };
+        if let Some(record) = parse_line(line) {
+            records.push(record);
+        }
+    }
+    let reversed = is_newest_first(&records);
+    if reversed {
+        records.reverse();
+    }
+    let mut out = KernelLogParse {
+        reversed,
+        ..KernelLogParse::default()
+    };
+    let mut last_seq: Option<u64> = None;
+    for record in records {
         if let Some(seq) = record.seq {
             if let Some(prev) = last_seq
                 && seq > prev + 1
@@ -91,23 +114,142 @@ pub fn parse(text: &str) -> KernelLogParse {
     out
 }
 
+/// journald's `-- Logs begin at ... --`, `-- Boot 1a2b... --`, `-- No entries --` lines.
+fn is_journal_marker(line: &str) -> bool {
+    let line = line.trim();
+    line.starts_with("-- ") && line.ends_with(" --")
+}
+
+/// Whether the records run newest first: most stamped neighbours go back in time, or, with no
+/// stamps at all, a kill line comes before the header of its own OOM report.
+fn is_newest_first(records: &[KernelRecord]) -> bool {
+    let (mut forward, mut backward) = (0usize, 0usize);
+    for pair in records.windows(2) {
+        let order = match (&pair[0], &pair[1]) {
+            (a, b) if a.seq.is_some() && b.seq.is_some() => a.seq.cmp(&b.seq),
+            (a, b) if a.usec.is_some() && b.usec.is_some() => a.usec.cmp(&b.usec),
+            (a, b) => match (&a.wall, &b.wall) {
+                (Some(x), Some(y)) => match x.compare(y) {
+                    Some(order) => order,
+                    None => continue,
+                },
+                _ => continue,
+            },
+        };
+        match order {
+            std::cmp::Ordering::Less => forward += 1,
+            std::cmp::Ordering::Greater => backward += 1,
+            std::cmp::Ordering::Equal => {}
+        }
+    }
+    if forward + backward > 0 {
+        return backward > forward;
+    }
+    heuristic_kill_report_order(records) < 0
+}
+
+/// Without usable stamps: the lines that name a victim around its `Killed process` line vote.
+/// In time order the selection line (`Kill process N`) and the summary (`pid=N`) come before
+/// the kill line, and the reaper's `reaped process N` after it. Positive: oldest first.
+fn heuristic_kill_report_order(records: &[KernelRecord]) -> i32 {
+    let pid_after = |text: &str, marker: &str| {
+        text.find(marker)
+            .and_then(|at| leading_number(&text[at + marker.len()..]))
+            .map(|(pid, _)| pid)
+    };
+    let mut vote = 0;
+    for (at, record) in records.iter().enumerate() {
+        let Some(victim) = pid_after(&record.text, "Killed process ") else {
+            continue;
+        };
+        for (other_at, other) in records.iter().enumerate() {
+            let text = other.text.as_str();
+            let selection =
+                pid_after(text, "ill process ") == Some(victim) && text.contains("score");
+            let summary = text.starts_with("oom-kill:") && pid_after(text, ",pid=") == Some(victim);
+            let before = if selection || summary {
+                true
+            } else if pid_after(text, "reaped process ") == Some(victim) {
+                false
+            } else {
+                continue;
+            };
+            match (other_at < at, before) {
+                (true, true) | (false, false) => vote += 1,
+                _ => vote -= 1,
+            }
+        }
+    }
+    vote
+}
+
 /// Parses one line into a record; returns `None` only for lines with no text.
+///
+/// Layers are peeled in the order tools stack them: a `<N>` priority (`dmesg -r`), `dmesg -x`'s
+/// `kern  :err   : `, a stamp (monotonic `[  1.5]`, `dmesg -T`'s `[Tue Dec  1 ...]`, syslog,
+/// ISO), the `host ident[pid]:` of syslog and journald, then a kernel stamp again
+/// (`kernel: [  1.5] text`).
 pub fn parse_line(line: &str) -> Option<KernelRecord> {
     let line = line.trim_end_matches(['\n', '\r']);
-    parse_kmsg(line)
-        .or_else(|| parse_dmesg(line))
-        .or_else(|| parse_dmesg_wall(line))
-        .or_else(|| parse_syslog(line))
-        .or_else(|| {
-            Some(KernelRecord {
-                seq: None,
-                usec: None,
-                level: None,
-                source: None,
-                text: line.trim().to_string(),
-            })
-        })
-        .filter(|r| !r.text.is_empty())
+    if let Some(record) = parse_kmsg(line) {
+        return Some(record);
+    }
+    let mut record = KernelRecord {
+        seq: None,
+        usec: None,
+        wall: None,
+        level: None,
+        source: None,
+        text: String::new(),
+    };
+    let mut rest = strip_quote(line.trim_start());
+    if let Some((level, after)) = strip_priority(rest) {
+        record.level = Some(level);
+        rest = after;
+    }
+    if let Some((level, after)) = strip_decoded_level(rest) {
+        record.level = Some(level);
+        rest = after;
+    }
+    if let Some((usec, after)) = bracket_seconds(rest) {
+        record.usec = Some(usec);
+        rest = after.trim_start();
+        // journalctl -o short-monotonic: `[  1.5] host kernel: text`.
+        if let Some((source, text)) = split_ident(rest, IdentRule::KnownProgramAfterHost) {
+            record.source = Some(source);
+            rest = text;
+        }
+    } else if let Some((wall, after)) = bracket_wall(rest) {
+        record.wall = wall;
+        record.source = Some("kernel".to_string());
+        rest = after.trim_start();
+    } else if let Some((wall, after)) = clock::iso_prefix(rest)
+        .or_else(|| clock::ctime_prefix(rest))
+        .or_else(|| clock::syslog_prefix(rest))
+    {
+        record.wall = wall;
+        rest = after.strip_prefix(':').unwrap_or(after).trim_start();
+        // `dmesg --time-format iso` has no host; syslog and journald do.
+        if let Some((source, text)) = split_ident(rest, IdentRule::Any) {
+            record.source = Some(source);
+            rest = text;
+        }
+    } else if let Some((source, text)) = split_ident(rest, IdentRule::KnownProgramAlone) {
+        record.source = Some(source);
+        rest = text;
+    }
+    if let Some((usec, after)) = bracket_seconds(rest) {
+        record.usec = Some(usec);
+        rest = after.trim_start();
+    } else if record.usec.is_none()
+        && let Some((usec, after)) = embedded_stamp(rest)
+    {
+        // A console log wrapped by something else (a hypervisor's `... Guest: <6>[  1.5] text`).
+        record.usec = Some(usec);
+        rest = after.trim_start();
+    }
+    record.text = rest.trim().to_string();
+    (!record.text.is_empty()).then_some(record)
 }
 
 /// `<prio>,<seq>,<usec>,<flags>[,more];text`
@@ -124,101 +266,147 @@ fn parse_kmsg(line: &str) -> Option<KernelRecord> {
     Some(KernelRecord {
         seq: Some(seq),
         usec: Some(usec),
+        wall: None,
         level: u8::try_from(prio & 7).ok(),
         source: Some(if prio >> 3 == 0 { "kernel" } else { "user" }.to_string()),
         text: unescape(text),
     })
 }
 
-/// `[  123.456789] text` (dmesg, journalctl -o short-monotonic without host)
-fn parse_dmesg(line: &str) -> Option<KernelRecord> {
-    let (usec, rest) = bracket_seconds(line)?;
-    // journalctl -o short-monotonic adds `host ident:`; dmesg text never has `kernel:` second.
-    if let Some(record) = after_host(rest.trim_start())
-        && record.source.as_deref().is_some_and(is_program_ident)
-        && rest
-            .trim_start()
-            .split(' ')
-            .nth(1)
-            .is_some_and(|t| t.ends_with(':'))
-    {
-        return Some(KernelRecord {
-            usec: Some(usec),
-            ..record
-        });
+/// Markdown and e-mail quoting (`> `) around a pasted log.
+fn strip_quote(mut line: &str) -> &str {
+    while let Some(rest) = line.strip_prefix("> ") {
+        line = rest.trim_start();
     }
-    Some(KernelRecord {
-        seq: None,
-        usec: Some(usec),
-        level: None,
-        source: None,
-        text: rest.trim_start().to_string(),
-    })
+    line
 }
 
-/// `[Mon Nov 30 00:05:50 2026] text` (dmesg -T)
-fn parse_dmesg_wall(line: &str) -> Option<KernelRecord> {
-    let rest = line.strip_prefix('[')?;
-    let (stamp, text) = rest.split_once(']')?;
-    let weekday = stamp.get(..3)?;
-    if !WEEKDAYS.contains(&weekday) || !stamp.contains(':') {
+/// `<4>` (`dmesg -r`, raw syslog): the level and the rest.
+fn strip_priority(line: &str) -> Option<(u8, &str)> {
+    let rest = line.strip_prefix('<')?;
+    let (number, rest) = leading_number(rest)?;
+    let rest = rest.strip_prefix('>')?;
+    Some((u8::try_from(number & 7).ok()?, rest))
+}
+
+/// `dmesg -x`: `kern  :err   : text`.
+fn strip_decoded_level(line: &str) -> Option<(u8, &str)> {
+    let (facility, rest) = line.split_once(':')?;
+    if !FACILITIES.contains(&facility.trim_end()) {
         return None;
     }
-    Some(KernelRecord {
-        seq: None,
-        usec: None,
-        level: None,
-        source: Some("kernel".to_string()),
-        text: text.trim_start().to_string(),
-    })
+    let (level, rest) = rest.split_once(':')?;
+    let level = LEVELS.iter().position(|l| *l == level.trim_end())?;
+    Some((u8::try_from(level).ok()?, rest.trim_start()))
 }
 
-/// `Nov 30 00:05:50 host ident[pid]: text` (syslog, journalctl short) or ISO-stamped syslog.
-fn parse_syslog(line: &str) -> Option<KernelRecord> {
-    let rest = if MONTHS.iter().any(|m| line.starts_with(m)) {
-        // `Nov 30 00:05:50 host ...` (day may be space-padded)
-        let (_day, after) = line.get(4..)?.trim_start().split_once(' ')?;
-        let (time, after) = after.split_once(' ')?;
-        if time.matches(':').count() != 2 {
-            return None;
+/// A bracketed wall-clock stamp: `dmesg -T`'s `[Tue Dec  1 10:00:00 2026]`, or one without a
+/// usable time (`dmesg -H`'s `[Dec 1 10:00]`, its deltas `[  +0.000012]`).
+fn bracket_wall(line: &str) -> Option<(Option<WallTime>, &str)> {
+    let inner = line.strip_prefix('[')?;
+    let (stamp, rest) = inner.split_once(']')?;
+    let stamp = stamp.trim();
+    if let Some((wall, tail)) = clock::ctime_prefix(stamp)
+        && tail.trim().is_empty()
+    {
+        return Some((wall, rest));
+    }
+    let delta = stamp
+        .strip_prefix('+')
+        .is_some_and(|d| d.trim().chars().all(|c| c.is_ascii_digit() || c == '.'));
+    let human = stamp
+        .get(..3)
+        .is_some_and(|m| MONTHS.iter().any(|month| month.trim() == m) && stamp.contains(':'));
+    (delta || human).then_some((None, rest))
+}
+
+/// Which `ident:` forms to accept after a stamp.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum IdentRule {
+    /// `host ident[pid]:` or `ident[pid]:` for any program (after a syslog or ISO stamp).
+    Any,
+    /// `host ident:` where ident is a known program, or `ident[pid]:` (after a monotonic
+    /// stamp, where a kernel message such as `audit: type=1400` could otherwise look like one).
+    KnownProgramAfterHost,
+    /// `ident:` alone for a known program (a pasted `kernel: text`).
+    KnownProgramAlone,
+}
+
+/// Splits `host ident[pid]: text` (or `ident[pid]: text`) into the program name and the text.
+fn split_ident(rest: &str, rule: IdentRule) -> Option<(String, &str)> {
+    let (first, after_first) = rest.split_once(' ')?;
+    // `ident[pid]:` with no host (journald with the host cut, or a pasted line).
+    if let Some(ident) = first.strip_suffix(':')
+        && let Some(name) = program_name(ident)
+    {
+        let known = is_known_program(name);
+        let with_pid = ident.ends_with(']');
+        let accepted = match rule {
+            IdentRule::Any | IdentRule::KnownProgramAfterHost => known || with_pid,
+            IdentRule::KnownProgramAlone => known,
+        };
+        if accepted {
+            return Some((name.to_string(), after_first.trim_start()));
         }
-        after
-    } else if line.len() > 19
-        && line.as_bytes().get(4) == Some(&b'-')
-        && line.as_bytes().get(10) == Some(&b'T')
-    {
-        // `2026-11-30T00:05:50.123456+00:00 host ...`
-        line.split_once(' ')?.1
-    } else {
-        return None;
-    };
-    after_host(rest.trim_start())
-}
-
-/// After the timestamp: `host ident[pid]: text`, with an optional `[  1.2]` kernel stamp.
-fn after_host(rest: &str) -> Option<KernelRecord> {
-    let (_host, rest) = rest.split_once(' ')?;
-    let (ident, text) = rest.split_once(": ")?;
-    if ident.contains(' ') {
+    }
+    if rule == IdentRule::KnownProgramAlone || first.contains(':') {
         return None;
     }
-    let source = ident.split('[').next().unwrap_or(ident).to_string();
-    let (usec, text) = match bracket_seconds(text) {
-        Some((usec, rest)) => (Some(usec), rest.trim_start()),
-        None => (None, text),
+    let (second, text) = after_first.split_once(' ').unwrap_or((after_first, ""));
+    let ident = second.strip_suffix(':')?;
+    let name = program_name(ident)?;
+    let accepted = match rule {
+        IdentRule::Any => true,
+        IdentRule::KnownProgramAfterHost => is_known_program(name),
+        IdentRule::KnownProgramAlone => false,
     };
-    Some(KernelRecord {
-        seq: None,
-        usec,
-        level: None,
-        source: Some(source),
-        text: text.to_string(),
-    })
+    accepted.then(|| (name.to_string(), text.trim_start()))
 }
 
-/// `kernel`, or a program name seen in journal lines (`earlyoom`, `systemd-oomd`).
-fn is_program_ident(ident: &str) -> bool {
-    ident == "kernel" || ident == "earlyoom" || ident.starts_with("systemd")
+/// `name` of `name[123]` when it looks like a program name.
+fn program_name(ident: &str) -> Option<&str> {
+    let name = match ident.split_once('[') {
+        Some((name, pid)) => {
+            let pid = pid.strip_suffix(']')?;
+            if pid.is_empty() || !pid.chars().all(|c| c.is_ascii_digit()) {
+                return None;
+            }
+            name
+        }
+        None => ident,
+    };
+    let valid = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | '.' | '@' | '/'))
+        && !name.chars().all(|c| c.is_ascii_digit());
+    valid.then_some(name)
+}
+
+/// Programs whose journal lines we read: the kernel, user-space OOM killers, schedulers.
+fn is_known_program(name: &str) -> bool {
+    const KNOWN: [&str; 9] = [
+        "kernel",
+        "earlyoom",
+        "systemd",
+        "nohang",
+        "slurmstepd",
+        "slurmd",
+        "kubelet",
+        "containerd",
+        "dockerd",
+    ];
+    KNOWN
+        .iter()
+        .any(|k| name == *k || name.starts_with(&format!("{k}-")))
+}
+
+/// A `[  123.456789]` kernel stamp behind another program's prefix, near the line's start.
+fn embedded_stamp(line: &str) -> Option<(u64, &str)> {
+    line.match_indices('[')
+        .take_while(|(at, _)| *at < 160)
+        .filter(|(at, _)| *at > 0)
+        .find_map(|(at, _)| bracket_seconds(&line[at..]))
 }
 
 /// `[  123.456789]` at the start of `s`: microseconds and the rest.
@@ -265,7 +453,13 @@ pub fn unescape(text: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-const WEEKDAYS: [&str; 7] = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+const FACILITIES: [&str; 20] = [
+    "kern", "user", "mail", "daemon", "auth", "syslog", "lpr", "news", "uucp", "cron", "authpriv",
+    "ftp", "local0", "local1", "local2", "local3", "local4", "local5", "local6", "local7",
+];
+const LEVELS: [&str; 8] = [
+    "emerg", "alert", "crit", "err", "warn", "notice", "info", "debug",
+];
 const MONTHS: [&str; 12] = [
     "Jan ", "Feb ", "Mar ", "Apr ", "May ", "Jun ", "Jul ", "Aug ", "Sep ", "Oct ", "Nov ", "Dec ",
 ];
@@ -329,6 +523,81 @@ mod tests {
             .expect("record");
         assert_eq!(r.source.as_deref(), Some("earlyoom"));
         assert_eq!(r.text, "sending SIGTERM");
+    }
+
+    #[test]
+    fn programs_after_a_monotonic_stamp_but_not_kernel_subsystems() {
+        let r =
+            parse_line("[   77.749597] systemd-oomd[659]: oomd attempting to kill 407 with KILL")
+                .expect("record");
+        assert_eq!(r.source.as_deref(), Some("systemd-oomd"));
+        assert_eq!(r.text, "oomd attempting to kill 407 with KILL");
+        let r = parse_line("[   12.300000] audit: type=1400 audit(1.2:3): apparmor=\"STATUS\"")
+            .expect("record");
+        assert_eq!(r.source, None);
+        assert!(r.text.starts_with("audit: type=1400"));
+        let r =
+            parse_line("[ 7063.263325] oom_reaper: reaped process 63214 (uwsgi), now anon-rss:0kB")
+                .expect("record");
+        assert!(r.text.starts_with("oom_reaper: reaped process 63214"));
+    }
+
+    #[test]
+    fn journal_iso_and_precise_stamps() {
+        let r = parse_line(
+            "2024-03-01T10:00:00+0100 gpu-box kernel: Out of memory: Killed process 5 (e)",
+        )
+        .expect("record");
+        assert_eq!(r.source.as_deref(), Some("kernel"));
+        assert_eq!(r.wall.and_then(|w| w.offset_minutes), Some(60));
+        assert_eq!(r.text, "Out of memory: Killed process 5 (e)");
+        let r = parse_line("Mar 01 10:00:00.123456 gpu-box kernel: Killed process 6 (f)")
+            .expect("record");
+        assert_eq!(
+            (r.wall.map(|w| w.micros), r.text.as_str()),
+            (Some(123_456), "Killed process 6 (f)")
+        );
+        let r = parse_line("2024-03-01T10:00:00,123456+00:00 Out of memory: Killed process 7 (g)")
+            .expect("record");
+        assert_eq!(r.text, "Out of memory: Killed process 7 (g)");
+    }
+
+    #[test]
+    fn dmesg_level_prefixes_and_human_stamps() {
+        let r = parse_line("kern  :err   : [ 7063.247407] Killed process 1 (a)").expect("record");
+        assert_eq!((r.level, r.usec), (Some(3), Some(7_063_247_407)));
+        let r = parse_line("<3>[ 7063.247407] Killed process 1 (a)").expect("record");
+        assert_eq!(
+            (r.level, r.text.as_str()),
+            (Some(3), "Killed process 1 (a)")
+        );
+        let r = parse_line("[Nov21 14:22] Out of memory: Killed process 2 (b)").expect("record");
+        assert_eq!(r.text, "Out of memory: Killed process 2 (b)");
+        let r = parse_line("[  +0.000012] oom_reaper: reaped process 2 (b)").expect("record");
+        assert_eq!(r.text, "oom_reaper: reaped process 2 (b)");
+        let r = parse_line("2023-12-04T10:49:30.127Z In(05) vcpu-5 - Guest: <3>[39291577.009543] Killed process 3 (c)")
+            .expect("record");
+        assert_eq!(
+            (r.usec, r.text.as_str()),
+            (Some(39_291_577_009_543), "Killed process 3 (c)")
+        );
+    }
+
+    #[test]
+    fn newest_first_is_put_back_in_order_even_without_distinct_stamps() {
+        let log = "Aug 16 20:29:54 h kernel: Killed process 42474 (t), UID 0, total-vm:7296kB\n\
+                   Aug 16 20:29:54 h kernel: Memory cgroup out of memory: Kill process 42474 (t) score 0 or sacrifice child\n";
+        let parsed = parse(log);
+        assert!(parsed.reversed);
+        assert!(
+            parsed.records[0]
+                .text
+                .starts_with("Memory cgroup out of memory")
+        );
+        let forward = "Out of memory: Kill process 16929 (beam.smp) score 580 or sacrifice child\n\
+                       Killed process 28364, UID 0, (sh) total-vm:106064kB\n\
+                       rsyslogd invoked oom-killer: gfp_mask=0x201da, order=0\n";
+        assert!(!parse(forward).reversed);
     }
 
     #[test]

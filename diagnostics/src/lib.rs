@@ -9,13 +9,17 @@
 //! * [`observation`]: the input, with its JSON schema.
 //! * [`verdict`]: the output and its one-line renderings.
 //! * [`classify`](mod@classify): the ordered rules (field notes §3.5), in one function.
-//! * [`kmsg`], [`oom`]: kernel log formats and OOM lines of every kernel era.
+//! * [`kmsg`], [`oom`]: kernel log formats and OOM lines of every kernel era, user-space killers.
+//! * [`batch`]: what schedulers, shells and container runtimes report (Slurm, Kubernetes, ...).
+//! * [`clock`]: wall-clock stamps as logs print them, and `--started-at` moments.
 //! * [`traceback`], [`panic`](mod@panic), [`native`]: Python tracebacks, Rust panics, aborts and symptoms.
 //! * [`server`]: SGLang, vLLM and llama.cpp crash signatures.
 //!
 //! Policy (rerun, keep outputs, quarantine) is not decided here.
 
+pub mod batch;
 pub mod classify;
+pub mod clock;
 mod evidence;
 mod explain;
 pub mod kmsg;

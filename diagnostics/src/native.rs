@@ -144,6 +144,10 @@ pub enum SymptomKind {
     DataLoaderWorkerKilled,
     /// concurrent.futures: `BrokenProcessPool`.
     BrokenProcessPool,
+    /// A launcher or library reporting a child's death by a signal: torchrun's `exitcode: -9`,
+    /// joblib's `{SIGKILL(-9)}`, subprocess's `died with <Signals.SIGKILL: 9>`,
+    /// multiprocessing's `exitcode=-SIGKILL`, vLLM's `Worker proc ... died unexpectedly`.
+    ChildKilled,
 }
 
 /// A symptom line and the child pids it names.
@@ -153,8 +157,11 @@ pub struct Symptom {
     pub kind: SymptomKind,
     /// The line as printed.
     pub line: String,
-    /// Child pids named in the line (DataLoader).
+    /// Child pids named in the line (DataLoader, torchrun).
     pub pids: Vec<u32>,
+    /// The signal that killed the child, when the line says (9 for `Killed`, `-9`, `SIGKILL`).
+    #[serde(default)]
+    pub signal: Option<i32>,
 }
 
 /// All symptom lines in `text`.
@@ -172,30 +179,84 @@ pub fn symptoms(text: &str) -> Vec<Symptom> {
             SymptomKind::DataLoaderWorkerKilled
         } else if line.contains("BrokenProcessPool")
             || line.contains("A process in the process pool was terminated abruptly")
+            || line.contains("A child process terminated abruptly")
         {
             SymptomKind::BrokenProcessPool
+        } else if child_signal(line).is_some()
+            || (line.contains("Worker proc") && line.contains("died unexpectedly"))
+            || line.contains("TerminatedWorkerError")
+        {
+            SymptomKind::ChildKilled
         } else {
             continue;
         };
+        // Rich and IPython tracebacks repeat the raising source line; keep the message.
+        if line.starts_with("raise ") || line.starts_with('│') || line.starts_with("-->") {
+            continue;
+        }
         if found.iter().any(|s| s.kind == kind && s.line == line) {
             continue;
         }
         found.push(Symptom {
             kind,
             pids: pids_in(line),
+            signal: child_signal(line),
             line: line.to_string(),
         });
     }
     found
 }
 
-/// Pids after `(pid ` or `(pid(s) `: `DataLoader worker (pid(s) 1234, 1235) exited`.
+/// The signal a symptom line says killed the child.
+fn child_signal(line: &str) -> Option<i32> {
+    // torch: `is killed by signal: Killed.`; `Signal 9 (SIGKILL) received by PID 14750`.
+    if let Some((_, rest)) = line.split_once("killed by signal: ") {
+        return crate::batch::signal_word_number(rest);
+    }
+    if let Some(at) = line.find("Signal ")
+        && line.contains("received by PID")
+    {
+        return leading_number(&line[at + 7..]).and_then(|(n, _)| i32::try_from(n).ok());
+    }
+    // torchrun: `failed (exitcode: -9) local_rank: 0 (pid: 1322)`, `exitcode  : -9 (pid: 14750)`.
+    if let Some(at) = line.find("exitcode") {
+        let rest = line[at + 8..].trim_start_matches([' ', ':', '=']);
+        if let Some(negative) = rest.strip_prefix('-') {
+            if let Some(name) = negative.strip_prefix("SIG") {
+                return crate::batch::signal_number(name.split(['>', ' ']).next().unwrap_or(""));
+            }
+            return leading_number(negative).and_then(|(n, _)| i32::try_from(n).ok());
+        }
+    }
+    // joblib: `{SIGKILL(-9)}`; subprocess: `died with <Signals.SIGKILL: 9>`.
+    if let Some(at) = line.find("{SIG").or_else(|| line.find("<Signals.SIG")) {
+        let name = line[at..]
+            .trim_start_matches(['{', '<'])
+            .trim_start_matches("Signals.");
+        let name = name.split(['(', ':', '}', '>']).next().unwrap_or("");
+        return crate::batch::signal_number(name);
+    }
+    if let Some((_, rest)) = line.split_once("returned non-zero exit status -") {
+        return leading_number(rest).and_then(|(n, _)| i32::try_from(n).ok());
+    }
+    None
+}
+
+/// Pids after `(pid `, `(pid(s) ` or `(pid: `: `DataLoader worker (pid(s) 1234, 1235) exited`,
+/// torchrun's `local_rank: 0 (pid: 1322)`, `received by PID 14750`.
 fn pids_in(line: &str) -> Vec<u32> {
+    if let Some(at) = line.find("received by PID ") {
+        return leading_number(&line[at + 16..])
+            .and_then(|(n, _)| u32::try_from(n).ok())
+            .into_iter()
+            .collect();
+    }
     let Some(at) = line.find("(pid") else {
         return Vec::new();
     };
     let rest = &line[at + 4..];
     let rest = rest.strip_prefix("(s)").unwrap_or(rest);
+    let rest = rest.strip_prefix(':').unwrap_or(rest);
     let list = rest.split(')').next().unwrap_or("");
     list.split([',', ' '])
         .filter_map(|p| leading_number(p.trim()).and_then(|(n, _)| u32::try_from(n).ok()))
@@ -213,6 +274,27 @@ pub fn is_noise(line: &str) -> bool {
         || trimmed.starts_with("note: run with `RUST_BACKTRACE")
         || trimmed.starts_with("note: Some details are omitted")
         || trimmed == "\"\"\""
+}
+
+/// The last line that reads as a Python exception (`RuntimeError: ...`, `module.Error: ...`),
+/// for logs that kept the message but not its traceback.
+pub fn last_exception_line(text: &str) -> Option<String> {
+    normalize(text)
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|line| {
+            let Some((name, _)) = line.split_once(": ") else {
+                return false;
+            };
+            let last = name.rsplit('.').next().unwrap_or(name);
+            !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_alphanumeric() || c == '_' || c == '.')
+                && (last.ends_with("Error") || last.ends_with("Exception"))
+        })
+        .map(str::to_string)
 }
 
 /// Last non-noise line of stderr (`sys.exit("msg")`, a logged error), if any.

@@ -5,7 +5,8 @@
 //!
 //! # JSON schema
 //!
-//! Every field except `exit` and `pid` may be omitted and takes the documented default.
+//! Every field except `exit` and `pid` may be omitted and takes the documented default. A pid
+//! of 0 means unknown (logs captured without it); `{"unknown": true}` is an unknown exit.
 //! Times are CLOCK_MONOTONIC: `*_usec` in microseconds since boot (the unit of `/dev/kmsg`),
 //! RSS sample times in milliseconds.
 //!
@@ -31,7 +32,11 @@
 //!   "stderr_head": "",
 //!   "stderr_tail": "",
 //!   "outputs_complete": false,
-//!   "timed_out": false
+//!   "timed_out": false,
+//!   "started_at": "2026-11-30T00:03:01",
+//!   "exited_at": "2026-11-30T00:05:51",
+//!   "other_log": "",
+//!   "largest_row_bytes": 209715200
 //! }
 //! ```
 //!
@@ -42,7 +47,7 @@ use serde::{Deserialize, Serialize};
 
 /// How the worker ended, from its wait status.
 ///
-/// Serialized flat: `{"code": 1}` or `{"signal": 9, "sent_by_gen": false}`.
+/// Serialized flat: `{"code": 1}`, `{"signal": 9, "sent_by_gen": false}` or `{"unknown": true}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "ExitRepr", into = "ExitRepr")]
 pub enum Exit {
@@ -55,6 +60,9 @@ pub enum Exit {
         /// `gen` itself sent this signal (timeout, cancel, shutdown), as recorded by the supervisor.
         sent_by_gen: bool,
     },
+    /// Not known (`gen diagnose --stderr F` without `--exit-code` or `--signal`): the classifier
+    /// reads it from the logs when they say (a shell's `Killed`, a traceback, `Exit Code: 137`).
+    Unknown,
 }
 
 /// Wire shape of [`Exit`]; exactly one of `code` and `signal` must be present.
@@ -67,12 +75,20 @@ struct ExitRepr {
     signal: Option<i32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     sent_by_gen: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    unknown: Option<bool>,
 }
 
 impl TryFrom<ExitRepr> for Exit {
     type Error = String;
 
     fn try_from(repr: ExitRepr) -> Result<Self, Self::Error> {
+        if repr.unknown == Some(true) {
+            return match (repr.code, repr.signal, repr.sent_by_gen) {
+                (None, None, None) => Ok(Exit::Unknown),
+                _ => Err("`unknown` goes alone".to_string()),
+            };
+        }
         match (repr.code, repr.signal) {
             (Some(code), None) if repr.sent_by_gen.is_none() => Ok(Exit::Code(code)),
             (Some(_), None) => Err("`sent_by_gen` only goes with `signal`".to_string()),
@@ -93,6 +109,13 @@ impl From<Exit> for ExitRepr {
                 code: Some(code),
                 signal: None,
                 sent_by_gen: None,
+                unknown: None,
+            },
+            Exit::Unknown => ExitRepr {
+                code: None,
+                signal: None,
+                sent_by_gen: None,
+                unknown: Some(true),
             },
             Exit::Signal {
                 signal,
@@ -101,6 +124,7 @@ impl From<Exit> for ExitRepr {
                 code: None,
                 signal: Some(signal),
                 sent_by_gen: Some(sent_by_gen),
+                unknown: None,
             },
         }
     }
@@ -110,6 +134,7 @@ impl std::fmt::Display for Exit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match *self {
             Exit::Code(code) => write!(f, "exit code {code}"),
+            Exit::Unknown => write!(f, "exit status unknown"),
             Exit::Signal {
                 signal,
                 sent_by_gen,
@@ -131,13 +156,16 @@ pub fn signal_name(signal: i32) -> &'static str {
         2 => "SIGINT",
         3 => "SIGQUIT",
         4 => "SIGILL",
+        5 => "SIGTRAP",
         6 => "SIGABRT",
         7 => "SIGBUS",
         8 => "SIGFPE",
         9 => "SIGKILL",
         11 => "SIGSEGV",
         13 => "SIGPIPE",
+        14 => "SIGALRM",
         15 => "SIGTERM",
+        24 => "SIGXCPU",
         _ => "SIG?",
     }
 }
@@ -182,7 +210,8 @@ pub struct RssSample {
 pub struct Observation {
     /// How the process ended (wait status).
     pub exit: Exit,
-    /// Worker pid in the init pid namespace (the namespace of kernel log lines).
+    /// Worker pid in the init pid namespace (the namespace of kernel log lines); 0 when
+    /// unknown.
     pub pid: u32,
     /// Every descendant pid seen during the run (pool workers, DataLoader workers, ...).
     #[serde(default)]
@@ -229,6 +258,10 @@ pub struct Observation {
     /// Lines from userspace OOM killers (earlyoom, systemd-oomd) for the window, any log format.
     #[serde(default)]
     pub oom_killer_log: String,
+    /// Any other log about the run, read for every kind of evidence: a scheduler's job output
+    /// (Slurm, `kubectl describe`), a journal, a launcher's log.
+    #[serde(default)]
+    pub other_log: String,
     /// First bytes of stderr; empty when the whole stderr fits in `stderr_tail`.
     #[serde(default)]
     pub stderr_head: String,
@@ -243,6 +276,16 @@ pub struct Observation {
     /// with a signal, `sent_by_gen` decides.
     #[serde(default)]
     pub timed_out: bool,
+    /// Wall-clock time the worker started (any format logs print, e.g. `2026-11-30T00:03:01`),
+    /// for logs stamped in wall-clock time. A kernel record before it is another process's.
+    #[serde(default)]
+    pub started_at: Option<String>,
+    /// Wall-clock time the worker ended; a kernel record well after it is another process's.
+    #[serde(default)]
+    pub exited_at: Option<String>,
+    /// Size of the largest input row the worker had to hold, bytes (sizes OOM advice).
+    #[serde(default)]
+    pub largest_row_bytes: Option<u64>,
 }
 
 impl Observation {
@@ -266,10 +309,14 @@ impl Observation {
             vmstat_oom_kill_after: None,
             kernel_log: KernelLog::default(),
             oom_killer_log: String::new(),
+            other_log: String::new(),
             stderr_head: String::new(),
             stderr_tail: String::new(),
             outputs_complete: false,
             timed_out: false,
+            started_at: None,
+            exited_at: None,
+            largest_row_bytes: None,
         }
     }
 

@@ -36,9 +36,11 @@ pub fn parse(text: &str) -> Option<ErrorReport> {
     })
 }
 
-/// `memory allocation of 70368744177664 bytes failed`
+/// `memory allocation of 70368744177664 bytes failed`, also glued to a progress bar before it
+/// or a shell's `Aborted` after it (no newline in between).
 fn allocation_failure(line: &str) -> Option<u64> {
-    let rest = line.trim().strip_prefix("memory allocation of ")?;
+    let at = line.find("memory allocation of ")?;
+    let rest = &line[at + "memory allocation of ".len()..];
     let (bytes, rest) = leading_number(rest)?;
     rest.starts_with(" bytes failed").then_some(bytes)
 }

@@ -35,12 +35,17 @@ pub fn classify_server_log(text: &str) -> Verdict {
     let cuda_oom = cleaned.contains("CUDA out of memory");
 
     // SGLang: capture failed; only a CUDA OOM if the wrapped text says so.
-    if let Some(line) = lines
+    if let Some(at) = lines
         .iter()
-        .find(|l| l.to_lowercase().contains("capture cuda graph failed"))
+        .position(|l| l.to_lowercase().contains("capture cuda graph failed"))
     {
-        let line = line.trim();
-        if cuda_oom {
+        let line = lines[at].trim();
+        // Only the wrapped error (and the traceback that raised it) says what failed; another
+        // rank's or an earlier attempt's CUDA OOM elsewhere in the log does not.
+        let wrapped_oom = lines[at.saturating_sub(40)..=at]
+            .iter()
+            .any(|l| l.contains("CUDA out of memory") || l.contains("OutOfMemoryError"));
+        if wrapped_oom {
             let mut verdict = Verdict::new(
                 Class::Oom,
                 Some(Subtype::CudaGraphCapture),
@@ -371,6 +376,28 @@ mod tests {
             "RuntimeError: boom"
         );
         assert_eq!(strip_line("[vda] not a prefix"), "[vda] not a prefix");
+    }
+
+    #[test]
+    fn a_cuda_oom_elsewhere_does_not_make_a_gloo_capture_failure_an_oom() {
+        let mut log = String::from(
+            "[2025-03-05 07:00:00 TP1] Memory pool end. avail mem=2.1 GB\n\
+             [2025-03-05 07:00:01 TP1] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n",
+        );
+        for i in 0..60 {
+            log.push_str(&format!(
+                "[2025-03-05 07:59:{:02} TP0] Load weight begin.\n",
+                i % 60
+            ));
+        }
+        log.push_str(
+            "Exception: Capture cuda graph failed: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer\n",
+        );
+        let verdict = classify_server_log(&log);
+        assert_eq!(
+            (verdict.class, verdict.subtype),
+            (Class::Other, Some(Subtype::CudaGraphCapture))
+        );
     }
 
     #[test]

@@ -47,6 +47,86 @@ pub fn normalize(text: &str) -> String {
     out
 }
 
+/// Removes the prefixes launchers put on every line of a child's output, keeping the
+/// indentation after them: torch's `[rank0]: ` and `[default0]:`, accelerate's `stderr: `,
+/// mpirun's `[1,0]<stderr>:`, Ray's `(pid=123) ` / `(Worker pid=123) `, and `srun -l`'s `0: `
+/// (only when a traceback header carries it, since a bare number is too common to strip
+/// blindly).
+pub fn strip_launcher_prefixes(text: &str) -> String {
+    let text = normalize(text);
+    let srun_labels = text.lines().any(|l| {
+        l.split_once(": ")
+            .is_some_and(|(n, rest)| is_label(n) && rest.starts_with("Traceback ("))
+    });
+    text.lines()
+        .map(|line| strip_line_prefix(line, srun_labels))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn is_label(text: &str) -> bool {
+    !text.is_empty() && text.len() <= 5 && text.chars().all(|c| c.is_ascii_digit())
+}
+
+fn strip_line_prefix(mut line: &str, srun_labels: bool) -> &str {
+    loop {
+        let before = line;
+        if let Some(rest) = line.strip_prefix('[')
+            && let Some((inside, after)) = rest.split_once(']')
+        {
+            let rank = inside
+                .strip_prefix("rank")
+                .or_else(|| inside.strip_prefix("default"))
+                .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+            let mpi =
+                inside.contains(',') && inside.chars().all(|c| c.is_ascii_digit() || c == ',');
+            if rank || mpi {
+                let after = after
+                    .strip_prefix("<stderr>")
+                    .or_else(|| after.strip_prefix("<stdout>"))
+                    .unwrap_or(after);
+                let after = after.strip_prefix(':').unwrap_or(after);
+                line = after.strip_prefix(' ').unwrap_or(after);
+            }
+        }
+        if let Some(rest) = line
+            .strip_prefix("stderr: ")
+            .or_else(|| line.strip_prefix("stdout: "))
+        {
+            line = rest;
+        }
+        // A container runtime's log file (`/var/log/pods/...`):
+        // `2024-03-01T10:00:00.123456789Z stderr F message`.
+        if let Some((stamp, rest)) = line.split_once(' ')
+            && stamp.len() >= 20
+            && stamp.as_bytes().get(10) == Some(&b'T')
+            && stamp.as_bytes().get(4) == Some(&b'-')
+            && let Some(rest) = rest
+                .strip_prefix("stderr ")
+                .or_else(|| rest.strip_prefix("stdout "))
+            && let Some(message) = rest.strip_prefix("F ").or_else(|| rest.strip_prefix("P "))
+        {
+            line = message;
+        }
+        if line.starts_with('(')
+            && let Some((inside, rest)) = line[1..].split_once(") ")
+            && inside.contains("pid=")
+            && !inside.contains('(')
+        {
+            line = rest;
+        }
+        if srun_labels
+            && let Some((label, rest)) = line.split_once(": ")
+            && is_label(label)
+        {
+            line = rest;
+        }
+        if line == before {
+            return line;
+        }
+    }
+}
+
 /// Formats a byte count for people: `96 MiB`, `1.5 GiB`, `512 KiB`.
 pub fn human_bytes(bytes: u64) -> String {
     const KIB: f64 = 1024.0;
@@ -115,6 +195,30 @@ mod tests {
     #[test]
     fn splits_carriage_returns_but_keeps_crlf_as_one_break() {
         assert_eq!(normalize("a\rb\r\nc"), "a\nb\nc");
+    }
+
+    #[test]
+    fn strips_launcher_prefixes_but_keeps_indentation() {
+        let text = "[rank0]: Traceback (most recent call last):\n[rank0]:   File \"a.py\", line 1, in <module>\n\
+                    stderr: RuntimeError: boom\n(RayWorker pid=77) ValueError: x\n[1,0]<stderr>:KeyError: 'k'";
+        assert_eq!(
+            strip_launcher_prefixes(text),
+            "Traceback (most recent call last):\n  File \"a.py\", line 1, in <module>\n\
+             RuntimeError: boom\nValueError: x\nKeyError: 'k'"
+        );
+        let srun =
+            "0: Traceback (most recent call last):\n0:   File \"a.py\", line 1\n0: KeyError: 'k'";
+        assert_eq!(
+            strip_launcher_prefixes(srun),
+            "Traceback (most recent call last):\n  File \"a.py\", line 1\nKeyError: 'k'"
+        );
+        assert_eq!(strip_launcher_prefixes("3: not a label"), "3: not a label");
+        let cri = "2024-03-01T10:00:00.123456789Z stderr F Traceback (most recent call last):\n\
+                   2024-03-01T10:00:00.123456789Z stderr F   File \"a.py\", line 1, in <module>";
+        assert_eq!(
+            strip_launcher_prefixes(cri),
+            "Traceback (most recent call last):\n  File \"a.py\", line 1, in <module>"
+        );
     }
 
     #[test]

@@ -36,8 +36,16 @@ pub enum Subtype {
     KernelGlobal,
     /// The worker cgroup's `oom_kill` counter rose, no kernel line found.
     CgroupCounter,
+    /// Kernel `Killed process` line whose context (memcg or global) was rate-limited or cut.
+    Kernel,
     /// SIGKILL near the memory limit with the kernel evidence missing.
     SuspectedFromRss,
+    /// SIGKILL with no other cause and no record either way (a shell's `Killed`, exit 137, a
+    /// child `killed by signal: Killed`): most often the kernel OOM killer.
+    SuspectedSigkill,
+    /// The scheduler or container runtime counted the OOM kill (Slurm oom_kill events,
+    /// Kubernetes `OOMKilled`, docker, systemd `oom-kill`, PBS, LSF).
+    SchedulerReport,
     /// earlyoom or systemd-oomd killed it.
     UserspaceKiller,
     /// Python exception.
@@ -54,6 +62,9 @@ pub enum Subtype {
     Segfault,
     /// `gen`'s watchdog fired and `gen` killed it.
     Timeout,
+    /// A scheduler's time limit or another watchdog (coreutils `timeout`, systemd, a liveness
+    /// probe) stopped it.
+    TimeLimit,
     /// `gen` stopped it for a cancel or shutdown.
     Cancelled,
     /// SIGKILL/SIGTERM/SIGINT from outside `gen`, no OOM evidence.
@@ -199,6 +210,14 @@ pub struct Verdict {
     /// Peak memory observed (OOM verdicts), bytes.
     #[serde(default)]
     pub peak_bytes: Option<u64>,
+    /// Memory limit to set next (OOM verdicts), bytes: sized from the limit hit, the peak seen
+    /// and the largest input row.
+    #[serde(default)]
+    pub suggested_limit_bytes: Option<u64>,
+    /// Where that limit is set: `memory-limit` in `datasets.toml` unless the evidence names a
+    /// scheduler (Slurm's `--mem`, a pod's `resources.limits.memory`, ...).
+    #[serde(default)]
+    pub limit_knob: Option<String>,
 }
 
 impl Verdict {
@@ -216,6 +235,8 @@ impl Verdict {
             signature: None,
             limit_bytes: None,
             peak_bytes: None,
+            suggested_limit_bytes: None,
+            limit_knob: None,
         }
     }
 
@@ -223,12 +244,21 @@ impl Verdict {
     pub fn headline(&self) -> String {
         let line = match (self.class, self.subtype) {
             (Class::Success, _) => "success".to_string(),
-            (Class::Oom, Some(subtype)) if is_server(subtype) => {
+            (Class::Oom, Some(subtype)) if subtype.is_server() => {
                 format!(
                     "oom ({}): {}",
                     subtype_label(subtype),
                     self.signature_or("GPU memory")
                 )
+            }
+            (Class::Oom, subtype) if self.error.is_some() => {
+                let label = subtype.map(subtype_label).unwrap_or("unknown");
+                let raised = self
+                    .error
+                    .as_ref()
+                    .map(|e| e.primary().to_string())
+                    .unwrap_or_default();
+                format!("oom of a child ({label}) behind {raised}")
             }
             (Class::Oom, subtype) => {
                 let label = subtype.map(subtype_label).unwrap_or("unknown");
@@ -247,8 +277,12 @@ impl Verdict {
             (Class::CleanupAfterCompletion, _) => "cleanup crash after complete output".to_string(),
             (Class::Other, Some(Subtype::Timeout)) => "timeout: killed by gen".to_string(),
             (Class::Other, Some(Subtype::Cancelled)) => "cancelled by gen".to_string(),
+            (Class::Other, Some(Subtype::TimeLimit)) => {
+                format!("time limit: {}", self.signature_or("killed by a watchdog"))
+            }
             (Class::Other, Some(Subtype::ExitCode)) => match self.exit {
                 Some(Exit::Code(0)) => "exit 0 but outputs incomplete".to_string(),
+                Some(Exit::Unknown) => "no known failure in the logs given".to_string(),
                 Some(exit) => format!("{exit}, nothing on stderr"),
                 None => "failed".to_string(),
             },
@@ -262,7 +296,7 @@ impl Verdict {
         truncate(&line, 60)
     }
 
-    /// A short next step, e.g. `raise memory_limit to 192M`.
+    /// A short next step, e.g. `raise memory-limit to 192M`.
     pub fn next_action(&self) -> String {
         match (self.class, self.subtype) {
             (Class::Success, _) => "none".to_string(),
@@ -280,13 +314,20 @@ impl Verdict {
                 "free the GPU or lower --gpu-memory-utilization".to_string()
             }
             (Class::Oom, Some(Subtype::GpuAllocation)) => "lower -c, -ngl or slots".to_string(),
-            (Class::Oom, _) => match self.limit_bytes.or(self.peak_bytes) {
-                Some(bytes) => format!(
-                    "raise memory_limit to {}",
-                    limit_setting(bytes.saturating_mul(2))
-                ),
-                None => "raise memory_limit, then rerun with --only-failed".to_string(),
-            },
+            (Class::Oom, Some(Subtype::UserspaceKiller)) => {
+                "leave the host more free memory, or exempt the worker from the killer".to_string()
+            }
+            (Class::Oom, _) => {
+                let knob = self.limit_knob.as_deref().unwrap_or(GEN_LIMIT_KNOB);
+                match self.suggested_limit_bytes.or(self
+                    .limit_bytes
+                    .or(self.peak_bytes)
+                    .map(|b| b.saturating_mul(2)))
+                {
+                    Some(bytes) => format!("raise {knob} to {}", limit_setting(bytes)),
+                    None => format!("raise {knob}, then rerun with --only-failed"),
+                }
+            }
             (Class::Traceback, _) if self.error.as_ref().is_some_and(|e| e.memory_related) => {
                 "reduce memory use, then rerun with --only-failed".to_string()
             }
@@ -295,6 +336,9 @@ impl Verdict {
                 "find the hang or raise the timeout; rerun --only-failed".to_string()
             }
             (Class::Other, Some(Subtype::Cancelled)) => "rerun with --only-failed".to_string(),
+            (Class::Other, Some(Subtype::TimeLimit)) => {
+                "find why it ran long or hung, or raise the time limit".to_string()
+            }
             (Class::Other, Some(Subtype::ExternalKill)) => {
                 "find who killed it, then rerun with --only-failed".to_string()
             }
@@ -309,14 +353,22 @@ impl Verdict {
     }
 }
 
-fn is_server(subtype: Subtype) -> bool {
-    matches!(
-        subtype,
-        Subtype::CudaGraphCapture
-            | Subtype::KvCache
-            | Subtype::GpuMemoryInUse
-            | Subtype::GpuAllocation
-    )
+/// The `datasets.toml` key that caps a worker's memory, named in advice.
+pub const GEN_LIMIT_KNOB: &str = "memory-limit";
+
+impl Subtype {
+    /// Only an inference server's log has this signature (`classify_server_log`).
+    pub fn is_server(self) -> bool {
+        matches!(
+            self,
+            Subtype::CudaGraphCapture
+                | Subtype::KvCache
+                | Subtype::GpuMemoryInUse
+                | Subtype::GpuAllocation
+                | Subtype::ModelLoad
+                | Subtype::PortInUse
+        )
+    }
 }
 
 /// Words for a subtype in headlines (`kernel memcg`).
@@ -325,7 +377,10 @@ pub fn subtype_label(subtype: Subtype) -> &'static str {
         Subtype::KernelMemcg => "kernel memcg",
         Subtype::KernelGlobal => "kernel global",
         Subtype::CgroupCounter => "cgroup counter",
+        Subtype::Kernel => "kernel",
         Subtype::SuspectedFromRss => "suspected",
+        Subtype::SuspectedSigkill => "suspected: SIGKILL",
+        Subtype::SchedulerReport => "scheduler",
         Subtype::UserspaceKiller => "userspace killer",
         Subtype::Python => "python",
         Subtype::Rust => "rust",
@@ -334,6 +389,7 @@ pub fn subtype_label(subtype: Subtype) -> &'static str {
         Subtype::Abort => "abort",
         Subtype::Segfault => "segfault",
         Subtype::Timeout => "timeout",
+        Subtype::TimeLimit => "time limit",
         Subtype::Cancelled => "cancelled",
         Subtype::ExternalKill => "external kill",
         Subtype::ExitCode => "exit code",

@@ -28,7 +28,7 @@ fn real_memcg_oom_is_counter_backed_kernel_memcg() {
         verdict.headline(),
         "oom (kernel memcg): killed at 64 MiB limit"
     );
-    assert_eq!(verdict.next_action(), "raise memory_limit to 128M");
+    assert_eq!(verdict.next_action(), "raise memory-limit to 128M");
     assert!(
         verdict.evidence.iter().any(|e| e
             == "cgroup oom_kill 0 → 1 in `/process_api/af064145901fa865b0eaa13614ea01f0/diagoom`")
@@ -45,7 +45,7 @@ fn real_memcg_oom_is_counter_backed_kernel_memcg() {
     );
     assert_eq!(
         verdict.advice[0],
-        "raise memory_limit above 64 MiB (peak 64 MiB = 100% of the limit), e.g. memory_limit = \"128M\""
+        "raise memory-limit above 64 MiB (peak 64 MiB = 100% of the limit), e.g. memory-limit = \"128M\""
     );
 }
 
@@ -93,10 +93,12 @@ fn dmesg_t_without_monotonic_stamps_matches_only_by_cgroup() {
         (Class::Oom, Some(Subtype::KernelMemcg))
     );
     assert_eq!(verdict.confidence, Confidence::Medium);
-    // Without the cgroup, pid + comm alone must not be trusted.
+    // Without the cgroup, the log given still covers the worker's lifetime: a kill record of
+    // its pid with a SIGKILL exit is an OOM; nothing dates it, so pid reuse is not ruled out.
     observation.cgroup_path = None;
     let verdict = classify(&observation);
-    assert_eq!(verdict.subtype, Some(Subtype::SuspectedFromRss));
+    assert_eq!(verdict.subtype, Some(Subtype::KernelMemcg));
+    assert_eq!(verdict.confidence, Confidence::Medium);
 }
 
 #[test]
@@ -127,7 +129,7 @@ fn suspected_oom_names_the_missing_evidence() {
         verdict.headline(),
         "oom (suspected): killed at 96 MiB limit"
     );
-    assert_eq!(verdict.next_action(), "raise memory_limit to 192M");
+    assert_eq!(verdict.next_action(), "raise memory-limit to 192M");
 }
 
 #[test]

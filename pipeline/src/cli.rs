@@ -79,7 +79,7 @@ pub enum Command {
     Doctor { config: PathBuf },
     /// Explain a failure: a source's last preparation worker, or logs captured anywhere.
     #[command(after_help = DIAGNOSE_HELP)]
-    Diagnose(DiagnoseArgs),
+    Diagnose(Box<DiagnoseArgs>),
     /// Validate a config without running anything.
     Check { config: PathBuf },
     /// Prepare one source (the preparation worker `gen run` starts for each source).
@@ -99,16 +99,40 @@ pub enum Command {
 
 const DIAGNOSE_HELP: &str = "Examples:
   gen diagnose wildchat --config datasets.toml
-  gen diagnose --stderr worker.log --kernel-log dmesg.txt --signal 9 --memory-limit 8589934592
   gen diagnose --observation observation.json --json
   gen diagnose --server-log sglang.log
 
-`--observation` takes the JSON schema of gen_diagnostics::Observation: exit ({\"code\": N} or
-{\"signal\": N, \"sent_by_gen\": false}), pid, child_pids, comm, cgroup_path, spawn_usec,
-exit_usec, rss_samples [{at_ms, bytes}], peak_rss_bytes, memory_limit_bytes, host_memory_bytes,
-oom_kill_before/after, vmstat_oom_kill_before/after, kernel_log ({\"kind\": \"text\", \"text\": ...}
-or {\"kind\": \"unavailable\", \"reason\": ...}), oom_killer_log, stderr_head, stderr_tail,
-outputs_complete, timed_out. Only exit and pid are required.";
+Logs captured anywhere (`--stderr` alone does its best; every other flag adds evidence):
+  # kernel OOM kill, any format (dmesg, dmesg -T, journalctl -k [-r], /dev/kmsg, syslog)
+  gen diagnose --stderr worker.log --kernel-log dmesg.txt --signal 9 --pid 41234
+  # ... with the worker's lifetime, so a stale record of a reused pid is not blamed
+  gen diagnose --stderr worker.log --kernel-log kern.log --pid 41234 \\
+      --started-at '2026-11-30 10:02:11' --exited-at '2026-11-30 10:40:03'
+  # Slurm job: its output holds `slurmstepd: ... oom_kill event` or `line 12: 4567 Killed`
+  gen diagnose --stderr slurm-123456.out
+  # Kubernetes: `kubectl describe pod` shows `Reason: OOMKilled` / `Exit Code: 137`
+  gen diagnose --stderr app.log --log describe.txt
+  # user-space killers (earlyoom, systemd-oomd, nohang) in the journal
+  gen diagnose --stderr worker.log --log journal.txt --signal 15
+  # a DataLoader / datasets map / pool child killed behind the parent's traceback
+  gen diagnose --stderr train.log --kernel-log dmesg.txt --exit-code 1
+  # output complete, then hung at exit until a watchdog or time limit killed it
+  gen diagnose --stderr worker.log --signal 9 --output-complete
+  # not OOM: `memory allocation of N bytes failed` under `ulimit -v`, a time limit
+  gen diagnose --stderr worker.log --exit-code 134
+
+`--started-at` and `--exited-at` take a wall-clock time as logs print it (2026-11-30T10:02:11,
+'Tue Dec  1 10:00:00 2026', 'Nov 30 10:02:11') or seconds since boot as dmesg prints them
+(355.04). A kernel record is set aside as another process's only when these times or the logs'
+own stamps put it outside the worker's lifetime.
+
+`--observation` takes the JSON schema of gen_diagnostics::Observation: exit ({\"code\": N},
+{\"signal\": N, \"sent_by_gen\": false} or {\"unknown\": true}), pid (0 = unknown), child_pids,
+comm, cgroup_path, spawn_usec, exit_usec, rss_samples [{at_ms, bytes}], peak_rss_bytes,
+memory_limit_bytes, host_memory_bytes, oom_kill_before/after, vmstat_oom_kill_before/after,
+kernel_log ({\"kind\": \"text\", \"text\": ...} or {\"kind\": \"unavailable\", \"reason\": ...}),
+oom_killer_log, other_log, stderr_head, stderr_tail, outputs_complete, timed_out, started_at,
+exited_at, largest_row_bytes. Only exit and pid are required.";
 
 #[derive(Debug, clap::Args)]
 pub struct DiagnoseArgs {
@@ -121,24 +145,44 @@ pub struct DiagnoseArgs {
     /// The run directory (instead of `--config`).
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
-    /// A worker's captured stderr.
-    #[arg(long)]
+    /// A worker's captured stderr or a job's whole output (Slurm `slurm-N.out`, a pod's log).
+    #[arg(long, value_name = "FILE")]
     pub stderr: Option<PathBuf>,
-    /// Kernel log text covering the worker's lifetime (dmesg, dmesg -T, journalctl -k, /dev/kmsg).
-    #[arg(long, requires = "stderr")]
+    /// Kernel log text covering the worker's lifetime (dmesg, dmesg -T, journalctl -k [-r],
+    /// /dev/kmsg, syslog).
+    #[arg(long, value_name = "FILE", requires = "stderr")]
     pub kernel_log: Option<PathBuf>,
+    /// Any other log about the run (repeatable): `kubectl describe`, `sacct`, a journal with
+    /// earlyoom / systemd-oomd / nohang lines.
+    #[arg(long = "log", value_name = "FILE", requires = "stderr")]
+    pub logs: Vec<PathBuf>,
+    /// The exit code (137 = killed by SIGKILL through a shell).
     #[arg(long, requires = "stderr", conflicts_with = "signal")]
     pub exit_code: Option<i32>,
-    #[arg(long, requires = "stderr")]
+    /// The signal that ended it: a number or a name (9, KILL, SIGKILL).
+    #[arg(long, value_name = "SIGNAL", requires = "stderr", value_parser = parse_signal)]
     pub signal: Option<i32>,
+    /// The worker's pid as the kernel log names it.
     #[arg(long, requires = "stderr")]
     pub pid: Option<u32>,
-    /// Peak RSS in bytes.
-    #[arg(long, requires = "stderr")]
+    /// The worker's memory cgroup (e.g. `/kubepods/burstable/pod.../<container>`).
+    #[arg(long, value_name = "PATH", requires = "stderr")]
+    pub cgroup: Option<String>,
+    /// When the worker started: wall-clock as the logs print it, or seconds since boot.
+    #[arg(long, value_name = "TIME", requires = "stderr", value_parser = parse_moment)]
+    pub started_at: Option<String>,
+    /// When the worker ended: wall-clock as the logs print it, or seconds since boot.
+    #[arg(long, value_name = "TIME", requires = "stderr", value_parser = parse_moment)]
+    pub exited_at: Option<String>,
+    /// Peak RSS (bytes, or a size such as 7.5G).
+    #[arg(long, value_name = "SIZE", requires = "stderr", value_parser = parse_bytes)]
     pub peak_rss: Option<u64>,
-    /// Memory limit in bytes.
-    #[arg(long, requires = "stderr")]
+    /// Memory limit (bytes, or a size such as 8G).
+    #[arg(long, value_name = "SIZE", requires = "stderr", value_parser = parse_bytes)]
     pub memory_limit: Option<u64>,
+    /// Size of the largest input row the worker held (sizes the memory advice).
+    #[arg(long, value_name = "SIZE", requires = "stderr", value_parser = parse_bytes)]
+    pub largest_row: Option<u64>,
     /// The worker's output was verified complete.
     #[arg(long, requires = "stderr")]
     pub output_complete: bool,
@@ -151,6 +195,31 @@ pub struct DiagnoseArgs {
     /// Print the verdict as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+fn parse_signal(text: &str) -> Result<i32, String> {
+    text.trim()
+        .parse::<i32>()
+        .ok()
+        .or_else(|| gen_diagnostics::batch::signal_number(&text.trim().to_ascii_uppercase()))
+        .ok_or_else(|| format!("`{text}` is not a signal: give a number (9) or a name (SIGKILL)"))
+}
+
+/// Checks a `--started-at` / `--exited-at` time; `gen diagnose` reads it again.
+fn parse_moment(text: &str) -> Result<String, String> {
+    gen_diagnostics::clock::parse_moment(text)
+        .map(|_| text.to_string())
+        .ok_or_else(|| {
+            format!(
+                "`{text}` is not a time: give one as the logs print it (2026-11-30T10:02:11, \
+             'Tue Dec  1 10:00:00 2026', 'Nov 30 10:02:11') or seconds since boot (355.04)"
+            )
+        })
+}
+
+fn parse_bytes(text: &str) -> Result<u64, String> {
+    crate::run::cgroup::parse_size(text)
+        .ok_or_else(|| format!("`{text}` is not a size: give bytes or a size such as 512M or 8G"))
 }
 
 #[derive(Debug, clap::Args)]

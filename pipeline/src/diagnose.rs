@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use gen_diagnostics::{Exit, KernelLog, Observation, Verdict};
+use gen_diagnostics::clock::Moment;
+use gen_diagnostics::{Class, Exit, KernelLog, Observation, Subtype, Verdict};
 
 use crate::run::orchestrator::WorkerFile;
 use crate::store::{RunDir, atomic};
@@ -24,16 +25,90 @@ pub enum Subject {
     ServerLog(PathBuf),
 }
 
+/// What `gen diagnose --stderr F ...` was given; everything but the stderr is optional.
 #[derive(Debug, Clone, Default)]
 pub struct LogInputs {
     pub stderr: PathBuf,
     pub kernel_log: Option<PathBuf>,
+    pub logs: Vec<PathBuf>,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub pid: Option<u32>,
+    pub cgroup: Option<String>,
+    /// `--started-at` as given: a wall-clock time or seconds since boot.
+    pub started_at: Option<String>,
+    /// `--exited-at` as given.
+    pub exited_at: Option<String>,
     pub peak_rss: Option<u64>,
     pub memory_limit: Option<u64>,
+    pub largest_row: Option<u64>,
     pub output_complete: bool,
+}
+
+impl LogInputs {
+    /// The inputs of `gen diagnose --stderr FILE ...`.
+    pub fn from_args(stderr: PathBuf, args: &crate::cli::DiagnoseArgs) -> Self {
+        LogInputs {
+            stderr,
+            kernel_log: args.kernel_log.clone(),
+            logs: args.logs.clone(),
+            exit_code: args.exit_code,
+            signal: args.signal,
+            pid: args.pid,
+            cgroup: args.cgroup.clone(),
+            started_at: args.started_at.clone(),
+            exited_at: args.exited_at.clone(),
+            peak_rss: args.peak_rss,
+            memory_limit: args.memory_limit,
+            largest_row: args.largest_row,
+            output_complete: args.output_complete,
+        }
+    }
+
+    /// The observation the flags describe; unknown facts stay unknown (exit, pid 0).
+    fn observation(&self) -> anyhow::Result<Observation> {
+        let exit = match (self.exit_code, self.signal) {
+            (Some(code), None) => Exit::Code(code),
+            (None, Some(signal)) => Exit::Signal {
+                signal,
+                sent_by_gen: false,
+            },
+            (None, None) => Exit::Unknown,
+            (Some(_), Some(_)) => {
+                anyhow::bail!("`--exit-code` and `--signal` exclude each other")
+            }
+        };
+        let mut observation = Observation::new(exit, self.pid.unwrap_or(0));
+        observation.stderr_tail = read(&self.stderr)?;
+        observation.kernel_log = match &self.kernel_log {
+            Some(path) => KernelLog::Text { text: read(path)? },
+            None => KernelLog::Unavailable {
+                reason: "no --kernel-log given".into(),
+            },
+        };
+        for path in &self.logs {
+            if !observation.other_log.is_empty() {
+                observation.other_log.push('\n');
+            }
+            observation.other_log.push_str(&read(path)?);
+        }
+        observation.cgroup_path = self.cgroup.clone();
+        match moment("--started-at", self.started_at.as_deref())? {
+            Some(Moment::SinceBoot(usec)) => observation.spawn_usec = Some(usec),
+            Some(Moment::Wall(wall)) => observation.started_at = Some(wall.to_string()),
+            None => {}
+        }
+        match moment("--exited-at", self.exited_at.as_deref())? {
+            Some(Moment::SinceBoot(usec)) => observation.exit_usec = Some(usec),
+            Some(Moment::Wall(wall)) => observation.exited_at = Some(wall.to_string()),
+            None => {}
+        }
+        observation.peak_rss_bytes = self.peak_rss;
+        observation.memory_limit_bytes = self.memory_limit;
+        observation.largest_row_bytes = self.largest_row;
+        observation.outputs_complete = self.output_complete;
+        Ok(observation)
+    }
 }
 
 fn read(path: &Path) -> anyhow::Result<String> {
@@ -64,34 +139,16 @@ pub fn diagnose(subject: &Subject) -> anyhow::Result<(String, Verdict)> {
             Ok((format!("source `{source}`"), verdict))
         }
         Subject::Logs(inputs) => {
-            let exit = match (inputs.exit_code, inputs.signal) {
-                (Some(code), None) => Exit::Code(code),
-                (None, Some(signal)) => Exit::Signal {
-                    signal,
-                    sent_by_gen: false,
-                },
-                (None, None) => {
-                    anyhow::bail!("say how the worker ended: `--exit-code N` or `--signal N`")
+            let observation = inputs.observation()?;
+            let mut verdict = gen_diagnostics::classify(&observation);
+            // An inference server's log handed in as `--stderr`: its own signatures know more.
+            if matches!(verdict.class, Class::Traceback | Class::Other) {
+                let server = gen_diagnostics::classify_server_log(&observation.stderr_tail);
+                if server.subtype.is_some_and(Subtype::is_server) {
+                    verdict = server;
                 }
-                (Some(_), Some(_)) => {
-                    anyhow::bail!("`--exit-code` and `--signal` exclude each other")
-                }
-            };
-            let mut observation = Observation::new(exit, inputs.pid.unwrap_or(0));
-            observation.stderr_tail = read(&inputs.stderr)?;
-            observation.kernel_log = match &inputs.kernel_log {
-                Some(path) => KernelLog::Text { text: read(path)? },
-                None => KernelLog::Unavailable {
-                    reason: "no --kernel-log given".into(),
-                },
-            };
-            observation.peak_rss_bytes = inputs.peak_rss;
-            observation.memory_limit_bytes = inputs.memory_limit;
-            observation.outputs_complete = inputs.output_complete;
-            Ok((
-                format!("`{}`", inputs.stderr.display()),
-                gen_diagnostics::classify(&observation),
-            ))
+            }
+            Ok((format!("`{}`", inputs.stderr.display()), verdict))
         }
         Subject::Observation(path) => {
             let observation: Observation =
@@ -111,6 +168,14 @@ pub fn diagnose(subject: &Subject) -> anyhow::Result<(String, Verdict)> {
             Ok((format!("server log `{}`", path.display()), verdict))
         }
     }
+}
+
+fn moment(flag: &str, text: Option<&str>) -> anyhow::Result<Option<Moment>> {
+    text.map(|text| {
+        gen_diagnostics::clock::parse_moment(text)
+            .with_context(|| format!("`{flag} {text}` is not a time as logs print it"))
+    })
+    .transpose()
 }
 
 /// The verdict as plain text.

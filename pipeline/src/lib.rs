@@ -128,7 +128,7 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Merge { output, shards } => Ok(merge::merge(&output, &shards)?),
         Command::Verify { target, json } => Ok(verify::verify(&target, json)?),
         Command::Doctor { config } => Ok(doctor::doctor(&config)?),
-        Command::Diagnose(args) => diagnose_command(args),
+        Command::Diagnose(args) => diagnose_command(*args),
         Command::Run {
             config,
             run_dir,
@@ -314,7 +314,7 @@ fn status_command(
 
 fn diagnose_command(args: cli::DiagnoseArgs) -> Result<ExitCode, CliError> {
     use diagnose::{LogInputs, Subject};
-    let subject = if let Some(source) = args.source {
+    let subject = if let Some(source) = args.source.clone() {
         let run_dir = match args.run_dir {
             Some(dir) => RunDir::new(dir),
             None => RunDir::new(
@@ -327,17 +327,8 @@ fn diagnose_command(args: cli::DiagnoseArgs) -> Result<ExitCode, CliError> {
             ),
         };
         Subject::Source { run_dir, source }
-    } else if let Some(stderr) = args.stderr {
-        Subject::Logs(LogInputs {
-            stderr,
-            kernel_log: args.kernel_log,
-            exit_code: args.exit_code,
-            signal: args.signal,
-            pid: args.pid,
-            peak_rss: args.peak_rss,
-            memory_limit: args.memory_limit,
-            output_complete: args.output_complete,
-        })
+    } else if let Some(stderr) = args.stderr.clone() {
+        Subject::Logs(LogInputs::from_args(stderr, &args))
     } else if let Some(path) = args.observation {
         Subject::Observation(path)
     } else if let Some(path) = args.server_log {

@@ -84,7 +84,7 @@ async fn a_worker_over_its_memory_limit_is_oom_killed_and_classified_from_the_ke
         status["sources"][0]["verdict"]["next_action"]
             .as_str()
             .unwrap_or("")
-            .contains("memory_limit"),
+            .contains("memory-limit"),
         "{status:#}"
     );
     // The other source was not affected.
