@@ -67,6 +67,9 @@ pub struct Selection {
     pub allow_config_change: bool,
     /// Only this host's share of every source's prompts.
     pub shard: Option<super::shard::Shard>,
+    /// Under `--shard auto`: checked before every write, so a task that lost its shard
+    /// stops before writing to it again.
+    pub fence: Option<crate::scale::owner::Fence>,
 }
 
 impl Selection {
@@ -130,6 +133,7 @@ struct Orchestrator<'p> {
     tokens: u64,
     started: Instant,
     shard: Option<super::shard::Shard>,
+    fence: Option<crate::scale::owner::Fence>,
     kernel_log: Option<KernelLogFollower>,
     events: crate::store::events::EventLog,
     /// What the last status write said, to log changes as events.
@@ -177,6 +181,7 @@ async fn run_loop(
         format!("pid {} on {}", std::process::id(), state::host_name()),
     );
     orchestrator.shard = selection.shard;
+    orchestrator.fence = selection.fence.clone();
     let selected: Vec<bool> = orchestrator
         .sources
         .iter()
@@ -371,6 +376,7 @@ async fn run_loop(
                         writer.push(&record)?;
                         if writer.pending() >= FRAME_RECORDS {
                             // Written now, fsynced on the next tick.
+                            if let Some(fence) = &orchestrator.fence { fence.check()?; }
                             writer.write_frame().with_context(|| format!("failed to write `{}`", writer.path().display()))?;
                         }
                     }
@@ -665,6 +671,7 @@ impl<'p> Orchestrator<'p> {
             tokens: 0,
             started: Instant::now(),
             shard: None,
+            fence: None,
             events: crate::store::events::EventLog::new(run_dir.events()),
             logged_phases: Vec::new(),
             logged_limit: Vec::new(),
@@ -906,6 +913,7 @@ impl<'p> Orchestrator<'p> {
         preps: &mut JoinSet<(usize, std::io::Result<WorkerReport>)>,
         cancel: &CancellationToken,
     ) -> anyhow::Result<()> {
+        self.fenced()?;
         let exe =
             std::env::current_exe().context("cannot find the `gen` executable to start workers")?;
         while preps.len() < self.plan.max_parallel_prep.get() {
@@ -1117,6 +1125,7 @@ impl<'p> Orchestrator<'p> {
     }
 
     fn record_rejected(&mut self, i: usize, record: &RejectedRecord) -> anyhow::Result<()> {
+        self.fenced()?;
         let path = self.run_dir.source(&self.sources[i].status.name).rejected();
         let mut file = frames::open_private(&path)?;
         let mut line = serde_json::to_vec(record)?;
@@ -1149,6 +1158,7 @@ impl<'p> Orchestrator<'p> {
     }
 
     fn finish_generation(&mut self, i: usize, stopped: bool) -> anyhow::Result<()> {
+        self.fenced()?;
         let state = &mut self.sources[i];
         if let Some(writer) = state.writer.as_mut() {
             writer.flush()?;
@@ -1175,6 +1185,7 @@ impl<'p> Orchestrator<'p> {
     }
 
     fn flush_all(&mut self) -> anyhow::Result<()> {
+        self.fenced()?;
         for state in &mut self.sources {
             if let Some(writer) = state.writer.as_mut() {
                 writer
@@ -1275,7 +1286,16 @@ impl<'p> Orchestrator<'p> {
         }
     }
 
+    /// Under `--shard auto`: `Err` once this task no longer owns its shard.
+    fn fenced(&self) -> anyhow::Result<()> {
+        match &self.fence {
+            Some(fence) => Ok(fence.check()?),
+            None => Ok(()),
+        }
+    }
+
     fn write_status(&mut self) -> anyhow::Result<()> {
+        self.fenced()?;
         self.log_changes();
         self.status.heartbeat_unix_ms = state::unix_ms();
         self.status.sources = self.sources.iter().map(|s| s.status.clone()).collect();
