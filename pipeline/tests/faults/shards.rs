@@ -116,11 +116,12 @@ async fn two_array_tasks_fill_their_shards_and_the_last_one_merges() {
 #[tokio::test]
 async fn a_duplicate_task_for_a_live_shard_is_refused_and_the_owner_finishes() {
     let server = FakeOpenAi::start(Knobs {
-        delay: Duration::from_millis(30),
+        delay: Duration::from_millis(50),
         ..Knobs::default()
     })
     .await;
-    let mut owner = project(&server.url(), 80);
+    // 400 prompts, 4 at a time, 50 ms each: the owner is still at it when the duplicate starts.
+    let mut owner = project(&server.url(), 400);
     slurm_task(&mut owner, 91, 0, 1);
     let mut child = owner.spawn(&["run", "cfg.toml", "--shard", "auto"]);
     let shard = format!("{ROOT}/shard-000");
@@ -158,8 +159,8 @@ async fn a_duplicate_task_for_a_live_shard_is_refused_and_the_owner_finishes() {
     );
     let (code, audit) = duplicate.verify(&shard).await;
     assert_eq!(code, Some(0), "{audit:#}");
-    assert_eq!(audit["totals"]["completed"], 80, "{audit:#}");
-    assert_eq!(server.chat_requests(), 80, "the duplicate sent nothing");
+    assert_eq!(audit["totals"]["completed"], 400, "{audit:#}");
+    assert_eq!(server.chat_requests(), 400, "the duplicate sent nothing");
 }
 
 #[tokio::test]
