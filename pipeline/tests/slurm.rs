@@ -2,7 +2,7 @@
 //! `scripts/slurm/cluster.sh start`, which `scripts/test.sh` runs) with a real llama-server
 //! per array task: `gen slurm --submit` on the quickstart, `squeue` until the array is gone,
 //! `gen status RUN_ROOT` over every shard, the merged output holding every prompt exactly once;
-//! `scancel` of one task mid-run, a duplicate task for a live shard refused, and
+//! a duplicate task for a live shard refused, `scancel` of one task mid-run, and
 //! `gen slurm --only-failed` resubmitting only the cancelled shard.
 //!
 //! Skipped with a printed reason when no cluster answers or llama-server is missing, unless
@@ -166,6 +166,8 @@ async fn a_slurm_array_runs_every_shard_survives_a_cancel_and_refuses_a_duplicat
     }
     let gen_ = project();
     let root: PathBuf = gen_.path("runs/quickstart");
+    let started = Instant::now();
+    let step = |what: &str| eprintln!("[{:>5.1}s] {what}", started.elapsed().as_secs_f64());
     let submitted = gen_
         .run(&[
             "slurm",
@@ -186,15 +188,28 @@ async fn a_slurm_array_runs_every_shard_survives_a_cancel_and_refuses_a_duplicat
     assert!(script.contains("#SBATCH --array=0-1\n"), "{script}");
     assert!(script.contains("#SBATCH --cpus-per-task=1\n"), "{script}");
 
-    // Both tasks generate; then task 1 is cancelled mid-run.
+    step(&format!("submitted job {job}"));
+    // Both tasks generate.
     let (shard0, shard1) = (root.join("shard-000"), root.join("shard-001"));
     wait_for(&shard0, &root, "shard 0 generating", |s| done_count(s) > 0).await;
     wait_for(&shard1, &root, "shard 1 generating", |s| done_count(s) > 0).await;
+    step("both shards generating");
+    // At once: task 1 is cancelled mid-run, and a duplicate of task 0 is submitted while the
+    // original owns shard 0.
     let cancel = Command::new("scancel")
         .arg(format!("{job}_1"))
         .status()
         .expect("scancel");
     assert!(cancel.success());
+    let owner_before = status_json(&shard0.join("owner.json")).expect("owner");
+    let duplicate = sbatch(&[
+        "--array=0",
+        root.join("slurm/gen.sbatch").to_str().expect("utf-8"),
+    ]);
+    step(&format!(
+        "cancelled task 1, submitted duplicate {duplicate}"
+    ));
+
     let deadline = Instant::now() + JOB_DEADLINE;
     while squeue(&job)
         .iter()
@@ -203,6 +218,7 @@ async fn a_slurm_array_runs_every_shard_survives_a_cancel_and_refuses_a_duplicat
         assert!(Instant::now() < deadline, "task 1 never left");
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
+    step("task 1 gone");
     let cancelled = status_json(&shard1.join("status.json")).expect("shard 1 status");
     assert_eq!(
         cancelled["finished"], true,
@@ -217,12 +233,7 @@ async fn a_slurm_array_runs_every_shard_survives_a_cancel_and_refuses_a_duplicat
         "the cancel came mid-run: {cancelled}"
     );
 
-    // A duplicate of task 0 while the original owns shard 0: refused, nothing written.
-    let owner_before = status_json(&shard0.join("owner.json")).expect("owner");
-    let duplicate = sbatch(&[
-        "--array=0",
-        root.join("slurm/gen.sbatch").to_str().expect("utf-8"),
-    ]);
+    // The duplicate was refused and wrote nothing.
     wait_gone(&[&duplicate], &root).await;
     let duplicate_log =
         std::fs::read_to_string(root.join(format!("slurm/{duplicate}_0.out"))).expect("log");
@@ -234,6 +245,7 @@ async fn a_slurm_array_runs_every_shard_survives_a_cancel_and_refuses_a_duplicat
     let owner_after = status_json(&shard0.join("owner.json")).expect("owner");
     assert_eq!(owner_after["epoch"], owner_before["epoch"], "{owner_after}");
     assert_eq!(owner_after["job"], format!("{job}_0"));
+    step("duplicate refused");
 
     // Only the cancelled shard is resubmitted (shard 0 is either done or still owned).
     let again = gen_
@@ -261,7 +273,9 @@ async fn a_slurm_array_runs_every_shard_survives_a_cancel_and_refuses_a_duplicat
         tasks.iter().all(|t| t == &format!("{rerun}_1")),
         "only task 1 resubmitted: {tasks:?}"
     );
+    step(&format!("resubmitted shard 1 as {rerun}"));
     wait_gone(&[&job, &rerun], &root).await;
+    step("every task gone");
     let taken = status_json(&shard1.join("owner.json")).expect("owner");
     assert_eq!(taken["job"], format!("{rerun}_1"), "{taken}");
     assert_eq!(taken["epoch"], 2, "the rerun took the shard over: {taken}");

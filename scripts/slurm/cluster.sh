@@ -78,10 +78,18 @@ SchedulerParameters=sched_interval=1
 KillWait=30
 InactiveLimit=0
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory_mb State=UNKNOWN
-PartitionName=gen Nodes=$host Default=YES MaxTime=INFINITE State=UP
+# Two tasks may share a CPU: a duplicate or resubmitted task starts while the others run.
+PartitionName=gen Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:2
 EOF
-  $sudo mv "$conf.tmp" "$conf"
+  if cmp -s "$conf.tmp" "$conf"; then
+    $sudo rm -f "$conf.tmp"
+  else
+    $sudo mv "$conf.tmp" "$conf"
+    changed=1
+  fi
 }
+
+changed=0
 
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
@@ -91,6 +99,9 @@ start() {
   if ! alive "$munge_pid"; then
     $sudo install -d -o munge -g munge -m 0755 /run/munge
     $sudo runuser -u munge -- /usr/sbin/munged
+  fi
+  if alive "$ctld_pid" && [ "$changed" = 1 ]; then
+    $sudo scontrol reconfigure
   fi
   alive "$ctld_pid" || $sudo slurmctld
   alive "$slurmd_pid" || $sudo slurmd

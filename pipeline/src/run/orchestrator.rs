@@ -44,6 +44,16 @@ const TICK: Duration = Duration::from_secs(1);
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// How long requests in flight may finish after Ctrl-C or SIGTERM.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// Overrides [`SHUTDOWN_GRACE`], in seconds: a scheduler that kills a fixed time after
+/// SIGTERM (Slurm's `KillWait`, 30 s by default) needs `gen` done before then.
+pub const SHUTDOWN_GRACE_ENV: &str = "GEN_SHUTDOWN_GRACE_SECS";
+
+fn shutdown_grace() -> Duration {
+    std::env::var(SHUTDOWN_GRACE_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .map_or(SHUTDOWN_GRACE, Duration::from_secs)
+}
 
 /// How a run ended (errors that stop the run early are `Err`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -476,13 +486,13 @@ async fn run_loop(
                 crate::say!(
                     "gen: interrupted: no new requests; {} in flight get {} s to finish (a second Ctrl-C stops at once)",
                     fleet.in_flight(),
-                    SHUTDOWN_GRACE.as_secs()
+                    shutdown_grace().as_secs()
                 );
                 interrupted = true;
                 prep_queue.clear();
                 let abort = dispatch_cancel.clone();
                 tokio::spawn(async move {
-                    tokio::time::sleep(SHUTDOWN_GRACE).await;
+                    tokio::time::sleep(shutdown_grace()).await;
                     abort.cancel();
                 });
             }
