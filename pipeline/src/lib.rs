@@ -255,18 +255,21 @@ fn mark_stopped(run_dir: &RunDir, error: &anyhow::Error) {
     store::atomic::write_json(&path, &status).ok();
 }
 
-/// Cancels `cancel` on the first SIGINT or SIGTERM; a second one exits at once.
+/// Cancels `cancel` on the first SIGINT, SIGTERM or SIGUSR1; a second one exits at once.
+/// SIGUSR1 is what a Slurm task asks for ahead of its time limit (`--signal=B:USR1@SECS`);
+/// without a handler it would kill `gen` outright.
 async fn cancel_on_signal(cancel: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (
+    let (Ok(mut int), Ok(mut term), Ok(mut usr1)) = (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
+        signal(SignalKind::user_defined1()),
     ) else {
         return;
     };
-    tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
+    tokio::select! { _ = int.recv() => {}, _ = term.recv() => {}, _ = usr1.recv() => {} }
     cancel.cancel();
-    tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
+    tokio::select! { _ = int.recv() => {}, _ = term.recv() => {}, _ = usr1.recv() => {} }
     eprintln!("gen: second signal: exiting now");
     std::process::exit(130);
 }
@@ -289,8 +292,8 @@ fn status_command(
     loop {
         let status = match (remote, target) {
             (Some(remote), _) => status::remote::fetch(remote)?,
-            (None, Some(target)) if scale::root::RunRoot::is_root(target) => {
-                let root = scale::root::RunRoot::new(target);
+            (None, Some(target)) if job_root(target).is_some() => {
+                let root = job_root(target).expect("checked by the guard");
                 let now = status::state::unix_ms();
                 let job = status::job::view(&root, now)?;
                 if json {
@@ -343,6 +346,16 @@ fn status_command(
         std::thread::sleep(std::time::Duration::from_secs(every.max(1)));
         println!();
     }
+}
+
+/// The run root of a sharded job named by `target` (itself, or a config's run directory).
+fn job_root(target: &Path) -> Option<scale::root::RunRoot> {
+    let dir = if target.is_dir() {
+        target.to_path_buf()
+    } else {
+        Plan::load(target).ok()?.run_dir
+    };
+    scale::root::RunRoot::is_root(&dir).then(|| scale::root::RunRoot::new(dir))
 }
 
 /// The config's name without extension, for job names (`datasets.toml` → `gen-datasets`).

@@ -255,3 +255,70 @@ async fn a_task_frozen_past_its_lease_never_writes_again_and_is_taken_over() {
         "{audit:#}"
     );
 }
+
+#[tokio::test]
+async fn the_batch_script_passes_sigusr1_on_and_gen_stops_gracefully() {
+    let server = FakeOpenAi::start(Knobs {
+        delay: Duration::from_millis(50),
+        ..Knobs::default()
+    })
+    .await;
+    let project = project(&server.url(), 400);
+    let written = project
+        .run_gen(&["slurm", "cfg.toml", "--shards", "1"])
+        .await;
+    assert_eq!(written.code, Some(0), "{}", written.stderr);
+    let script = written.stdout.trim().to_owned();
+    assert!(script.ends_with("runs/job/slurm/gen.sbatch"), "{script}");
+
+    // The batch shell as Slurm starts it for array task 0 (Slurm itself is not needed here:
+    // the real cluster runs the same script in tests/slurm.rs).
+    let mut shell = tokio::process::Command::new("bash")
+        .arg(&script)
+        .current_dir(project.path(""))
+        .envs([
+            ("SLURM_ARRAY_JOB_ID", "95"),
+            ("SLURM_JOB_ID", "96"),
+            ("SLURM_ARRAY_TASK_ID", "0"),
+            ("SLURM_ARRAY_TASK_MIN", "0"),
+            ("SLURM_ARRAY_TASK_MAX", "0"),
+            ("SLURM_ARRAY_TASK_COUNT", "1"),
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("bash");
+    let shard = format!("{ROOT}/shard-000");
+    wait_for_status(
+        &project,
+        &shard,
+        &mut shell,
+        "answers",
+        Duration::from_secs(60),
+        |s| done(s) >= 10,
+    )
+    .await;
+    // What `--signal=B:USR1@SECS` does ahead of the time limit: SIGUSR1 to the shell only.
+    let pid = shell.id().expect("pid").to_string();
+    let sent = std::process::Command::new("kill")
+        .args(["-USR1", &pid])
+        .status()
+        .expect("kill");
+    assert!(sent.success());
+    let out = shell.wait_with_output().await.expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("gen: interrupted"), "{stderr}");
+    let status = project.status(&shard).expect("status");
+    assert_eq!(status["finished"], true, "stopped gracefully: {status:#}");
+    assert!(done(&status) < 400, "stopped mid-run: {status:#}");
+    let owner: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(project.path(&format!("{shard}/owner.json"))).expect("owner"),
+    )
+    .expect("json");
+    assert!(owner["released_unix_ms"].is_u64(), "let go: {owner:#}");
+    let (code, audit) = project.verify(&shard).await;
+    assert_eq!(code, Some(0), "{audit:#}");
+}
