@@ -44,14 +44,14 @@ fn slurm_skip_reason() -> Option<String> {
     Some(reason)
 }
 
-/// The quickstart with each task's llama-server on one thread and two slots, and answers long
-/// enough that a task is still generating when the test cancels it.
-fn project() -> Gen {
+/// The quickstart (each task's llama-server from [`SERVER_LAUNCH`]) with answers of up to
+/// `max_tokens`: 96 keeps a shard generating long enough to be cancelled and duplicated.
+fn project(max_tokens: u32) -> Gen {
     let gen_ = Gen::new();
     copy_examples(&gen_);
     let config = gen_
         .read("examples/quickstart.toml")
-        .replace("max-tokens = 48", "max-tokens = 96");
+        .replace("max-tokens = 48", &format!("max-tokens = {max_tokens}"));
     gen_.write("examples/quickstart.toml", &config);
     gen_
 }
@@ -164,7 +164,7 @@ async fn a_slurm_array_runs_every_shard_survives_a_cancel_and_refuses_a_duplicat
         eprintln!("skipped: {reason}");
         return;
     }
-    let gen_ = project();
+    let gen_ = project(96);
     let root: PathBuf = gen_.path("runs/quickstart");
     let started = Instant::now();
     let step = |what: &str| eprintln!("[{:>5.1}s] {what}", started.elapsed().as_secs_f64());
@@ -322,4 +322,86 @@ async fn a_slurm_array_runs_every_shard_survives_a_cancel_and_refuses_a_duplicat
     assert!(total >= 55, "{total}");
     let verify = gen_.run(&["verify", merged.to_str().expect("utf-8")]).await;
     assert_eq!(verify.code, 0, "{}{}", verify.stdout, verify.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_told_its_time_is_up_stops_requeues_itself_and_takes_its_shard_back() {
+    if let Some(reason) = llama_skip_reason().or_else(slurm_skip_reason) {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let gen_ = project(48);
+    let root: PathBuf = gen_.path("runs/quickstart");
+    let started = Instant::now();
+    let step = |what: &str| eprintln!("[{:>5.1}s] {what}", started.elapsed().as_secs_f64());
+    let submitted = gen_
+        .run(&[
+            "slurm",
+            "examples/quickstart.toml",
+            "--shards",
+            "1",
+            "--requeue",
+            "--submit",
+            "--server-launch",
+            SERVER_LAUNCH,
+            "--",
+            "--cpus-per-task=1",
+        ])
+        .await;
+    assert_eq!(submitted.code, 0, "{}", submitted.stderr);
+    let job = submitted.stdout.trim().to_owned();
+    let task = format!("{job}_0");
+    let shard = root.join("shard-000");
+    wait_for(&shard, &root, "shard 0 generating", |s| done_count(s) > 0).await;
+    step("generating; SIGUSR1 to the batch shell, as ahead of the time limit");
+    let signal = Command::new("scancel")
+        .args(["--batch", "--signal=USR1", &task])
+        .status()
+        .expect("scancel");
+    assert!(signal.success());
+    // The script requeues the task once gen has stopped; the requeued task waits out the
+    // credential lifetime (10 s on the test cluster), then starts again.
+    let deadline = Instant::now() + JOB_DEADLINE;
+    loop {
+        let state = squeue(&job);
+        if state.iter().any(|t| t.ends_with("PENDING")) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never requeued: {state:?}\n{}",
+            logs(&root)
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    step("requeued");
+    let stopped = status_json(&shard.join("status.json")).expect("status");
+    assert_eq!(stopped["finished"], true, "stopped gracefully: {stopped}");
+    wait_gone(&[&job], &root).await;
+    step("done");
+
+    let log = logs(&root);
+    assert!(
+        log.contains("stopped before the time limit; requeueing this task")
+            && log.contains("(restart 1)"),
+        "{log}"
+    );
+    let owner = status_json(&shard.join("owner.json")).expect("owner");
+    assert_eq!(owner["job"], task, "{owner}");
+    assert_eq!(
+        owner["epoch"], 2,
+        "the requeued task took its shard back: {owner}"
+    );
+    let merged = root.join("merged");
+    let verify = gen_
+        .run(&["verify", merged.to_str().expect("utf-8"), "--json"])
+        .await;
+    assert_eq!(verify.code, 0, "{}{}", verify.stdout, verify.stderr);
+    let audit: serde_json::Value = serde_json::from_str(&verify.stdout).expect("json");
+    assert_eq!(audit["totals"]["pending"], 0, "{audit}");
+    assert_eq!(audit["totals"]["duplicated"], 0, "{audit}");
+    assert_eq!(
+        audit["totals"]["completed"], audit["totals"]["prompts"],
+        "{audit}"
+    );
 }

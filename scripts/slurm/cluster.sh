@@ -52,6 +52,8 @@ $marker
 ClusterName=gen-test
 SlurmctldHost=$host(127.0.0.1)
 AuthType=auth/munge
+# A requeued job waits out the credential lifetime before it starts again (120 s by default).
+AuthInfo=cred_expire=10
 CryptoType=crypto/munge
 SlurmUser=root
 SlurmdUser=root
@@ -100,8 +102,12 @@ start() {
     $sudo install -d -o munge -g munge -m 0755 /run/munge
     $sudo runuser -u munge -- /usr/sbin/munged
   fi
-  if alive "$ctld_pid" && [ "$changed" = 1 ]; then
-    $sudo scontrol reconfigure
+  if [ "$changed" = 1 ]; then
+    # A new configuration: daemons started with the old one start again.
+    local file
+    for file in "$slurmd_pid" "$ctld_pid"; do
+      if alive "$file"; then stop_pid "$file"; fi
+    done
   fi
   alive "$ctld_pid" || $sudo slurmctld
   alive "$slurmd_pid" || $sudo slurmd
@@ -126,15 +132,17 @@ start() {
   exit 1
 }
 
+stop_pid() {
+  local pid
+  pid="$(cat "$1")"
+  $sudo kill "$pid"
+  for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+}
+
 stop() {
   local file
   for file in "$slurmd_pid" "$ctld_pid" "$munge_pid"; do
-    if alive "$file"; then
-      local pid
-      pid="$(cat "$file")"
-      $sudo kill "$pid"
-      for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    fi
+    if alive "$file"; then stop_pid "$file"; fi
   done
   log "stopped"
 }
