@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: installs (or reuses, cached) the real llama-server and
-# model the end-to-end tests need, then format check, clippy, and every test.
+# model the end-to-end tests need and a local Slurm cluster, then format check, clippy, and
+# every test.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,6 +24,11 @@ if [ ! -x /usr/sbin/sshd ]; then
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null
 fi
 export GEN_REQUIRE_SSHD=1
+# A real single-node Slurm cluster for `gen slurm` (pipeline/tests/slurm.rs): installed from
+# Debian's packages when missing, started here and stopped when the suite ends.
+./scripts/slurm/cluster.sh start
+trap './scripts/slurm/cluster.sh stop' EXIT
+export GEN_REQUIRE_SLURM=1
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -32,9 +32,19 @@ pub enum Command {
         #[arg(long)]
         allow_config_change: bool,
         /// Run only share `i` of `n` of every source's prompts (1-based), e.g. `--shard 2/8`
-        /// on the second of eight hosts; `gen merge` combines the shares.
-        #[arg(long, value_name = "I/N")]
-        shard: Option<crate::run::shard::Shard>,
+        /// on the second of eight hosts; `gen merge` combines the shares. `auto`: the share
+        /// of this Slurm array task, Kubernetes Indexed Job pod or RANK, in its own
+        /// directory under the run directory (the job's run root).
+        #[arg(long, value_name = "I/N|auto")]
+        shard: Option<crate::run::shard::ShardArg>,
+        /// With `--shard auto`: how many shards the job has (needed for a Kubernetes Indexed
+        /// Job, and for a Slurm array of only some tasks).
+        #[arg(long, value_name = "N", env = "GEN_SHARDS")]
+        shards: Option<u32>,
+        /// Start the inference server with this command line instead of `[server] launch`
+        /// (`{port}` and `${VAR}` are filled in the same way).
+        #[arg(long, value_name = "CMD")]
+        server_launch: Option<String>,
         /// Send the prompts the server refused (HTTP 400, in `rejected.jsonl`) again.
         #[arg(long)]
         retry_rejected: bool,
@@ -66,15 +76,23 @@ pub enum Command {
     },
     /// Measure the server: sweep concurrency on prepared prompts, print a table and write a plot.
     Bench(BenchArgs),
-    /// Combine the run directories of `--shard i/n` runs; report duplicates and gaps.
+    /// Combine the run directories of `--shard` runs (or a run root's shards); report
+    /// duplicates and gaps.
     Merge {
-        /// The merged run directory to create.
+        /// The merged run directory to create (default for a run root: `RUN_ROOT/merged`).
         #[arg(long, short)]
-        output: PathBuf,
-        /// The shards' run directories.
+        output: Option<PathBuf>,
+        /// The shards' run directories, or the run root of `--shard auto` tasks.
         #[arg(required = true)]
         shards: Vec<PathBuf>,
     },
+    /// Write (and with `--submit`, submit) a Slurm job array: task K runs shard K of N with
+    /// its own inference server; `--only-failed` resubmits only the shards not done.
+    #[command(after_help = SLURM_HELP)]
+    Slurm(SlurmArgs),
+    /// Print a Kubernetes Indexed Job (JSON, which `kubectl apply -f` reads as YAML) whose
+    /// pod K runs shard K of N.
+    K8s(K8sArgs),
     /// Check the machine and the server against the plan before a run.
     Doctor { config: PathBuf },
     /// Explain a failure: a source's last preparation worker, or logs captured anywhere.
@@ -133,6 +151,84 @@ memory_limit_bytes, host_memory_bytes, oom_kill_before/after, vmstat_oom_kill_be
 kernel_log ({\"kind\": \"text\", \"text\": ...} or {\"kind\": \"unavailable\", \"reason\": ...}),
 oom_killer_log, other_log, stderr_head, stderr_tail, outputs_complete, timed_out, started_at,
 exited_at, largest_row_bytes. Only exit and pid are required.";
+
+const SLURM_HELP: &str = "Examples:
+  gen slurm datasets.toml --shards 8 -- --partition=gpu --gres=gpu:1 --time=12:00:00
+  gen slurm datasets.toml --shards 8 --submit --requeue
+  gen status runs/datasets
+  gen slurm datasets.toml --only-failed --submit
+
+Options after `--` go into the script as `#SBATCH` lines. The run directory is the job's run
+root: shard K writes RUN_ROOT/shard-K, the task logs go to RUN_ROOT/slurm/, and the last shard
+to finish merges them into RUN_ROOT/merged.";
+
+#[derive(Debug, clap::Args)]
+pub struct SlurmArgs {
+    /// The config file.
+    pub config: PathBuf,
+    /// Shards (array tasks); with `--only-failed`, the run root's count is the default.
+    #[arg(long, value_name = "N")]
+    pub shards: Option<u32>,
+    /// The job's run root (default: `[run] dir` of the config).
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+    /// Each task starts its server with this command line instead of `[server] launch`.
+    #[arg(long, value_name = "CMD")]
+    pub server_launch: Option<String>,
+    /// Submit the script with `sbatch` (otherwise only write it).
+    #[arg(long)]
+    pub submit: bool,
+    /// Resubmit only the shards that are not done (and not running or queued).
+    #[arg(long)]
+    pub only_failed: bool,
+    /// Requeue a task that is preempted, or stopped by SIGUSR1 before its time limit.
+    #[arg(long)]
+    pub requeue: bool,
+    /// Seconds before the time limit at which a task is told to stop (SIGUSR1).
+    #[arg(long, value_name = "SECS", default_value_t = 120)]
+    pub signal_secs: u32,
+    /// The `gen` binary the tasks run (default: this one).
+    #[arg(long, value_name = "PATH")]
+    pub gen_bin: Option<PathBuf>,
+    /// The job's name (default: `gen-` and the config's name).
+    #[arg(long)]
+    pub job_name: Option<String>,
+    /// sbatch options, after `--` (e.g. `-- --partition=gpu --gres=gpu:1`).
+    #[arg(last = true, value_name = "SBATCH_OPTION")]
+    pub sbatch: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct K8sArgs {
+    /// The config file, as the pods see it.
+    pub config: PathBuf,
+    #[arg(long, value_name = "N")]
+    pub shards: u32,
+    /// The container image holding `gen` and the inference server.
+    #[arg(long)]
+    pub image: String,
+    /// The job's run root, as the pods see it (default: `[run] dir` of the config).
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+    /// Each pod starts its server with this command line instead of `[server] launch`.
+    #[arg(long, value_name = "CMD")]
+    pub server_launch: Option<String>,
+    /// A ReadWriteMany PersistentVolumeClaim holding the run root, mounted in every pod.
+    #[arg(long, value_name = "CLAIM")]
+    pub volume_claim: Option<String>,
+    /// Where the claim is mounted.
+    #[arg(long, default_value = "/data")]
+    pub mount_path: String,
+    /// GPUs per pod.
+    #[arg(long)]
+    pub gpus: Option<u32>,
+    /// Retries of one shard's pod before it counts as failed.
+    #[arg(long, default_value_t = 2)]
+    pub retries: u32,
+    /// The Job's name (default: `gen-` and the config's name).
+    #[arg(long)]
+    pub name: Option<String>,
+}
 
 #[derive(Debug, clap::Args)]
 pub struct DiagnoseArgs {

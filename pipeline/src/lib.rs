@@ -7,6 +7,7 @@
 //! - [`inference`]: the streaming chat client, server probes, a server `gen` launches.
 //! - [`store`]: the run directory's layout and its crash-safe files.
 //! - [`status`]: `status.json` and its 80-column rendering.
+//! - [`scale`]: `--shard auto` under Slurm or Kubernetes, shard ownership, `gen slurm`.
 //!
 //! Failures of a worker or a prompt are data (counted, shown in status, retried on the next
 //! run); an `Err` from [`run_cli`] means the run itself could not go on.
@@ -22,6 +23,7 @@ pub mod merge;
 pub mod prep;
 pub mod report;
 pub mod run;
+pub mod scale;
 pub mod status;
 pub mod store;
 pub mod verify;
@@ -125,9 +127,11 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
         } => status_command(target.as_deref(), json, watch, remote.as_deref()),
         Command::Export(args) => Ok(export::export(&args)?),
         Command::Bench(args) => Ok(bench::bench(&args)?),
-        Command::Merge { output, shards } => Ok(merge::merge(&output, &shards)?),
+        Command::Merge { output, shards } => Ok(merge::merge(output.as_deref(), &shards)?),
         Command::Verify { target, json } => Ok(verify::verify(&target, json)?),
         Command::Doctor { config } => Ok(doctor::doctor(&config)?),
+        Command::Slurm(args) => slurm_command(args),
+        Command::K8s(args) => k8s_command(&args),
         Command::Diagnose(args) => diagnose_command(*args),
         Command::Run {
             config,
@@ -137,8 +141,13 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             allow_config_change,
             shard,
             retry_rejected,
+            shards,
+            server_launch,
         } => {
-            let plan = Plan::load(&config)?;
+            let mut plan = Plan::load(&config)?;
+            if let Some(command) = &server_launch {
+                scale::task::override_launch(&mut plan, command)?;
+            }
             let run_dir = run_dir_for(&plan, run_dir);
             // Before anything starts. A prepared source does not read its files again, and one
             // left out by `--source` not at all.
@@ -157,12 +166,31 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
                     ),
                 });
             }
+            // Under `--shard auto` the run directory is the job's run root, and this task
+            // owns its shard's directory inside it until the run ends.
+            let task = match shard {
+                Some(run::shard::ShardArg::Auto) => Some(
+                    scale::task::ShardTask::begin(&plan, run_dir.root(), shards).map_err(
+                        |error| CliError {
+                            code: exit::FAILED,
+                            error,
+                        },
+                    )?,
+                ),
+                _ => None,
+            };
+            let (run_dir, shard) = match (&task, shard) {
+                (Some(task), _) => (task.dir.clone(), Some(task.shard())),
+                (None, Some(run::shard::ShardArg::Fixed(shard))) => (run_dir, Some(shard)),
+                (None, _) => (run_dir, None),
+            };
             let selection = run::Selection {
                 only_failed,
                 sources,
                 allow_config_change,
                 shard,
                 retry_rejected,
+                fence: task.as_ref().map(scale::task::ShardTask::fence),
             };
             let runtime =
                 tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
@@ -171,13 +199,24 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
                 tokio::spawn(cancel_on_signal(cancel.clone()));
                 run::run(&plan, &run_dir, &selection, cancel).await
             });
+            let done = matches!(&outcome, Ok(RunOutcome::NothingToDo))
+                || matches!(&outcome, Ok(RunOutcome::Finished { failed, .. }) if failed.is_empty());
             let outcome = match outcome {
                 Ok(outcome) => outcome,
                 Err(error) => {
-                    mark_stopped(&run_dir, &error);
+                    // A task that lost its shard writes nothing more to it, status included.
+                    if error.downcast_ref::<scale::owner::FenceError>().is_none() {
+                        mark_stopped(&run_dir, &error);
+                    }
+                    if let Some(task) = task {
+                        task.finish(false)?;
+                    }
                     return Err(error.into());
                 }
             };
+            if let Some(task) = task {
+                task.finish(done)?;
+            }
             let code = match outcome {
                 RunOutcome::NothingToDo => exit::OK,
                 RunOutcome::Finished { failed, refused } => {
@@ -241,18 +280,21 @@ fn mark_stopped(run_dir: &RunDir, error: &anyhow::Error) {
     store::atomic::write_json(&path, &status).ok();
 }
 
-/// Cancels `cancel` on the first SIGINT or SIGTERM; a second one exits at once.
+/// Cancels `cancel` on the first SIGINT, SIGTERM or SIGUSR1; a second one exits at once.
+/// SIGUSR1 is what a Slurm task asks for ahead of its time limit (`--signal=B:USR1@SECS`);
+/// without a handler it would kill `gen` outright.
 async fn cancel_on_signal(cancel: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (
+    let (Ok(mut int), Ok(mut term), Ok(mut usr1)) = (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
+        signal(SignalKind::user_defined1()),
     ) else {
         return;
     };
-    tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
+    tokio::select! { _ = int.recv() => {}, _ = term.recv() => {}, _ = usr1.recv() => {} }
     cancel.cancel();
-    tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
+    tokio::select! { _ = int.recv() => {}, _ = term.recv() => {}, _ = usr1.recv() => {} }
     eprintln!("gen: second signal: exiting now");
     std::process::exit(130);
 }
@@ -275,6 +317,25 @@ fn status_command(
     loop {
         let status = match (remote, target) {
             (Some(remote), _) => status::remote::fetch(remote)?,
+            (None, Some(target)) if job_root(target).is_some() => {
+                let root = job_root(target).expect("checked by the guard");
+                let now = status::state::unix_ms();
+                let job = status::job::view(&root, now)?;
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&job).context("status serializes")?
+                    );
+                } else {
+                    print!("{}", status::job::render(&job, now));
+                }
+                let Some(every) = watch else {
+                    return Ok(ExitCode::SUCCESS);
+                };
+                std::thread::sleep(std::time::Duration::from_secs(every.max(1)));
+                println!();
+                continue;
+            }
             (None, Some(target)) => {
                 let run_dir = resolve_run_dir(target)?;
                 let path = run_dir.status();
@@ -310,6 +371,73 @@ fn status_command(
         std::thread::sleep(std::time::Duration::from_secs(every.max(1)));
         println!();
     }
+}
+
+/// The run root of a sharded job named by `target` (itself, or a config's run directory).
+fn job_root(target: &Path) -> Option<scale::root::RunRoot> {
+    let dir = if target.is_dir() {
+        target.to_path_buf()
+    } else {
+        Plan::load(target).ok()?.run_dir
+    };
+    scale::root::RunRoot::is_root(&dir).then(|| scale::root::RunRoot::new(dir))
+}
+
+/// The config's name without extension, for job names (`datasets.toml` → `gen-datasets`).
+fn job_name(plan: &Plan) -> String {
+    let stem = plan
+        .config_path
+        .file_stem()
+        .map_or_else(|| "run".to_owned(), |s| s.to_string_lossy().into_owned());
+    format!("gen-{stem}")
+}
+
+fn slurm_command(args: cli::SlurmArgs) -> Result<ExitCode, CliError> {
+    let mut plan = Plan::load(&args.config)?;
+    if let Some(command) = &args.server_launch {
+        scale::task::override_launch(&mut plan, command)?;
+    }
+    let root = run_dir_for(&plan, args.run_dir);
+    let (config, shards, server_launch) =
+        scale::slurm::resolve(&plan, root.root(), args.shards, args.server_launch)?;
+    let gen_bin = match args.gen_bin {
+        Some(bin) => std::path::absolute(&bin).unwrap_or(bin),
+        None => std::env::current_exe().context("failed to find this `gen` binary")?,
+    };
+    let job = scale::slurm::SlurmJob {
+        config,
+        root: root.root().to_path_buf(),
+        shards,
+        server_launch,
+        requeue: args.requeue,
+        signal_secs: args.signal_secs,
+        gen_bin,
+        job_name: args.job_name.unwrap_or_else(|| job_name(&plan)),
+        sbatch_options: args.sbatch,
+    };
+    Ok(scale::slurm::slurm(&job, args.submit, args.only_failed)?)
+}
+
+fn k8s_command(args: &cli::K8sArgs) -> Result<ExitCode, CliError> {
+    let plan = Plan::load(&args.config)?;
+    let root = args.run_dir.clone().unwrap_or_else(|| plan.run_dir.clone());
+    let job = scale::k8s::K8sJob {
+        name: args.name.clone().unwrap_or_else(|| job_name(&plan)),
+        image: args.image.clone(),
+        config: args.config.display().to_string(),
+        root: root.display().to_string(),
+        shards: args.shards,
+        server_launch: args.server_launch.clone(),
+        volume_claim: args.volume_claim.clone(),
+        mount_path: args.mount_path.clone(),
+        gpus: args.gpus,
+        retries_per_index: args.retries,
+    };
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&scale::k8s::manifest(&job)).context("manifest serializes")?
+    );
+    Ok(ExitCode::SUCCESS)
 }
 
 fn diagnose_command(args: cli::DiagnoseArgs) -> Result<ExitCode, CliError> {

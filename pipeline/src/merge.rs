@@ -1,4 +1,4 @@
-//! `gen merge OUT SHARD_DIR...`: combines the run directories of `--shard i/n` runs into one,
+//! `gen merge -o OUT SHARD_DIR...` (or `gen merge RUN_ROOT`): combines the run directories of `--shard i/n` runs into one,
 //! and checks the result: a prompt completed in two shards is a duplicate (kept once, and
 //! reported), a prompt completed or settled in none is a gap.
 
@@ -103,8 +103,11 @@ fn merge_source(name: &str, shards: &[RunDir], out: &RunDir) -> anyhow::Result<M
     Ok(result)
 }
 
-/// Merges `shards` into `output`; prints a table; exit 1 when there are gaps or duplicates.
-pub fn merge(output: &Path, shards: &[PathBuf]) -> anyhow::Result<ExitCode> {
+/// Merges `shards` into the new directory `output`, source by source.
+pub fn merge_dirs(
+    output: &Path,
+    shards: &[RunDir],
+) -> anyhow::Result<BTreeMap<String, MergedSource>> {
     anyhow::ensure!(
         !shards.is_empty(),
         "name the shard run directories to merge"
@@ -115,32 +118,93 @@ pub fn merge(output: &Path, shards: &[PathBuf]) -> anyhow::Result<ExitCode> {
         "`{}` already holds a run: merge into a new directory",
         output.display()
     );
-    let shards: Vec<RunDir> = shards.iter().map(RunDir::new).collect();
     let mut results = BTreeMap::new();
-    for name in source_names(&shards)? {
-        let merged = merge_source(&name, &shards, &out)?;
+    for name in source_names(shards)? {
+        let merged = merge_source(&name, shards, &out)?;
         results.insert(name, merged);
     }
-    println!(
-        "{:<18} {:>9} {:>10} {:>8} {:>10} {:>6}",
-        "SOURCE", "PROMPTS", "COMPLETED", "SETTLED", "DUPLICATES", "GAPS"
+    Ok(results)
+}
+
+/// The merge's table, and whether it is clean (no gaps, no duplicates).
+pub fn report(
+    results: &BTreeMap<String, MergedSource>,
+    shards: usize,
+    output: &Path,
+) -> (String, bool) {
+    use std::fmt::Write as _;
+    let mut text = String::new();
+    let row = |text: &mut String, cells: [&str; 6]| {
+        let [name, prompts, completed, settled, duplicates, gaps] = cells;
+        writeln!(
+            text,
+            "{name:<18} {prompts:>9} {completed:>10} {settled:>8} {duplicates:>10} {gaps:>6}"
+        )
+        .ok();
+    };
+    row(
+        &mut text,
+        [
+            "SOURCE",
+            "PROMPTS",
+            "COMPLETED",
+            "SETTLED",
+            "DUPLICATES",
+            "GAPS",
+        ],
     );
-    for (name, r) in &results {
-        println!(
-            "{:<18} {:>9} {:>10} {:>8} {:>10} {:>6}",
-            name, r.prompts, r.completed, r.settled, r.duplicates, r.gaps
+    for (name, r) in results {
+        row(
+            &mut text,
+            [
+                name,
+                &r.prompts.to_string(),
+                &r.completed.to_string(),
+                &r.settled.to_string(),
+                &r.duplicates.to_string(),
+                &r.gaps.to_string(),
+            ],
         );
     }
     let gaps: u64 = results.values().map(|r| r.gaps).sum();
     let duplicates: u64 = results.values().map(|r| r.duplicates).sum();
-    println!(
-        "merged {} shards into `{}`: {gaps} gaps, {duplicates} duplicates (kept once)",
-        shards.len(),
+    writeln!(
+        text,
+        "merged {shards} shards into `{}`: {gaps} gaps, {duplicates} duplicates (kept once)",
         output.display()
-    );
-    Ok(ExitCode::from(if gaps == 0 && duplicates == 0 {
-        0
-    } else {
-        1
-    }))
+    )
+    .ok();
+    (text, gaps == 0 && duplicates == 0)
+}
+
+/// `gen merge`: merges `shards` into `output` — or, given one run root of a sharded job,
+/// its shards into `RUN_ROOT/merged` (or `output`). Prints a table; exit 1 when there are
+/// gaps or duplicates.
+pub fn merge(output: Option<&Path>, shards: &[PathBuf]) -> anyhow::Result<ExitCode> {
+    let (output, dirs) = match shards {
+        [root] if crate::scale::root::RunRoot::is_root(root) => {
+            let root = crate::scale::root::RunRoot::new(root);
+            let dirs: Vec<RunDir> = root.shards()?.into_iter().map(|(_, dir, _)| dir).collect();
+            (
+                output.map_or_else(|| root.merged(), Path::to_path_buf),
+                dirs,
+            )
+        }
+        _ => {
+            let output = output.ok_or_else(|| {
+                anyhow::anyhow!(
+                    "say where to merge with `-o OUT` (only a run root of `--shard auto` \
+                     tasks has a default, `RUN_ROOT/merged`)"
+                )
+            })?;
+            (
+                output.to_path_buf(),
+                shards.iter().map(RunDir::new).collect(),
+            )
+        }
+    };
+    let results = merge_dirs(&output, &dirs)?;
+    let (table, clean) = report(&results, dirs.len(), &output);
+    print!("{table}");
+    Ok(ExitCode::from(if clean { 0 } else { 1 }))
 }

@@ -10,7 +10,8 @@
 //! - two runs on one run directory (the run lock); SIGTERM mid-generation;
 //! - secrets never reach the run directory or any output; private file modes;
 //! - disk full while writing output: a 1 MiB tmpfs as the run directory ([`disk`]);
-//! - the real llama-server stopped with `SIGSTOP` mid-run, then continued ([`llama`]).
+//! - the real llama-server stopped with `SIGSTOP` mid-run, then continued ([`llama`]);
+//! - `--shard auto` tasks: duplicates refused, a task frozen past its lease fenced ([`shards`]).
 //!
 //! Every `gen` is spawned from the built binary against the fake OpenAI server on
 //! `127.0.0.1:0`. Faults are timed from observed progress (`status.json`, the server's request
@@ -28,6 +29,8 @@ mod harness;
 mod llama;
 #[path = "faults/outcomes.rs"]
 mod outcomes;
+#[path = "faults/shards.rs"]
+mod shards;
 
 use std::time::Duration;
 

@@ -5,27 +5,8 @@
 //! `GEN_REQUIRE_LLAMA=1` (set by `scripts/test.sh`, so CI never skips them).
 
 mod support;
-
-use std::path::Path;
-
 use gen_tests::llama::{self, LlamaServer};
-use support::{Gen, completions, llama_project, llama_skip_reason};
-
-fn copy_examples(gen_: &Gen) {
-    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
-    gen_.write(
-        "examples/quickstart.toml",
-        &std::fs::read_to_string(examples.join("quickstart.toml")).expect("quickstart"),
-    );
-    for entry in std::fs::read_dir(examples.join("data")).expect("examples/data") {
-        let entry = entry.expect("entry");
-        let name = entry.file_name().to_string_lossy().into_owned();
-        gen_.write(
-            &format!("examples/data/{name}"),
-            &std::fs::read_to_string(entry.path()).expect("data"),
-        );
-    }
-}
+use support::{Gen, completions, copy_examples, llama_project, llama_skip_reason};
 
 #[tokio::test]
 async fn quickstart_completes_every_prompt_and_reruns_as_a_no_op() {

@@ -44,6 +44,16 @@ const TICK: Duration = Duration::from_secs(1);
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// How long requests in flight may finish after Ctrl-C or SIGTERM.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// Overrides [`SHUTDOWN_GRACE`], in seconds: a scheduler that kills a fixed time after
+/// SIGTERM (Slurm's `KillWait`, 30 s by default) needs `gen` done before then.
+pub const SHUTDOWN_GRACE_ENV: &str = "GEN_SHUTDOWN_GRACE_SECS";
+
+fn shutdown_grace() -> Duration {
+    std::env::var(SHUTDOWN_GRACE_ENV)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .map_or(SHUTDOWN_GRACE, Duration::from_secs)
+}
 
 /// How a run ended (errors that stop the run early are `Err`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +83,9 @@ pub struct Selection {
     pub shard: Option<super::shard::Shard>,
     /// Send the prompts the server refused again (`--retry-rejected`).
     pub retry_rejected: bool,
+    /// Under `--shard auto`: checked before every write, so a task that lost its shard
+    /// stops before writing to it again.
+    pub fence: Option<crate::scale::owner::Fence>,
 }
 
 impl Selection {
@@ -138,6 +151,7 @@ struct Orchestrator<'p> {
     tokens: u64,
     started: Instant,
     shard: Option<super::shard::Shard>,
+    fence: Option<crate::scale::owner::Fence>,
     kernel_log: Option<KernelLogFollower>,
     events: crate::store::events::EventLog,
     /// What the last status write said, to log changes as events.
@@ -191,6 +205,7 @@ async fn run_loop(
         format!("pid {} on {}", std::process::id(), state::host_name()),
     );
     orchestrator.shard = selection.shard;
+    orchestrator.fence = selection.fence.clone();
     let selected: Vec<bool> = orchestrator
         .sources
         .iter()
@@ -399,6 +414,7 @@ async fn run_loop(
                         writer.push(&record)?;
                         if writer.pending() >= FRAME_RECORDS {
                             // Written now, fsynced on the next tick.
+                            if let Some(fence) = &orchestrator.fence { fence.check()?; }
                             writer.write_frame().with_context(|| format!("failed to write `{}`", writer.path().display()))?;
                         }
                     }
@@ -498,13 +514,13 @@ async fn run_loop(
                 crate::say!(
                     "gen: interrupted: no new requests; {} in flight get {} s to finish (a second Ctrl-C stops at once)",
                     fleet.in_flight(),
-                    SHUTDOWN_GRACE.as_secs()
+                    shutdown_grace().as_secs()
                 );
                 interrupted = true;
                 prep_queue.clear();
                 let abort = dispatch_cancel.clone();
                 tokio::spawn(async move {
-                    tokio::time::sleep(SHUTDOWN_GRACE).await;
+                    tokio::time::sleep(shutdown_grace()).await;
                     abort.cancel();
                 });
             }
@@ -713,6 +729,7 @@ impl<'p> Orchestrator<'p> {
             tokens: 0,
             started: Instant::now(),
             shard: None,
+            fence: None,
             events: crate::store::events::EventLog::new(run_dir.events()),
             logged_phases: Vec::new(),
             logged_limit: Vec::new(),
@@ -955,6 +972,7 @@ impl<'p> Orchestrator<'p> {
         preps: &mut JoinSet<(usize, std::io::Result<WorkerReport>)>,
         cancel: &CancellationToken,
     ) -> anyhow::Result<()> {
+        self.fenced()?;
         let exe =
             std::env::current_exe().context("cannot find the `gen` executable to start workers")?;
         while preps.len() < self.plan.max_parallel_prep.get() {
@@ -1166,6 +1184,7 @@ impl<'p> Orchestrator<'p> {
     }
 
     fn record_rejected(&mut self, i: usize, record: &RejectedRecord) -> anyhow::Result<()> {
+        self.fenced()?;
         let path = self.run_dir.source(&self.sources[i].status.name).rejected();
         let mut file = frames::open_private(&path)?;
         let mut line = serde_json::to_vec(record)?;
@@ -1209,6 +1228,7 @@ impl<'p> Orchestrator<'p> {
     }
 
     fn finish_generation(&mut self, i: usize, stopped: bool) -> anyhow::Result<()> {
+        self.fenced()?;
         let state = &mut self.sources[i];
         if let Some(writer) = state.writer.as_mut() {
             writer.flush()?;
@@ -1235,6 +1255,7 @@ impl<'p> Orchestrator<'p> {
     }
 
     fn flush_all(&mut self) -> anyhow::Result<()> {
+        self.fenced()?;
         for state in &mut self.sources {
             if let Some(writer) = state.writer.as_mut() {
                 writer
@@ -1337,7 +1358,16 @@ impl<'p> Orchestrator<'p> {
         }
     }
 
+    /// Under `--shard auto`: `Err` once this task no longer owns its shard.
+    fn fenced(&self) -> anyhow::Result<()> {
+        match &self.fence {
+            Some(fence) => Ok(fence.check()?),
+            None => Ok(()),
+        }
+    }
+
     fn write_status(&mut self) -> anyhow::Result<()> {
+        self.fenced()?;
         self.log_changes();
         self.status.heartbeat_unix_ms = state::unix_ms();
         self.status.sources = self.sources.iter().map(|s| s.status.clone()).collect();

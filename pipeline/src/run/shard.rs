@@ -1,5 +1,6 @@
 //! `--shard i/n`: a deterministic split of every source's prompts, so n hosts can run `gen` on
 //! the same config in parallel, each on its own share; `gen merge` puts the shares together.
+//! `--shard auto` takes the share from the scheduler instead (`crate::scale`).
 
 use std::fmt;
 use std::str::FromStr;
@@ -47,6 +48,26 @@ impl fmt::Display for Shard {
     }
 }
 
+/// `--shard`: `i/n` by hand, or `auto` from the launcher's variables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardArg {
+    Fixed(Shard),
+    Auto,
+}
+
+impl FromStr for ShardArg {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<ShardArg, String> {
+        if text.trim() == "auto" {
+            return Ok(ShardArg::Auto);
+        }
+        text.parse().map(ShardArg::Fixed).map_err(|e| {
+            format!("{e}, or `auto` (from SLURM_ARRAY_TASK_ID, JOB_COMPLETION_INDEX or RANK)")
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,5 +94,10 @@ mod tests {
         assert!("0/3".parse::<Shard>().is_err());
         assert!("4/3".parse::<Shard>().is_err());
         assert!("x".parse::<Shard>().is_err());
+        assert_eq!("auto".parse::<ShardArg>(), Ok(ShardArg::Auto));
+        assert_eq!(
+            "2/3".parse::<ShardArg>(),
+            Ok(ShardArg::Fixed(Shard { index: 1, count: 3 }))
+        );
     }
 }

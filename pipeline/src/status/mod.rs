@@ -1,6 +1,8 @@
 //! The run's live view: the `status.json` document `gen run` keeps current ([`state`]) and
-//! its rendering as a plain 80-column table for `gen status` over SSH ([`render`]).
+//! its rendering as a plain 80-column table for `gen status` over SSH ([`render`]); a sharded
+//! job's shards summed into one view ([`job`]).
 
+pub mod job;
 pub mod remote;
 pub mod render;
 pub mod state;

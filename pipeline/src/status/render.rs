@@ -232,8 +232,19 @@ pub fn render(status: &RunStatus, now_ms: u64) -> String {
         let _ = writeln!(out, "{}", cut(&line, WIDTH));
     }
     let _ = writeln!(out);
+    out.push_str(&source_table(&status.sources));
+    out
+}
+
+/// The per-source table with its total line (also used for a sharded job's sum).
+#[expect(
+    clippy::let_underscore_must_use,
+    reason = "writing to a String cannot fail"
+)]
+pub fn source_table(sources: &[SourceStatus]) -> String {
+    let mut out = String::new();
     let _ = writeln!(out, "{}", columns(HEADER));
-    for source in &status.sources {
+    for source in sources {
         for line in row(source) {
             let _ = writeln!(out, "{line}");
         }
@@ -246,10 +257,10 @@ pub fn render(status: &RunStatus, now_ms: u64) -> String {
             let _ = writeln!(out, "{line}");
         }
     }
-    let prepared: u64 = status.sources.iter().filter_map(|s| s.prepared).sum();
-    let done: u64 = status.sources.iter().map(|s| s.done).sum();
-    let failed: u64 = status.sources.iter().map(|s| s.failed).sum();
-    let skipped: u64 = status.sources.iter().map(|s| s.rejected).sum();
+    let prepared: u64 = sources.iter().filter_map(|s| s.prepared).sum();
+    let done: u64 = sources.iter().map(|s| s.done).sum();
+    let failed: u64 = sources.iter().map(|s| s.failed).sum();
+    let skipped: u64 = sources.iter().map(|s| s.rejected).sum();
     let _ = writeln!(
         out,
         "{}",

@@ -60,6 +60,24 @@ impl Gen {
     }
 }
 
+/// Copies `examples/` (the quickstart config and its data) into the project, as the README
+/// runs it.
+pub fn copy_examples(gen_: &Gen) {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    gen_.write(
+        "examples/quickstart.toml",
+        &std::fs::read_to_string(examples.join("quickstart.toml")).expect("quickstart"),
+    );
+    for entry in std::fs::read_dir(examples.join("data")).expect("examples/data") {
+        let entry = entry.expect("entry");
+        let name = entry.file_name().to_string_lossy().into_owned();
+        gen_.write(
+            &format!("examples/data/{name}"),
+            &std::fs::read_to_string(entry.path()).expect("data"),
+        );
+    }
+}
+
 /// Writes `cfg.toml` for `sources` (name, path) against `url`; returns its name.
 pub fn write_config(gen_: &Gen, url: &str, sources: &[(&str, &str)]) -> String {
     let mut text =

@@ -1,0 +1,418 @@
+//! `gen slurm CONFIG --shards N`: writes (and with `--submit`, submits) an `sbatch` job array
+//! in which task `k` runs `gen run CONFIG --shard auto --shards N` on shard `k` — starting its
+//! own inference server from `[server] launch` on its node — and `--only-failed` resubmits
+//! just the shards that are not done (`--array=3,7`).
+//!
+//! Signals: Slurm sends SIGTERM to every process of a cancelled or preempted task, `gen`
+//! included, and `gen` stops gracefully on it (no new requests, in-flight ones get a grace
+//! period, everything stored). The script asks for SIGUSR1 ahead of the time limit
+//! (`--signal=B:USR1@SECS`, to the batch shell only) and passes it on to `gen`, which stops
+//! the same way; with `--requeue` the script then requeues its own task, which takes its
+//! shard back when it starts again.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
+
+use super::owner;
+use super::root::{self, RunRoot};
+use crate::config::Plan;
+use crate::status::state;
+
+/// What `gen slurm` was asked for (the command line, resolved).
+#[derive(Debug, Clone)]
+pub struct SlurmJob {
+    pub config: PathBuf,
+    pub root: PathBuf,
+    pub shards: u32,
+    /// `--server-launch`, passed on to every task's `gen run`.
+    pub server_launch: Option<String>,
+    pub requeue: bool,
+    /// Seconds before the time limit that the task is told to stop (SIGUSR1).
+    pub signal_secs: u32,
+    /// The `gen` binary the tasks run.
+    pub gen_bin: PathBuf,
+    pub job_name: String,
+    /// Extra `sbatch` options, one `#SBATCH` line each.
+    pub sbatch_options: Vec<String>,
+}
+
+/// `RUN_ROOT/slurm/jobs.jsonl`: one line per submission.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Submission {
+    pub job_id: String,
+    pub array: String,
+    pub script: String,
+    pub submitted_unix_ms: u64,
+}
+
+/// Quotes `word` for bash when it needs it.
+fn quote(word: &str) -> String {
+    shlex::try_quote(word).map_or_else(|_| format!("'{word}'"), |q| q.into_owned())
+}
+
+/// `0-2,5,7-8` for the sorted shard numbers.
+pub fn array_spec(shards: &[u32]) -> String {
+    let mut out = String::new();
+    let mut i = 0;
+    while i < shards.len() {
+        let start = shards[i];
+        let mut end = start;
+        while i + 1 < shards.len() && shards[i + 1] == end + 1 {
+            i += 1;
+            end = shards[i];
+        }
+        if !out.is_empty() {
+            out.push(',');
+        }
+        if end > start {
+            write!(out, "{start}-{end}").ok();
+        } else {
+            write!(out, "{start}").ok();
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The batch script for the array `array` (e.g. `0-7` or `3,7`).
+pub fn script(job: &SlurmJob, array: &str) -> anyhow::Result<String> {
+    for option in &job.sbatch_options {
+        anyhow::ensure!(
+            !option.contains('\n'),
+            "the sbatch option {option:?} spans lines"
+        );
+        anyhow::ensure!(
+            option.starts_with('-'),
+            "`{option}` is not an sbatch option (they start with `-`, e.g. `--partition=gpu`)"
+        );
+    }
+    let logs = job.root.join("slurm");
+    let mut run = vec![
+        quote(&job.gen_bin.display().to_string()),
+        "run".to_owned(),
+        quote(&job.config.display().to_string()),
+        "--shard auto".to_owned(),
+        format!("--shards {}", job.shards),
+        format!("--run-dir {}", quote(&job.root.display().to_string())),
+    ];
+    if let Some(launch) = &job.server_launch {
+        run.push(format!("--server-launch {}", quote(launch)));
+    }
+    let mut s = String::new();
+    writeln!(s, "#!/bin/bash").ok();
+    writeln!(
+        s,
+        "# Written by `gen slurm`: array task K runs shard K of {} of `{}`, with its own",
+        job.shards,
+        job.config.display()
+    )
+    .ok();
+    writeln!(
+        s,
+        "# inference server. `gen status {}` shows every shard.",
+        job.root.display()
+    )
+    .ok();
+    writeln!(s, "#SBATCH --job-name={}", job.job_name).ok();
+    writeln!(s, "#SBATCH --array={array}").ok();
+    writeln!(s, "#SBATCH --output={}/%A_%a.out", logs.display()).ok();
+    writeln!(s, "#SBATCH --open-mode=append").ok();
+    writeln!(s, "#SBATCH --signal=B:USR1@{}", job.signal_secs).ok();
+    if job.requeue {
+        writeln!(s, "#SBATCH --requeue").ok();
+    }
+    for option in &job.sbatch_options {
+        writeln!(s, "#SBATCH {option}").ok();
+    }
+    writeln!(s).ok();
+    write!(
+        s,
+        r#"export GEN_SHARDS={shards}
+# Slurm kills the task KillWait (30 s by default) after SIGTERM: in-flight requests get 15 s,
+# so gen has stored everything and let its shard go before then.
+export GEN_SHUTDOWN_GRACE_SECS="${{GEN_SHUTDOWN_GRACE_SECS:-15}}"
+stop_signal=""
+# Slurm sends SIGTERM to every process of the task itself; the shell only has to outlive it.
+trap 'true' TERM
+# SIGUSR1 (time limit ahead) reaches this shell only: pass it on.
+trap 'stop_signal=USR1; kill -USR1 "$gen_pid" 2>/dev/null' USR1
+echo "gen slurm: task ${{SLURM_ARRAY_TASK_ID}} of job ${{SLURM_ARRAY_JOB_ID}} on $(hostname) (restart ${{SLURM_RESTART_COUNT:-0}})"
+{run} &
+gen_pid=$!
+# `wait` returns early when a trapped signal arrives; wait again until gen itself has exited.
+while :; do
+  wait "$gen_pid"
+  status=$?
+  kill -0 "$gen_pid" 2>/dev/null || break
+done
+"#,
+        shards = job.shards,
+        run = run.join(" "),
+    )
+    .ok();
+    if job.requeue {
+        s.push_str(
+            r#"if [ "$stop_signal" = USR1 ] && [ "$status" -ne 0 ]; then
+  echo "gen slurm: stopped before the time limit; requeueing this task"
+  scontrol requeue "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"
+fi
+"#,
+        );
+    }
+    s.push_str("exit \"$status\"\n");
+    Ok(s)
+}
+
+/// A shard that is not finished and why it is (or is not) resubmitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unfinished {
+    pub index: u32,
+    /// `Some(reason)`: not resubmitted, because it is running or queued.
+    pub busy: Option<String>,
+}
+
+/// The shards of `root` that are not done, each marked busy when a live task owns it or
+/// Slurm still has its task queued or running (`queued`: shard numbers from `squeue`).
+pub fn unfinished(
+    root: &RunRoot,
+    queued: &BTreeSet<u32>,
+    lease: std::time::Duration,
+) -> anyhow::Result<Vec<Unfinished>> {
+    let now = state::unix_ms();
+    let mut out = Vec::new();
+    for (index, dir, status) in root.shards()? {
+        if root::shard_done(status.as_ref()) {
+            continue;
+        }
+        let busy = if queued.contains(&index) {
+            Some("queued or running in Slurm".to_owned())
+        } else {
+            owner::read_owner(&dir)?
+                .filter(|o| {
+                    o.released_unix_ms.is_none()
+                        && now.saturating_sub(o.heartbeat_unix_ms) < lease.as_millis() as u64
+                })
+                .map(|o| format!("owned by a live task ({})", o.describe()))
+        };
+        out.push(Unfinished { index, busy });
+    }
+    Ok(out)
+}
+
+fn submissions_path(root: &RunRoot) -> PathBuf {
+    root.slurm_dir().join("jobs.jsonl")
+}
+
+fn read_submissions(root: &RunRoot) -> Vec<Submission> {
+    fs_err::read_to_string(submissions_path(root))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// Shard numbers of this root's array tasks that Slurm still has (any state `squeue`
+/// lists). `None` when `squeue` cannot be asked.
+fn queued_tasks(root: &RunRoot) -> Option<BTreeSet<u32>> {
+    let jobs: BTreeSet<String> = read_submissions(root)
+        .into_iter()
+        .map(|s| s.job_id)
+        .collect();
+    if jobs.is_empty() {
+        return Some(BTreeSet::new());
+    }
+    // All jobs, filtered here: `squeue -j` fails outright on an id Slurm has forgotten.
+    let output = Command::new("squeue")
+        .args(["-h", "-r", "-o", "%F|%K|%T"])
+        .output()
+        .ok()?;
+    if !output.status.success() {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&output.stdout);
+    Some(
+        text.lines()
+            .filter_map(|line| {
+                let mut cells = line.split('|');
+                let (job, task) = (cells.next()?, cells.next()?);
+                jobs.contains(job.trim())
+                    .then(|| task.trim().parse().ok())
+                    .flatten()
+            })
+            .collect(),
+    )
+}
+
+/// `gen slurm`: see the module documentation.
+pub fn slurm(job: &SlurmJob, submit: bool, only_failed: bool) -> anyhow::Result<ExitCode> {
+    let root = RunRoot::new(&job.root);
+    root.open_or_create(job.shards, &job.config)?;
+    root::private_dir(&root.slurm_dir())
+        .with_context(|| format!("failed to create `{}`", root.slurm_dir().display()))?;
+    let array = if only_failed {
+        let queued = queued_tasks(&root).unwrap_or_else(|| {
+            crate::say!(
+                "gen: warning: `squeue` did not answer; judging shards by their owners only"
+            );
+            BTreeSet::new()
+        });
+        let unfinished = unfinished(&root, &queued, owner::Timing::from_env().lease)?;
+        for shard in &unfinished {
+            if let Some(why) = &shard.busy {
+                crate::say!(
+                    "gen: shard {} is not done but {why}: not resubmitted",
+                    shard.index
+                );
+            }
+        }
+        let again: Vec<u32> = unfinished
+            .iter()
+            .filter(|s| s.busy.is_none())
+            .map(|s| s.index)
+            .collect();
+        if again.is_empty() {
+            if unfinished.is_empty() {
+                crate::say!("gen: every shard is done: nothing to resubmit");
+                super::task::merge_if_complete(&root)?;
+            } else {
+                crate::say!("gen: nothing to resubmit: the shards left are running or queued");
+            }
+            return Ok(ExitCode::SUCCESS);
+        }
+        array_spec(&again)
+    } else {
+        format!("0-{}", job.shards - 1)
+    };
+    let text = script(job, &array)?;
+    let name = if only_failed {
+        "gen-only-failed.sbatch"
+    } else {
+        "gen.sbatch"
+    };
+    let path = root.slurm_dir().join(name);
+    crate::store::atomic::write(&path, text.as_bytes())
+        .with_context(|| format!("failed to write `{}`", path.display()))?;
+    if !submit {
+        println!("{}", path.display());
+        crate::say!(
+            "gen: wrote `{}` (array {array}); submit it with `sbatch {}` or `gen slurm … --submit`",
+            path.display(),
+            path.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let output = Command::new("sbatch")
+        .arg("--parsable")
+        .arg(&path)
+        .output()
+        .context("failed to run `sbatch` (is Slurm's client installed and on PATH?)")?;
+    if !output.status.success() {
+        anyhow::bail!(
+            "`sbatch {}` failed ({}): {}",
+            path.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    // `--parsable` prints `JOBID` or `JOBID;CLUSTER`.
+    let job_id = stdout
+        .trim()
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    anyhow::ensure!(!job_id.is_empty(), "`sbatch` printed no job id: {stdout:?}");
+    let submission = Submission {
+        job_id: job_id.clone(),
+        array: array.clone(),
+        script: path.display().to_string(),
+        submitted_unix_ms: state::unix_ms(),
+    };
+    let mut line = serde_json::to_vec(&submission)?;
+    line.push(b'\n');
+    crate::store::frames::open_private(&submissions_path(&root))
+        .and_then(|mut f| std::io::Write::write_all(&mut f, &line))
+        .with_context(|| format!("failed to write `{}`", submissions_path(&root).display()))?;
+    println!("{job_id}");
+    crate::say!(
+        "gen: submitted job {job_id} (array {array}); follow it with `gen status {}`",
+        job.root.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Resolves `gen slurm`'s command line into a [`SlurmJob`].
+pub fn resolve(
+    plan: &Plan,
+    root: &Path,
+    shards: Option<u32>,
+    server_launch: Option<String>,
+) -> anyhow::Result<(PathBuf, u32, Option<String>)> {
+    let config = std::path::absolute(&plan.config_path).unwrap_or(plan.config_path.clone());
+    let existing = RunRoot::new(root).read()?.map(|f| f.shards);
+    let shards = match (shards, existing) {
+        (Some(n), _) => n,
+        (None, Some(n)) => n,
+        (None, None) => anyhow::bail!("say how many shards with `--shards N`"),
+    };
+    anyhow::ensure!(shards >= 1, "`--shards` must be at least 1");
+    if server_launch.is_none() && plan.server.launch.is_none() {
+        crate::say!(
+            "gen: warning: `{}` has no `[server] launch`: every task sends to {} instead of \
+             starting its own server (pass `--server-launch CMD` for one per task)",
+            plan.config_path.display(),
+            crate::inference::probe::redact(plan.server.url())
+        );
+    }
+    Ok((config, shards, server_launch))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job() -> SlurmJob {
+        SlurmJob {
+            config: "/data/jobs/datasets.toml".into(),
+            root: "/data/runs/datasets".into(),
+            shards: 8,
+            server_launch: Some("python -m sglang.launch_server --port {port} --tp 8".into()),
+            requeue: true,
+            signal_secs: 120,
+            gen_bin: "/opt/gen/bin/gen".into(),
+            job_name: "gen-datasets".into(),
+            sbatch_options: vec!["--partition=gpu".into(), "--gres=gpu:8".into()],
+        }
+    }
+
+    #[test]
+    fn array_specs_compress_runs() {
+        assert_eq!(array_spec(&[0, 1, 2, 5, 7, 8]), "0-2,5,7-8");
+        assert_eq!(array_spec(&[3, 7]), "3,7");
+        assert_eq!(array_spec(&[4]), "4");
+    }
+
+    #[test]
+    fn the_script_runs_each_task_on_its_shard() {
+        let text = script(&job(), "0-7").expect("script");
+        insta::assert_snapshot!(text);
+        let error = script(
+            &SlurmJob {
+                sbatch_options: vec!["partition=gpu".into()],
+                ..job()
+            },
+            "0-7",
+        )
+        .expect_err("not an option");
+        assert!(
+            error.to_string().contains("is not an sbatch option"),
+            "{error}"
+        );
+    }
+}

@@ -1,0 +1,386 @@
+//! `gen status RUN_ROOT`: one view of a sharded job — every shard's `status.json` and owner
+//! summed into a table per source, then a line per shard (host, owner, state, tok/s) — as
+//! text for 80 columns or as `--json`.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::render::{self, STALE_AFTER_MS, cut};
+use super::state::{Phase, RunStatus, SourceStatus};
+use crate::scale::owner::{self, OwnerRecord};
+use crate::scale::root::{self, RootError, RunRoot};
+
+/// Where a shard is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ShardState {
+    /// No task has written its status yet.
+    NotStarted,
+    Running,
+    /// Every source done.
+    Done,
+    /// Its last run ended with work left (failed sources, a stop, an error): rerun it.
+    Stopped,
+    /// Its task vanished without ending (heartbeat stale, not finished).
+    Lost,
+}
+
+impl ShardState {
+    fn label(self) -> &'static str {
+        match self {
+            ShardState::NotStarted => "not started",
+            ShardState::Running => "running",
+            ShardState::Done => "done",
+            ShardState::Stopped => "stopped",
+            ShardState::Lost => "lost",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ShardView {
+    pub index: u32,
+    pub dir: String,
+    pub state: ShardState,
+    pub host: Option<String>,
+    /// The task that owns (or last owned) it.
+    pub owner: Option<OwnerRecord>,
+    pub prepared: u64,
+    pub done: u64,
+    pub tokens_per_sec: Option<f64>,
+    pub heartbeat_unix_ms: Option<u64>,
+    /// Why its run stopped early, when an error stopped it.
+    pub stopped_by: Option<String>,
+}
+
+/// The whole job.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobView {
+    pub root: String,
+    pub config: String,
+    pub shards: Vec<ShardView>,
+    /// Every source summed over the shards that reported it.
+    pub sources: Vec<SourceStatus>,
+    /// `RUN_ROOT/merged` exists.
+    pub merged: bool,
+}
+
+fn shard_state(status: Option<&RunStatus>, now_ms: u64) -> ShardState {
+    match status {
+        None => ShardState::NotStarted,
+        Some(_) if root::shard_done(status) => ShardState::Done,
+        Some(s) if s.finished => ShardState::Stopped,
+        Some(s) if now_ms.saturating_sub(s.heartbeat_unix_ms) > STALE_AFTER_MS => ShardState::Lost,
+        Some(_) => ShardState::Running,
+    }
+}
+
+/// Sums source `name` over the shards; its phase is the furthest-behind shard's, with
+/// activity first (a source generating anywhere is generating).
+fn sum_source(name: &str, statuses: &[Option<&RunStatus>]) -> SourceStatus {
+    let mut sum = SourceStatus::new(name, Phase::Done);
+    let mut phases = Vec::new();
+    let mut prepared = Some(0u64);
+    for status in statuses {
+        let Some(source) = status.and_then(|s| s.sources.iter().find(|s| s.name == name)) else {
+            phases.push(Phase::Pending);
+            prepared = None;
+            continue;
+        };
+        phases.push(source.phase);
+        prepared = prepared.zip(source.prepared).map(|(a, b)| a + b);
+        sum.done += source.done;
+        sum.failed += source.failed;
+        sum.rejected += source.rejected;
+        sum.duplicates += source.duplicates;
+        sum.truncated += source.truncated;
+        sum.output_tokens += source.output_tokens;
+        if source.phase == Phase::Generating
+            && let Some(rate) = source.tokens_per_sec
+        {
+            *sum.tokens_per_sec.get_or_insert(0.0) += rate;
+        }
+        if source.phase == Phase::Generating {
+            sum.eta_secs = sum.eta_secs.max(source.eta_secs);
+        }
+        if sum.verdict.is_none() && source.phase == Phase::Failed {
+            sum.verdict.clone_from(&source.verdict);
+            sum.note.clone_from(&source.note);
+        }
+    }
+    sum.prepared = prepared;
+    let order = [
+        Phase::Generating,
+        Phase::Preparing,
+        Phase::Failed,
+        Phase::Prepared,
+        Phase::Pending,
+    ];
+    sum.phase = order
+        .into_iter()
+        .find(|p| phases.contains(p))
+        .unwrap_or(Phase::Done);
+    sum
+}
+
+/// Reads every shard of `root`.
+pub fn view(root: &RunRoot, now_ms: u64) -> Result<JobView, RootError> {
+    let file = root.read()?.ok_or_else(|| RootError::NotARoot {
+        root: root.root().to_path_buf(),
+    })?;
+    let shards = root.shards()?;
+    let statuses: Vec<Option<&RunStatus>> = shards.iter().map(|(_, _, s)| s.as_ref()).collect();
+    let mut names: Vec<String> = Vec::new();
+    for status in statuses.iter().flatten() {
+        for source in &status.sources {
+            if !names.contains(&source.name) {
+                names.push(source.name.clone());
+            }
+        }
+    }
+    let sources = names.iter().map(|n| sum_source(n, &statuses)).collect();
+    let mut views = Vec::new();
+    for (index, dir, status) in &shards {
+        let owner = owner::read_owner(dir).ok().flatten();
+        let state = shard_state(status.as_ref(), now_ms);
+        let rate: Option<f64> = status.as_ref().and_then(|s| {
+            let rates: Vec<f64> = s
+                .sources
+                .iter()
+                .filter(|s| s.phase == Phase::Generating)
+                .filter_map(|s| s.tokens_per_sec)
+                .collect();
+            (!rates.is_empty()).then(|| rates.iter().sum())
+        });
+        views.push(ShardView {
+            index: *index,
+            dir: dir.root().display().to_string(),
+            state,
+            host: status.as_ref().map(|s| s.host.clone()),
+            prepared: status
+                .as_ref()
+                .map_or(0, |s| s.sources.iter().filter_map(|s| s.prepared).sum()),
+            done: status
+                .as_ref()
+                .map_or(0, |s| s.sources.iter().map(|s| s.done).sum()),
+            tokens_per_sec: if state == ShardState::Running {
+                rate
+            } else {
+                None
+            },
+            heartbeat_unix_ms: status.as_ref().map(|s| s.heartbeat_unix_ms),
+            stopped_by: status.as_ref().and_then(|s| s.stopped_by.clone()),
+            owner,
+        });
+    }
+    Ok(JobView {
+        root: root.root().display().to_string(),
+        config: file.config,
+        shards: views,
+        sources,
+        merged: root.merged().is_dir(),
+    })
+}
+
+/// The job as text, each line at most 80 columns.
+pub fn render(job: &JobView, now_ms: u64) -> String {
+    let mut out = String::new();
+    let count = |state: ShardState| job.shards.iter().filter(|s| s.state == state).count();
+    let mut states = Vec::new();
+    for state in [
+        ShardState::Done,
+        ShardState::Running,
+        ShardState::Stopped,
+        ShardState::Lost,
+        ShardState::NotStarted,
+    ] {
+        let n = count(state);
+        if n > 0 {
+            states.push(format!("{n} {}", state.label()));
+        }
+    }
+    let merged = if job.merged {
+        "merged into RUN_ROOT/merged".to_owned()
+    } else {
+        "not merged yet".to_owned()
+    };
+    let lines = [
+        format!("job    {}", job.config),
+        format!("root   {}", job.root),
+        format!(
+            "shards {} ({}); {merged}",
+            job.shards.len(),
+            states.join(", ")
+        ),
+    ];
+    for line in lines {
+        writeln!(out, "{}", cut(&line, 80)).ok();
+    }
+    writeln!(out).ok();
+    out.push_str(&render::source_table(&job.sources));
+    writeln!(out).ok();
+    writeln!(
+        out,
+        "{:<5} {:<11} {:<14} {:<17} {:>12} {:>6} {:>8}",
+        "SHARD", "STATE", "HOST", "OWNER", "DONE", "TOK/S", "BEAT"
+    )
+    .ok();
+    for shard in &job.shards {
+        let owner = shard.owner.as_ref().map_or_else(
+            || "-".to_owned(),
+            |o| match &o.job {
+                Some(job) => format!("{job} e{}", o.epoch),
+                None => format!("pid {} e{}", o.pid, o.epoch),
+            },
+        );
+        let done = if shard.state == ShardState::NotStarted {
+            "-".to_owned()
+        } else {
+            format!("{}/{}", shard.done, shard.prepared)
+        };
+        let rate = shard
+            .tokens_per_sec
+            .map_or_else(|| "-".to_owned(), |r| format!("{r:.0}"));
+        let beat = shard.heartbeat_unix_ms.map_or_else(
+            || "-".to_owned(),
+            |ms| format!("{}s", now_ms.saturating_sub(ms) / 1000),
+        );
+        let line = format!(
+            "{:<5} {:<11} {:<14} {:<17} {:>12} {:>6} {:>8}",
+            shard.index,
+            shard.state.label(),
+            cut(shard.host.as_deref().unwrap_or("-"), 14),
+            cut(&owner, 17),
+            done,
+            rate,
+            beat
+        );
+        writeln!(out, "{}", cut(line.trim_end(), 80)).ok();
+        if let Some(error) = &shard.stopped_by {
+            writeln!(out, "{}", cut(&format!("      stopped by: {error}"), 80)).ok();
+        }
+    }
+    let rerun: Vec<String> = job
+        .shards
+        .iter()
+        .filter(|s| matches!(s.state, ShardState::Stopped | ShardState::Lost))
+        .map(|s| s.index.to_string())
+        .collect();
+    if !rerun.is_empty() {
+        writeln!(
+            out,
+            "{}",
+            cut(
+                &format!(
+                    "rerun  shards {}: `gen slurm CONFIG --only-failed --submit`",
+                    rerun.join(",")
+                ),
+                80
+            )
+        )
+        .ok();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::atomic;
+
+    const NOW: u64 = 1_800_000_000_000;
+
+    fn status(host: &str, finished: bool, sources: Vec<SourceStatus>) -> RunStatus {
+        RunStatus {
+            layout: 1,
+            config: "/data/jobs/datasets.toml".into(),
+            pid: 4242,
+            host: host.into(),
+            started_unix_ms: NOW - 600_000,
+            heartbeat_unix_ms: NOW - 1_000,
+            finished,
+            servers: Vec::new(),
+            sources,
+            machine: None,
+            stopped_by: None,
+        }
+    }
+
+    fn source(
+        name: &str,
+        phase: Phase,
+        prepared: u64,
+        done: u64,
+        rate: Option<f64>,
+    ) -> SourceStatus {
+        SourceStatus {
+            prepared: Some(prepared),
+            done,
+            tokens_per_sec: rate,
+            ..SourceStatus::new(name, phase)
+        }
+    }
+
+    #[test]
+    fn a_job_of_three_shards_sums_sources_and_lists_shards() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = RunRoot::new(tmp.path().join("job"));
+        root.open_or_create(3, std::path::Path::new("/data/jobs/datasets.toml"))
+            .expect("root");
+        let write = |index: u32, status: &RunStatus, owner: OwnerRecord| {
+            let dir = root.shard(index, 3);
+            fs_err::create_dir_all(dir.root()).expect("mkdir");
+            atomic::write_json(&dir.status(), status).expect("status");
+            atomic::write_json(&dir.root().join("owner.json"), &owner).expect("owner");
+        };
+        let owner = |job: &str, epoch: u64| OwnerRecord {
+            epoch,
+            host: "node".into(),
+            pid: 1,
+            job: Some(job.into()),
+            array_task: None,
+            started_unix_ms: NOW,
+            heartbeat_unix_ms: NOW,
+            released_unix_ms: None,
+        };
+        write(
+            0,
+            &status(
+                "gpu-node-01",
+                true,
+                vec![
+                    source("sharegpt", Phase::Done, 3334, 3334, None),
+                    source("wildchat", Phase::Done, 3300, 3300, None),
+                ],
+            ),
+            owner("812_0", 1),
+        );
+        write(
+            1,
+            &status(
+                "gpu-node-02",
+                false,
+                vec![
+                    source("sharegpt", Phase::Done, 3333, 3333, None),
+                    source("wildchat", Phase::Generating, 3350, 1200, Some(2100.0)),
+                ],
+            ),
+            owner("812_1", 2),
+        );
+        let view = view(&root, NOW).expect("view");
+        assert_eq!(view.shards.len(), 3);
+        assert_eq!(view.shards[2].state, ShardState::NotStarted);
+        let wildchat = &view.sources[1];
+        assert_eq!(wildchat.phase, Phase::Generating);
+        assert_eq!(wildchat.done, 4500);
+        assert_eq!(wildchat.prepared, None, "shard 2 has not counted it yet");
+        assert_eq!(view.sources[0].done, 6667);
+        let text = super::render(&view, NOW);
+        for line in text.lines() {
+            assert!(line.chars().count() <= 80, "{line}");
+        }
+        let text = text.replace(&tmp.path().display().to_string(), "[TEMP_DIR]");
+        insta::assert_snapshot!(text);
+    }
+}

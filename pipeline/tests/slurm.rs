@@ -1,0 +1,409 @@
+//! End to end on a real Slurm cluster (slurmctld + slurmd + munge on this machine, started by
+//! `scripts/slurm/cluster.sh start`, which `scripts/test.sh` runs) with a real llama-server
+//! per array task: `gen slurm --submit` on the quickstart, `squeue` until the array is gone,
+//! `gen status RUN_ROOT` over every shard, the merged output holding every prompt exactly once;
+//! a duplicate task for a live shard refused, `scancel` of one task mid-run, and
+//! `gen slurm --only-failed` resubmitting only the cancelled shard.
+//!
+//! Skipped with a printed reason when no cluster answers or llama-server is missing, unless
+//! `GEN_REQUIRE_SLURM` (or `GEN_REQUIRE_LLAMA`) is set, as `scripts/test.sh` does.
+
+mod support;
+
+use std::collections::{BTreeSet, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::{Gen, completions, copy_examples, llama_skip_reason};
+
+/// The longest a wait on the array may take: on 2 CPUs shared with the rest of the suite the
+/// two tests' llama-servers run at a few tokens per second (one wait took over 600 s at a load
+/// average of 16).
+const JOB_DEADLINE: Duration = Duration::from_secs(900);
+
+fn slurm_skip_reason() -> Option<String> {
+    let answered = Command::new("sinfo")
+        .args(["-h", "-o", "%T"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+    let reason = match answered {
+        Some(states)
+            if states
+                .lines()
+                .any(|s| !s.starts_with("down") && !s.starts_with("drain")) =>
+        {
+            return None;
+        }
+        Some(states) => format!("the Slurm cluster has no usable node ({})", states.trim()),
+        None => "no Slurm cluster answers `sinfo`: run `scripts/slurm/cluster.sh start`".to_owned(),
+    };
+    if std::env::var_os("GEN_REQUIRE_SLURM").is_some() {
+        panic!("GEN_REQUIRE_SLURM is set but {reason}");
+    }
+    Some(reason)
+}
+
+/// The quickstart (each task's llama-server from [`SERVER_LAUNCH`]) with answers of up to
+/// `max_tokens`: 96 keeps a shard generating long enough to be cancelled and duplicated.
+fn project(max_tokens: u32) -> Gen {
+    let gen_ = Gen::new();
+    copy_examples(&gen_);
+    let config = gen_
+        .read("examples/quickstart.toml")
+        .replace("max-tokens = 48", &format!("max-tokens = {max_tokens}"));
+    gen_.write("examples/quickstart.toml", &config);
+    gen_
+}
+
+const SERVER_LAUNCH: &str = "${LLAMA_SERVER_BIN} -m ${GEN_TEST_MODEL} --alias smollm2-135m \
+     --host 127.0.0.1 --port {port} -np 2 -c 2048 -t 1 --metrics";
+
+fn squeue(job: &str) -> Vec<String> {
+    let out = Command::new("squeue")
+        .args(["-h", "-r", "-o", "%i %T", "-j", job])
+        .output()
+        .expect("squeue");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Polls `squeue` until none of `jobs`' tasks is left, within [`JOB_DEADLINE`].
+async fn wait_gone(jobs: &[&str], root: &Path) {
+    let deadline = Instant::now() + JOB_DEADLINE;
+    loop {
+        let left: Vec<String> = jobs.iter().flat_map(|j| squeue(j)).collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "jobs still in the queue after {JOB_DEADLINE:?}: {left:?}\nlogs:\n{}",
+            logs(root)
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Every task log under `RUN_ROOT/slurm/`, for failure messages.
+fn logs(root: &Path) -> String {
+    let mut text = String::new();
+    for entry in std::fs::read_dir(root.join("slurm"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if entry.path().extension().is_some_and(|e| e == "out") {
+            text.push_str(&format!("--- {}\n", entry.path().display()));
+            text.push_str(&std::fs::read_to_string(entry.path()).unwrap_or_default());
+        }
+    }
+    text
+}
+
+fn status_json(path: &Path) -> Option<serde_json::Value> {
+    let text = std::fs::read_to_string(path).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+/// Polls shard `dir`'s `status.json` until `ready` holds.
+async fn wait_for(dir: &Path, root: &Path, what: &str, ready: impl Fn(&serde_json::Value) -> bool) {
+    let deadline = Instant::now() + JOB_DEADLINE;
+    loop {
+        if status_json(&dir.join("status.json")).is_some_and(|s| ready(&s)) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what} never happened in {}\nlogs:\n{}",
+            dir.display(),
+            logs(root)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn done_count(status: &serde_json::Value) -> u64 {
+    status["sources"]
+        .as_array()
+        .map_or(0, |s| s.iter().filter_map(|s| s["done"].as_u64()).sum())
+}
+
+/// Ids of the prepared prompts of `source` in a run directory.
+fn prompt_ids(run_dir: &Path, source: &str) -> HashSet<String> {
+    completions(&run_dir.join(format!("sources/{source}/prompts.jsonl.zst")))
+        .iter()
+        .map(|p| p["id"].as_str().expect("id").to_owned())
+        .collect()
+}
+
+fn sbatch(args: &[&str]) -> String {
+    let out = Command::new("sbatch")
+        .arg("--parsable")
+        .args(args)
+        .output()
+        .expect("sbatch");
+    assert!(
+        out.status.success(),
+        "sbatch {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .split(';')
+        .next()
+        .expect("job id")
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slurm_array_runs_every_shard_survives_a_cancel_and_refuses_a_duplicate() {
+    if let Some(reason) = llama_skip_reason().or_else(slurm_skip_reason) {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let gen_ = project(96);
+    let root: PathBuf = gen_.path("runs/quickstart");
+    let started = Instant::now();
+    let step = |what: &str| eprintln!("[{:>5.1}s] {what}", started.elapsed().as_secs_f64());
+    let submitted = gen_
+        .run(&[
+            "slurm",
+            "examples/quickstart.toml",
+            "--shards",
+            "2",
+            "--submit",
+            "--server-launch",
+            SERVER_LAUNCH,
+            "--",
+            "--cpus-per-task=1",
+        ])
+        .await;
+    assert_eq!(submitted.code, 0, "{}", submitted.stderr);
+    let job = submitted.stdout.trim().to_owned();
+    assert!(job.parse::<u64>().is_ok(), "job id: {job:?}");
+    let script = std::fs::read_to_string(root.join("slurm/gen.sbatch")).expect("script");
+    assert!(script.contains("#SBATCH --array=0-1\n"), "{script}");
+    assert!(script.contains("#SBATCH --cpus-per-task=1\n"), "{script}");
+
+    step(&format!("submitted job {job}"));
+    // Both tasks generate.
+    let (shard0, shard1) = (root.join("shard-000"), root.join("shard-001"));
+    wait_for(&shard0, &root, "shard 0 generating", |s| done_count(s) > 0).await;
+    wait_for(&shard1, &root, "shard 1 generating", |s| done_count(s) > 0).await;
+    step("both shards generating");
+    // At once: task 1 is cancelled mid-run, and a duplicate of task 0 is submitted while the
+    // original owns shard 0.
+    let cancel = Command::new("scancel")
+        .arg(format!("{job}_1"))
+        .status()
+        .expect("scancel");
+    assert!(cancel.success());
+    let owner_before = status_json(&shard0.join("owner.json")).expect("owner");
+    let duplicate = sbatch(&[
+        "--array=0",
+        root.join("slurm/gen.sbatch").to_str().expect("utf-8"),
+    ]);
+    step(&format!(
+        "cancelled task 1, submitted duplicate {duplicate}"
+    ));
+
+    let deadline = Instant::now() + JOB_DEADLINE;
+    while squeue(&job)
+        .iter()
+        .any(|t| t.starts_with(&format!("{job}_1 ")))
+    {
+        assert!(Instant::now() < deadline, "task 1 never left");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    step("task 1 gone");
+    let cancelled = status_json(&shard1.join("status.json")).expect("shard 1 status");
+    assert_eq!(
+        cancelled["finished"], true,
+        "gen stopped gracefully: {cancelled}"
+    );
+    assert!(
+        cancelled["sources"]
+            .as_array()
+            .expect("sources")
+            .iter()
+            .any(|s| s["phase"] != "done"),
+        "the cancel came mid-run: {cancelled}"
+    );
+
+    // The duplicate was refused and wrote nothing.
+    wait_gone(&[&duplicate], &root).await;
+    let duplicate_log =
+        std::fs::read_to_string(root.join(format!("slurm/{duplicate}_0.out"))).expect("log");
+    assert!(
+        duplicate_log.contains("is owned by a live task")
+            && duplicate_log.contains(&format!("job {job}_0")),
+        "{duplicate_log}"
+    );
+    let owner_after = status_json(&shard0.join("owner.json")).expect("owner");
+    assert_eq!(owner_after["epoch"], owner_before["epoch"], "{owner_after}");
+    assert_eq!(owner_after["job"], format!("{job}_0"));
+    step("duplicate refused");
+
+    // Only the cancelled shard is resubmitted (shard 0 is either done or still owned).
+    let again = gen_
+        .run(&[
+            "slurm",
+            "examples/quickstart.toml",
+            "--only-failed",
+            "--submit",
+        ])
+        .await;
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    let rerun = again.stdout.trim().to_owned();
+    let script =
+        std::fs::read_to_string(root.join("slurm/gen-only-failed.sbatch")).expect("script");
+    assert!(
+        script.contains("#SBATCH --array=1\n"),
+        "{script}\n{}",
+        again.stderr
+    );
+    let tasks: BTreeSet<String> = squeue(&rerun)
+        .iter()
+        .filter_map(|t| t.split_whitespace().next().map(str::to_owned))
+        .collect();
+    assert!(
+        tasks.iter().all(|t| t == &format!("{rerun}_1")),
+        "only task 1 resubmitted: {tasks:?}"
+    );
+    step(&format!("resubmitted shard 1 as {rerun}"));
+    wait_gone(&[&job, &rerun], &root).await;
+    step("every task gone");
+    let taken = status_json(&shard1.join("owner.json")).expect("owner");
+    assert_eq!(taken["job"], format!("{rerun}_1"), "{taken}");
+    assert_eq!(taken["epoch"], 2, "the rerun took the shard over: {taken}");
+
+    // One view of the job: every shard done, merged by the last one to finish.
+    let status = gen_
+        .run(&["status", root.to_str().expect("utf-8"), "--json"])
+        .await;
+    assert_eq!(status.code, 0, "{}", status.stderr);
+    let view: serde_json::Value = serde_json::from_str(&status.stdout).expect("json");
+    let shards = view["shards"].as_array().expect("shards");
+    assert_eq!(shards.len(), 2, "{view}");
+    assert!(
+        shards.iter().all(|s| s["state"] == "done"),
+        "{view}\n{}",
+        logs(&root)
+    );
+    assert_eq!(view["merged"], true, "{view}\n{}", logs(&root));
+    let table = gen_.run(&["status", root.to_str().expect("utf-8")]).await;
+    for line in [format!("{job}_0 e1"), format!("{rerun}_1 e2")] {
+        assert!(table.stdout.contains(&line), "{line}:\n{}", table.stdout);
+    }
+
+    // The merged output: every prompt of every source exactly once.
+    let merged = root.join("merged");
+    let mut total = 0;
+    for source in ["tutor-chats", "arithmetic", "haiku"] {
+        let prompts = prompt_ids(&shard0, source);
+        assert_eq!(
+            prompts,
+            prompt_ids(&shard1, source),
+            "{source}: same preparation"
+        );
+        let records = completions(&merged.join(format!("sources/{source}/completions.jsonl.zst")));
+        let ids: Vec<String> = records
+            .iter()
+            .map(|r| r["id"].as_str().expect("id").to_owned())
+            .collect();
+        let unique: HashSet<String> = ids.iter().cloned().collect();
+        assert_eq!(unique.len(), ids.len(), "{source}: a prompt answered twice");
+        assert_eq!(unique, prompts, "{source}: every prompt answered");
+        total += ids.len();
+    }
+    assert!(total >= 55, "{total}");
+    let verify = gen_.run(&["verify", merged.to_str().expect("utf-8")]).await;
+    assert_eq!(verify.code, 0, "{}{}", verify.stdout, verify.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_told_its_time_is_up_stops_requeues_itself_and_takes_its_shard_back() {
+    if let Some(reason) = llama_skip_reason().or_else(slurm_skip_reason) {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let gen_ = project(48);
+    let root: PathBuf = gen_.path("runs/quickstart");
+    let started = Instant::now();
+    let step = |what: &str| eprintln!("[{:>5.1}s] {what}", started.elapsed().as_secs_f64());
+    let submitted = gen_
+        .run(&[
+            "slurm",
+            "examples/quickstart.toml",
+            "--shards",
+            "1",
+            "--requeue",
+            "--submit",
+            "--server-launch",
+            SERVER_LAUNCH,
+            "--",
+            "--cpus-per-task=1",
+        ])
+        .await;
+    assert_eq!(submitted.code, 0, "{}", submitted.stderr);
+    let job = submitted.stdout.trim().to_owned();
+    let task = format!("{job}_0");
+    let shard = root.join("shard-000");
+    wait_for(&shard, &root, "shard 0 generating", |s| done_count(s) > 0).await;
+    step("generating; SIGUSR1 to the batch shell, as ahead of the time limit");
+    let signal = Command::new("scancel")
+        .args(["--batch", "--signal=USR1", &task])
+        .status()
+        .expect("scancel");
+    assert!(signal.success());
+    // The script requeues the task once gen has stopped; the requeued task waits out the
+    // credential lifetime (10 s on the test cluster), then starts again.
+    let deadline = Instant::now() + JOB_DEADLINE;
+    loop {
+        let state = squeue(&job);
+        if state.iter().any(|t| t.ends_with("PENDING")) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never requeued: {state:?}\n{}",
+            logs(&root)
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    step("requeued");
+    let stopped = status_json(&shard.join("status.json")).expect("status");
+    assert_eq!(stopped["finished"], true, "stopped gracefully: {stopped}");
+    wait_gone(&[&job], &root).await;
+    step("done");
+
+    let log = logs(&root);
+    assert!(
+        log.contains("stopped before the time limit; requeueing this task")
+            && log.contains("(restart 1)"),
+        "{log}"
+    );
+    let owner = status_json(&shard.join("owner.json")).expect("owner");
+    assert_eq!(owner["job"], task, "{owner}");
+    assert_eq!(
+        owner["epoch"], 2,
+        "the requeued task took its shard back: {owner}"
+    );
+    let merged = root.join("merged");
+    let verify = gen_
+        .run(&["verify", merged.to_str().expect("utf-8"), "--json"])
+        .await;
+    assert_eq!(verify.code, 0, "{}{}", verify.stdout, verify.stderr);
+    let audit: serde_json::Value = serde_json::from_str(&verify.stdout).expect("json");
+    assert_eq!(audit["totals"]["pending"], 0, "{audit}");
+    assert_eq!(audit["totals"]["duplicated"], 0, "{audit}");
+    assert_eq!(
+        audit["totals"]["completed"], audit["totals"]["prompts"],
+        "{audit}"
+    );
+}
