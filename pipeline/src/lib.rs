@@ -7,6 +7,7 @@
 //! - [`inference`]: the streaming chat client, server probes, a server `gen` launches.
 //! - [`store`]: the run directory's layout and its crash-safe files.
 //! - [`status`]: `status.json` and its 80-column rendering.
+//! - [`secrets`]: the API key and Hugging Face tokens, taken out of every text `gen` writes.
 //!
 //! Failures of a worker or a prompt are data (counted, shown in status, retried on the next
 //! run); an `Err` from [`run_cli`] means the run itself could not go on.
@@ -22,6 +23,7 @@ pub mod merge;
 pub mod prep;
 pub mod report;
 pub mod run;
+pub mod secrets;
 pub mod status;
 pub mod store;
 pub mod verify;
@@ -57,7 +59,13 @@ impl<E: Into<anyhow::Error>> From<E> for CliError {
         let error = error.into();
         let code = if error.downcast_ref::<ConfigError>().is_some()
             || error.downcast_ref::<run::pin::PinMismatch>().is_some()
-        {
+            || error
+                .downcast_ref::<run::orchestrator::InputsChanged>()
+                .is_some()
+            || matches!(
+                error.downcast_ref::<inference::probe::ProbeError>(),
+                Some(inference::probe::ProbeError::ModelNotServed { .. })
+            ) {
             exit::USAGE
         } else {
             exit::FAILED
@@ -94,6 +102,8 @@ fn normalize_lexically(path: &Path) -> PathBuf {
 
 /// Runs one parsed command line.
 pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
+    // The config's API key joins them when a config is loaded (`Plan::from_text`).
+    secrets::register_hf_tokens();
     match cli.command {
         Command::Check { config } => {
             let plan = Plan::load(&config)?;
@@ -134,6 +144,7 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             only_failed,
             sources,
             allow_config_change,
+            keep_preparation,
             shard,
         } => {
             let plan = Plan::load(&config)?;
@@ -153,13 +164,14 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
                 only_failed,
                 sources,
                 allow_config_change,
+                keep_preparation,
                 shard,
             };
             let runtime =
                 tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
             let outcome = runtime.block_on(async {
                 let cancel = CancellationToken::new();
-                tokio::spawn(cancel_on_signal(cancel.clone()));
+                tokio::spawn(run::stop::listen(cancel.clone(), run_dir.status()));
                 run::run(&plan, &run_dir, &selection, cancel).await
             });
             let outcome = match outcome {
@@ -171,15 +183,16 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             };
             let code = match outcome {
                 RunOutcome::NothingToDo => exit::OK,
+                // `say!`: the terminal may be gone (an SSH session closed mid-run).
                 RunOutcome::Finished { failed } if failed.is_empty() => {
-                    eprintln!(
+                    crate::say!(
                         "gen: every source is done; `gen status {}` shows the run",
                         run_dir.root().display()
                     );
                     exit::OK
                 }
                 RunOutcome::Finished { failed } => {
-                    eprintln!(
+                    crate::say!(
                         "gen: {} source(s) not finished: {}; run `gen run` again to retry them",
                         failed.len(),
                         failed.join(", ")
@@ -196,40 +209,12 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
 /// After a run stopped with an error, says so in `status.json` (if the run got far enough to
 /// write one), so `gen status` shows why instead of a stale "running".
 fn mark_stopped(run_dir: &RunDir, error: &anyhow::Error) {
-    let path = run_dir.status();
-    let Ok(Some(mut status)) = store::atomic::read_json::<status::RunStatus>(&path) else {
-        return;
-    };
-    if status.pid != std::process::id() {
-        // Another run's status (e.g. this one was refused by the lock): not ours to change.
-        return;
-    }
-    status.finished = true;
-    status.stopped_by = Some(
-        format!("{error:#}")
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .to_owned(),
-    );
-    status.heartbeat_unix_ms = status::state::unix_ms();
-    store::atomic::write_json(&path, &status).ok();
-}
-
-/// Cancels `cancel` on the first SIGINT or SIGTERM; a second one exits at once.
-async fn cancel_on_signal(cancel: CancellationToken) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
-        return;
-    };
-    tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
-    cancel.cancel();
-    tokio::select! { _ = int.recv() => {}, _ = term.recv() => {} }
-    eprintln!("gen: second signal: exiting now");
-    std::process::exit(130);
+    let reason = format!("{error:#}")
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    drop(status::state::mark_stopped(&run_dir.status(), &reason));
 }
 
 /// The run directory named by `target`: a run directory itself, or a config file's.

@@ -5,6 +5,10 @@
 //!
 //! This is what turns an outage into a pause: no prompt is marked failed because the server
 //! was away.
+//!
+//! For a server `gen` launched, an answer counts only while that process runs
+//! ([`Liveness::require_process`]): once it died, its port may answer from another process,
+//! which must not get the run's requests.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +37,8 @@ pub struct Liveness {
     /// The URL as shown to people (credentials redacted).
     shown: Arc<str>,
     state: watch::Sender<Health>,
+    /// For a launched server: whether its process runs.
+    process: Arc<std::sync::OnceLock<super::managed::ProcessGate>>,
 }
 
 impl Liveness {
@@ -42,7 +48,31 @@ impl Liveness {
             url: url.into(),
             shown: probe::redact(url).into(),
             state,
+            process: Arc::default(),
         }
+    }
+
+    /// From now on the server counts as up only while the process behind `gate` runs: it is
+    /// down as soon as that process exits, until one runs again and answers.
+    pub fn require_process(&self, gate: super::managed::ProcessGate) {
+        if self.process.set(gate.clone()).is_err() {
+            return;
+        }
+        let liveness = self.clone();
+        tokio::spawn(async move {
+            while gate.stopped().await {
+                liveness.report_down("its process exited");
+                gate.started().await;
+            }
+        });
+    }
+
+    /// `/health` answers 200, from the server's own process when it is one `gen` launched.
+    async fn answers(&self) -> bool {
+        self.process
+            .get()
+            .is_none_or(super::managed::ProcessGate::running)
+            && matches!(probe::health(&self.url).await, Ok(true))
     }
 
     pub fn health(&self) -> Health {
@@ -82,7 +112,7 @@ impl Liveness {
     /// A request failed as if the server were down. One quick probe tells a real outage from a
     /// stale pooled connection the server had closed: only a failed probe pauses everyone.
     pub async fn confirm_down(&self, reason: &str) {
-        if self.health() == Health::Up && matches!(probe::health(&self.url).await, Ok(true)) {
+        if self.health() == Health::Up && self.answers().await {
             tracing::debug!(url = %self.shown, %reason, "request failed but the server answers /health");
             return;
         }
@@ -113,7 +143,7 @@ impl Liveness {
         let mut interval = Duration::from_millis(250);
         loop {
             tokio::time::sleep(interval).await;
-            if let Ok(true) = probe::health(&self.url).await {
+            if self.answers().await {
                 let down_for = match self.health() {
                     Health::Down { since_unix_ms } => {
                         unix_ms().saturating_sub(since_unix_ms) / 1000

@@ -1,12 +1,14 @@
 //! `gen run`: the orchestrator's event loop ([`orchestrator`]), preparation workers as
 //! supervised processes ([`supervisor`], [`rss`], [`sys`]) and the request dispatcher
 //! ([`dispatch`]) over one or several servers ([`fleet`]), fed from the prepared prompts
-//! ([`feed`]), with its stored records ([`record`]).
+//! ([`feed`]), with its stored records ([`record`]); signals stop it gracefully ([`stop`]);
+//! a prepared source is checked against its inputs on every run ([`inputs`]).
 
 pub mod cgroup;
 pub mod dispatch;
 pub mod feed;
 pub mod fleet;
+pub mod inputs;
 pub mod kernel_log;
 pub mod limiter;
 pub mod lock;
@@ -16,6 +18,7 @@ pub mod pin;
 pub mod record;
 pub mod rss;
 pub mod shard;
+pub mod stop;
 pub mod supervisor;
 pub mod sys;
 pub mod tuner;

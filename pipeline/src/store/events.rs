@@ -2,12 +2,9 @@
 //! change of a source (with its note), worker verdicts, server outages and concurrency
 //! changes — one JSON object per line, so a multi-day run can be reconstructed after the fact.
 
-use std::io::Write as _;
 use std::path::PathBuf;
 
 use serde::Serialize;
-
-use super::frames::open_private;
 
 /// One line of `events.jsonl`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -43,17 +40,12 @@ impl EventLog {
             source,
             detail: detail.into(),
         };
-        let result = serde_json::to_vec(&event)
-            .map_err(std::io::Error::other)
-            .and_then(|mut line| {
-                line.push(b'\n');
-                open_private(&self.path)?.write_all(&line)
-            });
+        let result = super::append::json_lines(&self.path, &[event], false);
         if let Err(e) = result
             && !self.warned
         {
             self.warned = true;
-            eprintln!(
+            crate::say!(
                 "gen: warning: cannot append to `{}`: {e}",
                 self.path.display()
             );
