@@ -25,6 +25,8 @@ mod disk;
 mod harness;
 #[path = "faults/llama.rs"]
 mod llama;
+#[path = "faults/run_edges/mod.rs"]
+mod run_edges;
 
 use std::time::Duration;
 
