@@ -11,7 +11,8 @@ use serde::Serialize;
 pub struct Event<'a> {
     pub unix_ms: u64,
     /// `run_started`, `run_finished`, `source_phase`, `worker_verdict`, `server_down`,
-    /// `server_up`, `concurrency`.
+    /// `server_up`, `concurrency`, `server_restart`, `server_restart_failed`, `inputs_changed`,
+    /// …
     pub event: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<&'a str>,
