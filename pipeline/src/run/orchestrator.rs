@@ -764,6 +764,15 @@ impl<'p> Orchestrator<'p> {
                 &super::inputs::recorded(&manifest),
             );
             if comparison.changes.is_empty() {
+                // A manifest written before sizes and times were recorded gets them now, so
+                // its files are not read in full again on every run.
+                let unrecorded = manifest.input_stats.is_empty() && manifest.kept_for.is_none();
+                if unrecorded && !comparison.now.stats.is_empty() {
+                    manifest.input_stats = comparison.now.stats;
+                    atomic::write_json(&dir.manifest(), &manifest).with_context(|| {
+                        format!("failed to write `{}`", dir.manifest().display())
+                    })?;
+                }
                 continue;
             }
             let changes = comparison.changes.join("; ");
