@@ -81,11 +81,12 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         plot::write(&report, path)?;
         eprintln!("gen bench: wrote the plot to `{}`", path.display());
     }
+    // A server's failure in the report quotes its answer.
     if args.json {
         let text = serde_json::to_string_pretty(&report).context("failed to encode the report")?;
-        println!("{text}");
+        println!("{}", crate::secrets::redact(&text));
     } else {
-        print!("{}", report::render(&report));
+        print!("{}", crate::secrets::redact(&report::render(&report)));
     }
     Ok(ExitCode::from(if any_failed {
         crate::exit::FAILED

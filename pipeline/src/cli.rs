@@ -31,6 +31,10 @@ pub enum Command {
         /// Resume even though the model or sampling settings changed since the run started.
         #[arg(long)]
         allow_config_change: bool,
+        /// Go on with the prompts prepared before although a source's input file or settings
+        /// changed since (refused otherwise once answers were generated from them).
+        #[arg(long)]
+        keep_preparation: bool,
         /// Run only share `i` of `n` of every source's prompts (1-based), e.g. `--shard 2/8`
         /// on the second of eight hosts; `gen merge` combines the shares. `auto`: the share
         /// of this Slurm array task, Kubernetes Indexed Job pod or RANK, in its own

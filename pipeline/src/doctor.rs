@@ -466,7 +466,8 @@ pub fn doctor(config: &Path) -> anyhow::Result<ExitCode> {
         config.display(),
         plan.run_dir.display()
     );
-    print!("{}", report.render());
+    // The server checks quote the server's answers.
+    print!("{}", crate::secrets::redact(&report.render()));
     let failed = report
         .checks
         .iter()

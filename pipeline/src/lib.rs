@@ -8,6 +8,7 @@
 //! - [`store`]: the run directory's layout and its crash-safe files.
 //! - [`status`]: `status.json` and its 80-column rendering.
 //! - [`scale`]: `--shard auto` under Slurm or Kubernetes, shard ownership, `gen slurm`.
+//! - [`secrets`]: the API key and Hugging Face tokens, taken out of every text `gen` writes.
 //!
 //! Failures of a worker or a prompt are data (counted, shown in status, retried on the next
 //! run); an `Err` from [`run_cli`] means the run itself could not go on.
@@ -24,6 +25,7 @@ pub mod prep;
 pub mod report;
 pub mod run;
 pub mod scale;
+pub mod secrets;
 pub mod status;
 pub mod store;
 pub mod verify;
@@ -59,7 +61,13 @@ impl<E: Into<anyhow::Error>> From<E> for CliError {
         let error = error.into();
         let code = if error.downcast_ref::<ConfigError>().is_some()
             || error.downcast_ref::<run::pin::PinMismatch>().is_some()
-        {
+            || error
+                .downcast_ref::<run::orchestrator::InputsChanged>()
+                .is_some()
+            || matches!(
+                error.downcast_ref::<inference::probe::ProbeError>(),
+                Some(inference::probe::ProbeError::ModelNotServed { .. })
+            ) {
             exit::USAGE
         } else {
             exit::FAILED
@@ -96,6 +104,8 @@ fn normalize_lexically(path: &Path) -> PathBuf {
 
 /// Runs one parsed command line.
 pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
+    // The config's API key joins them when a config is loaded (`Plan::from_text`).
+    secrets::register_hf_tokens();
     match cli.command {
         Command::Check { config } => {
             let plan = Plan::load(&config)?;
@@ -139,6 +149,7 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             only_failed,
             sources,
             allow_config_change,
+            keep_preparation,
             shard,
             retry_rejected,
             shards,
@@ -188,6 +199,7 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
                 only_failed,
                 sources,
                 allow_config_change,
+                keep_preparation,
                 shard,
                 retry_rejected,
                 fence: task.as_ref().map(scale::task::ShardTask::fence),
@@ -196,7 +208,7 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
                 tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
             let outcome = runtime.block_on(async {
                 let cancel = CancellationToken::new();
-                tokio::spawn(cancel_on_signal(cancel.clone()));
+                tokio::spawn(run::stop::listen(cancel.clone(), run_dir.status()));
                 run::run(&plan, &run_dir, &selection, cancel).await
             });
             let done = matches!(&outcome, Ok(RunOutcome::NothingToDo))
@@ -260,43 +272,12 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
 /// After a run stopped with an error, says so in `status.json` (if the run got far enough to
 /// write one), so `gen status` shows why instead of a stale "running".
 fn mark_stopped(run_dir: &RunDir, error: &anyhow::Error) {
-    let path = run_dir.status();
-    let Ok(Some(mut status)) = store::atomic::read_json::<status::RunStatus>(&path) else {
-        return;
-    };
-    if status.pid != std::process::id() {
-        // Another run's status (e.g. this one was refused by the lock): not ours to change.
-        return;
-    }
-    status.finished = true;
-    status.stopped_by = Some(
-        format!("{error:#}")
-            .lines()
-            .next()
-            .unwrap_or_default()
-            .to_owned(),
-    );
-    status.heartbeat_unix_ms = status::state::unix_ms();
-    store::atomic::write_json(&path, &status).ok();
-}
-
-/// Cancels `cancel` on the first SIGINT, SIGTERM or SIGUSR1; a second one exits at once.
-/// SIGUSR1 is what a Slurm task asks for ahead of its time limit (`--signal=B:USR1@SECS`);
-/// without a handler it would kill `gen` outright.
-async fn cancel_on_signal(cancel: CancellationToken) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term), Ok(mut usr1)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-        signal(SignalKind::user_defined1()),
-    ) else {
-        return;
-    };
-    tokio::select! { _ = int.recv() => {}, _ = term.recv() => {}, _ = usr1.recv() => {} }
-    cancel.cancel();
-    tokio::select! { _ = int.recv() => {}, _ = term.recv() => {}, _ = usr1.recv() => {} }
-    eprintln!("gen: second signal: exiting now");
-    std::process::exit(130);
+    let reason = format!("{error:#}")
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    drop(status::state::mark_stopped(&run_dir.status(), &reason));
 }
 
 /// The run directory named by `target`: a run directory itself, or a config file's.

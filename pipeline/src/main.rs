@@ -1,9 +1,10 @@
 //! The `gen` binary: parse, run, render the error chain, map the exit code.
 
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use clap::Parser as _;
-use gen_pipeline::{cli::Cli, exit, run_cli};
+use gen_pipeline::{cli::Cli, exit, run_cli, secrets};
 
 /// jemalloc keeps a preparation worker's peak RSS flat in the number of rows it reads (glibc's
 /// heap grows with every batch; see BENCHMARKS.md "Preparation").
@@ -29,14 +30,18 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| "warn".into()),
         )
         .with_ansi(false)
-        .with_writer(std::io::stderr)
+        .with_writer(|| secrets::RedactedStderr)
         .init();
     match run_cli(cli) {
         Ok(code) => code,
         Err(failure) => {
-            eprintln!("error: {}", failure.error);
+            // Not `eprintln!`: a closed terminal must not turn an error into a panic.
+            let mut stderr = std::io::stderr();
+            let error = failure.error.to_string();
+            writeln!(stderr, "error: {}", secrets::redact(&error)).ok();
             for cause in failure.error.chain().skip(1) {
-                eprintln!("  caused by: {cause}");
+                let cause = cause.to_string();
+                writeln!(stderr, "  caused by: {}", secrets::redact(&cause)).ok();
             }
             ExitCode::from(failure.code)
         }

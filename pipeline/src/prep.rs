@@ -26,6 +26,18 @@ pub struct PrepManifest {
     pub layout: u32,
     /// Number of prompts in `prompts.jsonl.zst`.
     pub prompts: u64,
+    /// The settings the prompts were prepared with ([`gen_sources::SourceSpec::settings`]),
+    /// so a rerun can name the one that changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<serde_json::Value>,
+    /// Size and modification time of each local input (by its name in `checksums`) when it was
+    /// read: a rerun hashes a file again only when they differ.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub input_stats: std::collections::BTreeMap<String, crate::run::inputs::FileStat>,
+    /// The inputs this preparation was kept for after they changed (`--keep-preparation`):
+    /// later runs compare with these instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_for: Option<crate::run::inputs::InputState>,
     #[serde(flatten)]
     pub counters: gen_sources::Manifest,
 }
@@ -155,41 +167,43 @@ fn prepare_spec(
     let final_path = dir.prompts();
     let tmp_path = final_path.with_extension("zst.tmp");
     fs_err::remove_file(&tmp_path).ok();
-    let (mut writer, _) = FrameWriter::open(&tmp_path)?;
-    let mut written = 0u64;
-    let hub = gen_sources::HubSettings::from_env().with_progress(download_log());
-    let mut options = gen_sources::PrepareOptions {
-        hub,
-        seen_across: exclude,
-        columnar: true,
-        sample: gen_sources::SampleOptions {
-            memory: sample_memory(memory_limit),
-            // Next to the output, on disk: `/tmp` is often RAM, charged to the worker's cgroup.
-            dir: Some(dir.root().to_path_buf()),
-        },
+    let stats_before = local_stats(spec, base_dir);
+    let sample = gen_sources::SampleOptions {
+        memory: sample_memory(memory_limit),
+        // Next to the output, on disk: `/tmp` is often RAM, charged to the worker's cgroup.
+        dir: Some(dir.root().to_path_buf()),
     };
-    let counters = gen_sources::prepare_with(spec, base_dir, &mut options, &mut |prompt| {
-        writer.push(prompt)?;
-        written += 1;
-        if writer.pending() >= FRAME_PROMPTS || writer.pending_bytes() >= FRAME_BYTES {
-            writer.flush()?;
+    let prepared = write_prompts(plan, spec, base_dir, &tmp_path, exclude, sample);
+    let (written, counters) = match prepared {
+        Ok(prepared) => prepared,
+        Err(e) => {
+            // A partial prompts file only takes space (all of it, when the disk filled up).
+            fs_err::remove_file(&tmp_path).ok();
+            return Err(e);
         }
-        Ok(())
-    })
-    .map_err(|e| match e.span() {
-        // A setting the data does not fit: point at it.
-        Some(span) => anyhow::anyhow!("{}: {e}", plan.locate(span)),
-        None => e.into(),
-    })?;
-    writer.flush()?;
-    drop(writer);
+    };
     fs_err::rename(&tmp_path, &final_path)?;
+    // A file modified while it was read keeps no record: the next run hashes it again.
+    let stats_after = local_stats(spec, base_dir);
+    let input_stats = stats_before
+        .into_iter()
+        .filter(|(name, stat)| {
+            stats_after.get(name) == Some(stat) && counters.checksums.contains_key(name)
+        })
+        .collect();
     let manifest = PrepManifest {
         layout: crate::store::layout::LAYOUT_VERSION,
         prompts: written,
+        settings: Some(spec.settings()),
+        input_stats,
+        kept_for: None,
         counters,
     };
-    atomic::write_json(&dir.manifest(), &manifest)?;
+    if let Err(e) = atomic::write_json(&dir.manifest(), &manifest) {
+        // Without its manifest the source is not prepared, and its prompts only take space.
+        fs_err::remove_file(&final_path).ok();
+        return Err(e).with_context(|| format!("failed to write `{}`", dir.manifest().display()));
+    }
     println!(
         "prepared {written} prompts from {} rows ({} dropped, {} duplicates, {} in earlier sources)",
         manifest.counters.rows_read,
@@ -218,6 +232,71 @@ fn sample_memory(memory_limit: Option<u64>) -> usize {
     usize::try_from(quarter)
         .unwrap_or(usize::MAX)
         .min(gen_sources::prepare::DEFAULT_SAMPLE_MEMORY)
+}
+
+/// Size and modification time of a local source's input files, by the name the manifest gives
+/// them (empty for a Hub source, or when they cannot be listed).
+fn local_stats(
+    spec: &gen_sources::SourceSpec,
+    base_dir: &Path,
+) -> std::collections::BTreeMap<String, crate::run::inputs::FileStat> {
+    if spec.repo.is_some() {
+        return std::collections::BTreeMap::new();
+    }
+    gen_sources::prepare::resolve_files(spec, base_dir)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|file| {
+            let stat = crate::run::inputs::FileStat::of(&file).ok()?;
+            Some((file.to_string_lossy().into_owned(), stat))
+        })
+        .collect()
+}
+
+/// Writes the prompts of `spec` to `tmp_path`; returns how many, and the counters.
+fn write_prompts(
+    plan: &Plan,
+    spec: &gen_sources::SourceSpec,
+    base_dir: &Path,
+    tmp_path: &Path,
+    exclude: Option<&mut std::collections::HashSet<u64>>,
+    sample: gen_sources::SampleOptions,
+) -> anyhow::Result<(u64, gen_sources::Manifest)> {
+    // Named as the file it becomes: the temporary name is an implementation detail.
+    let context = || {
+        format!(
+            "failed to write `{}`",
+            tmp_path.with_extension("").display()
+        )
+    };
+    let (mut writer, _) = FrameWriter::open(tmp_path).with_context(context)?;
+    let mut written = 0u64;
+    let hub = gen_sources::HubSettings::from_env().with_progress(download_log());
+    let mut options = gen_sources::PrepareOptions {
+        hub,
+        seen_across: exclude,
+        columnar: true,
+        sample,
+    };
+    let counters = gen_sources::prepare_with(spec, base_dir, &mut options, &mut |prompt| {
+        writer.push(prompt)?;
+        written += 1;
+        if writer.pending() >= FRAME_PROMPTS || writer.pending_bytes() >= FRAME_BYTES {
+            writer.flush()?;
+        }
+        Ok(())
+    });
+    let counters = match counters {
+        Err(e @ gen_sources::SourceError::Sink(_)) => return Err(e).with_context(context),
+        // A setting the data does not fit: point at it.
+        Err(e) => match e.span() {
+            Some(span) => anyhow::bail!("{}: {e}", plan.locate(span)),
+            None => return Err(e.into()),
+        },
+        Ok(counters) => counters,
+    };
+    writer.flush().with_context(context)?;
+    Ok((written, counters))
 }
 
 /// Download progress as lines in the worker's log: where a large download stands, and proof

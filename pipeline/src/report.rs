@@ -3,7 +3,7 @@
 //! `NO_COLOR`/`TERM=dumb`), plain lines. Every message goes through [`say!`](crate::say) so
 //! the two never garble each other.
 
-use std::io::IsTerminal as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -18,17 +18,18 @@ struct Bars {
     bars: Vec<ProgressBar>,
 }
 
-/// Prints one message line, above the progress bars when they are shown.
+/// Prints one message line, above the progress bars when they are shown, with every known
+/// secret taken out ([`crate::secrets`]). A terminal that went away (an SSH session closed:
+/// writes fail with EIO or EPIPE) loses the line; the run goes on.
 pub fn say(line: String) {
+    let line = crate::secrets::redact(&line);
     let guard = BARS.lock().expect("report lock not poisoned");
-    match guard.as_ref() {
-        Some(bars) => {
-            if bars.multi.println(&line).is_err() {
-                eprintln!("{line}");
-            }
-        }
-        None => eprintln!("{line}"),
+    if let Some(bars) = guard.as_ref()
+        && bars.multi.println(&*line).is_ok()
+    {
+        return;
     }
+    writeln!(std::io::stderr(), "{line}").ok();
 }
 
 /// `eprintln!` for `gen run`: goes above the progress bars when they are shown.

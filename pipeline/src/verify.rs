@@ -678,6 +678,9 @@ mod tests {
         let manifest = PrepManifest {
             layout: 1,
             prompts: n,
+            settings: None,
+            input_stats: Default::default(),
+            kept_for: None,
             counters: gen_sources::Manifest {
                 source: "s".into(),
                 rows_read: n + 2,

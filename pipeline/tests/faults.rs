@@ -29,6 +29,8 @@ mod harness;
 mod llama;
 #[path = "faults/outcomes.rs"]
 mod outcomes;
+#[path = "faults/run_edges/mod.rs"]
+mod run_edges;
 #[path = "faults/shards.rs"]
 mod shards;
 

@@ -113,6 +113,11 @@ pub fn resolve_files(spec: &SourceSpec, base_dir: &Path) -> Result<Vec<PathBuf>,
     Ok(files)
 }
 
+/// The checksum a manifest records for a local file: `xxh3-128:<hex>`.
+pub fn file_checksum(path: &Path) -> io::Result<String> {
+    Ok(format!("xxh3-128:{}", xxh3_of(path)?))
+}
+
 /// A fast content checksum of a local file (xxh3-128: a fixed spec, ~10× faster than sha256,
 /// which would dominate preparation time on a large local Parquet file).
 fn xxh3_of(path: &Path) -> io::Result<String> {
@@ -182,14 +187,11 @@ fn local_checksums(inputs: &[Input]) -> Result<Vec<(String, String)>, SourceErro
         .iter()
         .filter(|input| input.checksum.is_none())
         .map(|input| {
-            let checksum = xxh3_of(&input.local).map_err(|source| SourceError::Read {
+            let checksum = file_checksum(&input.local).map_err(|source| SourceError::Read {
                 path: input.local.clone(),
                 source,
             })?;
-            Ok((
-                input.name.to_string_lossy().into_owned(),
-                format!("xxh3-128:{checksum}"),
-            ))
+            Ok((input.name.to_string_lossy().into_owned(), checksum))
         })
         .collect()
 }
@@ -418,13 +420,13 @@ fn token_filter(
         bound(&spec.max_prompt_tokens),
     )
     .map_err(error)?;
-    let checksum = xxh3_of(&path).map_err(|e| {
+    let checksum = file_checksum(&path).map_err(|e| {
         error(TokenizerError {
             path: path.clone(),
             message: e.to_string(),
         })
     })?;
-    Ok(Some((filter, format!("xxh3-128:{checksum}"))))
+    Ok(Some((filter, checksum)))
 }
 
 /// Reads every row of every input into `collector`.

@@ -214,6 +214,12 @@ impl SourceSpec {
         fingerprint::fingerprint(self, None)
     }
 
+    /// The settings [`SourceSpec::fingerprint`] hashes, as a JSON object keyed by setting
+    /// (snake_case), defaults written out: what a rerun compares to say which one changed.
+    pub fn settings(&self) -> serde_json::Value {
+        fingerprint::canonical(self, None)
+    }
+
     /// [`SourceSpec::fingerprint`] including the checksum of the `tokenizer` file, whose
     /// contents shape the prompts as much as the settings do.
     pub fn fingerprint_with_tokenizer(&self, tokenizer_checksum: Option<&str>) -> String {

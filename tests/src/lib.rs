@@ -1,7 +1,8 @@
 //! `gen-tests`: the harness the end-to-end tests share.
 //!
 //! - [`fake_openai`]: an OpenAI-compatible streaming server on `127.0.0.1:0` with fault knobs
-//!   and a request counter, for fast dispatcher and orchestration tests.
+//!   and a request counter, for fast dispatcher and orchestration tests; [`key_echo`]: a
+//!   gateway that quotes the API key in its error bodies.
 //! - [`llama`]: a real `llama-server` with a real small model, started on a free port, for the
 //!   end-to-end tests (skipped with a printed reason when it is not installed; the README test
 //!   command always installs it).
@@ -19,6 +20,7 @@
 pub mod datasets;
 pub mod fake_hub;
 pub mod fake_openai;
+pub mod key_echo;
 pub mod llama;
 pub mod parquet_fixture;
 pub mod python;

@@ -139,7 +139,13 @@ impl Plan {
         };
         let plan = resolver.resolve(path);
         match plan {
-            Some(plan) if resolver.problems.is_empty() => Ok(plan),
+            Some(plan) if resolver.problems.is_empty() => {
+                // Whatever reads the key, every text written from now on is cleaned of it.
+                if let Some(var) = &plan.server.api_key_env {
+                    crate::secrets::register_env(var);
+                }
+                Ok(plan)
+            }
             _ => {
                 let mut problems = resolver.problems;
                 // What toml recovered around a syntax error is not what the user wrote: other

@@ -12,6 +12,10 @@
 //!
 //! This is what turns an outage into a pause: no prompt is marked failed because the server
 //! was away or broken.
+//!
+//! For a server `gen` launched, an answer counts only while that process runs
+//! ([`Liveness::require_process`]): once it died, its port may answer from another process,
+//! which must not get the run's requests.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -66,6 +70,8 @@ pub struct Liveness {
     shown: Arc<str>,
     state: watch::Sender<Health>,
     record: Arc<Mutex<Record>>,
+    /// For a launched server: whether its process runs.
+    process: Arc<std::sync::OnceLock<super::managed::ProcessGate>>,
 }
 
 impl Liveness {
@@ -75,6 +81,7 @@ impl Liveness {
             url: url.into(),
             shown: probe::redact(url).into(),
             state,
+            process: Arc::default(),
             record: Arc::default(),
         }
     }
@@ -185,6 +192,33 @@ impl Liveness {
         Liveness::answers(client, PROBE_TOKENS.min(client.max_tokens())).await
     }
 
+    /// From now on the server counts as up only while the process behind `gate` runs: it is
+    /// down as soon as that process exits, until one runs again and answers.
+    pub fn require_process(&self, gate: super::managed::ProcessGate) {
+        if self.process.set(gate.clone()).is_err() {
+            return;
+        }
+        let liveness = self.clone();
+        tokio::spawn(async move {
+            while gate.stopped().await {
+                liveness.report_down("its process exited");
+                gate.started().await;
+            }
+        });
+    }
+
+    /// `/health` answers 200, from the server's own process when it is one `gen` launched.
+    async fn health_answers(&self) -> bool {
+        self.process_runs() && matches!(probe::health(&self.url).await, Ok(true))
+    }
+
+    /// Whether the server's own process runs (always, for a server `gen` did not launch).
+    fn process_runs(&self) -> bool {
+        self.process
+            .get()
+            .is_none_or(super::managed::ProcessGate::running)
+    }
+
     pub fn health(&self) -> Health {
         *self.state.borrow()
     }
@@ -223,7 +257,7 @@ impl Liveness {
     /// stale pooled connection the server had closed: only a failed probe pauses everyone.
     /// Returns whether the server is down now.
     pub async fn confirm_down(&self, reason: &str) -> bool {
-        if self.health() == Health::Up && matches!(probe::health(&self.url).await, Ok(true)) {
+        if self.health() == Health::Up && self.health_answers().await {
             tracing::debug!(url = %self.shown, %reason, "request failed but the server answers /health");
             return false;
         }
@@ -266,8 +300,10 @@ impl Liveness {
         loop {
             tokio::time::sleep(interval).await;
             let back = match &client {
-                None => matches!(probe::health(&self.url).await, Ok(true)),
-                Some(client) => Liveness::answers_briefly(client).await.is_ok(),
+                None => self.health_answers().await,
+                Some(client) => {
+                    self.process_runs() && Liveness::answers_briefly(client).await.is_ok()
+                }
             };
             if back {
                 let down_for = match self.health() {

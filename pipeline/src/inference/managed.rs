@@ -1,10 +1,22 @@
 //! A server `gen` launches itself: started in its own process group with its output in the
 //! run directory, waited on until `/health` answers 200 — while also waiting on the process,
 //! so a server that dies is reported at once with the tail of its log — and stopped at the end.
+//!
+//! Healthy means *its own* process is alive when the port answers: a port another process
+//! already holds is refused before the launch (the launched server could not bind it, and
+//! `/health` would reach the other process, which would then get the run's requests).
+//!
+//! The server's output reaches its log through `gen`, line by line, with every known secret
+//! taken out: servers print their arguments (vLLM logs its `api_key`), and the key passed with
+//! `--api-key ${…}` must not land on disk.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::config::ServerPlan;
 use crate::run::sys;
@@ -36,14 +48,77 @@ pub enum LaunchError {
         tail: String,
         diagnosis: String,
     },
+    #[error(
+        "port {port} is already in use by another process{seen}, so the inference server `gen` launches cannot listen on it and `{url}` would reach that other process; stop it, or write `{{port}}` in `[server] launch` and `url` so `gen` picks a free port"
+    )]
+    PortInUse {
+        port: u16,
+        url: String,
+        /// How it was found: ` (…)`, or empty.
+        seen: String,
+    },
     #[error("failed to prepare the server launch")]
     Io(#[from] std::io::Error),
+}
+
+/// Whether the process `gen` launched (the latest, after restarts) runs: the server's liveness
+/// reads it, so that while it does not, an answer on its port does not count, and it hears at
+/// once when the process exits.
+#[derive(Debug, Clone)]
+pub struct ProcessGate(Arc<watch::Sender<u32>>);
+
+impl Default for ProcessGate {
+    fn default() -> ProcessGate {
+        ProcessGate(Arc::new(watch::channel(0).0))
+    }
+}
+
+/// The gate's value once `gen` stops the server on purpose.
+const STOPPED_BY_GEN: u32 = u32::MAX;
+
+impl ProcessGate {
+    /// The server's process runs (it answered `/health` and has not exited since).
+    pub fn running(&self) -> bool {
+        !matches!(*self.0.borrow(), 0 | STOPPED_BY_GEN)
+    }
+
+    /// Waits until the server's process is not running (at once if it is not); `false` when
+    /// `gen` stopped it on purpose, for good.
+    pub async fn stopped(&self) -> bool {
+        let mut receiver = self.0.subscribe();
+        let stopped = receiver
+            .wait_for(|pid| matches!(*pid, 0 | STOPPED_BY_GEN))
+            .await;
+        stopped.is_ok_and(|pid| *pid == 0)
+    }
+
+    /// Waits until a server's process runs again.
+    pub async fn started(&self) {
+        self.0.subscribe().wait_for(|pid| *pid != 0).await.ok();
+    }
+
+    /// `pid` exited: closes the gate, unless a newer process holds it.
+    fn exited(&self, pid: u32) {
+        self.0.send_if_modified(|current| {
+            let ours = *current == pid;
+            if ours {
+                *current = 0;
+            }
+            ours
+        });
+    }
 }
 
 /// A running server `gen` started.
 #[derive(Debug)]
 pub struct ManagedServer {
-    child: tokio::process::Child,
+    /// Its exit, once it has exited (the task that waits for it holds the process).
+    exit: watch::Receiver<Option<String>>,
+    /// Waits for the process; dropped with the server, it kills the process (kill on drop).
+    _waiter: AbortOnDropHandle<()>,
+    gate: ProcessGate,
+    /// The tasks copying its stdout and stderr into its log.
+    copying: Vec<tokio::task::JoinHandle<()>>,
     pgid: i32,
     pub url: String,
     pub log: PathBuf,
@@ -139,13 +214,20 @@ impl ManagedServer {
             .map(|a| expand(a, port, &env))
             .collect::<Result<Vec<_>, _>>()?;
         let url = expand(plan.url(), port, &env)?;
-        ManagedServer::launch(args, url, log.to_path_buf(), plan.health_timeout, 0).await
+        let gate = ProcessGate::default();
+        ManagedServer::launch(args, url, log.to_path_buf(), plan.health_timeout, 0, gate).await
     }
 
     /// Starts the same command again after the server died (its log is appended to).
     pub async fn restart(self) -> Result<ManagedServer, LaunchError> {
         let restarts = self.restarts + 1;
-        ManagedServer::launch(self.args, self.url, self.log, self.health_timeout, restarts).await
+        let (args, url, log) = (self.args, self.url, self.log);
+        ManagedServer::launch(args, url, log, self.health_timeout, restarts, self.gate).await
+    }
+
+    /// Whether this server's process runs, also after restarts (see [`ProcessGate`]).
+    pub fn gate(&self) -> ProcessGate {
+        self.gate.clone()
     }
 
     async fn launch(
@@ -154,18 +236,26 @@ impl ManagedServer {
         log: PathBuf,
         health_timeout: Duration,
         restarts: u32,
+        gate: ProcessGate,
     ) -> Result<ManagedServer, LaunchError> {
         use std::os::unix::process::CommandExt as _;
+        if let Some(port) = answering_port(&url).await {
+            return Err(LaunchError::PortInUse {
+                port,
+                url: super::probe::redact(&url),
+                seen: " (it accepts connections before the server is started)".to_owned(),
+            });
+        }
         let log = log.as_path();
         let program = args.first().cloned().unwrap_or_default();
-        let out = crate::store::frames::open_private(log)?;
-        let err = out.try_clone()?;
+        // Created (owner-only) before the server starts, so a launch that fails has a log.
+        drop(crate::store::frames::open_private(log)?);
         let mut command = std::process::Command::new(&program);
         command
             .args(&args[1..])
             .stdin(Stdio::null())
-            .stdout(Stdio::from(out.into_parts().0))
-            .stderr(Stdio::from(err.into_parts().0))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .process_group(0);
         sys::kill_with_parent(&mut command);
         let mut child = tokio::process::Command::from(command)
@@ -175,11 +265,25 @@ impl ManagedServer {
                 program: program.clone(),
                 source,
             })?;
-        let pgid = child
-            .id()
-            .and_then(|id| i32::try_from(id).ok())
-            .unwrap_or(0);
-        tracing::info!(%url, log = %log.display(), "started inference server (pid {pgid})");
+        let pid = child.id().unwrap_or(0);
+        let pgid = i32::try_from(pid).unwrap_or(0);
+        let mut copying = Vec::new();
+        if let Some(out) = child.stdout.take() {
+            copying.push(tokio::spawn(copy_redacted(out, log.to_path_buf())));
+        }
+        if let Some(err) = child.stderr.take() {
+            copying.push(tokio::spawn(copy_redacted(err, log.to_path_buf())));
+        }
+        let (exit_tx, exit) = watch::channel(None);
+        let waiter = AbortOnDropHandle::new(tokio::spawn({
+            let gate = gate.clone();
+            async move {
+                let status = child.wait().await;
+                gate.exited(pid);
+                exit_tx.send_replace(Some(status.map_or_else(|e| e.to_string(), describe_status)));
+            }
+        }));
+        tracing::info!(url = %super::probe::redact(&url), log = %log.display(), "started inference server (pid {pid})");
         let healthy = async {
             loop {
                 if let Ok(true) = super::probe::health(&url).await {
@@ -188,34 +292,133 @@ impl ManagedServer {
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
         };
+        let mut exiting = exit.clone();
+        let exited = async move {
+            exiting.wait_for(Option::is_some).await.ok();
+        };
         tokio::select! {
-            status = child.wait() => {
-                let status = status.map_or_else(|e| e.to_string(), describe_status);
-                Err(LaunchError::Exited { status, log: log.to_path_buf(), tail: tail(log, TAIL_LINES), diagnosis: diagnosis(log) })
+            () = exited => {}
+            () = healthy => {
+                // The answer counts only if this process is still there to have given it.
+                if exit.borrow().is_none() {
+                    gate.0.send_replace(pid);
+                    if exit.borrow().is_none() {
+                        return Ok(ManagedServer { exit, _waiter: waiter, gate, copying, pgid, url, log: log.to_path_buf(), args, health_timeout, restarts });
+                    }
+                    gate.exited(pid);
+                }
             }
-            () = healthy => Ok(ManagedServer { child, pgid, url, log: log.to_path_buf(), args, health_timeout, restarts }),
             () = tokio::time::sleep(health_timeout) => {
                 sys::kill_group(pgid, libc::SIGKILL).ok();
-                Err(LaunchError::NotHealthy { timeout: health_timeout, log: log.to_path_buf(), tail: tail(log, TAIL_LINES), diagnosis: diagnosis(log) })
+                logged(copying).await;
+                return Err(LaunchError::NotHealthy { timeout: health_timeout, log: log.to_path_buf(), tail: tail(log, TAIL_LINES), diagnosis: diagnosis(log) });
             }
         }
+        logged(copying).await;
+        let status = exit.borrow().clone().unwrap_or_default();
+        Err(exited_error(&url, log, status))
+    }
+
+    /// Waits (briefly) until what the exited server wrote is in its log.
+    pub async fn log_complete(&mut self) {
+        logged(std::mem::take(&mut self.copying)).await;
     }
 
     /// `Some(description)` once the server has exited.
-    pub fn exited(&mut self) -> Option<String> {
-        self.child.try_wait().ok().flatten().map(describe_status)
+    pub fn exited(&self) -> Option<String> {
+        self.exit.borrow().clone()
     }
 
     /// SIGTERM to the group, SIGKILL after a grace period.
     pub async fn stop(mut self) {
+        self.gate.0.send_replace(STOPPED_BY_GEN);
         sys::kill_group(self.pgid, libc::SIGTERM).ok();
-        if tokio::time::timeout(Duration::from_secs(10), self.child.wait())
+        let mut exit = self.exit.clone();
+        let exited = exit.wait_for(Option::is_some);
+        if tokio::time::timeout(Duration::from_secs(10), exited)
             .await
             .is_err()
         {
             sys::kill_group(self.pgid, libc::SIGKILL).ok();
-            self.child.wait().await.ok();
+            exit.wait_for(Option::is_some).await.ok();
         }
+        self.log_complete().await;
+    }
+}
+
+/// Longest piece of server output held back waiting for the end of its line.
+const MAX_LINE: usize = 64 * 1024;
+
+/// Appends what `from` says to `log`, a line at a time, secrets taken out. Ends at end of file
+/// (the server closed its output) or when the log cannot be written.
+async fn copy_redacted(from: impl tokio::io::AsyncRead + Unpin, log: PathBuf) {
+    use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _};
+    let mut from = tokio::io::BufReader::new(from);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let read = (&mut from)
+            .take(MAX_LINE as u64)
+            .read_until(b'\n', &mut line)
+            .await;
+        match read {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                if crate::store::append::lines(&log, &line, false).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Waits for the copying tasks to reach the end of the server's output: at most a second, as
+/// a process the server left behind may hold its output open.
+async fn logged(copying: Vec<tokio::task::JoinHandle<()>>) {
+    let all = futures_util::future::join_all(copying);
+    tokio::time::timeout(Duration::from_secs(1), all).await.ok();
+}
+
+/// Why a launched server exited during start-up: a port another process holds (its log says
+/// it could not bind) is named as such, anything else quotes the log.
+fn exited_error(url: &str, log: &Path, status: String) -> LaunchError {
+    let text = fs_err::read(log)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let verdict = gen_diagnostics::classify_server_log(&text);
+    let port = reqwest::Url::parse(url)
+        .ok()
+        .and_then(|u| u.port_or_known_default());
+    match (verdict.subtype, port) {
+        (Some(gen_diagnostics::Subtype::PortInUse), Some(port)) => LaunchError::PortInUse {
+            port,
+            url: super::probe::redact(url),
+            seen: format!(
+                " (the server exited, {status}: `{}`)",
+                verdict.evidence.first().map_or("", |l| l.trim())
+            ),
+        },
+        _ => LaunchError::Exited {
+            status,
+            log: log.to_path_buf(),
+            tail: tail(log, TAIL_LINES),
+            diagnosis: diagnosis(log),
+        },
+    }
+}
+
+/// The port of `url` when something already accepts connections there.
+async fn answering_port(url: &str) -> Option<u16> {
+    let parsed = reqwest::Url::parse(url).ok()?;
+    let port = parsed.port_or_known_default()?;
+    let host = parsed
+        .host_str()?
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    let connect = tokio::net::TcpStream::connect((host, port));
+    match tokio::time::timeout(Duration::from_secs(2), connect).await {
+        Ok(Ok(_)) => Some(port),
+        _ => None,
     }
 }
 
@@ -251,12 +454,9 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn a_server_that_exits_is_reported_at_once_with_its_log() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let log = dir.path().join("server.log");
-        let plan = ServerPlan {
-            urls: vec!["http://127.0.0.1:{port}".into()],
+    fn plan(url: &str) -> ServerPlan {
+        ServerPlan {
+            urls: vec![url.into()],
             model: None,
             api_key_env: None,
             launch: None,
@@ -265,14 +465,104 @@ mod tests {
             log: None,
             max_outage: None,
             stall_after: Duration::from_secs(60),
-        };
+        }
+    }
+
+    #[tokio::test]
+    async fn a_port_another_process_answers_on_is_refused_before_the_launch() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = taken.local_addr().expect("addr").port();
+        let marker = dir.path().join("launched");
+        let launch = ["/bin/sh", "-c", "touch \"$0\"; sleep 60"]
+            .map(str::to_owned)
+            .into_iter()
+            .chain([marker.display().to_string()])
+            .collect::<Vec<_>>();
+        let url = format!("http://127.0.0.1:{port}");
+        let err = ManagedServer::start(&plan(&url), &launch, &dir.path().join("server.log"))
+            .await
+            .expect_err("port taken");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "port {port} is already in use by another process (it accepts connections before \
+                 the server is started), so the inference server `gen` launches cannot listen on \
+                 it and `{url}` would reach that other process; stop it, or write `{{port}}` in \
+                 `[server] launch` and `url` so `gen` picks a free port"
+            )
+        );
+        assert!(!marker.exists(), "nothing was launched");
+    }
+
+    #[tokio::test]
+    async fn a_server_that_cannot_bind_its_port_is_named_as_such() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        // llama-server's own words when its port is taken (quoted in
+        // PiDanShouRouZhouXD/Sakura_Launcher_GUI#71), then its exit.
+        let launch = [
+            "/bin/sh",
+            "-c",
+            "echo 'main: binding port with default address family'; \
+             echo 'main: couldn'\\''t bind HTTP server socket, hostname: 127.0.0.1, port: 8080' >&2; \
+             echo 'srv    operator (): operator (): cleaning up before exit...'; exit 1",
+        ]
+        .map(str::to_owned);
+        let port = free_port().expect("port");
+        let url = format!("http://127.0.0.1:{port}");
+        let err = ManagedServer::start(&plan(&url), &launch, &dir.path().join("server.log"))
+            .await
+            .expect_err("exits");
+        let text = err.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "port {port} is already in use by another process (the server exited, exit code \
+                 1: `main: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 8080`)"
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains("write `{port}` in `[server] launch`"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_server_log_never_holds_the_api_key() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join("server.log");
+        crate::secrets::register("sk-managed-Log4Kq9");
+        // vLLM prints its arguments at start-up, `--api-key` included.
+        let launch = [
+            "/bin/sh",
+            "-c",
+            "echo \"INFO args: Namespace(host=None, port=8000, api_key='sk-managed-Log4Kq9')\"; \
+             echo 'error: no GPU' >&2; exit 1",
+        ]
+        .map(str::to_owned);
+        let err = ManagedServer::start(&plan("http://127.0.0.1:{port}"), &launch, &log)
+            .await
+            .expect_err("exits");
+        let text = fs_err::read_to_string(&log).expect("log");
+        assert!(
+            text.contains("INFO args: Namespace(host=None, port=8000, api_key='***')"),
+            "{text}"
+        );
+        assert!(text.contains("error: no GPU"), "{text}");
+        assert!(!err.to_string().contains("sk-managed"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_server_that_exits_is_reported_at_once_with_its_log() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join("server.log");
         let launch = [
             "/bin/sh",
             "-c",
             "echo loading model; echo 'error: failed to load model' >&2; exit 1",
         ]
         .map(str::to_owned);
-        let err = ManagedServer::start(&plan, &launch, &log)
+        let err = ManagedServer::start(&plan("http://127.0.0.1:{port}"), &launch, &log)
             .await
             .expect_err("exits");
         let text = err.to_string();

@@ -26,6 +26,15 @@ pub enum ProbeError {
     Unreachable { url: String, reason: String },
     #[error("inference server at `{url}` lists no model at `/v1/models`")]
     NoModel { url: String },
+    #[error(
+        "inference server at `{url}` does not serve `{wanted}`: `/v1/models` lists {}; set `[server] model` to one of them, or leave it out to use the first",
+        served.iter().map(|m| format!("`{m}`")).collect::<Vec<_>>().join(", ")
+    )]
+    ModelNotServed {
+        url: String,
+        wanted: String,
+        served: Vec<String>,
+    },
 }
 
 fn client(timeout: Duration) -> reqwest::Client {
@@ -48,8 +57,9 @@ pub async fn health(url: &str) -> Result<bool, String> {
     }
 }
 
-/// The served model: `wanted` if the server lists it (or lists nothing checkable), else the
-/// first listed model.
+/// The served model, as the server names it: `wanted` when `/v1/models` lists it (a server
+/// that does not would answer another model's completions under that name, or refuse them),
+/// else the first listed model.
 pub async fn model(
     url: &str,
     api_key: Option<&str>,
@@ -71,20 +81,7 @@ pub async fn model(
                 let body: Value = response.json().await.map_err(|e| {
                     unreachable(format!("unreadable `/v1/models`: {}", e.without_url()))
                 })?;
-                let ids: Vec<&str> = body
-                    .get("data")
-                    .and_then(Value::as_array)
-                    .map(|d| {
-                        d.iter()
-                            .filter_map(|m| m.get("id").and_then(Value::as_str))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                return match (wanted, ids.first()) {
-                    (Some(w), _) => Ok(w.to_owned()),
-                    (None, Some(first)) => Ok((*first).to_owned()),
-                    (None, None) => Err(ProbeError::NoModel { url: redact(url) }),
-                };
+                return choose_model(url, &listed_models(&body), wanted);
             }
             Ok(response) => {
                 last_error = format!("`/v1/models` answered HTTP {}", response.status())
@@ -99,9 +96,100 @@ pub async fn model(
     )))
 }
 
+/// One model of a `/v1/models` answer: its id and the other names it answers to (llama.cpp
+/// lists `aliases`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Listed {
+    id: String,
+    aliases: Vec<String>,
+}
+
+/// The models of a `/v1/models` answer, in order.
+fn listed_models(body: &Value) -> Vec<Listed> {
+    let names = |m: &Value, key: &str| -> Vec<String> {
+        m.get(key)
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    body.get("data")
+        .and_then(Value::as_array)
+        .map(|d| {
+            d.iter()
+                .filter_map(|m| {
+                    let id = m.get("id").and_then(Value::as_str)?.to_owned();
+                    Some(Listed {
+                        aliases: names(m, "aliases"),
+                        id,
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn choose_model(url: &str, listed: &[Listed], wanted: Option<&str>) -> Result<String, ProbeError> {
+    let serves = |name: &str| {
+        listed
+            .iter()
+            .any(|m| m.id == name || m.aliases.iter().any(|a| a == name))
+    };
+    match (wanted, listed.first()) {
+        (_, None) => Err(ProbeError::NoModel { url: redact(url) }),
+        (Some(wanted), Some(_)) if serves(wanted) => Ok(wanted.to_owned()),
+        (Some(wanted), Some(_)) => Err(ProbeError::ModelNotServed {
+            url: redact(url),
+            wanted: wanted.to_owned(),
+            served: listed.iter().map(|m| m.id.clone()).collect(),
+        }),
+        (None, Some(first)) => Ok(first.id.clone()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_model_the_server_does_not_list_is_refused_naming_what_it_serves() {
+        // `/v1/models` of vLLM started with `--served-model-name qwen3-8b`.
+        let body = serde_json::json!({"object": "list", "data": [
+            {"id": "qwen3-8b", "object": "model", "root": "Qwen/Qwen3-8B", "max_model_len": 40960}
+        ]});
+        let listed = listed_models(&body);
+        let url = "http://127.0.0.1:8000";
+        let err = choose_model(url, &listed, Some("Qwen/Qwen3-8B")).expect_err("not listed");
+        assert_eq!(
+            err.to_string(),
+            "inference server at `http://127.0.0.1:8000` does not serve `Qwen/Qwen3-8B`: \
+             `/v1/models` lists `qwen3-8b`; set `[server] model` to one of them, or leave it \
+             out to use the first"
+        );
+        assert_eq!(
+            choose_model(url, &listed, Some("qwen3-8b")).expect("listed"),
+            "qwen3-8b"
+        );
+        assert_eq!(choose_model(url, &listed, None).expect("first"), "qwen3-8b");
+        // llama-server lists the model file as its id, with aliases (`--alias`).
+        let llama = listed_models(&serde_json::json!({"object": "list", "data": [
+            {"id": "/models/SmolLM2-135M-Instruct.Q4_1.gguf", "aliases": ["smol"], "object": "model"}
+        ]}));
+        assert_eq!(
+            choose_model(url, &llama, Some("smol")).expect("alias"),
+            "smol"
+        );
+        assert!(choose_model(url, &llama, Some("SmolLM2")).is_err());
+        let empty = listed_models(&serde_json::json!({"object": "list", "data": []}));
+        assert!(matches!(
+            choose_model(url, &empty, Some("qwen3-8b")),
+            Err(ProbeError::NoModel { .. })
+        ));
+    }
 
     #[test]
     fn credentials_are_redacted() {

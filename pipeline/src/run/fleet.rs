@@ -280,7 +280,10 @@ pub async fn connect(
                 ),
                 Some(_) => {}
             },
-            Err(e) if urls.len() == 1 => return Err(e.into()),
+            // A wrong model is the config's fault, whichever server says so.
+            Err(e) if urls.len() == 1 || matches!(e, probe::ProbeError::ModelNotServed { .. }) => {
+                return Err(e.into());
+            }
             Err(e) => unreachable.push((url.clone(), e.to_string())),
         }
     }

@@ -2,12 +2,14 @@
 //! supervised processes ([`supervisor`], [`rss`], [`sys`]) and the request dispatcher
 //! ([`dispatch`]) over one or several servers ([`fleet`]), fed from the prepared prompts
 //! ([`feed`]), with its stored records ([`record`]) and the judge of refused requests
-//! ([`refusal`]).
+//! ([`refusal`]); signals stop it gracefully ([`stop`]); a prepared source is checked against
+//! its inputs on every run ([`inputs`]).
 
 pub mod cgroup;
 pub mod dispatch;
 pub mod feed;
 pub mod fleet;
+pub mod inputs;
 pub mod kernel_log;
 pub mod limiter;
 pub mod lock;
@@ -18,6 +20,7 @@ pub mod record;
 pub mod refusal;
 pub mod rss;
 pub mod shard;
+pub mod stop;
 pub mod supervisor;
 pub mod sys;
 pub mod tuner;

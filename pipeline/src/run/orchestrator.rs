@@ -9,7 +9,6 @@
 //! `max-parallel-prep` at once, and start generating each source as soon as it is prepared.
 
 use std::collections::{HashSet, VecDeque};
-use std::io::Write as _;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,7 +29,7 @@ use crate::inference::managed::{self, ManagedServer};
 use crate::inference::probe;
 use crate::prep;
 use crate::status::state::{self, Phase, RunStatus, SourceStatus, VerdictLine};
-use crate::store::frames::{self, FrameWriter};
+use crate::store::frames::FrameWriter;
 use crate::store::{RunDir, atomic, layout::LAYOUT_VERSION};
 use gen_diagnostics::Verdict;
 
@@ -79,6 +78,8 @@ pub struct Selection {
     pub sources: Vec<String>,
     /// Resume even though model or sampling settings changed since the run started.
     pub allow_config_change: bool,
+    /// Keep a source's preparation although its inputs changed since.
+    pub keep_preparation: bool,
     /// Only this host's share of every source's prompts.
     pub shard: Option<super::shard::Shard>,
     /// Send the prompts the server refused again (`--retry-rejected`).
@@ -89,14 +90,17 @@ pub struct Selection {
 }
 
 impl Selection {
-    fn includes(&self, name: &str, previous: Option<&RunStatus>) -> bool {
+    /// `prep_failed`: the source's last preparation worker failed (its `worker.json`), which
+    /// counts as failed even when the run stopped before `status.json` could say so.
+    fn includes(&self, name: &str, previous: Option<&RunStatus>, prep_failed: bool) -> bool {
         if !self.sources.is_empty() && !self.sources.iter().any(|s| s == name) {
             return false;
         }
         if self.only_failed {
-            return previous
-                .and_then(|p| p.sources.iter().find(|s| s.name == name))
-                .is_some_and(|s| s.phase == Phase::Failed);
+            return prep_failed
+                || previous
+                    .and_then(|p| p.sources.iter().find(|s| s.name == name))
+                    .is_some_and(|s| s.phase == Phase::Failed);
         }
         true
     }
@@ -133,6 +137,23 @@ struct SourceState {
     writer: Option<FrameWriter>,
     /// Prompts the server refused and nothing answered since (recorded in `rejected.jsonl`).
     refused: u64,
+    /// Not prepared, and the last preparation worker failed.
+    prep_failed: bool,
+}
+
+/// Sources whose inputs changed after answers were generated from their preparation.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the inputs of {} changed since {} prepared, and answers were generated from {}:\n{}\npreparing again would mix two datasets in `{run_dir}`: use a new run directory (`--run-dir`), or pass `--keep-preparation` to go on with the prompts prepared before",
+    if changed.len() == 1 { "a source".to_owned() } else { format!("{} sources", changed.len()) },
+    if changed.len() == 1 { "it was" } else { "they were" },
+    if changed.len() == 1 { "it" } else { "them" },
+    changed.iter().map(|(name, changes)| format!("  `{name}`: {}", changes.join("; "))).collect::<Vec<_>>().join("\n")
+)]
+pub struct InputsChanged {
+    pub run_dir: String,
+    /// Per source, what changed.
+    pub changed: Vec<(String, Vec<String>)>,
 }
 
 /// What [`Orchestrator::open_source`] did with a prepared source.
@@ -159,6 +180,8 @@ struct Orchestrator<'p> {
     /// Per server, what the last status write said.
     logged_limit: Vec<Option<usize>>,
     logged_down: Vec<Option<u64>>,
+    /// The last status write failed (warned once until one succeeds).
+    status_unwritten: bool,
 }
 
 /// `gen run`: see the module documentation.
@@ -209,12 +232,13 @@ async fn run_loop(
     let selected: Vec<bool> = orchestrator
         .sources
         .iter()
-        .map(|s| selection.includes(&s.status.name, previous.as_ref()))
+        .map(|s| selection.includes(&s.status.name, previous.as_ref(), s.prep_failed))
         .collect();
     if selection.only_failed && !selected.contains(&true) {
         crate::say!("gen: no source failed in the last run: nothing to restart");
         return Ok(RunOutcome::NothingToDo);
     }
+    orchestrator.check_inputs(&selected, selection.keep_preparation)?;
     let mut needs_prep: Vec<usize> = (0..orchestrator.sources.len())
         .filter(|i| selected[*i] && orchestrator.sources[*i].status.prepared.is_none())
         .collect();
@@ -274,8 +298,18 @@ async fn run_loop(
                 "gen: starting the inference server (log: {})",
                 run_dir.server_log().display()
             );
-            let server = ManagedServer::start(&plan.server, launch, &run_dir.server_log()).await?;
-            Some(server)
+            // A signal while it loads (minutes, for a large model) stops the run there.
+            let log = run_dir.server_log();
+            tokio::select! {
+                started = ManagedServer::start(&plan.server, launch, &log) => Some(started?),
+                () = cancel.cancelled() => {
+                    crate::say!("gen: {} while the inference server started", super::stop::interrupted_by());
+                    orchestrator.status.finished = true;
+                    orchestrator.status.stopped_by = Some(super::stop::reason());
+                    orchestrator.write_status()?;
+                    return Ok(RunOutcome::Interrupted);
+                }
+            }
         }
         None => None,
     };
@@ -298,6 +332,11 @@ async fn run_loop(
             return Err(e);
         }
     };
+    if let Some(server) = &managed {
+        for backend in fleet.backends() {
+            backend.liveness.require_process(server.gate());
+        }
+    }
     for url in &urls {
         crate::say!("gen: server {} serves `{model}`", probe::redact(url));
     }
@@ -369,7 +408,7 @@ async fn run_loop(
     let mut preps: JoinSet<(usize, std::io::Result<WorkerReport>)> = JoinSet::new();
     let prep_cancel = cancel.child_token();
     orchestrator.start_preps(&mut prep_queue, &mut preps, &prep_cancel)?;
-    orchestrator.write_status()?;
+    orchestrator.refresh_status();
 
     let mut fatal: Option<String> = None;
     let mut server_died: Option<String> = None;
@@ -396,7 +435,7 @@ async fn run_loop(
                 if !interrupted {
                     orchestrator.start_preps(&mut prep_queue, &mut preps, &prep_cancel)?;
                 }
-                orchestrator.write_status()?;
+                orchestrator.refresh_status();
             }
             // Every event that has arrived, in order: one wake-up of this loop per batch.
             1.. = events.recv_many(&mut received, EVENT_BATCH) => for event in received.drain(..) {
@@ -435,7 +474,7 @@ async fn run_loop(
                         // Stopped early (a signal, a fatal answer, no server): resumable, not failed.
                         let stopped = interrupted || fatal.is_some() || server_died.is_some();
                         orchestrator.finish_generation(source, stopped)?;
-                        orchestrator.write_status()?;
+                        orchestrator.refresh_status();
                     }
                 }
             },
@@ -447,15 +486,18 @@ async fn run_loop(
                     .collect();
                 orchestrator.flush_all()?;
                 orchestrator.refresh_rates();
-                orchestrator.write_status()?;
+                orchestrator.refresh_status();
                 crate::report::update_bars(&orchestrator.status.sources);
                 if last_progress.elapsed() >= PROGRESS_EVERY && !crate::report::bars_wanted() {
                     orchestrator.print_progress();
                     last_progress = Instant::now();
                 }
                 if server_died.is_none()
-                    && let Some(exit) = managed.as_mut().and_then(ManagedServer::exited)
+                    && let Some(exit) = managed.as_ref().and_then(ManagedServer::exited)
                 {
+                    if let Some(server) = managed.as_mut() {
+                        server.log_complete().await;
+                    }
                     let log = run_dir.server_log();
                     let message = format!("the inference server exited ({exit}); last lines of `{}`:\n{}\n{}", log.display(), managed::tail(&log, 25), managed::diagnosis(&log));
                     crate::say!("gen: {message}");
@@ -466,7 +508,9 @@ async fn run_loop(
                         restarting = Some(tokio::spawn(server.restart()));
                     } else {
                         server_died = Some(message);
+                        // Its requests wait for a server that will not come back: none starts.
                         dispatch_cancel.cancel();
+                        stop_admitting.cancel();
                     }
                 }
                 // An external server that went down: its log, if configured, says why.
@@ -502,17 +546,20 @@ async fn run_loop(
                         managed = Some(server);
                     }
                     Ok(Err(e)) => {
+                        // Said once, as the run's error.
                         let message = format!("the inference server could not be restarted: {e}");
-                        crate::say!("gen: {message}");
+                        orchestrator.events.append("server_restart_failed", None, message.clone());
                         server_died = Some(message);
                         dispatch_cancel.cancel();
+                        stop_admitting.cancel();
                     }
                     Err(e) => anyhow::bail!("the server restart task failed: {e}"),
                 }
             }
             () = cancel.cancelled(), if !interrupted => {
                 crate::say!(
-                    "gen: interrupted: no new requests; {} in flight get {} s to finish (a second Ctrl-C stops at once)",
+                    "gen: {}: no new requests; {} in flight get {} s to finish (a second Ctrl-C stops at once)",
+                    super::stop::interrupted_by(),
                     fleet.in_flight(),
                     shutdown_grace().as_secs()
                 );
@@ -533,7 +580,7 @@ async fn run_loop(
     }
     orchestrator.flush_all()?;
     let ending = if interrupted {
-        "interrupted"
+        super::stop::interrupted_by()
     } else if fatal.is_some() || server_died.is_some() {
         "stopped by an error"
     } else {
@@ -542,6 +589,9 @@ async fn run_loop(
     orchestrator.events.append("run_finished", None, ending);
     crate::report::finish_bars();
     orchestrator.status.finished = true;
+    if interrupted {
+        orchestrator.status.stopped_by = Some(super::stop::reason());
+    }
     orchestrator.status.servers = fleet
         .backends()
         .iter()
@@ -638,11 +688,18 @@ impl<'p> Orchestrator<'p> {
         run_dir: &RunDir,
         resend: &record::Resend,
     ) -> anyhow::Result<Orchestrator<'p>> {
+        // Left by a process that died mid-write, or by a full disk; this run holds the lock.
+        remove_stale_temps(run_dir.root())?;
         let mut sources = Vec::new();
         for spec in &plan.sources {
             let name = spec.name();
             let dir = run_dir.source(name);
             create_private_dir(dir.root())?;
+            remove_stale_temps(dir.root())?;
+            let partial_prompts = dir.prompts().with_extension("zst.tmp");
+            if partial_prompts.exists() {
+                fs_err::remove_file(&partial_prompts)?;
+            }
             settle_first_sample(&dir)?;
             let manifest = prep::read_manifest(run_dir, name)?;
             let across = manifest
@@ -664,6 +721,7 @@ impl<'p> Orchestrator<'p> {
                 .flatten()
                 .filter(|w| !w.succeeded)
                 .map(|w| w.report);
+            let prep_failed = manifest.is_none() && previous.is_some();
             let note = match (&manifest, previous) {
                 (None, Some(report)) => format!(
                     "last preparation failed ({}); retrying",
@@ -706,6 +764,7 @@ impl<'p> Orchestrator<'p> {
                 peak_rss_bytes: None,
                 writer: None,
                 refused,
+                prep_failed,
             });
         }
         let status = RunStatus {
@@ -734,8 +793,100 @@ impl<'p> Orchestrator<'p> {
             logged_phases: Vec::new(),
             logged_limit: Vec::new(),
             logged_down: Vec::new(),
+            status_unwritten: false,
             kernel_log: None,
         })
+    }
+
+    /// Compares every selected, prepared source with its inputs now. A changed source of which
+    /// nothing was generated is prepared again; one with answers keeps its preparation only
+    /// with `keep` (recorded in its manifest, so later runs compare with the inputs it was kept
+    /// for), else the run is refused, naming every change.
+    fn check_inputs(&mut self, selected: &[bool], keep: bool) -> anyhow::Result<()> {
+        let mut refused = Vec::new();
+        for (i, _) in selected
+            .iter()
+            .enumerate()
+            .filter(|(_, selected)| **selected)
+        {
+            let name = self.sources[i].status.name.clone();
+            let Some(mut manifest) = prep::read_manifest(&self.run_dir, &name)? else {
+                continue;
+            };
+            let dir = self.run_dir.source(&name);
+            let output = prep::custom_output(&self.run_dir, &name).0;
+            let reader = match self.plan.worker(&name).command {
+                Some(_) => super::inputs::Reader::Custom {
+                    output: manifest.counters.files.first().unwrap_or(&output),
+                },
+                None => super::inputs::Reader::Builtin {
+                    base_dir: &self.plan.base_dir,
+                },
+            };
+            let comparison = super::inputs::compare(
+                &self.plan.sources[i],
+                &reader,
+                &super::inputs::recorded(&manifest),
+            );
+            if comparison.changes.is_empty() {
+                // A manifest written before sizes and times were recorded gets them now, so
+                // its files are not read in full again on every run.
+                let unrecorded = manifest.input_stats.is_empty() && manifest.kept_for.is_none();
+                if unrecorded && !comparison.now.stats.is_empty() {
+                    manifest.input_stats = comparison.now.stats;
+                    atomic::write_json(&dir.manifest(), &manifest).with_context(|| {
+                        format!("failed to write `{}`", dir.manifest().display())
+                    })?;
+                }
+                continue;
+            }
+            let changes = comparison.changes.join("; ");
+            let state = &mut self.sources[i];
+            let generated = !state.done_ids.is_empty()
+                || state.settled_ids.len() as u64 > state.settled_duplicates;
+            if !generated {
+                // Nothing was answered: its duplicates and failed attempts are re-decided
+                // from the new prompts.
+                fs_err::remove_file(dir.manifest())?;
+                if dir.rejected().exists() {
+                    fs_err::remove_file(dir.rejected())?;
+                }
+                state.settled_ids.clear();
+                state.settled_duplicates = 0;
+                let status = &mut state.status;
+                status.prepared = None;
+                status.phase = Phase::Pending;
+                status.rejected = 0;
+                status.duplicates = 0;
+                status.note = format!("inputs changed ({changes}); preparing again");
+                crate::say!(
+                    "gen: `{name}`: changed since it was prepared: {changes}; nothing of it was \
+                     generated yet: preparing it again"
+                );
+                self.events
+                    .append("inputs_changed", Some(&name), status.note.clone());
+            } else if keep {
+                manifest.kept_for = Some(comparison.now);
+                atomic::write_json(&dir.manifest(), &manifest)
+                    .with_context(|| format!("failed to write `{}`", dir.manifest().display()))?;
+                let message = format!(
+                    "changed since it was prepared: {changes}; going on with the prompts \
+                     prepared before (--keep-preparation)"
+                );
+                crate::say!("gen: `{name}`: {message}");
+                self.events.append("inputs_changed", Some(&name), message);
+            } else {
+                refused.push((name, comparison.changes));
+            }
+        }
+        if refused.is_empty() {
+            return Ok(());
+        }
+        Err(InputsChanged {
+            run_dir: self.run_dir.root().display().to_string(),
+            changed: refused,
+        }
+        .into())
     }
 
     /// Counts the prompts of every selected, prepared source not counted yet whose earlier
@@ -839,8 +990,7 @@ impl<'p> Orchestrator<'p> {
             return Ok(Opened::PrepareAgain);
         }
         if !census.duplicates.is_empty() {
-            let mut file = frames::open_private(&dir.rejected())?;
-            let mut lines = Vec::new();
+            let mut records = Vec::new();
             for (id, j) in &census.duplicates {
                 let holder = &self.sources[*j].status.name;
                 let reason = if *j < i {
@@ -851,19 +1001,16 @@ impl<'p> Orchestrator<'p> {
                          (this source was prepared after it had generated)"
                     )
                 };
-                let record = RejectedRecord {
+                records.push(RejectedRecord {
                     id: id.clone(),
                     kind: RejectKind::Duplicate,
                     reason,
                     attempts: 0,
                     created_unix_ms: state::unix_ms(),
                     settings: None,
-                };
-                serde_json::to_writer(&mut lines, &record)?;
-                lines.push(b'\n');
+                });
             }
-            file.write_all(&lines)?;
-            file.sync_all()?;
+            crate::store::append::json_lines(&dir.rejected(), &records, true)?;
             let later = census.duplicates.iter().filter(|(_, j)| *j > i).count();
             let earlier = census.duplicates.len() - later;
             let note = match (earlier, later) {
@@ -1127,13 +1274,23 @@ impl<'p> Orchestrator<'p> {
             self.events.append("worker_verdict", Some(&name), detail);
         }
         let Some(manifest) = manifest else {
+            // A worker that was killed leaves its partial prompts file: space for nothing.
+            let partial = dir.prompts().with_extension("zst.tmp");
+            if partial.exists() {
+                fs_err::remove_file(&partial)?;
+            }
             let state = &mut self.sources[i].status;
             if interrupted {
                 state.phase = Phase::Pending;
                 state.note = "interrupted during preparation".into();
             } else {
                 state.phase = Phase::Failed;
+                let disk_full = disk_full(&dir.prep_log());
                 state.note = match &verdict {
+                    _ if disk_full.is_some() => format!(
+                        "the disk is full: {}; free space, then run `gen run --only-failed`",
+                        disk_full.unwrap_or_default()
+                    ),
                     _ if import_error.is_some() => format!(
                         "the worker's output could not be read: {}",
                         import_error.unwrap_or_default()
@@ -1186,10 +1343,7 @@ impl<'p> Orchestrator<'p> {
     fn record_rejected(&mut self, i: usize, record: &RejectedRecord) -> anyhow::Result<()> {
         self.fenced()?;
         let path = self.run_dir.source(&self.sources[i].status.name).rejected();
-        let mut file = frames::open_private(&path)?;
-        let mut line = serde_json::to_vec(record)?;
-        line.push(b'\n');
-        file.write_all(&line)?;
+        crate::store::append::json_lines(&path, std::slice::from_ref(record), false)?;
         let source = &mut self.sources[i];
         source.refused += u64::from(record.kind == RejectKind::Rejected);
         let state = &mut source.status;
@@ -1371,8 +1525,23 @@ impl<'p> Orchestrator<'p> {
         self.log_changes();
         self.status.heartbeat_unix_ms = state::unix_ms();
         self.status.sources = self.sources.iter().map(|s| s.status.clone()).collect();
-        atomic::write_json(&self.run_dir.status(), &self.status)
+        state::write(&self.run_dir.status(), &self.status)
             .with_context(|| format!("failed to write `{}`", self.run_dir.status().display()))
+    }
+
+    /// [`Self::write_status`] while the run goes on: a failure (a full disk) is said once and
+    /// retried on the next change or tick, so what filled the disk — a worker, whose failure
+    /// frees its files — is reported instead of the status file, and the run is not stopped
+    /// for its status alone.
+    fn refresh_status(&mut self) {
+        match self.write_status() {
+            Ok(()) => self.status_unwritten = false,
+            Err(e) if !self.status_unwritten => {
+                self.status_unwritten = true;
+                crate::say!("gen: warning: {e:#}; retrying on every change");
+            }
+            Err(_) => {}
+        }
     }
 
     fn print_progress(&self) {
@@ -1443,6 +1612,13 @@ fn settle_first_sample(dir: &crate::store::layout::SourceDir) -> std::io::Result
     Ok(true)
 }
 
+fn remove_stale_temps(dir: &std::path::Path) -> anyhow::Result<()> {
+    for path in atomic::remove_stale_temps(dir)? {
+        tracing::info!("removed the stale temporary file `{}`", path.display());
+    }
+    Ok(())
+}
+
 /// A custom worker's output counts as complete only with its done marker, and with the
 /// expected number of rows when the config gives one.
 fn custom_output_complete(run_dir: &RunDir, source: &str, expected: Option<u64>) -> bool {
@@ -1461,6 +1637,20 @@ fn custom_output_complete(run_dir: &RunDir, source: &str, expected: Option<u64>)
             rows >= expected
         }
     }
+}
+
+/// The error a worker's log ends with when it ran out of disk space (`ENOSPC`): its `error:`
+/// line (the file it could not write) and the cause.
+fn disk_full(log: &std::path::Path) -> Option<String> {
+    const ENOSPC: &str = "No space left on device (os error 28)";
+    let text = fs_err::read(log)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .ok()?;
+    if !text.contains(ENOSPC) {
+        return None;
+    }
+    let error = text.lines().rev().find_map(|l| l.strip_prefix("error: "))?;
+    Some(format!("{error}: {ENOSPC}"))
 }
 
 fn last_line(path: &std::path::Path) -> String {

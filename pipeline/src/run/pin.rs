@@ -10,6 +10,8 @@ use crate::store::{RunDir, atomic};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunPin {
     pub layout: u32,
+    /// The model id as the server lists it at `/v1/models` (a configured `model` the server
+    /// does not list is refused before anything is sent).
     pub model: String,
     pub max_tokens: u32,
     /// Everything else sent in each request body (temperature, top_p, chat_template_kwargs, …).

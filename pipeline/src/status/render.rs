@@ -20,8 +20,8 @@ fn ago(ms: u64) -> String {
 
 fn liveness(status: &RunStatus, now_ms: u64) -> String {
     let age = now_ms.saturating_sub(status.heartbeat_unix_ms);
-    if let (true, Some(error)) = (status.finished, &status.stopped_by) {
-        format!("stopped {} by an error: {error}", ago(age))
+    if let (true, Some(reason)) = (status.finished, &status.stopped_by) {
+        format!("stopped {}: {reason}", ago(age))
     } else if status.finished {
         format!("finished {}", ago(age))
     } else if age > STALE_AFTER_MS {

@@ -1,6 +1,10 @@
 //! `status.json`: written atomically by `gen run` on every change and at least every second
-//! (the heartbeat), read by `gen status` from any shell.
+//! (the heartbeat), read by `gen status` from any shell. Every write goes through [`write`] or
+//! [`mark_stopped`], one at a time, so the last word of a run that stops at once (a second
+//! signal) is not overwritten by a tick of its loop.
 
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
@@ -167,7 +171,7 @@ pub struct RunStatus {
     /// The machine `gen run` runs on.
     #[serde(default)]
     pub machine: Option<MachineStatus>,
-    /// Why the run stopped early, when an error stopped it.
+    /// Why the run stopped early, when an error or a signal stopped it.
     #[serde(default)]
     pub stopped_by: Option<String>,
 }
@@ -198,6 +202,50 @@ impl MachineStatus {
             peak_worker_rss_bytes,
         })
     }
+}
+
+/// Held while `status.json` is written (see the module documentation).
+static WRITING: Mutex<()> = Mutex::new(());
+
+/// Writes `status` to `path` atomically.
+pub fn write(path: &Path, status: &RunStatus) -> std::io::Result<()> {
+    let _writing = WRITING.lock().unwrap_or_else(PoisonError::into_inner);
+    crate::store::atomic::write_json(path, status)
+}
+
+/// Says in the status at `path` that the run stopped and why, if that status is this process's
+/// run: `finished`, `stopped_by = reason`, and no source left preparing or generating. Returns
+/// the write lock: while it is held, nothing else writes `status.json` (a caller about to exit
+/// keeps it).
+pub fn mark_stopped(path: &Path, reason: &str) -> MutexGuard<'static, ()> {
+    let writing = WRITING.lock().unwrap_or_else(PoisonError::into_inner);
+    let Ok(Some(mut status)) = crate::store::atomic::read_json::<RunStatus>(path) else {
+        return writing;
+    };
+    if status.pid != std::process::id() {
+        // Another run's status (e.g. this one was refused by the lock): not ours to change.
+        return writing;
+    }
+    status.finished = true;
+    status.stopped_by = Some(reason.to_owned());
+    status.heartbeat_unix_ms = unix_ms();
+    for source in &mut status.sources {
+        source.tokens_per_sec = None;
+        source.eta_secs = None;
+        match source.phase {
+            Phase::Preparing => {
+                source.phase = Phase::Pending;
+                source.note = "interrupted during preparation".to_owned();
+            }
+            Phase::Generating => source.phase = Phase::Prepared,
+            _ => {}
+        }
+    }
+    for server in &mut status.servers {
+        server.in_flight = Some(0);
+    }
+    crate::store::atomic::write_json(path, &status).ok();
+    writing
 }
 
 pub fn unix_ms() -> u64 {

@@ -2,19 +2,17 @@
 //! change of a source (with its note), worker verdicts, server outages and concurrency
 //! changes — one JSON object per line, so a multi-day run can be reconstructed after the fact.
 
-use std::io::Write as _;
 use std::path::PathBuf;
 
 use serde::Serialize;
-
-use super::frames::open_private;
 
 /// One line of `events.jsonl`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Event<'a> {
     pub unix_ms: u64,
     /// `run_started`, `run_finished`, `source_phase`, `worker_verdict`, `server_down`,
-    /// `server_up`, `concurrency`.
+    /// `server_up`, `concurrency`, `server_restart`, `server_restart_failed`, `inputs_changed`,
+    /// …
     pub event: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub source: Option<&'a str>,
@@ -43,17 +41,12 @@ impl EventLog {
             source,
             detail: detail.into(),
         };
-        let result = serde_json::to_vec(&event)
-            .map_err(std::io::Error::other)
-            .and_then(|mut line| {
-                line.push(b'\n');
-                open_private(&self.path)?.write_all(&line)
-            });
+        let result = super::append::json_lines(&self.path, &[event], false);
         if let Err(e) = result
             && !self.warned
         {
             self.warned = true;
-            eprintln!(
+            crate::say!(
                 "gen: warning: cannot append to `{}`: {e}",
                 self.path.display()
             );

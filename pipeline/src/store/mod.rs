@@ -1,7 +1,9 @@
-//! The run directory on disk: its layout ([`layout`]), atomic writes ([`atomic`]) and the
-//! framed zstd JSONL files prompts and completions live in ([`frames`]), the id index written
-//! after each completions frame ([`index`]), and the done-set read back on start ([`done`]).
+//! The run directory on disk: its layout ([`layout`]), atomic writes ([`atomic`]), appended
+//! text lines ([`append`]), the framed zstd JSONL files prompts and completions live in
+//! ([`frames`]), the id index written after each completions frame ([`index`]), and the
+//! done-set read back on start ([`done`]).
 
+pub mod append;
 pub mod atomic;
 pub mod done;
 pub mod events;

@@ -16,7 +16,7 @@ use super::{assert_complete, rows, write_config};
 
 /// A tmpfs mounted on a fresh temporary directory, unmounted when dropped (even when the test
 /// panics), before the directory itself is removed.
-struct Tmpfs {
+pub(crate) struct Tmpfs {
     dir: tempfile::TempDir,
 }
 
@@ -44,12 +44,27 @@ impl Tmpfs {
         Ok(Tmpfs { dir })
     }
 
-    fn path(&self) -> &Path {
+    /// [`Tmpfs::mount`], or `None` with the reason printed: the test is skipped (unless
+    /// `GEN_REQUIRE_TMPFS` is set, which makes it a failure).
+    pub(crate) fn mount_or_skip(size: &str) -> Option<Tmpfs> {
+        match Tmpfs::mount(size) {
+            Ok(fs) => Some(fs),
+            Err(reason) if std::env::var_os("GEN_REQUIRE_TMPFS").is_some() => {
+                panic!("GEN_REQUIRE_TMPFS is set but {reason}")
+            }
+            Err(reason) => {
+                eprintln!("skipped: {reason}");
+                None
+            }
+        }
+    }
+
+    pub(crate) fn path(&self) -> &Path {
         self.dir.path()
     }
 
     /// `mount -o remount,size=SIZE`: frees space without touching the files.
-    fn resize(&self, size: &str) {
+    pub(crate) fn resize(&self, size: &str) {
         let status = Command::new("mount")
             .args(["-o", &format!("remount,size={size}")])
             .arg(self.path())
@@ -84,15 +99,8 @@ const ANSWER_BYTES: usize = 16 * 1024;
 
 #[tokio::test]
 async fn disk_full_while_writing_output_stops_with_a_clear_error_and_resumes_once_freed() {
-    let fs = match Tmpfs::mount("1m") {
-        Ok(fs) => fs,
-        Err(reason) if std::env::var_os("GEN_REQUIRE_TMPFS").is_some() => {
-            panic!("GEN_REQUIRE_TMPFS is set but {reason}")
-        }
-        Err(reason) => {
-            eprintln!("skipped: {reason}");
-            return;
-        }
+    let Some(fs) = Tmpfs::mount_or_skip("1m") else {
+        return;
     };
     let server = FakeOpenAi::start(Knobs {
         answer_bytes: ANSWER_BYTES,

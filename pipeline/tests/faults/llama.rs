@@ -20,7 +20,7 @@ const STOP: Duration = Duration::from_secs(4);
 const PROMPTS: u64 = 12;
 
 /// `Some(reason)` when the test must be skipped.
-fn skip_reason() -> Option<String> {
+pub(crate) fn skip_reason() -> Option<String> {
     match llama::installed() {
         Ok(_) => None,
         Err(reason) if std::env::var_os("GEN_REQUIRE_LLAMA").is_some() => {
@@ -31,7 +31,7 @@ fn skip_reason() -> Option<String> {
 }
 
 /// `kill -SIGNAL PID` (the workspace forbids `unsafe`, so no direct `kill(2)`).
-fn signal(pid: u32, signal: &str) {
+pub(crate) fn signal(pid: u32, signal: &str) {
     let status = std::process::Command::new("kill")
         .args([&format!("-{signal}"), &pid.to_string()])
         .status()

@@ -7,6 +7,13 @@ use xxhash_rust::xxh3::xxh3_64;
 use super::{DEFAULT_RESOLVE_FIELD, DEFAULT_RESOLVE_PLACEHOLDER, SourceSpec};
 
 pub(super) fn fingerprint(spec: &SourceSpec, tokenizer_checksum: Option<&str>) -> String {
+    // `json!` objects are sorted maps, so the rendering is canonical.
+    let canonical = canonical(spec, tokenizer_checksum);
+    format!("{:016x}", xxh3_64(canonical.to_string().as_bytes()))
+}
+
+/// Every setting that shapes the source's prompts, by name, defaults written out.
+pub(super) fn canonical(spec: &SourceSpec, tokenizer_checksum: Option<&str>) -> Value {
     let get = |v: &Option<toml::Spanned<String>>| v.as_ref().map(|v| v.get_ref().clone());
     let number = |v: &Option<toml::Spanned<i64>>| v.as_ref().map(|v| *v.get_ref());
     // Every field, by name: a new field must be added here, or reruns would miss its changes.
@@ -86,8 +93,7 @@ pub(super) fn fingerprint(spec: &SourceSpec, tokenizer_checksum: Option<&str>) -
             }
         }
     }
-    // `json!` objects are sorted maps, so the rendering is canonical.
-    format!("{:016x}", xxh3_64(canonical.to_string().as_bytes()))
+    canonical
 }
 
 #[cfg(test)]

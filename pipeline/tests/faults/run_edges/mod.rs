@@ -1,0 +1,30 @@
+//! `gen run` at its edges, where it must not report success for work that was misrouted,
+//! mislabelled, leaked or lost:
+//!
+//! - a launched server on a port another process holds, at start and at a restart: one clear
+//!   error, nothing sent to the other process ([`busy_port`], the real llama-server);
+//! - a `model` the server does not list: refused, naming what it serves ([`wrong_model`]);
+//! - a gateway quoting the API key in its errors: the key is in no output ([`echoed_key`]);
+//! - a source's input file or settings changed after it was prepared ([`changed_inputs`]);
+//! - SIGHUP with the terminal gone, and two quick SIGTERMs ([`signals`]);
+//! - the disk full while a source is prepared ([`disk_in_preparation`]).
+
+mod busy_port;
+mod changed_inputs;
+mod disk_in_preparation;
+mod echoed_key;
+mod signals;
+mod wrong_model;
+
+/// A project with one source, `alpha`, of `rows` (JSONL text), against the server at `url`.
+fn alpha_project(url: &str, rows: String) -> crate::harness::Project {
+    let project = crate::harness::Project::new();
+    project.write("data/alpha.jsonl", rows);
+    crate::write_config(&project, url, "", &[("alpha", "data/alpha.jsonl", "")]);
+    project
+}
+
+/// How many times `needle` occurs in `text`.
+fn count(text: &str, needle: &str) -> usize {
+    text.matches(needle).count()
+}
