@@ -62,6 +62,9 @@ impl LlamaServer {
                 &(1024 * slots).to_string(),
                 "-t",
                 "2",
+                // As the quickstart launches it: spinning threads collapse on a busy machine.
+                "--poll",
+                "0",
                 "--metrics",
             ])
             .stdin(Stdio::null())
