@@ -495,7 +495,7 @@ async fn every_malformed_input_has_its_expected_outcome_and_nothing_panics() {
         .and_then(|s| s.iter().find(|s| s["name"] == "mostly_dropped"))
         .expect("mostly_dropped in status.json");
     assert_eq!(
-        source["warning"],
+        source["warnings"][0],
         "2 of 3 rows (66%) dropped as `wrong_type` (reasons and examples in manifest.json)",
         "{source:#}"
     );
