@@ -286,3 +286,50 @@ async fn keeping_every_row_of_a_source_larger_than_the_memory_limit_succeeds() {
     let records = completions(&gen_.path("runs/cfg/sources/big/completions.jsonl.zst"));
     assert_eq!(records.len(), rows);
 }
+
+/// A row too large for the worker's memory limit: the advice after the OOM kill is sized from
+/// the input's largest row (a row takes several times its size to hold and parse), not only
+/// from the old limit, which would advise a limit that dies again.
+#[tokio::test]
+async fn an_oom_on_a_huge_row_advises_a_limit_sized_from_that_row() {
+    if let Some(reason) = oom_skip_reason() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let gen_ = Gen::new();
+    let huge = "x".repeat(48 << 20);
+    gen_.write(
+        "data/huge.jsonl",
+        &format!("{{\"prompt\": \"small\"}}\n{{\"prompt\": \"{huge}\"}}\n"),
+    );
+    drop(huge);
+    let sources =
+        "\n[[source]]\nname = \"huge\"\npath = \"data/huge.jsonl\"\nmemory-limit = \"64M\"\n";
+    gen_.write("cfg.toml", &config(&server.url(), sources));
+    let out = gen_.run(&["run", "cfg.toml"]).await;
+    assert_eq!(out.code, 1, "{}", out.stderr);
+
+    let record = worker(&gen_, "huge");
+    let verdict = &record["verdict"];
+    assert_eq!(verdict["class"], "oom", "{record:#}");
+    let advice: Vec<&str> = verdict["advice"]
+        .as_array()
+        .expect("advice")
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    let advice = advice.join("\n");
+    assert!(
+        advice.contains("the largest input row is 48 MiB"),
+        "{advice}"
+    );
+    // At least the limit (or the peak) + 5 × 48 MiB; twice the old limit would be 128 MiB.
+    let suggested: u64 = advice
+        .split("memory-limit = \"")
+        .nth(1)
+        .and_then(|rest| rest.split('M').next())
+        .and_then(|mib| mib.parse().ok())
+        .expect("a suggested memory-limit in MiB");
+    assert!(suggested >= 64 + 5 * 48, "{advice}");
+}

@@ -101,3 +101,83 @@ pub fn observation(
 pub fn verdict(observation: &Observation) -> Verdict {
     gen_diagnostics::classify(observation)
 }
+
+/// Bytes of decoded input the largest-row scan reads at most: past this, the scan answers with
+/// the largest row seen so far (a lower bound) rather than hold up the run.
+const ROW_SCAN_BUDGET: u64 = 8 << 30;
+
+/// The longest record among a source's local JSON-lines inputs (plain, `.zst` or `.gz`), bytes:
+/// a worker holds and parses a whole row at once, so after an OOM this sizes the memory a row
+/// needs. `None` for Hub sources, columnar or JSON-array files, and inputs that cannot be read.
+pub fn largest_input_row(spec: &gen_sources::SourceSpec, base_dir: &Path) -> Option<u64> {
+    if spec.repo.is_some() {
+        return None;
+    }
+    let files = gen_sources::prepare::resolve_files(spec, base_dir).ok()?;
+    let mut budget = ROW_SCAN_BUDGET;
+    let mut largest = None;
+    let json_lines = |file: &&std::path::PathBuf| {
+        gen_sources::read::format_of(spec.format, file) == gen_sources::spec::Format::Jsonl
+    };
+    for file in files.iter().filter(json_lines) {
+        let Ok(reader) = gen_sources::read::open_decoded(file) else {
+            continue;
+        };
+        if let Some(longest) = longest_line(reader, &mut budget) {
+            largest = largest.max(Some(longest));
+        }
+        if budget == 0 {
+            break;
+        }
+    }
+    largest
+}
+
+/// The length of the longest line of `reader`, reading at most `budget` bytes (decreased by
+/// what was read). `None` when nothing could be read.
+fn longest_line(mut reader: impl std::io::Read, budget: &mut u64) -> Option<u64> {
+    let mut buffer = vec![0u8; 1 << 20];
+    let (mut current, mut longest, mut read_any) = (0u64, 0u64, false);
+    while *budget > 0 {
+        let n = match reader.read(&mut buffer) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        };
+        read_any = true;
+        *budget = budget.saturating_sub(n as u64);
+        let mut start = 0;
+        for end in memchr::memchr_iter(b'\n', &buffer[..n]) {
+            longest = longest.max(current + (end - start) as u64);
+            current = 0;
+            start = end + 1;
+        }
+        current += (n - start) as u64;
+    }
+    read_any.then_some(longest.max(current))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_longest_line_is_found_across_buffer_boundaries_and_without_a_final_newline() {
+        let mut data = b"short\n".to_vec();
+        data.extend(std::iter::repeat_n(b'x', 3 << 20));
+        data.extend(b"\nmid\n");
+        data.extend(std::iter::repeat_n(b'y', 5 << 20));
+        let mut budget = u64::MAX;
+        assert_eq!(longest_line(&data[..], &mut budget), Some(5 << 20));
+        assert_eq!(u64::MAX - budget, data.len() as u64);
+    }
+
+    #[test]
+    fn the_scan_stops_at_its_budget_with_what_it_saw() {
+        let data = [b"a\n".as_slice(), &[b'z'; 4 << 20]].concat();
+        let mut budget = 1 << 20;
+        assert_eq!(longest_line(&data[..], &mut budget), Some((1 << 20) - 2));
+        assert_eq!(budget, 0);
+    }
+}

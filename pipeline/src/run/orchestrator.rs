@@ -1247,9 +1247,27 @@ impl<'p> Orchestrator<'p> {
                 }
                 text => text,
             };
-            let observation =
+            let mut observation =
                 observe::observation(&report, &dir.prep_log(), kernel_log, manifest.is_some());
-            Some(observe::verdict(&observation))
+            let mut verdict = observe::verdict(&observation);
+            // How much a row needs sizes the advice after an OOM; the scan reads the input, so
+            // only then.
+            if verdict.class == gen_diagnostics::Class::Oom
+                && let Some(spec) = self.plan.sources.iter().find(|s| s.name() == name)
+            {
+                let (spec, base_dir) = (spec.clone(), self.plan.base_dir.clone());
+                let largest = tokio::task::spawn_blocking(move || {
+                    observe::largest_input_row(&spec, &base_dir)
+                })
+                .await
+                .ok()
+                .flatten();
+                if largest.is_some() {
+                    observation.largest_row_bytes = largest;
+                    verdict = observe::verdict(&observation);
+                }
+            }
+            Some(verdict)
         };
         let succeeded = manifest.is_some();
         atomic::write_json(
