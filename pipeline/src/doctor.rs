@@ -19,6 +19,7 @@
 //! answered at full `max-tokens`, [`BYTES_PER_TOKEN`] bytes a token, divided by
 //! [`COMPRESSION`] (zstd on text) — an upper bound.
 
+mod duration;
 mod machine;
 pub(crate) mod server;
 
@@ -461,6 +462,7 @@ pub fn doctor(config: &Path) -> anyhow::Result<ExitCode> {
         ));
     }
     report.checks.extend(server::probe(&plan));
+    report.checks.push(duration::check(&plan));
     println!(
         "gen doctor: `{}`, run directory `{}`",
         config.display(),
