@@ -1,4 +1,4 @@
-//! The ordered classifier rules of field notes §3.5, written once in [`classify`].
+//! The ordered classifier rules, written once in [`classify`].
 //!
 //! Pre-checks: exit 0 with verified outputs is success (stderr is never mined); a fatal signal
 //! `gen` sent is a timeout or cancel, never OOM. Then, first match wins:
@@ -21,7 +21,7 @@
 //! What to do about a verdict is policy, not decided here.
 
 use crate::batch::{self, BatchEvent, BatchKind};
-use crate::evidence::{MemoryEvidence, ResolvedExit, Texts, heuristic_exit};
+use crate::evidence::{OomEvidence, ResolvedExit, Texts, heuristic_exit};
 use crate::explain::{
     Knob, allocation_refused, oom_verdict, other_verdict, traceback_verdict, with_symptoms,
 };
@@ -86,7 +86,7 @@ fn rules(
     }
 
     let symptoms = native::symptoms(&texts.all);
-    let memory = MemoryEvidence::gather(observation, texts, &symptoms, batch);
+    let memory = OomEvidence::gather(observation, texts, &symptoms, batch);
     let reporters: Vec<&str> = batch.iter().map(|e| e.reporter).collect();
     let knob = |memcg: Option<&str>| Knob::from_evidence(&reporters, memcg);
     let kill_memcg: Option<String> = memory
@@ -507,7 +507,7 @@ fn stopped_verdict(observation: &Observation, event: &BatchEvent, batch: &[Batch
 /// Rule 5: SIGKILL from outside `gen` with no record naming a killer.
 fn sigkill_verdict(
     observation: &Observation,
-    memory: &MemoryEvidence,
+    memory: &OomEvidence,
     batch: &[BatchEvent],
     via_code: bool,
     signature: Option<&native::NativeSignature>,
@@ -669,7 +669,7 @@ fn cleanup_verdict(
 /// child's OOM, suspected. `None` when no child was SIGKILLed or the kernel log speaks against.
 fn child_sigkill_verdict(
     observation: &Observation,
-    memory: &MemoryEvidence,
+    memory: &OomEvidence,
     report: Option<&ErrorReport>,
     symptoms: &[Symptom],
 ) -> Option<Verdict> {

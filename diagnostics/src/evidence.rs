@@ -14,7 +14,8 @@ use crate::oom::{self, KillMatch, OomKill, OomReport, Target, UserspaceKill};
 use crate::text::{human_bytes, strip_launcher_prefixes};
 use crate::verdict::{Confidence, ErrorReport, Language};
 
-/// Window slack around the worker's lifetime, µs (field notes §3.5 rule 2).
+/// Window slack around the worker's lifetime, µs: a kernel kill record stamped from 1 s before
+/// the spawn to 5 s after the reap (CLOCK_MONOTONIC) is the worker's.
 const BEFORE_SPAWN_USEC: u64 = 1_000_000;
 const AFTER_EXIT_USEC: u64 = 5_000_000;
 /// RSS at or above this fraction of the limit counts as "at the limit".
@@ -119,8 +120,9 @@ pub(crate) fn heuristic_exit(
     }
 }
 
-/// Everything memory-related known about one worker.
-pub(crate) struct MemoryEvidence {
+/// Everything an OOM verdict weighs about one worker: its kernel and user-space kills, matched
+/// to it or not, the counters and the limits.
+pub(crate) struct OomEvidence {
     /// Why the kernel log is missing, when it is.
     pub(crate) log_unavailable: Option<String>,
     /// The kernel log given was empty of records.
@@ -157,7 +159,7 @@ pub(crate) struct MemoryEvidence {
     pub(crate) descendants: Vec<u32>,
 }
 
-impl MemoryEvidence {
+impl OomEvidence {
     pub(crate) fn gather(
         observation: &Observation,
         texts: &Texts,
@@ -310,7 +312,7 @@ impl MemoryEvidence {
         } else {
             None
         };
-        MemoryEvidence {
+        OomEvidence {
             log_unavailable,
             log_empty,
             seq_gaps: parsed.seq_gaps,

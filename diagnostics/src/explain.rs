@@ -3,7 +3,7 @@
 //! `classify` decides which rule fired; these builders only turn that decision and the gathered
 //! evidence into the text people read in `gen status` and `gen diagnose`. No rule order here.
 
-use crate::evidence::{MemoryEvidence, kill_line};
+use crate::evidence::{OomEvidence, kill_line};
 use crate::native::{self, NativeKind, NativeSignature, SymptomKind};
 use crate::observation::{Exit, Observation, signal_name};
 use crate::text::{human_bytes, limit_setting};
@@ -115,7 +115,7 @@ pub(crate) fn oom_verdict(
     subtype: Subtype,
     confidence: Confidence,
     observation: &Observation,
-    memory: &MemoryEvidence,
+    memory: &OomEvidence,
     knob: Knob,
 ) -> Verdict {
     let mut verdict = Verdict::new(Class::Oom, Some(subtype), confidence);
@@ -353,7 +353,7 @@ pub(crate) fn other_verdict(
     exit: Exit,
     death: Option<(i32, bool)>,
     signature: Option<NativeSignature>,
-    memory: &MemoryEvidence,
+    memory: &OomEvidence,
 ) -> Verdict {
     let subtype = match (death, &signature) {
         (_, Some(s)) if s.kind == NativeKind::Segfault => Subtype::Segfault,

@@ -3,7 +3,8 @@
 //!
 //! - [`spec`]: the raw `[[source]]` table of `datasets.toml` and its checks.
 //! - [`hub`]: Hub dataset files, listed, selected by glob and cached as `huggingface_hub` does.
-//! - [`read`]: streaming row readers (JSONL, JSON arrays, Parquet; `.zst`/`.gz`); a malformed row
+//! - [`read`]: streaming row readers (JSONL, JSON arrays, Parquet, CSV; `.zst`/`.gz`), one place
+//!   that maps a file to its reader (`read::format_of`, `read::for_each_row`); a malformed row
 //!   is a counted [`read::RowError`], never a crash.
 //! - [`normalize`]: one dataset row → OpenAI-style messages, with a reason when a row is dropped.
 //! - [`prepare`]: the whole preparation of one source, writing prompts to a sink and returning a
@@ -14,6 +15,8 @@
 //! nothing of processes, servers or run directories.
 
 pub mod env;
+#[cfg(test)]
+mod error_chains;
 pub mod hub;
 pub mod normalize;
 pub mod prepare;

@@ -1,6 +1,6 @@
 //! One dataset row → OpenAI-style messages.
 //!
-//! Rules (field-notes §1.2): row filters first (`include`, `exclude`, `languages`); roles are
+//! Rules, the same for every dataset: row filters first (`include`, `exclude`, `languages`); roles are
 //! mapped ([`Role::parse`]); leading assistant turns are dropped; a system turn is kept only
 //! before the first user turn and only if the policy says so; `first` keeps the first user
 //! turn, `all` every user turn (dataset answers are dropped: the model writes its own),

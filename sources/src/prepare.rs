@@ -41,7 +41,7 @@ use crate::read::{
 };
 use crate::spec::{Format, SourceSpec};
 use manifest::etag_checksum;
-use resolve::{Resolver, Unresolved};
+use resolve::{PlaceholderResolver, Unresolved};
 pub use sample::{DEFAULT_SAMPLE_MEMORY, SampleOptions};
 use sample::{Prehashed, Sample};
 
@@ -210,7 +210,7 @@ pub fn prepare(
 struct Collector<'a> {
     spec: &'a SourceSpec,
     tokens: Option<&'a TokenFilter>,
-    resolver: Option<Resolver<'a>>,
+    resolver: Option<PlaceholderResolver<'a>>,
     manifest: Manifest,
     seen_across: Option<&'a HashSet<u64>>,
     occurrences: HashMap<u64, u32, BuildHasherDefault<Prehashed>>,
@@ -410,9 +410,9 @@ fn token_filter(
         v.as_ref()
             .map(|v| usize::try_from(*v.get_ref()).unwrap_or(0))
     };
-    let error = |source| SourceError::Tokenizer {
+    let error = |error| SourceError::Tokenizer {
         source_name: spec.name().to_owned(),
-        source,
+        error,
     };
     let filter = TokenFilter::load(
         &path,
@@ -555,7 +555,7 @@ pub fn prepare_with(
     let mut collector = Collector {
         spec,
         tokens: tokens.as_ref(),
-        resolver: Resolver::new(spec, &options.hub),
+        resolver: PlaceholderResolver::new(spec, &options.hub),
         manifest,
         seen_across: options.seen_across.as_deref(),
         occurrences: HashMap::default(),

@@ -13,6 +13,8 @@ use std::ops::Range;
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
+pub use crate::read::Format;
+
 /// Prompts kept per source unless `limit` says otherwise.
 pub const DEFAULT_LIMIT: u64 = 10_000;
 /// Seed of the deterministic sample unless `seed` says otherwise.
@@ -42,7 +44,8 @@ pub struct SourceSpec {
     pub split: Option<String>,
     /// Glob patterns selecting files of `repo` at `revision` (`*` stays within a folder).
     pub files: Option<Spanned<Vec<String>>>,
-    /// Row format; inferred from the file extension when absent.
+    /// Row format (`jsonl`, `json`, `parquet` or `csv`); when absent, each file's extension
+    /// says (`.zst`/`.gz` looked through; see [`crate::read::format_of`]).
     pub format: Option<Format>,
     /// How many prompts to keep (a seeded sample when the source has more).
     pub limit: Option<Spanned<i64>>,
@@ -92,7 +95,7 @@ pub struct SourceSpec {
     pub min_prompt_tokens: Option<Spanned<i64>>,
     pub max_prompt_tokens: Option<Spanned<i64>>,
     /// Rows whose `prompt-field` is `resolve-placeholder` keep their prompt in another Hub
-    /// dataset (OpenCodeReasoning's `-` inputs, field notes §1.3): the row's `dataset` field
+    /// dataset (OpenCodeReasoning's `-` inputs point into TACO and APPS): the row's `dataset` field
     /// names an entry here, and the prompt is row `index` (a number or a numeric string) of
     /// that dataset's `split`, in file order. A row that cannot be resolved is dropped and
     /// counted (`unresolved`); a dataset the Hub does not give fails the source.
@@ -121,14 +124,6 @@ pub const DEFAULT_RESOLVE_PLACEHOLDER: &str = "-";
 pub const DEFAULT_RESOLVE_FIELD: &str = "question";
 /// The row fields a resolved row is looked up by.
 pub const RESOLVE_ROW_FIELDS: [&str; 3] = ["dataset", "split", "index"];
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Format {
-    Jsonl,
-    Json,
-    Parquet,
-}
 
 /// `first`: the first user turn only. `all`: every user turn, for multi-turn regeneration.
 /// `history`: every turn up to the last user turn, the dataset's assistant turns kept as context

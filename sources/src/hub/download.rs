@@ -66,7 +66,7 @@ async fn fetch_online(
         .with_token(settings.token.clone())
         .with_progress(false)
         .build()
-        .map_err(HubError::Client)?;
+        .map_err(|e| HubError::Client(e.into()))?;
     let fail = async |file: Option<&str>, url: String, (source, attempts): (ApiError, u32)| {
         let file = file.map(str::to_owned);
         match status_of(&source) {
@@ -92,7 +92,7 @@ async fn fetch_online(
                 revision: revision.to_owned(),
                 file,
                 attempts,
-                source,
+                source: source.into(),
             },
         }
     };

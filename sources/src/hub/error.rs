@@ -28,7 +28,7 @@ pub enum HubError {
         file: Option<String>,
         attempts: u32,
         #[source]
-        source: ApiError,
+        source: ApiCause,
     },
     #[error("{}: no file matches {} ({available} files at commit `{commit}`)", target(.repo, .revision, &None), list_patterns(.patterns))]
     NoMatch {
@@ -52,9 +52,42 @@ pub enum HubError {
         source: io::Error,
     },
     #[error("failed to set up the hub client")]
-    Client(#[source] ApiError),
+    Client(#[source] ApiCause),
     #[error("failed to start the download runtime")]
     Runtime(#[source] io::Error),
+}
+
+/// An hf-hub error as the cause of a [`HubError`]. hf-hub writes its own cause into its message
+/// (`request error: {0}`, `I/O error {0}`) and also returns it as its source, so a rendered
+/// chain would print that text twice: the chain goes on from the first cause whose text the
+/// message does not already hold.
+#[derive(Debug)]
+pub struct ApiCause(pub ApiError);
+
+impl From<ApiError> for ApiCause {
+    fn from(error: ApiError) -> ApiCause {
+        ApiCause(error)
+    }
+}
+
+impl std::fmt::Display for ApiCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for ApiCause {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        let shown = self.0.to_string();
+        let mut next = std::error::Error::source(&self.0);
+        while let Some(cause) = next {
+            if !shown.contains(&cause.to_string()) {
+                break;
+            }
+            next = cause.source();
+        }
+        next
+    }
 }
 
 fn target(repo: &str, revision: &str, file: &Option<String>) -> String {

@@ -10,7 +10,7 @@ mod select;
 mod settings;
 
 pub use download::{HubDownload, HubFile, fetch};
-pub use error::HubError;
+pub use error::{ApiCause, HubError};
 pub use progress::{DownloadProgress, PROGRESS_STEP, ProgressCallback};
 pub use select::select_files;
 pub use settings::{DEFAULT_ENDPOINT, HubSettings, MAX_BACKOFF};

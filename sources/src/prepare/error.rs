@@ -34,11 +34,12 @@ pub enum SourceError {
         #[source]
         source: Box<HubError>,
     },
-    /// The `tokenizer` file is missing or not a tokenizer.
-    #[error("source `{source_name}`: {source}")]
+    /// The `tokenizer` file is missing or not a tokenizer. The cause is part of the message
+    /// (not a `source`), so a rendered chain shows it once.
+    #[error("source `{source_name}`: {error}")]
     Tokenizer {
         source_name: String,
-        source: crate::normalize::TokenizerError,
+        error: crate::normalize::TokenizerError,
     },
     /// A `resolve` dataset could not be fetched: the rows whose prompt is there would be lost.
     #[error(

@@ -5,7 +5,7 @@
 //! only its prompt field is kept, in file order: TACO's ~26k questions, APPS's 10k.
 //!
 //! A dataset the Hub does not give (refused, missing repository or revision, no network, not
-//! cached offline) fails the whole source ([`Resolver::fatal`]): its rows are often a large
+//! cached offline) fails the whole source ([`PlaceholderResolver::fatal`]): its rows are often a large
 //! share of the source (a quarter of OpenCodeReasoning), and a manifest without them would
 //! look complete. A preparation that failed is run again by the next `gen run`. Single rows
 //! that cannot be resolved (a split the dataset has no file for, a row number past its end, a
@@ -42,7 +42,7 @@ type SplitPrompts = Result<Vec<Option<String>>, String>;
 /// Why a row could not be resolved.
 pub(super) struct Unresolved(pub(super) String);
 
-pub(super) struct Resolver<'a> {
+pub(super) struct PlaceholderResolver<'a> {
     datasets: &'a BTreeMap<String, ResolveSpec>,
     pub(super) placeholder: &'a str,
     pub(super) prompt_field: &'a str,
@@ -62,10 +62,13 @@ pub(super) struct Unfetched {
     pub(super) error: hub::HubError,
 }
 
-impl<'a> Resolver<'a> {
+impl<'a> PlaceholderResolver<'a> {
     /// The resolver of `spec`, when it has `resolve` (and the `prompt-field` it fills in).
-    pub(super) fn new(spec: &'a SourceSpec, hub: &'a HubSettings) -> Option<Resolver<'a>> {
-        Some(Resolver {
+    pub(super) fn new(
+        spec: &'a SourceSpec,
+        hub: &'a HubSettings,
+    ) -> Option<PlaceholderResolver<'a>> {
+        Some(PlaceholderResolver {
             datasets: spec.resolve.as_ref()?.get_ref(),
             placeholder: spec
                 .resolve_placeholder

@@ -15,6 +15,12 @@ pub enum RowError {
     /// The row's bytes are not UTF-8 (a file in Latin-1, or a row cut inside a character).
     #[error("invalid UTF-8 at byte {at} of the row")]
     InvalidUtf8 { at: usize },
+    /// A CSV value's bytes are not UTF-8.
+    #[error("invalid UTF-8 at byte {at} of field `{field}`")]
+    InvalidUtf8Field { field: String, at: usize },
+    /// A CSV record whose field count is not the header's.
+    #[error("the row has {found} fields where the header has {expected}")]
+    FieldCount { expected: u64, found: u64 },
 }
 
 impl RowError {
@@ -23,7 +29,8 @@ impl RowError {
         match self {
             RowError::BadJson(_) => "bad_json",
             RowError::NotAnObject => "not_an_object",
-            RowError::InvalidUtf8 { .. } => "invalid_utf8",
+            RowError::InvalidUtf8 { .. } | RowError::InvalidUtf8Field { .. } => "invalid_utf8",
+            RowError::FieldCount { .. } => "field_count",
         }
     }
 }
@@ -45,20 +52,38 @@ pub(super) fn parse_object(bytes: &[u8]) -> Result<Value, RowError> {
 /// A row read from a file: its zero-based index and either the parsed object or why not.
 pub type Row = (u64, Result<Value, RowError>);
 
+/// A compression a file is read through, known by its last extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    Zstd,
+    Gzip,
+}
+
+/// Each compression and the extension it is known by.
+const COMPRESSIONS: [(Compression, &str); 2] =
+    [(Compression::Zstd, "zst"), (Compression::Gzip, "gz")];
+
+impl Compression {
+    /// The compression `path` is read through (by its extension), and the extension.
+    pub fn of(path: &Path) -> Option<(Compression, &'static str)> {
+        let extension = path.extension()?.to_str()?;
+        COMPRESSIONS
+            .into_iter()
+            .find(|(_, known)| *known == extension)
+    }
+}
+
 /// Whether `path` is read through a decompressor (`.zst` or `.gz`).
 pub(super) fn is_compressed(path: &Path) -> bool {
-    matches!(
-        path.extension().and_then(|e| e.to_str()),
-        Some("zst" | "gz")
-    )
+    Compression::of(path).is_some()
 }
 
 /// Opens `path`, transparently decompressing `.zst` and `.gz`.
 pub fn open_decoded(path: &Path) -> io::Result<Box<dyn Read + Send>> {
     let file = fs_err::File::open(path)?;
-    match path.extension().and_then(|e| e.to_str()) {
-        Some("zst") => Ok(Box::new(zstd::stream::read::Decoder::new(file)?)),
-        Some("gz") => Ok(Box::new(flate2::read::MultiGzDecoder::new(file))),
-        _ => Ok(Box::new(file)),
+    match Compression::of(path) {
+        Some((Compression::Zstd, _)) => Ok(Box::new(zstd::stream::read::Decoder::new(file)?)),
+        Some((Compression::Gzip, _)) => Ok(Box::new(flate2::read::MultiGzDecoder::new(file))),
+        None => Ok(Box::new(file)),
     }
 }

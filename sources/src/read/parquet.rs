@@ -1,5 +1,5 @@
 //! Parquet through the Arrow reader, one record batch at a time: memory follows the batch size,
-//! not the row group (field notes §6). Only the columns normalization reads are decoded, so a
+//! not the row group (the Arrow reader decodes a batch, never a whole row group). Only the columns normalization reads are decoded, so a
 //! dataset's long answer columns (`output`, `response`) cost nothing, and of a turn list only
 //! the role and content fields (WildChat's turns carry a dozen more).
 //!
@@ -39,9 +39,9 @@ fn invalid(error: impl std::error::Error + Send + Sync + 'static) -> io::Error {
 /// The compressed stream of a `.parquet.zst`/`.parquet.gz` ended early or is damaged.
 #[derive(Debug, thiserror::Error)]
 #[error("the compressed data is truncated or corrupt (download or copy the file again)")]
-struct DecompressError {
+pub(crate) struct DecompressError {
     #[source]
-    source: io::Error,
+    pub(crate) source: io::Error,
 }
 
 /// The decompressed copy of a compressed Parquet file could not be written.
@@ -51,10 +51,10 @@ struct DecompressError {
      directory with room for it)",
     directory.display()
 )]
-struct TempFileError {
-    directory: PathBuf,
+pub(crate) struct TempFileError {
+    pub(crate) directory: PathBuf,
     #[source]
-    source: io::Error,
+    pub(crate) source: io::Error,
 }
 
 /// The Parquet file at `path`, ready for random access: the file itself, or its decompressed

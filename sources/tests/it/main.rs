@@ -13,6 +13,7 @@ mod support {
 }
 
 mod conformance;
+mod contract;
 mod hub;
 mod python;
 mod readers;

@@ -343,18 +343,19 @@ fn truncated_compressed_parquet_names_the_file() {
     }
 }
 
-/// A Parquet file whose UTF8-annotated `question` column holds `values` (invalid bytes
-/// included: the low-level writer does not check them), next to an `id` column.
-fn raw_strings(values: &[&[u8]], dictionary: bool) -> Vec<u8> {
-    use parquet::data_type::{ByteArray, ByteArrayType, Int64Type};
+/// A Parquet file of UTF8-annotated string columns holding the given bytes (invalid UTF-8
+/// included: the low-level writer does not check them), one row group.
+pub fn utf8_parquet(columns: &[(&str, &[&[u8]])], dictionary: bool) -> Vec<u8> {
+    use parquet::data_type::{ByteArray, ByteArrayType};
     use parquet::file::properties::WriterProperties;
     use parquet::file::writer::SerializedFileWriter;
     use parquet::schema::parser::parse_message_type;
 
-    let schema = parse_message_type(
-        "message schema { required int64 id; optional binary question (UTF8); }",
-    )
-    .expect("schema");
+    let fields: String = columns
+        .iter()
+        .map(|(name, _)| format!("optional binary {name} (UTF8); "))
+        .collect();
+    let schema = parse_message_type(&format!("message schema {{ {fields}}}")).expect("schema");
     let properties = WriterProperties::builder()
         .set_dictionary_enabled(dictionary)
         .build();
@@ -363,23 +364,25 @@ fn raw_strings(values: &[&[u8]], dictionary: bool) -> Vec<u8> {
         SerializedFileWriter::new(&mut bytes, std::sync::Arc::new(schema), properties.into())
             .expect("writer");
     let mut group = writer.next_row_group().expect("row group");
-    let ids: Vec<i64> = (0..values.len() as i64).collect();
-    let mut column = group.next_column().expect("column").expect("id");
-    column
-        .typed::<Int64Type>()
-        .write_batch(&ids, None, None)
-        .expect("ids");
-    column.close().expect("close");
-    let strings: Vec<ByteArray> = values.iter().map(|v| ByteArray::from(v.to_vec())).collect();
-    let mut column = group.next_column().expect("column").expect("question");
-    column
-        .typed::<ByteArrayType>()
-        .write_batch(&strings, Some(&vec![1; values.len()]), None)
-        .expect("strings");
-    column.close().expect("close");
+    for (name, values) in columns {
+        let strings: Vec<ByteArray> = values.iter().map(|v| ByteArray::from(v.to_vec())).collect();
+        let mut column = group.next_column().expect("column").expect(name);
+        column
+            .typed::<ByteArrayType>()
+            .write_batch(&strings, Some(&vec![1; values.len()]), None)
+            .expect("strings");
+        column.close().expect("close");
+    }
     group.close().expect("close");
     writer.close().expect("close");
     bytes
+}
+
+/// A Parquet file whose `question` column holds `values`, next to an `id` column.
+fn raw_strings(values: &[&[u8]], dictionary: bool) -> Vec<u8> {
+    let ids: Vec<String> = (0..values.len()).map(|i| i.to_string()).collect();
+    let ids: Vec<&[u8]> = ids.iter().map(String::as_bytes).collect();
+    utf8_parquet(&[("id", ids.as_slice()), ("question", values)], dictionary)
 }
 
 #[test]
@@ -427,4 +430,40 @@ fn invalid_utf8_in_a_parquet_string_column_names_the_column_and_row() {
         );
         assert!(error.to_string().ends_with("q.parquet`"), "{error}");
     }
+}
+
+/// A CSV file as spreadsheets and `pandas.to_csv` write them: a byte-order mark, CRLF line
+/// ends, a quoted prompt with a comma, doubled quotes and a line break, an empty cell.
+#[test]
+fn a_csv_source_is_prepared_like_any_other() {
+    let mut csv = b"\xef\xbb\xbfid,question,answer\r\n".to_vec();
+    csv.extend_from_slice(b"1,\"Hello, \"\"world\"\"\nsecond line\",hi\r\n");
+    csv.extend_from_slice(b"2,,empty question\r\n");
+    csv.extend_from_slice(b"3,one field too many,x,y\r\n");
+    csv.extend_from_slice(b"4,caf\xe9,latin-1\r\n");
+    csv.extend_from_slice(b"5,plain,last\r\n");
+    let (prompts, manifest) = prepare_file(&csv, "q.csv", true).expect("csv");
+    let texts: Vec<&str> = prompts
+        .iter()
+        .map(|p| p.messages[0].content.as_str())
+        .collect();
+    assert_eq!(texts, ["Hello, \"world\"\nsecond line", "plain"]);
+    assert_eq!(manifest.rows_read, 5);
+    let dropped: Vec<(&str, u64)> = manifest
+        .dropped
+        .iter()
+        .map(|(reason, n)| (reason.as_str(), *n))
+        .collect();
+    assert_eq!(
+        dropped,
+        [("field_count", 1), ("invalid_utf8", 1), ("no_user_turn", 1)]
+    );
+    let examples: Vec<(u64, &str)> = manifest
+        .examples
+        .iter()
+        .map(|e| (e.row, e.reason.as_str()))
+        .collect();
+    assert_eq!(examples.len(), 3, "{examples:?}");
+    let gzipped = prepare_file(&gzip(&csv), "q.csv.gz", true).expect("csv.gz");
+    assert_eq!(gzipped.0, prompts);
 }
