@@ -57,8 +57,8 @@ pub struct WorkerPlan {
     /// With a custom worker: prompts it must write before it counts as complete (without it,
     /// the done marker alone decides).
     pub expected: Option<u64>,
-    pub on_length: crate::run::dispatch::LengthPolicy,
-    pub order: crate::run::feed::Order,
+    pub on_length: super::values::LengthPolicy,
+    pub order: super::values::Order,
 }
 
 #[derive(Debug, Clone)]
@@ -486,7 +486,7 @@ impl<'t> Resolver<'t> {
 
     fn worker(&mut self, spec: &SourceSpec, worker: WorkerTable) -> WorkerPlan {
         let memory_limit = worker.memory_limit.as_ref().and_then(|limit| {
-            let parsed = crate::run::cgroup::parse_size(limit.get_ref());
+            let parsed = super::values::parse_size(limit.get_ref());
             if parsed.is_none_or(|b| b < 16 << 20) {
                 self.problem(
                     Some(limit.span()),
@@ -527,7 +527,7 @@ impl<'t> Resolver<'t> {
 
     fn host_memory(&mut self, server: &ServerTable) -> Option<u64> {
         let size = server.host_memory.as_ref()?;
-        let parsed = crate::run::cgroup::parse_size(size.get_ref());
+        let parsed = super::values::parse_size(size.get_ref());
         if parsed.is_none() {
             self.problem(
                 Some(size.span()),

@@ -31,7 +31,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -41,6 +40,7 @@ use super::feed::Prompts;
 use super::fleet::{Backend, Fleet, Lease};
 use super::record::{CompletionRecord, RejectKind, RejectedRecord, TurnRecord};
 use super::refusal::{Judgement, Refusals};
+use crate::config::values::LengthPolicy;
 use crate::inference::RequestError;
 use crate::inference::client::{Completion, Usage};
 use crate::inference::liveness::{Health, Liveness};
@@ -54,19 +54,6 @@ const REPORT_BACKLOG: usize = 256;
 /// Server outages one prompt may live through before it is set aside (a prompt that keeps
 /// crashing the server must not take it down forever).
 pub const MAX_CRASHES: u32 = 3;
-
-/// What to do with an answer cut by `max-tokens` (`finish_reason = "length"`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum LengthPolicy {
-    /// Keep it (flagged by its finish reason; counted in the truncation rate).
-    #[default]
-    Keep,
-    /// Do not store it; the prompt is recorded as rejected (`truncated`), not retried.
-    Drop,
-    /// Ask once more with twice the token budget, then keep whatever comes back.
-    Retry,
-}
 
 #[derive(Debug)]
 pub enum DispatchEvent {

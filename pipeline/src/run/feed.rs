@@ -16,10 +16,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::shard::Shard;
+use crate::config::values::Order;
 use gen_sources::Prompt;
 use gen_sources::prompt::content_hash;
 
@@ -27,17 +27,6 @@ use gen_sources::prompt::content_hash;
 const BATCH: usize = 64;
 /// Batches read ahead of the dispatcher (with the one being sent: 5 × 64 prompts).
 const READ_AHEAD: usize = 4;
-
-/// The order a source's prompts are sent in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Order {
-    /// As prepared (the seeded sample's order).
-    #[default]
-    File,
-    /// Longest prompt first, so the longest requests do not finish last.
-    LongestFirst,
-}
 
 /// Which prepared prompts are not to be sent.
 #[derive(Debug, Default)]
