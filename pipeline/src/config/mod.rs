@@ -1,10 +1,11 @@
 //! `datasets.toml`: the raw file ([`file`]), the keys it accepts ([`keys`]), its resolution
-//! into a [`Plan`] ([`plan`]), problem reporting with `file:line:column` ([`problem`]) and the
-//! value types of settings ([`values`]).
+//! into a [`Plan`] ([`plan`]), problem reporting with `file:line:column` ([`problem`]), the
+//! value types of settings ([`values`]) and the variable syntax of launch arguments ([`launch`]).
 
 pub mod file;
 mod inputs;
 pub mod keys;
+pub mod launch;
 pub mod plan;
 pub mod problem;
 pub mod values;

@@ -1165,7 +1165,7 @@ impl<'p> Orchestrator<'p> {
                 let env = |var: &str| std::env::var(var).ok();
                 let expanded = custom
                     .iter()
-                    .map(|a| managed::expand(a, 0, &env))
+                    .map(|a| crate::config::launch::expand(a, 0, &env))
                     .collect::<Result<Vec<_>, _>>()
                     .with_context(|| format!("source `{name}`: bad `command`"))?;
                 command.program = expanded[0].clone().into();
