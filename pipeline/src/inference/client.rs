@@ -302,7 +302,7 @@ impl ChatClient {
             };
             first = false;
             if let Some(activity) = &self.activity {
-                activity.store(crate::status::state::unix_ms(), Ordering::Relaxed);
+                activity.store(crate::sys::unix_ms(), Ordering::Relaxed);
             }
             if event.data.trim() == "[DONE]" {
                 break;

@@ -20,7 +20,7 @@ use tokio_util::task::AbortOnDropHandle;
 
 use crate::config::ServerPlan;
 use crate::config::launch::{UnsetVariable, expand};
-use crate::run::sys;
+use crate::sys;
 
 /// Lines of the server log quoted when it fails.
 const TAIL_LINES: usize = 25;

@@ -152,7 +152,7 @@ impl MemoryCgroup {
                 .split_whitespace()
                 .filter_map(|p| p.parse::<i32>().ok())
             {
-                super::sys::kill_pid(pid, libc::SIGKILL).ok();
+                crate::sys::kill_pid(pid, libc::SIGKILL).ok();
             }
             if std::fs::remove_dir(&self.path).is_ok() {
                 return;

@@ -44,7 +44,7 @@ use crate::config::values::LengthPolicy;
 use crate::inference::RequestError;
 use crate::inference::client::{Completion, Usage};
 use crate::inference::liveness::{Health, Liveness};
-use crate::status::state::unix_ms;
+use crate::sys::unix_ms;
 use gen_sources::{Message, Prompt, Role};
 
 /// Longest wait between two attempts of one prompt.

@@ -17,8 +17,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::status::state;
 use crate::store::RunDir;
+use crate::sys;
 
 /// What the lock file says about its holder.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -110,8 +110,8 @@ impl RunLock {
         }
         let holder = LockHolder {
             pid: std::process::id(),
-            host: state::host_name(),
-            started: state::unix_ms(),
+            host: sys::host_name(),
+            started: sys::unix_ms(),
         };
         let mut text = serde_json::to_vec(&holder).map_err(|e| io_error(io::Error::other(e)))?;
         text.push(b'\n');
@@ -149,7 +149,7 @@ fn flock_exclusive(file: &fs_err::File) -> io::Result<()> {
 
 /// `12s ago`, `5m ago`, `3h ago` — or the raw time when the clocks disagree.
 fn ago(started_unix_ms: u64) -> String {
-    let now = state::unix_ms();
+    let now = sys::unix_ms();
     let Some(secs) = now.checked_sub(started_unix_ms).map(|ms| ms / 1000) else {
         return format!("at unix time {}s", started_unix_ms / 1000);
     };

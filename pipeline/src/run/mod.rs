@@ -1,5 +1,5 @@
 //! `gen run`: the orchestrator's event loop ([`orchestrator`]), preparation workers as
-//! supervised processes ([`supervisor`], [`rss`], [`sys`]) and the request dispatcher
+//! supervised processes ([`supervisor`], [`rss`]) and the request dispatcher
 //! ([`dispatch`]) over one or several servers ([`fleet`]), fed from the prepared prompts
 //! ([`feed`]), with its stored records ([`record`]) and the judge of refused requests
 //! ([`refusal`]); signals stop it gracefully ([`stop`]); a prepared source is checked against
@@ -22,7 +22,6 @@ pub mod rss;
 pub mod shard;
 pub mod stop;
 pub mod supervisor;
-pub mod sys;
 pub mod tuner;
 
 pub use orchestrator::{RunOutcome, Selection, run};

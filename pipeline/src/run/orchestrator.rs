@@ -1259,7 +1259,7 @@ impl<'p> Orchestrator<'p> {
                 report: report.clone(),
                 verdict_ms: verdict
                     .as_ref()
-                    .map(|_| super::sys::monotonic_usec().saturating_sub(report.exit_usec) / 1000),
+                    .map(|_| crate::sys::monotonic_usec().saturating_sub(report.exit_usec) / 1000),
                 verdict: verdict.clone(),
             },
         )?;

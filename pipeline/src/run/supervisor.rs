@@ -12,13 +12,14 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::cgroup::{self, MemoryCgroup};
-use super::{rss, sys};
+use super::rss;
+use crate::sys::{self, unix_ms};
 
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(500);
 pub const GRACE: Duration = Duration::from_secs(5);
@@ -115,12 +116,6 @@ pub struct MemoryEvidence {
     pub oom_kill_after: Option<u64>,
     pub vmstat_oom_kill_before: Option<u64>,
     pub vmstat_oom_kill_after: Option<u64>,
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Spawns `command` and supervises it to the end.
