@@ -6,7 +6,7 @@
 //! The only `unsafe` in `gen` lives here.
 #![expect(
     unsafe_code,
-    reason = "thin wrappers over libc calls with no safe equivalent"
+    reason = "thin wrappers over libc calls with no safe equivalent (`flock` included: std and our dependencies have no safe wrapper)"
 )]
 
 use std::io;
@@ -101,6 +101,23 @@ pub fn signal_name(signal: i32) -> String {
         _ => return format!("signal {signal}"),
     };
     name.to_owned()
+}
+
+/// Takes an exclusive `flock` on `fd` without blocking: `WouldBlock` when another process
+/// holds it. The kernel drops it when the holder exits, however it exits.
+pub fn flock_exclusive(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+    use std::os::fd::AsRawFd as _;
+    loop {
+        // SAFETY: flock has no memory-safety preconditions; the borrowed fd is open for the call.
+        let ret = unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if ret == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
 }
 
 /// Wall-clock time in milliseconds since the Unix epoch (0 for a clock set before 1970): the

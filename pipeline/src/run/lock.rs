@@ -6,13 +6,9 @@
 //! included), so a stale file never blocks a run: its contents are only read to name the
 //! holder. `flock` does not work across NFS clients on every setup; the host name in the
 //! message helps there.
-#![expect(
-    unsafe_code,
-    reason = "`flock` has no safe wrapper in std or in our dependencies"
-)]
 
 use std::io::{self, Read as _, Seek as _, Write as _};
-use std::os::fd::AsRawFd as _;
+use std::os::fd::AsFd as _;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
@@ -88,7 +84,7 @@ impl RunLock {
             .mode(0o600)
             .open(&path)
             .map_err(io_error)?;
-        if let Err(e) = flock_exclusive(&file) {
+        if let Err(e) = sys::flock_exclusive(file.file().as_fd()) {
             if e.kind() != io::ErrorKind::WouldBlock {
                 return Err(io_error(e));
             }
@@ -130,20 +126,6 @@ impl RunLock {
     /// The lock file, for messages.
     pub fn path(&self) -> &std::path::Path {
         self.file.path()
-    }
-}
-
-fn flock_exclusive(file: &fs_err::File) -> io::Result<()> {
-    loop {
-        // SAFETY: flock has no memory-safety preconditions; the fd is open for the call.
-        let ret = unsafe { libc::flock(file.file().as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if ret == 0 {
-            return Ok(());
-        }
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
-        }
     }
 }
 
