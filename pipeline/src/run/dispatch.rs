@@ -38,12 +38,12 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use super::feed::Prompts;
 use super::fleet::{Backend, Fleet, Lease};
-use super::record::{CompletionRecord, RejectKind, RejectedRecord, TurnRecord};
 use super::refusal::{Judgement, Refusals};
 use crate::config::values::LengthPolicy;
 use crate::inference::RequestError;
 use crate::inference::client::{Completion, Usage};
 use crate::inference::liveness::{Health, Liveness};
+use crate::store::records::{CompletionRecord, RejectKind, RejectedRecord, TurnRecord};
 use crate::sys::unix_ms;
 use gen_sources::{Message, Prompt, Role};
 
@@ -91,7 +91,7 @@ pub struct Dispatcher {
     /// Whose fault each kind of refusal is.
     pub refusals: Arc<Refusals>,
     /// The generation settings' fingerprint, recorded with each refusal
-    /// ([`super::record::settings_fingerprint`]).
+    /// ([`crate::store::records::settings_fingerprint`]).
     pub settings: Arc<str>,
 }
 
@@ -494,6 +494,17 @@ pub fn backoff(attempt: u32, id: &str) -> Duration {
 fn jitter(id: &str, attempt: u32) -> f64 {
     let hash = xxh3_64_with_seed(id.as_bytes(), u64::from(attempt));
     (hash >> 11) as f64 / (1u64 << 53) as f64
+}
+
+impl From<Completion> for TurnRecord {
+    fn from(c: Completion) -> TurnRecord {
+        TurnRecord {
+            content: c.content,
+            reasoning_content: c.reasoning_content,
+            finish_reason: c.finish_reason,
+            usage: c.usage,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -22,7 +22,6 @@ use super::feed::{Feed, Skip};
 use super::fleet::{self, Fleet};
 use super::kernel_log::KernelLogFollower;
 use super::observe;
-use super::record::{self, RejectKind, RejectedRecord};
 use super::supervisor::{self, WorkerCommand, WorkerReport};
 use crate::config::Plan;
 use crate::inference::managed::{self, ManagedServer};
@@ -30,6 +29,7 @@ use crate::inference::probe;
 use crate::prep;
 use crate::status::state::{self, Phase, RunStatus, SourceStatus, VerdictLine};
 use crate::store::frames::FrameWriter;
+use crate::store::records::{self as record, RejectKind, RejectedRecord};
 use crate::store::{RunDir, atomic, layout::LAYOUT_VERSION};
 use gen_diagnostics::Verdict;
 

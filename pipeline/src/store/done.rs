@@ -33,8 +33,7 @@ use std::path::{Path, PathBuf};
 use super::frames::{self, FrameBody};
 use super::index;
 use super::layout::SourceDir;
-use crate::inference::client::Defect;
-use crate::run::record;
+use super::records::{self as record, Defect};
 
 /// What [`load`] found in a completions file.
 #[derive(Debug, Default)]
