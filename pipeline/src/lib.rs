@@ -21,6 +21,8 @@ pub mod diagnose;
 pub mod doctor;
 pub mod export;
 pub mod inference;
+#[cfg(test)]
+mod layering;
 pub mod merge;
 pub mod prep;
 pub mod report;
