@@ -103,7 +103,9 @@ pub enum Concurrency {
 }
 
 impl Concurrency {
-    /// The limit to start from.
+    /// How the setting reads in messages and status: the fixed limit (`8`), or `auto` with
+    /// its cap when one is set (`auto (at most 64)`). Not the limit a run starts from: with
+    /// `auto`, that comes from the server and the run's tuner.
     pub fn describe(self) -> String {
         match self {
             Concurrency::Fixed(n) => n.to_string(),
