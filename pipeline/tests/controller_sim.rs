@@ -1,5 +1,5 @@
-//! The concurrency controller against a simulated continuous-batching server on virtual time
-//! (field-notes §2.5): every tick (1 s) becomes an [`Observation`], the controller decides the
+//! The concurrency controller against a simulated continuous-batching server on virtual time:
+//! every tick (1 s) becomes an [`Observation`], the controller decides the
 //! limit, and the driver keeps that many requests in flight. Hours of server time run in
 //! seconds, with no sockets and no sleeps. Each scenario also runs an exhaustive fixed-limit
 //! sweep on the same seeded workload, and asserts the controller's throughput as a fraction of
