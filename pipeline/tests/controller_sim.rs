@@ -15,7 +15,8 @@
 //! `BENCHMARKS.md`; run them with `scripts/bench-controller.sh`.
 
 use gen_pipeline::inference::controller::{
-    Caps, Controller, Decision, Finish, LengthStats, Observation, Phase, Reached, Settings,
+    Caps, Controller, ControllerPhase, Decision, Finish, LengthStats, Observation, Reached,
+    Settings,
 };
 use gen_pipeline::inference::signals::Endpoints;
 use gen_tests::sim::{Flavour, ServerConfig, SimServer, Workload};
@@ -568,7 +569,7 @@ fn server_restart_resumes_at_its_limit_and_keeps_length_stats() {
         .find(|(t, _)| *t > at)
         .expect("a decision after the restart");
     // The same server set-up came back: it resumes at the limit it had, in steady state.
-    assert_eq!(decision.phase, Phase::Steady, "{}", run.log());
+    assert_eq!(decision.phase, ControllerPhase::Steady, "{}", run.log());
     assert!(
         decision
             .reason

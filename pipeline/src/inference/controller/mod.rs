@@ -25,4 +25,4 @@ mod tests;
 pub use settings::Settings;
 pub use state::Controller;
 pub use stats::LengthStats;
-pub use types::{Caps, Decision, Finish, Observation, Phase, Reached};
+pub use types::{Caps, ControllerPhase, Decision, Finish, Observation, Reached};
