@@ -7,7 +7,7 @@
 //! window while throughput rises ([`Controller::startup_step`]).
 
 use super::state::Controller;
-use super::types::{ControllerPhase, Observation};
+use super::types::{ControllerPhase, TickObservation};
 use super::words::percent;
 
 /// The ramp's bookkeeping, kept for the status line too.
@@ -53,7 +53,7 @@ impl Ramp {
 
 impl Controller {
     /// One tick of the ramp (startup with known caps).
-    pub(super) fn ramp_tick(&mut self, obs: &Observation, new_preemptions: u64) {
+    pub(super) fn ramp_tick(&mut self, obs: &TickObservation, new_preemptions: u64) {
         if self.phase != ControllerPhase::Startup || !self.has_caps() {
             return;
         }

@@ -1,4 +1,4 @@
-//! The controller's state machine: per tick it folds an [`Observation`] into the current
+//! The controller's state machine: per tick it folds a [`TickObservation`] into the current
 //! window and, while starting, ramps ([`super::ramp`]); per window it applies the guards
 //! (first match wins), then the phase's move (blind startup growth, steady creep, a probe and
 //! its verdict, [`super::steady`]).
@@ -32,7 +32,7 @@
 use super::ramp::Ramp;
 use super::settings::Settings;
 use super::stats::LengthStats;
-use super::types::{Caps, ControllerPhase, Decision, Observation, Reached};
+use super::types::{Caps, ControllerPhase, Decision, Reached, TickObservation};
 use super::window::Window;
 use super::words::{kilo, percent};
 
@@ -290,7 +290,7 @@ impl Controller {
     }
 
     /// Folds one tick in; at the end of a window, decides. Returns the limit to apply now.
-    pub fn observe(&mut self, obs: &Observation) -> Decision {
+    pub fn observe(&mut self, obs: &TickObservation) -> Decision {
         self.ticks += 1;
         for finish in &obs.finishes {
             self.stats.record(

@@ -15,20 +15,20 @@ fn caps(max_running: Option<u32>, kv_tokens: Option<u64>, user_max: Option<u32>)
 }
 
 /// A busy tick at limit `l`: 1000 tokens, server running `l`, nothing queued, 50% KV.
-fn busy(l: u32, preemptions_total: u64) -> Observation {
-    Observation {
+fn busy(l: u32, preemptions_total: u64) -> TickObservation {
+    TickObservation {
         output_tokens: 1000,
         in_flight: l,
         server_running: Some(l),
         server_queued: Some(0),
         kv_usage: Some(0.5),
         preemptions_total: Some(preemptions_total),
-        ..Observation::default()
+        ..TickObservation::default()
     }
 }
 
 /// Feeds one whole window of `tick` (as built for the current limit); returns the decision.
-fn window(c: &mut Controller, mut tick: impl FnMut(u32) -> Observation) -> Decision {
+fn window(c: &mut Controller, mut tick: impl FnMut(u32) -> TickObservation) -> Decision {
     let mut decision = c.decision();
     for _ in 0..Settings::default().window_ticks {
         decision = c.observe(&tick(c.limit()));
@@ -66,7 +66,7 @@ fn resumed(l: u32, caps: Caps, max_tokens: u32, u: f64) -> Controller {
         caps,
     };
     let mut c = Controller::resume(settings, caps, max_tokens, stats, reached);
-    let d = window(&mut c, |l| Observation {
+    let d = window(&mut c, |l| TickObservation {
         in_flight: 0,
         ..busy(l, 0)
     });
@@ -138,7 +138,7 @@ fn blind_startup_grows_by_half_per_window_to_the_ceiling() {
     let mut seen = vec![(c.limit(), c.phase())];
     for _ in 0..5 {
         // Throughput grows with the limit: every step pays.
-        let d = window(&mut c, |l| Observation {
+        let d = window(&mut c, |l| TickObservation {
             output_tokens: u64::from(l) * 100,
             ..busy(l, 0)
         });
@@ -165,8 +165,8 @@ fn blind_startup_grows_by_half_per_window_to_the_ceiling() {
 }
 
 /// A tick at limit `l` finishing `n` requests of 1000 prompt and 4000 output tokens.
-fn finishing(l: u32, n: usize, kv_usage: f64) -> Observation {
-    Observation {
+fn finishing(l: u32, n: usize, kv_usage: f64) -> TickObservation {
+    TickObservation {
         finishes: vec![
             Finish {
                 prompt_tokens: 1000,
@@ -269,7 +269,7 @@ fn a_queue_that_stays_makes_the_running_count_the_cap() {
         None,
     );
     assert_eq!(c.limit(), 408);
-    let queueing = |l: u32| Observation {
+    let queueing = |l: u32| TickObservation {
         server_running: Some(128),
         server_queued: Some(l - 128),
         ..busy(l, 0)
@@ -301,7 +301,7 @@ fn the_ramp_does_not_grow_a_limit_the_job_does_not_fill() {
         None,
     );
     for _ in 0..20 {
-        c.observe(&Observation {
+        c.observe(&TickObservation {
             in_flight: 10,
             ..finishing(c.limit(), 2, 0.1)
         });
@@ -358,7 +358,7 @@ fn a_resumed_run_starts_where_the_last_one_got_to() {
 fn guards_fire_in_order_with_their_factors() {
     struct Case {
         name: &'static str,
-        tweak: fn(&mut Observation),
+        tweak: fn(&mut TickObservation),
         limit: u32,
         phase: ControllerPhase,
     }
@@ -603,7 +603,7 @@ fn kv_not_full_waits_for_the_window() {
 #[test]
 fn server_queue_with_room_sets_running_plus_headroom() {
     let mut c = steady(60);
-    let d = window(&mut c, |l| Observation {
+    let d = window(&mut c, |l| TickObservation {
         server_running: Some(30),
         server_queued: Some(30),
         ..busy(l, 0)
@@ -672,7 +672,7 @@ fn probes_alternate_and_are_kept_or_reverted_by_throughput() {
         let mut c = steady(40);
         let (from, to) = until_probe(&mut c);
         assert_eq!(to, ((f64::from(from) * 1.1).ceil()) as u32);
-        let d = window(&mut c, |l| Observation {
+        let d = window(&mut c, |l| TickObservation {
             output_tokens: tokens,
             ..busy(l, 0)
         });
@@ -692,7 +692,7 @@ fn probes_alternate_and_are_kept_or_reverted_by_throughput() {
         assert_eq!(c.limit(), up_from);
         let (from, to) = until_probe(&mut c);
         assert!(to < from && up_to > up_from, "the second probe goes down");
-        let d = window(&mut c, |l| Observation {
+        let d = window(&mut c, |l| TickObservation {
             output_tokens: tokens,
             ..busy(l, 0)
         });
@@ -741,7 +741,7 @@ fn quiet_windows_raise_u_up_to_the_maximum() {
     // Without a preemption metric, quiet says nothing.
     let mut c = steady(20);
     for _ in 0..20 {
-        window(&mut c, |l| Observation {
+        window(&mut c, |l| TickObservation {
             preemptions_total: None,
             ..busy(l, 0)
         });
@@ -753,7 +753,7 @@ fn quiet_windows_raise_u_up_to_the_maximum() {
 fn server_restart_resumes_with_the_same_caps_and_reenters_startup_with_others() {
     let mut c = grown();
     for _ in 0..12 {
-        c.observe(&Observation {
+        c.observe(&TickObservation {
             finishes: vec![Finish {
                 prompt_tokens: 500,
                 output_tokens: 4000,
@@ -826,7 +826,7 @@ fn preemption_counter_drop_is_a_restart() {
 fn reentry_after(finish: Finish) -> Decision {
     let mut c = resumed(40, caps(Some(200), None, None), 4096, 0.90);
     for _ in 0..400 {
-        let d = c.observe(&Observation {
+        let d = c.observe(&TickObservation {
             finishes: vec![finish; 5],
             ..busy(c.limit(), 0)
         });
@@ -858,10 +858,10 @@ fn a_resident_shift_reenters_startup_cutting_only_for_longer_requests() {
 fn without_caps_or_metrics_startup_stops_where_throughput_stops() {
     let mut c = Controller::new(Settings::default(), Caps::default(), MAX_TOKENS, None);
     // Throughput saturates at 20 in flight.
-    let tick = |l: u32| Observation {
+    let tick = |l: u32| TickObservation {
         output_tokens: u64::from(l.min(20)) * 100,
         in_flight: l,
-        ..Observation::default()
+        ..TickObservation::default()
     };
     let mut limits = Vec::new();
     for _ in 0..6 {
@@ -905,7 +905,7 @@ fn limit_stays_within_one_and_the_ceiling_under_any_observations() {
                 preemptions = 0;
             }
             let in_flight = c.limit() + next(5) as u32;
-            let o = Observation {
+            let o = TickObservation {
                 output_tokens: next(5000),
                 finishes: (0..next(3))
                     .map(|_| Finish {
@@ -940,7 +940,7 @@ fn no_internal_symbol_reaches_the_user() {
         None,
     );
     for i in 0..2000u64 {
-        let d = c.observe(&Observation {
+        let d = c.observe(&TickObservation {
             preemptions_total: Some(i / 7),
             ..finishing(c.limit(), (i % 3) as usize, 0.9)
         });

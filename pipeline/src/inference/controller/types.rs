@@ -1,5 +1,5 @@
 //! What goes into the controller and what comes out: the server's [`Caps`], a tick's
-//! [`Observation`], the [`Decision`] with its [`ControllerPhase`], and what a run [`Reached`].
+//! [`TickObservation`], the [`Decision`] with its [`ControllerPhase`], and what a run [`Reached`].
 
 use serde::{Deserialize, Serialize};
 
@@ -26,7 +26,7 @@ pub struct Finish {
 /// What the sampler saw during one tick. Client-side fields are always present; server
 /// metrics are `None` when the server does not expose them.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Observation {
+pub struct TickObservation {
     /// Output tokens (reasoning included) streamed to the client during the tick.
     pub output_tokens: u64,
     /// Requests that completed during the tick.
