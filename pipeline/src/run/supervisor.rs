@@ -98,7 +98,7 @@ pub struct WorkerReport {
     #[serde(default)]
     pub exit_usec: u64,
     #[serde(default)]
-    pub memory: MemoryEvidence,
+    pub memory: MemoryCounters,
     /// The stall watchdog killed the worker.
     #[serde(default)]
     pub timed_out: bool,
@@ -106,7 +106,7 @@ pub struct WorkerReport {
 
 /// What the worker's memory cgroup and the host counters said.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MemoryEvidence {
+pub struct MemoryCounters {
     pub cgroup_path: Option<String>,
     /// Why the worker ran without a cap although one was asked for.
     pub cgroup_unavailable: Option<String>,
@@ -139,9 +139,9 @@ pub async fn supervise(
         .stderr(Stdio::from(log_err.into_parts().0))
         .process_group(0);
     sys::kill_with_parent(&mut process);
-    let mut memory = MemoryEvidence {
+    let mut memory = MemoryCounters {
         vmstat_oom_kill_before: cgroup::vmstat_oom_kills(),
-        ..MemoryEvidence::default()
+        ..MemoryCounters::default()
     };
     let cgroup = match command.memory_limit {
         None => None,
