@@ -69,7 +69,7 @@ impl Feed {
     pub fn open(path: &Path, skip: Skip, order: Order) -> anyhow::Result<(Census, Feed)> {
         let mut census = Census::default();
         for_each_prompt(path, |prompt| {
-            match classify(&skip, &prompt) {
+            match fate_of(&skip, &prompt) {
                 Fate::OtherShard => return,
                 Fate::Done => census.done += 1,
                 Fate::Settled => census.settled += 1,
@@ -111,7 +111,7 @@ impl Feed {
                 let mut closed = false;
                 let mut batch = Vec::with_capacity(BATCH);
                 for_each_prompt(&self.path, |prompt| {
-                    if !closed && classify(&self.skip, &prompt) == Fate::Send {
+                    if !closed && fate_of(&self.skip, &prompt) == Fate::Send {
                         batch.push(prompt);
                         if batch.len() == BATCH {
                             let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
@@ -127,7 +127,7 @@ impl Feed {
             Order::LongestFirst => {
                 let mut pending = Vec::new();
                 for_each_prompt(&self.path, |prompt| {
-                    if classify(&self.skip, &prompt) == Fate::Send {
+                    if fate_of(&self.skip, &prompt) == Fate::Send {
                         pending.push(prompt);
                     }
                 })?;
@@ -180,7 +180,7 @@ enum Fate {
     Send,
 }
 
-fn classify(skip: &Skip, prompt: &Prompt) -> Fate {
+fn fate_of(skip: &Skip, prompt: &Prompt) -> Fate {
     if skip.shard.is_some_and(|s| !s.contains(&prompt.id)) {
         Fate::OtherShard
     } else if skip.done.contains(&prompt.id) {
