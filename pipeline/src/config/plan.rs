@@ -127,7 +127,7 @@ impl Plan {
 
     /// Resolves config `text` as if read from `path`.
     pub fn from_text(path: &Path, text: &str) -> Result<Plan, ConfigError> {
-        let mut resolver = Resolver {
+        let mut resolver = PlanResolver {
             text,
             problems: Vec::new(),
             partial: false,
@@ -189,7 +189,7 @@ impl Plan {
     }
 }
 
-struct Resolver<'t> {
+struct PlanResolver<'t> {
     text: &'t str,
     problems: Vec<Problem>,
     /// The file has syntax errors: the tree is what toml recovered, so a table or key that
@@ -203,7 +203,7 @@ struct Resolver<'t> {
     base_dir_hint: PathBuf,
 }
 
-impl<'t> Resolver<'t> {
+impl<'t> PlanResolver<'t> {
     fn problem(&mut self, span: Option<std::ops::Range<usize>>, message: impl Into<String>) {
         self.problems.push(Problem::at(self.text, span, message));
     }
