@@ -13,8 +13,8 @@ use std::time::Instant;
 
 use anyhow::{Context as _, bail};
 use gen_pipeline::inference::client::Usage;
-use gen_pipeline::run::record::{self, CompletionRecord};
 use gen_pipeline::store::frames::{self, FrameWriter};
+use gen_pipeline::store::records::{self as record, CompletionRecord};
 use gen_sources::{Message, Role};
 
 /// Records per frame, as the orchestrator flushes them.

@@ -318,7 +318,7 @@ fn parse_moment(text: &str) -> Result<String, String> {
 }
 
 fn parse_bytes(text: &str) -> Result<u64, String> {
-    crate::run::cgroup::parse_size(text)
+    crate::config::values::parse_size(text)
         .ok_or_else(|| format!("`{text}` is not a size: give bytes or a size such as 512M or 8G"))
 }
 

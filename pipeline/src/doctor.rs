@@ -135,7 +135,7 @@ impl Overrides {
             run_dir: None,
             mem_available: std::env::var(MEM_AVAILABLE_ENV)
                 .ok()
-                .and_then(|v| crate::run::cgroup::parse_size(&v)),
+                .and_then(|v| crate::config::values::parse_size(&v)),
         }
     }
 }

@@ -45,7 +45,7 @@ pub struct ExportMessage {
     pub reasoning_content: Option<String>,
 }
 
-/// The fields of a stored [`crate::run::record::CompletionRecord`] an export needs. Read
+/// The fields of a stored [`crate::store::records::CompletionRecord`] an export needs. Read
 /// through its own type so fields added to the record later are simply ignored.
 #[derive(Debug, Deserialize)]
 struct StoredCompletion {
@@ -308,7 +308,7 @@ fn write_all(
         let mut rows = 0u64;
         let mut failure: Option<anyhow::Error> = None;
         crate::store::frames::scan(&path, |line| {
-            if crate::run::record::line_defect(line)?.is_some() {
+            if crate::store::records::line_defect(line)?.is_some() {
                 summary.not_answers += 1;
                 return Ok(());
             }

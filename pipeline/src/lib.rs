@@ -9,6 +9,7 @@
 //! - [`status`]: `status.json` and its 80-column rendering.
 //! - [`scale`]: `--shard auto` under Slurm or Kubernetes, shard ownership, `gen slurm`.
 //! - [`secrets`]: the API key and Hugging Face tokens, taken out of every text `gen` writes.
+//! - [`sys`]: process primitives, clocks and the host name; a leaf every layer may use.
 //!
 //! Failures of a worker or a prompt are data (counted, shown in status, retried on the next
 //! run); an `Err` from [`run_cli`] means the run itself could not go on.
@@ -20,6 +21,8 @@ pub mod diagnose;
 pub mod doctor;
 pub mod export;
 pub mod inference;
+#[cfg(test)]
+mod layering;
 pub mod merge;
 pub mod prep;
 pub mod report;
@@ -28,6 +31,7 @@ pub mod scale;
 pub mod secrets;
 pub mod status;
 pub mod store;
+pub mod sys;
 pub mod verify;
 
 use std::path::{Path, PathBuf};
@@ -300,7 +304,7 @@ fn status_command(
             (Some(remote), _) => status::remote::fetch(remote)?,
             (None, Some(target)) if job_root(target).is_some() => {
                 let root = job_root(target).expect("checked by the guard");
-                let now = status::state::unix_ms();
+                let now = sys::unix_ms();
                 let job = status::job::view(&root, now)?;
                 if json {
                     println!(
@@ -341,10 +345,7 @@ fn status_command(
                 serde_json::to_string_pretty(&status).context("status serializes")?
             );
         } else {
-            print!(
-                "{}",
-                status::render::render(&status, status::state::unix_ms())
-            );
+            print!("{}", status::render::render(&status, sys::unix_ms()));
         }
         let Some(every) = watch else {
             return Ok(ExitCode::SUCCESS);

@@ -8,8 +8,8 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 
-use crate::run::record::{self, CompletionRecord};
 use crate::store::frames::{self, FrameWriter};
+use crate::store::records::{self as record, CompletionRecord};
 use crate::store::{RunDir, atomic};
 
 /// Per-source result of a merge.

@@ -20,9 +20,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::prep::PrepManifest;
-use crate::run::record::{self, RejectKind, RejectedRecord};
 use crate::status::Phase;
 use crate::store::frames;
+use crate::store::records::{self as record, RejectKind, RejectedRecord};
 use crate::store::{RunDir, SourceDir, atomic};
 
 /// The audit of a whole run directory.
@@ -332,7 +332,7 @@ fn audit_source(
     let completions_path = dir.completions();
     let mut completion_counts: HashMap<String, u64> = HashMap::new();
     let mut bad_completion_lines = 0u64;
-    let mut not_answers: Vec<(String, crate::inference::client::Defect)> = Vec::new();
+    let mut not_answers: Vec<(String, crate::store::records::Defect)> = Vec::new();
     let check = check_framed(&completions_path, |line| {
         match record::line_defect(line) {
             Ok(Some(defective)) => not_answers.push(defective),

@@ -1,5 +1,5 @@
-//! The concurrency controller against a simulated continuous-batching server on virtual time
-//! (field-notes §2.5): every tick (1 s) becomes an [`Observation`], the controller decides the
+//! The concurrency controller against a simulated continuous-batching server on virtual time:
+//! every tick (1 s) becomes a [`TickObservation`], the controller decides the
 //! limit, and the driver keeps that many requests in flight. Hours of server time run in
 //! seconds, with no sockets and no sleeps. Each scenario also runs an exhaustive fixed-limit
 //! sweep on the same seeded workload, and asserts the controller's throughput as a fraction of
@@ -15,7 +15,8 @@
 //! `BENCHMARKS.md`; run them with `scripts/bench-controller.sh`.
 
 use gen_pipeline::inference::controller::{
-    Caps, Controller, Decision, Finish, LengthStats, Observation, Phase, Reached, Settings,
+    Caps, Controller, ControllerPhase, Decision, Finish, LengthStats, Reached, Settings,
+    TickObservation,
 };
 use gen_pipeline::inference::signals::Endpoints;
 use gen_tests::sim::{Flavour, ServerConfig, SimServer, Workload};
@@ -202,7 +203,7 @@ impl Signals {
         }
     }
 
-    fn observe(&self, server: &SimServer, obs: &mut Observation) {
+    fn observe(&self, server: &SimServer, obs: &mut TickObservation) {
         if let Some((flavour, endpoints)) = &self.endpoints {
             let load = endpoints.reading(|p| server.endpoint(*flavour, p)).load;
             obs.server_running = load.running;
@@ -326,11 +327,11 @@ fn simulate(scenario: &Scenario, policy: &Policy) -> Run {
                         c.on_server_restart(scenario.caps());
                     }
                 }
-                let mut obs = Observation {
+                let mut obs = TickObservation {
                     output_tokens: tick_tokens,
                     finishes: std::mem::take(&mut tick_finishes),
                     in_flight,
-                    ..Observation::default()
+                    ..TickObservation::default()
                 };
                 signals.observe(&server, &mut obs);
                 let decision = c.observe(&obs);
@@ -568,7 +569,7 @@ fn server_restart_resumes_at_its_limit_and_keeps_length_stats() {
         .find(|(t, _)| *t > at)
         .expect("a decision after the restart");
     // The same server set-up came back: it resumes at the limit it had, in steady state.
-    assert_eq!(decision.phase, Phase::Steady, "{}", run.log());
+    assert_eq!(decision.phase, ControllerPhase::Steady, "{}", run.log());
     assert!(
         decision
             .reason

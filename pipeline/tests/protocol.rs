@@ -1,5 +1,5 @@
-//! The streaming client against the ways real servers differ on the wire (issue 5, field notes
-//! §2.3): each test starts the fake OpenAI server with one protocol variant and checks exactly
+//! The streaming client against the ways real servers differ on the wire (reasoning field
+//! names, where usage arrives, error shapes, keep-alives): each test starts the fake OpenAI server with one protocol variant and checks exactly
 //! what the real `ChatClient` parsed — content, reasoning, finish reason, usage — or which error
 //! class it returned, with which message.
 

@@ -87,8 +87,8 @@ pub struct WorkerTable {
     pub expected_prompts: Option<Spanned<i64>>,
     /// What to do with answers cut by `max-tokens`: `keep` (default), `drop` or `retry`.
     #[serde(default)]
-    pub on_length: crate::run::dispatch::LengthPolicy,
+    pub on_length: super::values::LengthPolicy,
     /// The order prompts are sent in: `file` (default) or `longest-first`.
     #[serde(default)]
-    pub order: crate::run::feed::Order,
+    pub order: super::values::Order,
 }

@@ -7,6 +7,7 @@
 use std::path::Path;
 
 use super::Plan;
+use super::launch::{expand, variables};
 use super::problem::{ConfigError, Problem};
 
 impl Plan {
@@ -39,7 +40,7 @@ impl Plan {
             }
             if i == 0
                 && unset.is_empty()
-                && let Ok(program) = crate::inference::managed::expand(arg, 0, env)
+                && let Ok(program) = expand(arg, 0, env)
                 && let Err(why) = find_program(&program, env)
             {
                 let from = if program == *arg {
@@ -75,24 +76,6 @@ impl Plan {
             problems,
         })
     }
-}
-
-/// The `${NAME}` and `${NAME:-default}` references in a launch argument, with whether each
-/// has a default (the syntax `inference::managed::expand` fills in).
-fn variables(arg: &str) -> Vec<(&str, bool)> {
-    let mut found = Vec::new();
-    let mut rest = arg;
-    while let Some(start) = rest.find("${") {
-        let after = &rest[start + 2..];
-        let Some(end) = after.find('}') else { break };
-        let inner = &after[..end];
-        found.push(match inner.split_once(":-") {
-            Some((name, _)) => (name, true),
-            None => (inner, false),
-        });
-        rest = &after[end + 1..];
-    }
-    found
 }
 
 /// Where `program` would be run from: a path (relative to the current directory) must be an

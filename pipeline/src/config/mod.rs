@@ -1,11 +1,14 @@
 //! `datasets.toml`: the raw file ([`file`]), the keys it accepts ([`keys`]), its resolution
-//! into a [`Plan`] ([`plan`]) and problem reporting with `file:line:column` ([`problem`]).
+//! into a [`Plan`] ([`plan`]), problem reporting with `file:line:column` ([`problem`]), the
+//! value types of settings ([`values`]) and the variable syntax of launch arguments ([`launch`]).
 
 pub mod file;
 mod inputs;
 pub mod keys;
+pub mod launch;
 pub mod plan;
 pub mod problem;
+pub mod values;
 
 pub use keys::accepted_keys;
 pub use plan::{GenerationPlan, Plan, ServerPlan};

@@ -57,8 +57,8 @@ pub struct WorkerPlan {
     /// With a custom worker: prompts it must write before it counts as complete (without it,
     /// the done marker alone decides).
     pub expected: Option<u64>,
-    pub on_length: crate::run::dispatch::LengthPolicy,
-    pub order: crate::run::feed::Order,
+    pub on_length: super::values::LengthPolicy,
+    pub order: super::values::Order,
 }
 
 #[derive(Debug, Clone)]
@@ -103,7 +103,9 @@ pub enum Concurrency {
 }
 
 impl Concurrency {
-    /// The limit to start from.
+    /// How the setting reads in messages and status: the fixed limit (`8`), or `auto` with
+    /// its cap when one is set (`auto (at most 64)`). Not the limit a run starts from: with
+    /// `auto`, that comes from the server and the run's tuner.
     pub fn describe(self) -> String {
         match self {
             Concurrency::Fixed(n) => n.to_string(),
@@ -125,7 +127,7 @@ impl Plan {
 
     /// Resolves config `text` as if read from `path`.
     pub fn from_text(path: &Path, text: &str) -> Result<Plan, ConfigError> {
-        let mut resolver = Resolver {
+        let mut resolver = PlanResolver {
             text,
             problems: Vec::new(),
             partial: false,
@@ -187,7 +189,7 @@ impl Plan {
     }
 }
 
-struct Resolver<'t> {
+struct PlanResolver<'t> {
     text: &'t str,
     problems: Vec<Problem>,
     /// The file has syntax errors: the tree is what toml recovered, so a table or key that
@@ -201,7 +203,7 @@ struct Resolver<'t> {
     base_dir_hint: PathBuf,
 }
 
-impl<'t> Resolver<'t> {
+impl<'t> PlanResolver<'t> {
     fn problem(&mut self, span: Option<std::ops::Range<usize>>, message: impl Into<String>) {
         self.problems.push(Problem::at(self.text, span, message));
     }
@@ -486,7 +488,7 @@ impl<'t> Resolver<'t> {
 
     fn worker(&mut self, spec: &SourceSpec, worker: WorkerTable) -> WorkerPlan {
         let memory_limit = worker.memory_limit.as_ref().and_then(|limit| {
-            let parsed = crate::run::cgroup::parse_size(limit.get_ref());
+            let parsed = super::values::parse_size(limit.get_ref());
             if parsed.is_none_or(|b| b < 16 << 20) {
                 self.problem(
                     Some(limit.span()),
@@ -527,7 +529,7 @@ impl<'t> Resolver<'t> {
 
     fn host_memory(&mut self, server: &ServerTable) -> Option<u64> {
         let size = server.host_memory.as_ref()?;
-        let parsed = crate::run::cgroup::parse_size(size.get_ref());
+        let parsed = super::values::parse_size(size.get_ref());
         if parsed.is_none() {
             self.problem(
                 Some(size.span()),

@@ -21,20 +21,15 @@ use serde_json::{Map, Value};
 
 use gen_sources::Message;
 
+// The answer rule and the token counts belong to the stored records; the client applies the
+// rule before an answer is accepted and reports usage in the same type.
+pub use crate::store::records::{Defect, Usage, answer_defect};
+
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Idle limit before the first chunk: queueing and prefill can take a while.
 const FIRST_CHUNK_TIMEOUT: Duration = Duration::from_secs(300);
 /// Idle limit between chunks (a preempted request pauses while it is recomputed).
 const CHUNK_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// Token counts as the server reports them.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Usage {
-    pub prompt_tokens: u64,
-    pub completion_tokens: u64,
-    #[serde(default)]
-    pub total_tokens: u64,
-}
 
 /// A finished generation.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,55 +39,6 @@ pub struct Completion {
     pub reasoning_content: Option<String>,
     pub finish_reason: Option<String>,
     pub usage: Option<Usage>,
-}
-
-/// Why a stream that ended with `[DONE]` is still not an answer to keep.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Defect {
-    /// `finish_reason = "abort"`: SGLang and vLLM end a request they aborted (engine shutdown,
-    /// a pause, a scheduler abort) this way, with HTTP 200 and `[DONE]`.
-    Aborted,
-    /// `finish_reason = "error"`: vLLM's retryable request-level internal error.
-    EngineError,
-    /// No finish reason at all; `empty` when there was no content or reasoning either.
-    NoFinishReason { empty: bool },
-    /// A finish reason, but neither content nor reasoning (whitespace does not count).
-    Empty,
-}
-
-impl std::fmt::Display for Defect {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Defect::Aborted => "the server aborted the answer (finish_reason = abort)",
-            Defect::EngineError => {
-                "the server ended the answer with an error (finish_reason = error)"
-            }
-            Defect::NoFinishReason { empty: true } => {
-                "empty answer: the stream ended without content, reasoning or finish_reason"
-            }
-            Defect::NoFinishReason { empty: false } => {
-                "the stream ended without a finish_reason (the answer may be cut)"
-            }
-            Defect::Empty => "empty answer: no content and no reasoning",
-        })
-    }
-}
-
-/// Why an answer is not one to keep, if it is not: the one rule `gen run` (before storing),
-/// `gen verify` and the done-set apply to every answer.
-pub fn answer_defect(
-    content: &str,
-    reasoning: Option<&str>,
-    finish_reason: Option<&str>,
-) -> Option<Defect> {
-    let empty = content.trim().is_empty() && reasoning.is_none_or(|r| r.trim().is_empty());
-    match finish_reason {
-        Some("abort") => Some(Defect::Aborted),
-        Some("error") => Some(Defect::EngineError),
-        None => Some(Defect::NoFinishReason { empty }),
-        Some(_) if empty => Some(Defect::Empty),
-        Some(_) => None,
-    }
 }
 
 /// A completion with its timing, as [`ChatClient::complete_timed`] measures it.
@@ -302,7 +248,7 @@ impl ChatClient {
             };
             first = false;
             if let Some(activity) = &self.activity {
-                activity.store(crate::status::state::unix_ms(), Ordering::Relaxed);
+                activity.store(crate::sys::unix_ms(), Ordering::Relaxed);
             }
             if event.data.trim() == "[DONE]" {
                 break;

@@ -24,7 +24,7 @@ use tokio::sync::watch;
 
 use super::client::{ChatClient, RequestError};
 use super::probe;
-use crate::status::state::unix_ms;
+use crate::sys::unix_ms;
 
 /// Longest pause between two health probes while the server is down.
 const MAX_PROBE_INTERVAL: Duration = Duration::from_secs(10);

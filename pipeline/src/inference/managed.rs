@@ -19,15 +19,16 @@ use tokio::sync::watch;
 use tokio_util::task::AbortOnDropHandle;
 
 use crate::config::ServerPlan;
-use crate::run::sys;
+use crate::config::launch::{UnsetVariable, expand};
+use crate::sys;
 
 /// Lines of the server log quoted when it fails.
 const TAIL_LINES: usize = 25;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LaunchError {
-    #[error("launch argument `{arg}` uses `${{{var}}}`, which is not set")]
-    MissingVariable { arg: String, var: String },
+    #[error(transparent)]
+    MissingVariable(#[from] UnsetVariable),
     #[error("failed to start `{program}`")]
     Spawn {
         program: String,
@@ -127,43 +128,6 @@ pub struct ManagedServer {
     health_timeout: Duration,
     /// Restarts so far.
     pub restarts: u32,
-}
-
-/// Expands `${VAR}`, `${VAR:-default}` and `{port}` in one launch argument.
-pub fn expand(
-    arg: &str,
-    port: u16,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<String, LaunchError> {
-    let mut out = String::new();
-    let mut rest = arg;
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        let Some(end) = after.find('}') else {
-            out.push_str(&rest[start..]);
-            rest = "";
-            break;
-        };
-        let inner = &after[..end];
-        let (name, default) = match inner.split_once(":-") {
-            Some((name, default)) => (name, Some(default)),
-            None => (inner, None),
-        };
-        match (env(name).filter(|v| !v.is_empty()), default) {
-            (Some(value), _) => out.push_str(&value),
-            (None, Some(default)) => out.push_str(default),
-            (None, None) => {
-                return Err(LaunchError::MissingVariable {
-                    arg: arg.to_owned(),
-                    var: name.to_owned(),
-                });
-            }
-        }
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out.replace("{port}", &port.to_string()))
 }
 
 fn free_port() -> std::io::Result<u16> {
@@ -434,25 +398,6 @@ fn describe_status(status: std::process::ExitStatus) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn expands_variables_defaults_and_port() {
-        let env = |name: &str| (name == "MODEL").then(|| "/m.gguf".to_owned());
-        assert_eq!(expand("${MODEL}", 9, &env).expect("set"), "/m.gguf");
-        assert_eq!(
-            expand("${BIN:-llama-server}", 9, &env).expect("default"),
-            "llama-server"
-        );
-        assert_eq!(
-            expand("http://127.0.0.1:{port}/x", 8080, &env).expect("port"),
-            "http://127.0.0.1:8080/x"
-        );
-        let err = expand("-m=${NOPE}", 9, &env).expect_err("unset");
-        assert_eq!(
-            err.to_string(),
-            "launch argument `-m=${NOPE}` uses `${NOPE}`, which is not set"
-        );
-    }
 
     fn plan(url: &str) -> ServerPlan {
         ServerPlan {

@@ -152,7 +152,7 @@ impl MemoryCgroup {
                 .split_whitespace()
                 .filter_map(|p| p.parse::<i32>().ok())
             {
-                super::sys::kill_pid(pid, libc::SIGKILL).ok();
+                crate::sys::kill_pid(pid, libc::SIGKILL).ok();
             }
             if std::fs::remove_dir(&self.path).is_ok() {
                 return;
@@ -169,40 +169,4 @@ pub fn vmstat_oom_kills() -> Option<u64> {
     text.lines()
         .find_map(|l| l.strip_prefix("oom_kill "))
         .and_then(|v| v.trim().parse().ok())
-}
-
-/// Parses sizes such as `512M`, `8G`, `1.5GiB`, `1048576`.
-pub fn parse_size(text: &str) -> Option<u64> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: f64 = number.parse().ok()?;
-    let multiplier: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" | "kib" => 1024.0,
-        "m" | "mb" | "mib" => 1024.0 * 1024.0,
-        "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        "t" | "tb" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
-        _ => return None,
-    };
-    let bytes = number * multiplier;
-    (1.0..1.8e19).contains(&bytes).then_some(bytes as u64)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("512M"), Some(512 << 20));
-        assert_eq!(parse_size("8G"), Some(8 << 30));
-        assert_eq!(parse_size("1.5GiB"), Some(3 << 29));
-        assert_eq!(parse_size("4096"), Some(4096));
-        assert_eq!(parse_size("lots"), None);
-        assert_eq!(parse_size("0"), None);
-        assert_eq!(parse_size("5X"), None);
-    }
 }

@@ -31,7 +31,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -39,12 +38,13 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use super::feed::Prompts;
 use super::fleet::{Backend, Fleet, Lease};
-use super::record::{CompletionRecord, RejectKind, RejectedRecord, TurnRecord};
 use super::refusal::{Judgement, Refusals};
+use crate::config::values::LengthPolicy;
 use crate::inference::RequestError;
 use crate::inference::client::{Completion, Usage};
 use crate::inference::liveness::{Health, Liveness};
-use crate::status::state::unix_ms;
+use crate::store::records::{CompletionRecord, RejectKind, RejectedRecord, TurnRecord};
+use crate::sys::unix_ms;
 use gen_sources::{Message, Prompt, Role};
 
 /// Longest wait between two attempts of one prompt.
@@ -54,19 +54,6 @@ const REPORT_BACKLOG: usize = 256;
 /// Server outages one prompt may live through before it is set aside (a prompt that keeps
 /// crashing the server must not take it down forever).
 pub const MAX_CRASHES: u32 = 3;
-
-/// What to do with an answer cut by `max-tokens` (`finish_reason = "length"`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum LengthPolicy {
-    /// Keep it (flagged by its finish reason; counted in the truncation rate).
-    #[default]
-    Keep,
-    /// Do not store it; the prompt is recorded as rejected (`truncated`), not retried.
-    Drop,
-    /// Ask once more with twice the token budget, then keep whatever comes back.
-    Retry,
-}
 
 #[derive(Debug)]
 pub enum DispatchEvent {
@@ -104,7 +91,7 @@ pub struct Dispatcher {
     /// Whose fault each kind of refusal is.
     pub refusals: Arc<Refusals>,
     /// The generation settings' fingerprint, recorded with each refusal
-    /// ([`super::record::settings_fingerprint`]).
+    /// ([`crate::store::records::settings_fingerprint`]).
     pub settings: Arc<str>,
 }
 
@@ -507,6 +494,17 @@ pub fn backoff(attempt: u32, id: &str) -> Duration {
 fn jitter(id: &str, attempt: u32) -> f64 {
     let hash = xxh3_64_with_seed(id.as_bytes(), u64::from(attempt));
     (hash >> 11) as f64 / (1u64 << 53) as f64
+}
+
+impl From<Completion> for TurnRecord {
+    fn from(c: Completion) -> TurnRecord {
+        TurnRecord {
+            content: c.content,
+            reasoning_content: c.reasoning_content,
+            finish_reason: c.finish_reason,
+            usage: c.usage,
+        }
+    }
 }
 
 #[cfg(test)]

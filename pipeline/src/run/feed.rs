@@ -16,10 +16,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
-use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::shard::Shard;
+use crate::config::values::Order;
 use gen_sources::Prompt;
 use gen_sources::prompt::content_hash;
 
@@ -27,17 +27,6 @@ use gen_sources::prompt::content_hash;
 const BATCH: usize = 64;
 /// Batches read ahead of the dispatcher (with the one being sent: 5 × 64 prompts).
 const READ_AHEAD: usize = 4;
-
-/// The order a source's prompts are sent in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Order {
-    /// As prepared (the seeded sample's order).
-    #[default]
-    File,
-    /// Longest prompt first, so the longest requests do not finish last.
-    LongestFirst,
-}
 
 /// Which prepared prompts are not to be sent.
 #[derive(Debug, Default)]
@@ -80,7 +69,7 @@ impl Feed {
     pub fn open(path: &Path, skip: Skip, order: Order) -> anyhow::Result<(Census, Feed)> {
         let mut census = Census::default();
         for_each_prompt(path, |prompt| {
-            match classify(&skip, &prompt) {
+            match fate_of(&skip, &prompt) {
                 Fate::OtherShard => return,
                 Fate::Done => census.done += 1,
                 Fate::Settled => census.settled += 1,
@@ -122,7 +111,7 @@ impl Feed {
                 let mut closed = false;
                 let mut batch = Vec::with_capacity(BATCH);
                 for_each_prompt(&self.path, |prompt| {
-                    if !closed && classify(&self.skip, &prompt) == Fate::Send {
+                    if !closed && fate_of(&self.skip, &prompt) == Fate::Send {
                         batch.push(prompt);
                         if batch.len() == BATCH {
                             let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
@@ -138,7 +127,7 @@ impl Feed {
             Order::LongestFirst => {
                 let mut pending = Vec::new();
                 for_each_prompt(&self.path, |prompt| {
-                    if classify(&self.skip, &prompt) == Fate::Send {
+                    if fate_of(&self.skip, &prompt) == Fate::Send {
                         pending.push(prompt);
                     }
                 })?;
@@ -191,7 +180,7 @@ enum Fate {
     Send,
 }
 
-fn classify(skip: &Skip, prompt: &Prompt) -> Fate {
+fn fate_of(skip: &Skip, prompt: &Prompt) -> Fate {
     if skip.shard.is_some_and(|s| !s.contains(&prompt.id)) {
         Fate::OtherShard
     } else if skip.done.contains(&prompt.id) {

@@ -28,7 +28,8 @@ use crate::inference::{ChatClient, probe, signals};
 
 /// How often each server's own queue is read for `gen status`.
 const LOAD_EVERY: Duration = Duration::from_secs(5);
-use crate::status::state::{ServerStatus, unix_ms};
+use crate::status::state::ServerStatus;
+use crate::sys::unix_ms;
 
 /// One server.
 #[derive(Debug)]

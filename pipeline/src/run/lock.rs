@@ -6,19 +6,15 @@
 //! included), so a stale file never blocks a run: its contents are only read to name the
 //! holder. `flock` does not work across NFS clients on every setup; the host name in the
 //! message helps there.
-#![expect(
-    unsafe_code,
-    reason = "`flock` has no safe wrapper in std or in our dependencies"
-)]
 
 use std::io::{self, Read as _, Seek as _, Write as _};
-use std::os::fd::AsRawFd as _;
+use std::os::fd::AsFd as _;
 use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::status::state;
 use crate::store::RunDir;
+use crate::sys;
 
 /// What the lock file says about its holder.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,7 +84,7 @@ impl RunLock {
             .mode(0o600)
             .open(&path)
             .map_err(io_error)?;
-        if let Err(e) = flock_exclusive(&file) {
+        if let Err(e) = sys::flock_exclusive(file.file().as_fd()) {
             if e.kind() != io::ErrorKind::WouldBlock {
                 return Err(io_error(e));
             }
@@ -110,8 +106,8 @@ impl RunLock {
         }
         let holder = LockHolder {
             pid: std::process::id(),
-            host: state::host_name(),
-            started: state::unix_ms(),
+            host: sys::host_name(),
+            started: sys::unix_ms(),
         };
         let mut text = serde_json::to_vec(&holder).map_err(|e| io_error(io::Error::other(e)))?;
         text.push(b'\n');
@@ -133,23 +129,9 @@ impl RunLock {
     }
 }
 
-fn flock_exclusive(file: &fs_err::File) -> io::Result<()> {
-    loop {
-        // SAFETY: flock has no memory-safety preconditions; the fd is open for the call.
-        let ret = unsafe { libc::flock(file.file().as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if ret == 0 {
-            return Ok(());
-        }
-        let err = io::Error::last_os_error();
-        if err.kind() != io::ErrorKind::Interrupted {
-            return Err(err);
-        }
-    }
-}
-
 /// `12s ago`, `5m ago`, `3h ago` — or the raw time when the clocks disagree.
 fn ago(started_unix_ms: u64) -> String {
-    let now = state::unix_ms();
+    let now = sys::unix_ms();
     let Some(secs) = now.checked_sub(started_unix_ms).map(|ms| ms / 1000) else {
         return format!("at unix time {}s", started_unix_ms / 1000);
     };

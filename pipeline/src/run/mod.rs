@@ -1,8 +1,7 @@
 //! `gen run`: the orchestrator's event loop ([`orchestrator`]), preparation workers as
-//! supervised processes ([`supervisor`], [`rss`], [`sys`]) and the request dispatcher
+//! supervised processes ([`supervisor`], [`rss`]) and the request dispatcher
 //! ([`dispatch`]) over one or several servers ([`fleet`]), fed from the prepared prompts
-//! ([`feed`]), with its stored records ([`record`]) and the judge of refused requests
-//! ([`refusal`]); signals stop it gracefully ([`stop`]); a prepared source is checked against
+//! ([`feed`]), and the judge of refused requests ([`refusal`]); signals stop it gracefully ([`stop`]); a prepared source is checked against
 //! its inputs on every run ([`inputs`]).
 
 pub mod cgroup;
@@ -16,13 +15,11 @@ pub mod lock;
 pub mod observe;
 pub mod orchestrator;
 pub mod pin;
-pub mod record;
 pub mod refusal;
 pub mod rss;
 pub mod shard;
 pub mod stop;
 pub mod supervisor;
-pub mod sys;
 pub mod tuner;
 
 pub use orchestrator::{RunOutcome, Selection, run};

@@ -22,7 +22,6 @@ use super::feed::{Feed, Skip};
 use super::fleet::{self, Fleet};
 use super::kernel_log::KernelLogFollower;
 use super::observe;
-use super::record::{self, RejectKind, RejectedRecord};
 use super::supervisor::{self, WorkerCommand, WorkerReport};
 use crate::config::Plan;
 use crate::inference::managed::{self, ManagedServer};
@@ -30,6 +29,7 @@ use crate::inference::probe;
 use crate::prep;
 use crate::status::state::{self, Phase, RunStatus, SourceStatus, VerdictLine};
 use crate::store::frames::FrameWriter;
+use crate::store::records::{self as record, RejectKind, RejectedRecord};
 use crate::store::{RunDir, atomic, layout::LAYOUT_VERSION};
 use gen_diagnostics::Verdict;
 
@@ -1165,7 +1165,7 @@ impl<'p> Orchestrator<'p> {
                 let env = |var: &str| std::env::var(var).ok();
                 let expanded = custom
                     .iter()
-                    .map(|a| managed::expand(a, 0, &env))
+                    .map(|a| crate::config::launch::expand(a, 0, &env))
                     .collect::<Result<Vec<_>, _>>()
                     .with_context(|| format!("source `{name}`: bad `command`"))?;
                 command.program = expanded[0].clone().into();
@@ -1277,7 +1277,7 @@ impl<'p> Orchestrator<'p> {
                 report: report.clone(),
                 verdict_ms: verdict
                     .as_ref()
-                    .map(|_| super::sys::monotonic_usec().saturating_sub(report.exit_usec) / 1000),
+                    .map(|_| crate::sys::monotonic_usec().saturating_sub(report.exit_usec) / 1000),
                 verdict: verdict.clone(),
             },
         )?;

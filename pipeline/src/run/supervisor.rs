@@ -12,13 +12,14 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::cgroup::{self, MemoryCgroup};
-use super::{rss, sys};
+use super::rss;
+use crate::sys::{self, unix_ms};
 
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(500);
 pub const GRACE: Duration = Duration::from_secs(5);
@@ -97,7 +98,7 @@ pub struct WorkerReport {
     #[serde(default)]
     pub exit_usec: u64,
     #[serde(default)]
-    pub memory: MemoryEvidence,
+    pub memory: MemoryCounters,
     /// The stall watchdog killed the worker.
     #[serde(default)]
     pub timed_out: bool,
@@ -105,7 +106,7 @@ pub struct WorkerReport {
 
 /// What the worker's memory cgroup and the host counters said.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MemoryEvidence {
+pub struct MemoryCounters {
     pub cgroup_path: Option<String>,
     /// Why the worker ran without a cap although one was asked for.
     pub cgroup_unavailable: Option<String>,
@@ -115,12 +116,6 @@ pub struct MemoryEvidence {
     pub oom_kill_after: Option<u64>,
     pub vmstat_oom_kill_before: Option<u64>,
     pub vmstat_oom_kill_after: Option<u64>,
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Spawns `command` and supervises it to the end.
@@ -144,9 +139,9 @@ pub async fn supervise(
         .stderr(Stdio::from(log_err.into_parts().0))
         .process_group(0);
     sys::kill_with_parent(&mut process);
-    let mut memory = MemoryEvidence {
+    let mut memory = MemoryCounters {
         vmstat_oom_kill_before: cgroup::vmstat_oom_kills(),
-        ..MemoryEvidence::default()
+        ..MemoryCounters::default()
     };
     let cgroup = match command.memory_limit {
         None => None,

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::limiter::Limiter;
 use crate::inference::controller::{
-    Caps, Controller, Decision, Finish, LengthStats, Observation, Reached, Settings,
+    Caps, Controller, Decision, Finish, LengthStats, Reached, Settings, TickObservation,
 };
 use crate::inference::liveness::{Health, Liveness};
 use crate::inference::signals::SignalReader;
@@ -56,8 +56,8 @@ impl Telemetry {
         self.overloaded.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn take(&self, in_flight: u32) -> Observation {
-        Observation {
+    fn take(&self, in_flight: u32) -> TickObservation {
+        TickObservation {
             output_tokens: self.output_tokens.swap(0, Ordering::Relaxed),
             finishes: std::mem::take(
                 &mut *self.finishes.lock().expect("telemetry lock not poisoned"),
@@ -65,7 +65,7 @@ impl Telemetry {
             retryable_errors: self.retryable.swap(0, Ordering::Relaxed),
             overloaded: self.overloaded.swap(0, Ordering::Relaxed),
             in_flight,
-            ..Observation::default()
+            ..TickObservation::default()
         }
     }
 }

@@ -32,8 +32,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::status::state;
 use crate::store::{RunDir, atomic};
+use crate::sys;
 
 /// How long a heartbeat may stand still before its owner counts as dead.
 pub const LEASE: Duration = Duration::from_secs(60);
@@ -147,7 +147,7 @@ pub enum FenceError {
 }
 
 fn age(unix_ms: u64) -> String {
-    let now = state::unix_ms();
+    let now = sys::unix_ms();
     match now.checked_sub(unix_ms) {
         Some(ms) => format!("{} s ago", ms / 1000),
         None => format!(
@@ -219,7 +219,7 @@ pub fn acquire(dir: &RunDir, claimant: &Claimant, timing: Timing) -> Result<Owne
         move |source| OwnerError::Io { path, source }
     };
     super::root::private_dir(&claims_dir(dir)).map_err(io_error(&claims_dir(dir)))?;
-    let host = state::host_name();
+    let host = sys::host_name();
     let mut previous = read_owner(dir)?;
     let verdict = match judge(previous.as_ref(), &host, pid_alive) {
         Judgement::Watch => {
@@ -242,7 +242,7 @@ pub fn acquire(dir: &RunDir, claimant: &Claimant, timing: Timing) -> Result<Owne
         _ => None,
     };
     let epoch = previous.as_ref().map_or(1, |p| p.epoch + 1);
-    let now = state::unix_ms();
+    let now = sys::unix_ms();
     let record = OwnerRecord {
         epoch,
         host,
@@ -298,8 +298,7 @@ fn watch(
     let started = Instant::now();
     loop {
         let watched = started.elapsed();
-        let wall_age =
-            Duration::from_millis(state::unix_ms().saturating_sub(seen.heartbeat_unix_ms));
+        let wall_age = Duration::from_millis(sys::unix_ms().saturating_sub(seen.heartbeat_unix_ms));
         if watched >= timing.lease || (wall_age > timing.lease && watched >= timing.watch) {
             let why = format!("no heartbeat for {} s", wall_age.as_secs());
             return Ok((Judgement::Dead(why), seen));
@@ -360,7 +359,7 @@ fn expire(shared: &Shared, lease: &mut Lease) {
         return;
     }
     let half = shared.timing.lease / 2;
-    let wall = Duration::from_millis(state::unix_ms().saturating_sub(lease.renewed_unix_ms));
+    let wall = Duration::from_millis(sys::unix_ms().saturating_sub(lease.renewed_unix_ms));
     let monotonic = lease.renewed_at.elapsed();
     if monotonic > half || wall > half {
         lease.lost = Some(FenceError::Expired {
@@ -438,8 +437,8 @@ impl Ownership {
         if !still_ours(&self.shared, &record) {
             return;
         }
-        record.released_unix_ms = Some(state::unix_ms());
-        record.heartbeat_unix_ms = state::unix_ms();
+        record.released_unix_ms = Some(sys::unix_ms());
+        record.heartbeat_unix_ms = sys::unix_ms();
         atomic::write_json(&owner_path(&self.shared.dir), &record).ok();
     }
 
@@ -502,7 +501,7 @@ fn renew(shared: &Shared) -> std::ops::ControlFlow<()> {
         });
         return std::ops::ControlFlow::Break(());
     }
-    let now = state::unix_ms();
+    let now = sys::unix_ms();
     record.heartbeat_unix_ms = now;
     let started = Instant::now();
     if atomic::write_json(&owner_path(&shared.dir), &record).is_ok() {
@@ -591,7 +590,7 @@ mod tests {
     #[test]
     fn a_live_owner_on_another_host_is_refused() {
         let (_tmp, dir) = shard();
-        let other = record(3, "other-node", 1, state::unix_ms());
+        let other = record(3, "other-node", 1, sys::unix_ms());
         leave_owner(&dir, &other);
         // The other owner's renewals, as its lease thread would write them.
         let beating = dir.clone();
@@ -601,7 +600,7 @@ mod tests {
                 stopped.recv_timeout(Duration::from_millis(10))
             {
                 let mut r = other.clone();
-                r.heartbeat_unix_ms = state::unix_ms();
+                r.heartbeat_unix_ms = sys::unix_ms();
                 atomic::write_json(&owner_path(&beating), &r).expect("beat");
             }
         });
@@ -625,7 +624,7 @@ mod tests {
     fn a_dead_owner_is_taken_over_and_its_fence_then_fails() {
         let (_tmp, dir) = shard();
         // A stale owner elsewhere: heartbeat long past the lease, and it never moves.
-        leave_owner(&dir, &record(1, "other-node", 1, state::unix_ms() - 60_000));
+        leave_owner(&dir, &record(1, "other-node", 1, sys::unix_ms() - 60_000));
         let taker = acquire(&dir, &Claimant::default(), timing()).expect("take over");
         assert_eq!(taker.record().epoch, 2);
 
@@ -633,7 +632,7 @@ mod tests {
         let (_tmp2, dir2) = shard();
         leave_owner(
             &dir2,
-            &record(5, &state::host_name(), u32::MAX - 1, state::unix_ms()),
+            &record(5, &sys::host_name(), u32::MAX - 1, sys::unix_ms()),
         );
         let taker2 = acquire(&dir2, &Claimant::default(), timing()).expect("take over");
         assert_eq!(taker2.record().epoch, 6);

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use super::owner;
 use super::root::{self, RunRoot};
 use crate::config::Plan;
-use crate::status::state;
+use crate::sys;
 
 /// What `gen slurm` was asked for (the command line, resolved).
 #[derive(Debug, Clone)]
@@ -183,7 +183,7 @@ pub fn unfinished(
     queued: &BTreeSet<u32>,
     lease: std::time::Duration,
 ) -> anyhow::Result<Vec<Unfinished>> {
-    let now = state::unix_ms();
+    let now = sys::unix_ms();
     let mut out = Vec::new();
     for (index, dir, status) in root.shards()? {
         if root::shard_done(status.as_ref()) {
@@ -332,7 +332,7 @@ pub fn slurm(job: &SlurmJob, submit: bool, only_failed: bool) -> anyhow::Result<
         job_id: job_id.clone(),
         array: array.clone(),
         script: path.display().to_string(),
-        submitted_unix_ms: state::unix_ms(),
+        submitted_unix_ms: sys::unix_ms(),
     };
     let mut line = serde_json::to_vec(&submission)?;
     line.push(b'\n');

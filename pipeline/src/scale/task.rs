@@ -93,7 +93,7 @@ pub fn merge_if_complete(root: &RunRoot) -> anyhow::Result<()> {
     let dirs: Vec<RunDir> = shards.into_iter().map(|(_, dir, _)| dir).collect();
     let private = root.root().join(format!(
         ".merged.{}.{}",
-        crate::status::state::host_name(),
+        crate::sys::host_name(),
         std::process::id()
     ));
     if private.exists() {

@@ -5,7 +5,6 @@
 
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard, PoisonError};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
@@ -248,15 +247,6 @@ pub fn mark_stopped(path: &Path, reason: &str) -> MutexGuard<'static, ()> {
     writing
 }
 
-pub fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// This machine's host name, for telling runs on different hosts apart.
-pub fn host_name() -> String {
-    fs_err::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "unknown".to_owned())
-}
+// The clock and host name moved to the leaf module `sys`; kept here for the callers in
+// `run` and `scale` that name them through `state`.
+pub use crate::sys::{host_name, unix_ms};

@@ -33,8 +33,7 @@ use std::path::{Path, PathBuf};
 use super::frames::{self, FrameBody};
 use super::index;
 use super::layout::SourceDir;
-use crate::inference::client::Defect;
-use crate::run::record;
+use super::records::{self as record, Defect};
 
 /// What [`load`] found in a completions file.
 #[derive(Debug, Default)]
@@ -130,7 +129,7 @@ struct FrameRecords {
 /// (see the module documentation); set-aside files go next to it. A missing file is empty.
 pub fn load(path: &Path) -> io::Result<Stored> {
     let dir = SourceDir::new(path.parent().unwrap_or(Path::new(".")));
-    load_at(path, &dir, crate::status::state::unix_ms())
+    load_at(path, &dir, crate::sys::unix_ms())
 }
 
 fn load_at(path: &Path, dir: &SourceDir, now_ms: u64) -> io::Result<Stored> {

@@ -36,7 +36,7 @@ impl EventLog {
 
     pub fn append(&mut self, event: &str, source: Option<&str>, detail: impl Into<String>) {
         let event = Event {
-            unix_ms: crate::status::state::unix_ms(),
+            unix_ms: crate::sys::unix_ms(),
             event,
             source,
             detail: detail.into(),

@@ -12,7 +12,7 @@
 //!
 //! The format tag also says what the writer vouched for: `gid2` entries are written only
 //! after every record of the frame was checked to be an answer (a finish reason, some content
-//! or reasoning: `run::record`'s check). Entries of the earlier format `gid1` were written
+//! or reasoning: `records`' check). Entries of the earlier format `gid1` were written
 //! before answers were checked, so their frames are decoded and their records checked.
 //!
 //! Layout of an entry (little-endian):

@@ -1,6 +1,7 @@
 //! The concurrency controller: one per server, a pure synchronous state machine that turns a
-//! per-tick [`Observation`] of the server and its client into a concurrency limit (field-notes
-//! §2.5). It owns no I/O, no clock and no tasks; the dispatcher's sampler feeds it and applies
+//! per-tick [`TickObservation`] of the server and its client into a concurrency limit, steered by
+//! what the server reports (running, queued, KV use, preemptions) rather than by latency, which
+//! rises with batch size while throughput still rises. It owns no I/O, no clock and no tasks; the dispatcher's sampler feeds it and applies
 //! the [`Decision`].
 //!
 //! - [`settings`]: the tunables and their documented defaults.
@@ -24,4 +25,4 @@ mod tests;
 pub use settings::Settings;
 pub use state::Controller;
 pub use stats::LengthStats;
-pub use types::{Caps, Decision, Finish, Observation, Phase, Reached};
+pub use types::{Caps, ControllerPhase, Decision, Finish, Reached, TickObservation};

@@ -7,7 +7,7 @@
 //! window while throughput rises ([`Controller::startup_step`]).
 
 use super::state::Controller;
-use super::types::{Observation, Phase};
+use super::types::{ControllerPhase, TickObservation};
 use super::words::percent;
 
 /// The ramp's bookkeeping, kept for the status line too.
@@ -53,8 +53,8 @@ impl Ramp {
 
 impl Controller {
     /// One tick of the ramp (startup with known caps).
-    pub(super) fn ramp_tick(&mut self, obs: &Observation, new_preemptions: u64) {
-        if self.phase != Phase::Startup || !self.has_caps() {
+    pub(super) fn ramp_tick(&mut self, obs: &TickObservation, new_preemptions: u64) {
+        if self.phase != ControllerPhase::Startup || !self.has_caps() {
             return;
         }
         let s = &self.settings;

@@ -1,4 +1,4 @@
-//! The controller's state machine: per tick it folds an [`Observation`] into the current
+//! The controller's state machine: per tick it folds a [`TickObservation`] into the current
 //! window and, while starting, ramps ([`super::ramp`]); per window it applies the guards
 //! (first match wins), then the phase's move (blind startup growth, steady creep, a probe and
 //! its verdict, [`super::steady`]).
@@ -32,7 +32,7 @@
 use super::ramp::Ramp;
 use super::settings::Settings;
 use super::stats::LengthStats;
-use super::types::{Caps, Decision, Observation, Phase, Reached};
+use super::types::{Caps, ControllerPhase, Decision, Reached, TickObservation};
 use super::window::Window;
 use super::words::{kilo, percent};
 
@@ -65,7 +65,7 @@ pub struct Controller {
     pub(super) stats: LengthStats,
     pub(super) limit: u32,
     pub(super) u: f64,
-    pub(super) phase: Phase,
+    pub(super) phase: ControllerPhase,
     pub(super) reason: String,
     pub(super) window: Window,
     pub(super) last_preemptions: Option<u64>,
@@ -116,7 +116,7 @@ impl Controller {
             caps,
             stats,
             limit: 1,
-            phase: Phase::Startup,
+            phase: ControllerPhase::Startup,
             reason: String::new(),
             window: Window::default(),
             last_preemptions: None,
@@ -167,7 +167,7 @@ impl Controller {
         controller.limit = reached.limit.clamp(1, ceiling);
         controller.ramp.begin(0, controller.limit);
         if same_server(reached.caps, caps) {
-            controller.phase = Phase::Steady;
+            controller.phase = ControllerPhase::Steady;
             controller.ramp.end(0, "resumed".to_owned());
             controller.reason = format!(
                 "resuming at {}, the limit reached before ({})",
@@ -199,7 +199,7 @@ impl Controller {
         self.limit
     }
 
-    pub fn phase(&self) -> Phase {
+    pub fn phase(&self) -> ControllerPhase {
         self.phase
     }
 
@@ -276,7 +276,7 @@ impl Controller {
             let limit = self.limit.min(self.ceiling()).max(1);
             self.reenter("server restarted");
             self.limit = limit;
-            self.phase = Phase::Steady;
+            self.phase = ControllerPhase::Steady;
             self.ramp.end(self.ticks, "resumed".to_owned());
             self.reason = format!(
                 "server restarted with the same caps: resuming at {} ({})",
@@ -290,7 +290,7 @@ impl Controller {
     }
 
     /// Folds one tick in; at the end of a window, decides. Returns the limit to apply now.
-    pub fn observe(&mut self, obs: &Observation) -> Decision {
+    pub fn observe(&mut self, obs: &TickObservation) -> Decision {
         self.ticks += 1;
         for finish in &obs.finishes {
             self.stats.record(
@@ -384,7 +384,7 @@ impl Controller {
                 kilo(resident),
                 kilo(self.reference_resident)
             );
-            if self.phase == Phase::Startup {
+            if self.phase == ControllerPhase::Startup {
                 self.reference_resident = resident;
             } else if shift < 1.0 {
                 // Shorter requests only make room: grow again from here, cut nothing (the
@@ -503,7 +503,7 @@ impl Controller {
         {
             if let Some(probe) = self.probe.take() {
                 self.limit = probe.from;
-                self.phase = Phase::Steady;
+                self.phase = ControllerPhase::Steady;
             }
             self.reason = format!(
                 "app-limited: {:.0} in flight, under half of {}: holding",
@@ -512,15 +512,15 @@ impl Controller {
             );
         } else {
             match self.phase {
-                Phase::Startup if !self.has_caps() => self.startup_step(throughput),
-                Phase::Startup => {}
-                Phase::Backoff => {
-                    self.phase = Phase::Steady;
+                ControllerPhase::Startup if !self.has_caps() => self.startup_step(throughput),
+                ControllerPhase::Startup => {}
+                ControllerPhase::Backoff => {
+                    self.phase = ControllerPhase::Steady;
                     self.steady_windows = 0;
                     self.reason = format!("holding {} after lowering it", self.limit);
                 }
-                Phase::Probing => self.finish_probe(throughput),
-                Phase::Steady => self.steady_step(throughput),
+                ControllerPhase::Probing => self.finish_probe(throughput),
+                ControllerPhase::Steady => self.steady_step(throughput),
             }
         }
 
@@ -529,7 +529,7 @@ impl Controller {
             self.limit = ceiling;
             if self.probe.is_some_and(|p| p.direction == Direction::Up) {
                 self.probe = None;
-                self.phase = Phase::Steady;
+                self.phase = ControllerPhase::Steady;
             }
             self.reason = format!("{}; at most {}", self.reason, self.ceiling_reason());
         }
@@ -556,16 +556,16 @@ impl Controller {
     }
 
     pub(super) fn enter_backoff(&mut self) {
-        if self.phase == Phase::Startup {
+        if self.phase == ControllerPhase::Startup {
             self.ramp.end(self.ticks, "lowered".to_owned());
         }
-        self.phase = Phase::Backoff;
+        self.phase = ControllerPhase::Backoff;
         self.probe = None;
         self.startup_previous = None;
     }
 
     pub(super) fn enter_steady(&mut self) {
-        self.phase = Phase::Steady;
+        self.phase = ControllerPhase::Steady;
         self.steady_windows = 0;
         self.probe = None;
         self.startup_previous = None;
@@ -574,7 +574,7 @@ impl Controller {
     fn reenter(&mut self, why: &str) {
         let ceiling = self.ceiling();
         self.limit = (self.limit / 2).min(ceiling).max(1);
-        self.phase = Phase::Startup;
+        self.phase = ControllerPhase::Startup;
         self.probe = None;
         self.startup_previous = None;
         self.window = Window::default();

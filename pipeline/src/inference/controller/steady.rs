@@ -2,7 +2,7 @@
 //! throughput of its window against the one before.
 
 use super::state::{Controller, Direction, Probe};
-use super::types::Phase;
+use super::types::ControllerPhase;
 use super::words::gain;
 
 impl Controller {
@@ -31,7 +31,7 @@ impl Controller {
                 from: self.limit,
                 baseline: throughput,
             });
-            self.phase = Phase::Probing;
+            self.phase = ControllerPhase::Probing;
             self.reason = format!(
                 "trying {to} instead of {} to see whether it pays",
                 self.limit
@@ -58,7 +58,7 @@ impl Controller {
     }
 
     pub(super) fn finish_probe(&mut self, throughput: f64) {
-        self.phase = Phase::Steady;
+        self.phase = ControllerPhase::Steady;
         let Some(probe) = self.probe.take() else {
             return;
         };

@@ -15,20 +15,20 @@ fn caps(max_running: Option<u32>, kv_tokens: Option<u64>, user_max: Option<u32>)
 }
 
 /// A busy tick at limit `l`: 1000 tokens, server running `l`, nothing queued, 50% KV.
-fn busy(l: u32, preemptions_total: u64) -> Observation {
-    Observation {
+fn busy(l: u32, preemptions_total: u64) -> TickObservation {
+    TickObservation {
         output_tokens: 1000,
         in_flight: l,
         server_running: Some(l),
         server_queued: Some(0),
         kv_usage: Some(0.5),
         preemptions_total: Some(preemptions_total),
-        ..Observation::default()
+        ..TickObservation::default()
     }
 }
 
 /// Feeds one whole window of `tick` (as built for the current limit); returns the decision.
-fn window(c: &mut Controller, mut tick: impl FnMut(u32) -> Observation) -> Decision {
+fn window(c: &mut Controller, mut tick: impl FnMut(u32) -> TickObservation) -> Decision {
     let mut decision = c.decision();
     for _ in 0..Settings::default().window_ticks {
         decision = c.observe(&tick(c.limit()));
@@ -47,7 +47,7 @@ fn grown() -> Controller {
     for _ in 0..9 {
         window(&mut c, |l| busy(l, 0));
     }
-    assert_eq!((c.limit(), c.phase()), (210, Phase::Steady));
+    assert_eq!((c.limit(), c.phase()), (210, ControllerPhase::Steady));
     c
 }
 
@@ -66,11 +66,16 @@ fn resumed(l: u32, caps: Caps, max_tokens: u32, u: f64) -> Controller {
         caps,
     };
     let mut c = Controller::resume(settings, caps, max_tokens, stats, reached);
-    let d = window(&mut c, |l| Observation {
+    let d = window(&mut c, |l| TickObservation {
         in_flight: 0,
         ..busy(l, 0)
     });
-    assert_eq!((d.limit, d.phase), (l, Phase::Steady), "{}", d.reason);
+    assert_eq!(
+        (d.limit, d.phase),
+        (l, ControllerPhase::Steady),
+        "{}",
+        d.reason
+    );
     c
 }
 
@@ -107,15 +112,15 @@ fn with_a_known_cap_the_start_is_the_cap_plus_headroom() {
         MAX_TOKENS,
         None,
     );
-    assert_eq!((c.limit(), c.phase()), (135, Phase::Startup));
+    assert_eq!((c.limit(), c.phase()), (135, ControllerPhase::Startup));
     // A few quiet seconds at the cap (no queue building up behind it) end the ramp.
     let mut seen = Vec::new();
     for _ in 0..8 {
         let d = c.observe(&busy(c.limit(), 0));
         seen.push((d.limit, d.phase));
     }
-    assert_eq!(seen[0], (135, Phase::Startup));
-    assert_eq!(seen[7], (135, Phase::Steady));
+    assert_eq!(seen[0], (135, ControllerPhase::Startup));
+    assert_eq!(seen[7], (135, ControllerPhase::Steady));
     assert_eq!(
         c.summary(),
         "holding at 135: KV 50% full, none waiting at the server"
@@ -133,13 +138,13 @@ fn blind_startup_grows_by_half_per_window_to_the_ceiling() {
     let mut seen = vec![(c.limit(), c.phase())];
     for _ in 0..5 {
         // Throughput grows with the limit: every step pays.
-        let d = window(&mut c, |l| Observation {
+        let d = window(&mut c, |l| TickObservation {
             output_tokens: u64::from(l) * 100,
             ..busy(l, 0)
         });
         seen.push((d.limit, d.phase));
     }
-    use Phase::{Startup, Steady};
+    use ControllerPhase::{Startup, Steady};
     assert_eq!(
         seen,
         [
@@ -160,8 +165,8 @@ fn blind_startup_grows_by_half_per_window_to_the_ceiling() {
 }
 
 /// A tick at limit `l` finishing `n` requests of 1000 prompt and 4000 output tokens.
-fn finishing(l: u32, n: usize, kv_usage: f64) -> Observation {
-    Observation {
+fn finishing(l: u32, n: usize, kv_usage: f64) -> TickObservation {
+    TickObservation {
         finishes: vec![
             Finish {
                 prompt_tokens: 1000,
@@ -183,7 +188,7 @@ fn kv_bound_start_follows_the_ceiling_up_as_completions_arrive() {
         MAX_TOKENS,
         None,
     );
-    assert_eq!((c.limit(), c.phase()), (32, Phase::Startup));
+    assert_eq!((c.limit(), c.phase()), (32, ControllerPhase::Startup));
     let mut limits = Vec::new();
     for _ in 0..40 {
         limits.push(c.observe(&finishing(c.limit(), 1, 0.5)).limit);
@@ -193,7 +198,7 @@ fn kv_bound_start_follows_the_ceiling_up_as_completions_arrive() {
     assert!(limits.windows(2).all(|w| w[0] <= w[1]), "{limits:?}");
     assert!(limits[39] > 40, "{limits:?}");
     assert_eq!(c.limit(), c.ceiling());
-    assert_eq!(c.phase(), Phase::Startup);
+    assert_eq!(c.phase(), ControllerPhase::Startup);
     let summary = c.summary();
     assert!(summary.starts_with("ramping: 32 → "), "{summary}");
     assert!(
@@ -227,7 +232,12 @@ fn the_ramp_stops_at_the_first_sign_of_saturation() {
     let mut c = start();
     c.observe(&busy(32, 0));
     let d = c.observe(&busy(32, 1));
-    assert_eq!((d.limit, d.phase), (32, Phase::Steady), "{}", d.reason);
+    assert_eq!(
+        (d.limit, d.phase),
+        (32, ControllerPhase::Steady),
+        "{}",
+        d.reason
+    );
     assert!(
         d.reason.contains("1 preemptions, the KV cache is full"),
         "{}",
@@ -236,7 +246,12 @@ fn the_ramp_stops_at_the_first_sign_of_saturation() {
     // KV 95% full.
     let mut c = start();
     let d = c.observe(&finishing(32, 30, 0.96));
-    assert_eq!((d.limit, d.phase), (32, Phase::Steady), "{}", d.reason);
+    assert_eq!(
+        (d.limit, d.phase),
+        (32, ControllerPhase::Steady),
+        "{}",
+        d.reason
+    );
     assert_eq!(
         c.summary(),
         "holding at 32: KV 96% full, none waiting at the server"
@@ -254,16 +269,21 @@ fn a_queue_that_stays_makes_the_running_count_the_cap() {
         None,
     );
     assert_eq!(c.limit(), 408);
-    let queueing = |l: u32| Observation {
+    let queueing = |l: u32| TickObservation {
         server_running: Some(128),
         server_queued: Some(l - 128),
         ..busy(l, 0)
     };
-    assert_eq!(c.observe(&queueing(408)).phase, Phase::Startup);
-    assert_eq!(c.observe(&queueing(408)).phase, Phase::Startup);
+    assert_eq!(c.observe(&queueing(408)).phase, ControllerPhase::Startup);
+    assert_eq!(c.observe(&queueing(408)).phase, ControllerPhase::Startup);
     let d = c.observe(&queueing(408));
     // 128 + q_headroom(128) = 128 + 7.
-    assert_eq!((d.limit, d.phase), (135, Phase::Steady), "{}", d.reason);
+    assert_eq!(
+        (d.limit, d.phase),
+        (135, ControllerPhase::Steady),
+        "{}",
+        d.reason
+    );
     assert!(
         c.summary()
             .starts_with("ramped 408 → 135 in 3 s; holding at 135"),
@@ -281,7 +301,7 @@ fn the_ramp_does_not_grow_a_limit_the_job_does_not_fill() {
         None,
     );
     for _ in 0..20 {
-        c.observe(&Observation {
+        c.observe(&TickObservation {
             in_flight: 10,
             ..finishing(c.limit(), 2, 0.1)
         });
@@ -315,7 +335,7 @@ fn a_resumed_run_starts_where_the_last_one_got_to() {
         learnt.clone(),
         reached,
     );
-    assert_eq!((c.limit(), c.phase()), (60, Phase::Steady));
+    assert_eq!((c.limit(), c.phase()), (60, ControllerPhase::Steady));
     assert!((c.kv_utilization() - 0.97).abs() < 1e-9);
     assert_eq!(
         c.summary(),
@@ -324,23 +344,23 @@ fn a_resumed_run_starts_where_the_last_one_got_to() {
     // A smaller KV cache now: checked against it, and ramping from there.
     let smaller = caps(Some(256), Some(100_000), None);
     let c = Controller::resume(settings.clone(), smaller, MAX_TOKENS, learnt, reached);
-    assert_eq!((c.limit(), c.phase()), (27, Phase::Startup));
+    assert_eq!((c.limit(), c.phase()), (27, ControllerPhase::Startup));
     // A file from before (no caps kept): ramps from the saved limit.
     let old = Reached {
         caps: Caps::default(),
         ..reached
     };
     let c = Controller::resume(settings, server, MAX_TOKENS, stats, old);
-    assert_eq!((c.limit(), c.phase()), (35, Phase::Startup));
+    assert_eq!((c.limit(), c.phase()), (35, ControllerPhase::Startup));
 }
 
 #[test]
 fn guards_fire_in_order_with_their_factors() {
     struct Case {
         name: &'static str,
-        tweak: fn(&mut Observation),
+        tweak: fn(&mut TickObservation),
         limit: u32,
-        phase: Phase,
+        phase: ControllerPhase,
     }
     // Each case applies `tweak` to the first tick of a window at L = 40.
     let cases = [
@@ -348,13 +368,13 @@ fn guards_fire_in_order_with_their_factors() {
             name: "4 retryable errors > max(3, 5% of 0)",
             tweak: |o| o.retryable_errors = 4,
             limit: 20,
-            phase: Phase::Backoff,
+            phase: ControllerPhase::Backoff,
         },
         Case {
             name: "3 retryable errors is not more than 3",
             tweak: |o| o.retryable_errors = 3,
             limit: 41, // no guard: steady creep
-            phase: Phase::Steady,
+            phase: ControllerPhase::Steady,
         },
         Case {
             name: "5 errors in 100 finishes is not more than 5%",
@@ -369,19 +389,19 @@ fn guards_fire_in_order_with_their_factors() {
                 ];
             },
             limit: 41,
-            phase: Phase::Steady,
+            phase: ControllerPhase::Steady,
         },
         Case {
             name: "one 503",
             tweak: |o| o.overloaded = 1,
             limit: 28,
-            phase: Phase::Backoff,
+            phase: ControllerPhase::Backoff,
         },
         Case {
             name: "one stall",
             tweak: |o| o.stalls = 1,
             limit: 28,
-            phase: Phase::Backoff,
+            phase: ControllerPhase::Backoff,
         },
         Case {
             name: "errors beat 503s",
@@ -390,7 +410,7 @@ fn guards_fire_in_order_with_their_factors() {
                 o.overloaded = 5;
             },
             limit: 20,
-            phase: Phase::Backoff,
+            phase: ControllerPhase::Backoff,
         },
         Case {
             name: "503s beat preemptions",
@@ -399,13 +419,13 @@ fn guards_fire_in_order_with_their_factors() {
                 o.preemptions_total = Some(3);
             },
             limit: 28,
-            phase: Phase::Backoff,
+            phase: ControllerPhase::Backoff,
         },
         Case {
             name: "3 preemptions (> 2 tolerated, KV not full) lower u, no cut",
             tweak: |o| o.preemptions_total = Some(1),
             limit: 40,
-            phase: Phase::Backoff,
+            phase: ControllerPhase::Backoff,
         },
         Case {
             name: "queue grows while running stays low",
@@ -415,7 +435,7 @@ fn guards_fire_in_order_with_their_factors() {
             },
             // Averages over 60 ticks: 2 queued is not more than 2.
             limit: 41,
-            phase: Phase::Steady,
+            phase: ControllerPhase::Steady,
         },
     ];
     for case in cases {
@@ -446,7 +466,12 @@ fn preemptions_within_the_tolerance_change_nothing() {
     let u = c.kv_utilization();
     // Two preemptions in a window without finishes: max(2, ⌈25% of 0⌉) = 2 are tolerated.
     let d = window(&mut c, |l| busy(l, 2));
-    assert_eq!((d.limit, d.phase), (41, Phase::Steady), "{}", d.reason);
+    assert_eq!(
+        (d.limit, d.phase),
+        (41, ControllerPhase::Steady),
+        "{}",
+        d.reason
+    );
     assert_eq!(c.kv_utilization(), u);
     // With 20 finishes in the window, 5 are tolerated.
     let mut first = true;
@@ -463,7 +488,12 @@ fn preemptions_within_the_tolerance_change_nothing() {
         }
         o
     });
-    assert_eq!((d.limit, d.phase), (42, Phase::Steady), "{}", d.reason);
+    assert_eq!(
+        (d.limit, d.phase),
+        (42, ControllerPhase::Steady),
+        "{}",
+        d.reason
+    );
     assert_eq!(c.kv_utilization(), u);
 }
 
@@ -478,7 +508,10 @@ fn preemptions_lower_u_and_only_severe_ones_cut() {
     // 3 preemptions (> 2 tolerated): u −0.01, L only within the lower ceiling.
     let d = window(&mut c, |l| busy(l, 3));
     assert!((c.kv_utilization() - (u - 0.01)).abs() < 1e-9);
-    assert_eq!((d.limit, d.phase), (c.ceiling().min(l), Phase::Backoff));
+    assert_eq!(
+        (d.limit, d.phase),
+        (c.ceiling().min(l), ControllerPhase::Backoff)
+    );
     assert!(
         d.reason.contains("planning 91% KV use instead of 92%"),
         "{}",
@@ -491,7 +524,7 @@ fn preemptions_lower_u_and_only_severe_ones_cut() {
     assert!((c.kv_utilization() - (u - 0.02)).abs() < 1e-9);
     assert_eq!(
         (d.limit, d.phase),
-        ((f64::from(l) * 0.85) as u32, Phase::Backoff),
+        ((f64::from(l) * 0.85) as u32, ControllerPhase::Backoff),
         "{}",
         d.reason
     );
@@ -542,7 +575,12 @@ fn kv_full_with_severe_preemptions_cuts_at_the_tick_and_only_once() {
     assert_eq!(c.observe(&o).limit, 100);
     o.preemptions_total = Some(9);
     let d = c.observe(&o);
-    assert_eq!((d.limit, d.phase), (85, Phase::Backoff), "{}", d.reason);
+    assert_eq!(
+        (d.limit, d.phase),
+        (85, ControllerPhase::Backoff),
+        "{}",
+        d.reason
+    );
     // In-flight (100) is still above the new limit: later preemptions are the old limit's.
     o.preemptions_total = Some(30);
     assert_eq!(c.observe(&o).limit, 85);
@@ -565,25 +603,30 @@ fn kv_not_full_waits_for_the_window() {
 #[test]
 fn server_queue_with_room_sets_running_plus_headroom() {
     let mut c = steady(60);
-    let d = window(&mut c, |l| Observation {
+    let d = window(&mut c, |l| TickObservation {
         server_running: Some(30),
         server_queued: Some(30),
         ..busy(l, 0)
     });
     // q_headroom(60) = max(2, ⌈3⌉) = 3.
-    assert_eq!((d.limit, d.phase), (33, Phase::Backoff), "{}", d.reason);
+    assert_eq!(
+        (d.limit, d.phase),
+        (33, ControllerPhase::Backoff),
+        "{}",
+        d.reason
+    );
 }
 
 #[test]
 fn app_limited_learns_nothing() {
     let mut c = steady(40);
     let d = window(&mut c, |_| busy(10, 0));
-    assert_eq!((d.limit, d.phase), (40, Phase::Steady));
+    assert_eq!((d.limit, d.phase), (40, ControllerPhase::Steady));
     assert!(d.reason.starts_with("app-limited"), "{}", d.reason);
     // In startup too: no growth while the client cannot fill the limit.
     let mut c = Controller::new(Settings::default(), Caps::default(), MAX_TOKENS, None);
     let d = window(&mut c, |_| busy(3, 0));
-    assert_eq!((d.limit, d.phase), (8, Phase::Startup));
+    assert_eq!((d.limit, d.phase), (8, ControllerPhase::Startup));
 }
 
 #[test]
@@ -614,7 +657,7 @@ fn until_probe(c: &mut Controller) -> (u32, u32) {
     for _ in 0..20 {
         let from = c.limit();
         let d = window(c, |l| busy(l, 0));
-        if d.phase == Phase::Probing {
+        if d.phase == ControllerPhase::Probing {
             return (from, d.limit);
         }
     }
@@ -629,7 +672,7 @@ fn probes_alternate_and_are_kept_or_reverted_by_throughput() {
         let mut c = steady(40);
         let (from, to) = until_probe(&mut c);
         assert_eq!(to, ((f64::from(from) * 1.1).ceil()) as u32);
-        let d = window(&mut c, |l| Observation {
+        let d = window(&mut c, |l| TickObservation {
             output_tokens: tokens,
             ..busy(l, 0)
         });
@@ -639,7 +682,7 @@ fn probes_alternate_and_are_kept_or_reverted_by_throughput() {
             "up, {tokens}: {}",
             d.reason
         );
-        assert_eq!(d.phase, Phase::Steady);
+        assert_eq!(d.phase, ControllerPhase::Steady);
     }
     let down_cases = [(980, true), (971, true), (969, false), (1100, true)];
     for (tokens, keep) in down_cases {
@@ -649,7 +692,7 @@ fn probes_alternate_and_are_kept_or_reverted_by_throughput() {
         assert_eq!(c.limit(), up_from);
         let (from, to) = until_probe(&mut c);
         assert!(to < from && up_to > up_from, "the second probe goes down");
-        let d = window(&mut c, |l| Observation {
+        let d = window(&mut c, |l| TickObservation {
             output_tokens: tokens,
             ..busy(l, 0)
         });
@@ -676,7 +719,10 @@ fn no_up_probe_at_the_ceiling() {
         phases.push((d.limit, d.phase));
     }
     // The up turn is skipped; the down turn probes 45.
-    assert!(phases.contains(&(45, Phase::Probing)), "{phases:?}");
+    assert!(
+        phases.contains(&(45, ControllerPhase::Probing)),
+        "{phases:?}"
+    );
     assert!(phases.iter().all(|(l, _)| *l <= 50));
 }
 
@@ -695,7 +741,7 @@ fn quiet_windows_raise_u_up_to_the_maximum() {
     // Without a preemption metric, quiet says nothing.
     let mut c = steady(20);
     for _ in 0..20 {
-        window(&mut c, |l| Observation {
+        window(&mut c, |l| TickObservation {
             preemptions_total: None,
             ..busy(l, 0)
         });
@@ -707,7 +753,7 @@ fn quiet_windows_raise_u_up_to_the_maximum() {
 fn server_restart_resumes_with_the_same_caps_and_reenters_startup_with_others() {
     let mut c = grown();
     for _ in 0..12 {
-        c.observe(&Observation {
+        c.observe(&TickObservation {
             finishes: vec![Finish {
                 prompt_tokens: 500,
                 output_tokens: 4000,
@@ -718,23 +764,38 @@ fn server_restart_resumes_with_the_same_caps_and_reenters_startup_with_others() 
     let stats = c.stats().clone();
     // The same set-up: back at the limit it had.
     let d = c.on_server_restart(caps(Some(200), None, None));
-    assert_eq!((d.limit, d.phase), (210, Phase::Steady), "{}", d.reason);
+    assert_eq!(
+        (d.limit, d.phase),
+        (210, ControllerPhase::Steady),
+        "{}",
+        d.reason
+    );
     assert_eq!(
         c.summary(),
         "resumed at 210; holding at 210: KV 50% full, none waiting at the server"
     );
     let d = c.on_server_restart(caps(Some(64), None, None));
     // min(210/2, 64 + 4)
-    assert_eq!((d.limit, d.phase), (68, Phase::Startup), "{}", d.reason);
+    assert_eq!(
+        (d.limit, d.phase),
+        (68, ControllerPhase::Startup),
+        "{}",
+        d.reason
+    );
     assert_eq!(c.stats(), &stats);
     assert_eq!(c.caps().max_running, Some(64));
     let d = c.on_server_restart(caps(Some(200), None, None));
-    assert_eq!((d.limit, d.phase), (34, Phase::Startup), "{}", d.reason);
+    assert_eq!(
+        (d.limit, d.phase),
+        (34, ControllerPhase::Startup),
+        "{}",
+        d.reason
+    );
     // Startup again: up to the cap in seconds.
     assert_eq!(window(&mut c, |l| busy(l, 0)).limit, 210);
     // A restart with a smaller server starts at its ceiling.
     let d = c.on_server_restart(caps(Some(4), None, None));
-    assert_eq!((d.limit, d.phase), (6, Phase::Startup));
+    assert_eq!((d.limit, d.phase), (6, ControllerPhase::Startup));
 }
 
 #[test]
@@ -742,12 +803,22 @@ fn preemption_counter_drop_is_a_restart() {
     let mut c = grown();
     c.observe(&busy(210, 500));
     let d = c.observe(&busy(210, 3));
-    assert_eq!((d.limit, d.phase), (105, Phase::Startup), "{}", d.reason);
+    assert_eq!(
+        (d.limit, d.phase),
+        (105, ControllerPhase::Startup),
+        "{}",
+        d.reason
+    );
     assert!(d.reason.contains("restarted"));
     // The new counter is the baseline: no preemption is counted from the drop, and the ramp
     // is back at the cap within seconds.
     let d = window(&mut c, |l| busy(l, 3));
-    assert_eq!((d.limit, d.phase), (210, Phase::Steady), "{}", d.reason);
+    assert_eq!(
+        (d.limit, d.phase),
+        (210, ControllerPhase::Steady),
+        "{}",
+        d.reason
+    );
 }
 
 /// Steady at 40 (cap 200, prior for `max_tokens` 4096: E_resident = 1024 + 4096/3 ≈ 2389),
@@ -755,11 +826,11 @@ fn preemption_counter_drop_is_a_restart() {
 fn reentry_after(finish: Finish) -> Decision {
     let mut c = resumed(40, caps(Some(200), None, None), 4096, 0.90);
     for _ in 0..400 {
-        let d = c.observe(&Observation {
+        let d = c.observe(&TickObservation {
             finishes: vec![finish; 5],
             ..busy(c.limit(), 0)
         });
-        if d.phase == Phase::Startup {
+        if d.phase == ControllerPhase::Startup {
             return d;
         }
     }
@@ -787,10 +858,10 @@ fn a_resident_shift_reenters_startup_cutting_only_for_longer_requests() {
 fn without_caps_or_metrics_startup_stops_where_throughput_stops() {
     let mut c = Controller::new(Settings::default(), Caps::default(), MAX_TOKENS, None);
     // Throughput saturates at 20 in flight.
-    let tick = |l: u32| Observation {
+    let tick = |l: u32| TickObservation {
         output_tokens: u64::from(l.min(20)) * 100,
         in_flight: l,
-        ..Observation::default()
+        ..TickObservation::default()
     };
     let mut limits = Vec::new();
     for _ in 0..6 {
@@ -801,13 +872,13 @@ fn without_caps_or_metrics_startup_stops_where_throughput_stops() {
     assert_eq!(
         limits[..4],
         [
-            (12, Phase::Startup),
-            (18, Phase::Startup),
-            (27, Phase::Startup),
-            (41, Phase::Startup),
+            (12, ControllerPhase::Startup),
+            (18, ControllerPhase::Startup),
+            (27, ControllerPhase::Startup),
+            (41, ControllerPhase::Startup),
         ]
     );
-    assert_eq!(limits[4], (27, Phase::Steady));
+    assert_eq!(limits[4], (27, ControllerPhase::Steady));
 }
 
 #[test]
@@ -834,7 +905,7 @@ fn limit_stays_within_one_and_the_ceiling_under_any_observations() {
                 preemptions = 0;
             }
             let in_flight = c.limit() + next(5) as u32;
-            let o = Observation {
+            let o = TickObservation {
                 output_tokens: next(5000),
                 finishes: (0..next(3))
                     .map(|_| Finish {
@@ -869,7 +940,7 @@ fn no_internal_symbol_reaches_the_user() {
         None,
     );
     for i in 0..2000u64 {
-        let d = c.observe(&Observation {
+        let d = c.observe(&TickObservation {
             preemptions_total: Some(i / 7),
             ..finishing(c.limit(), (i % 3) as usize, 0.9)
         });

@@ -1,5 +1,5 @@
 //! What goes into the controller and what comes out: the server's [`Caps`], a tick's
-//! [`Observation`], the [`Decision`] with its [`Phase`], and what a run [`Reached`].
+//! [`TickObservation`], the [`Decision`] with its [`ControllerPhase`], and what a run [`Reached`].
 
 use serde::{Deserialize, Serialize};
 
@@ -26,7 +26,7 @@ pub struct Finish {
 /// What the sampler saw during one tick. Client-side fields are always present; server
 /// metrics are `None` when the server does not expose them.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Observation {
+pub struct TickObservation {
     /// Output tokens (reasoning included) streamed to the client during the tick.
     pub output_tokens: u64,
     /// Requests that completed during the tick.
@@ -52,7 +52,7 @@ pub struct Observation {
 /// Where the controller is in its cycle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Phase {
+pub enum ControllerPhase {
     /// Starting: at the ceiling when the server reports caps (following it as the length
     /// statistics fill in, until the first sign of saturation), else growing ×1.5 per window.
     Startup,
@@ -68,7 +68,7 @@ pub enum Phase {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
     pub limit: u32,
-    pub phase: Phase,
+    pub phase: ControllerPhase,
     pub reason: String,
 }
 

@@ -3,7 +3,7 @@
 //! symbols reach the user.
 
 use super::state::Controller;
-use super::types::Phase;
+use super::types::ControllerPhase;
 
 /// The most limits of a ramp the summary lists.
 const PATH_SHOWN: usize = 5;
@@ -55,22 +55,24 @@ impl Controller {
             Some(_) => None,
         };
         let now = match self.phase {
-            Phase::Startup => self.load_text().unwrap_or_default(),
-            Phase::Steady => match self.load_text() {
+            ControllerPhase::Startup => self.load_text().unwrap_or_default(),
+            ControllerPhase::Steady => match self.load_text() {
                 Some(load) => format!("holding at {}: {load}", self.limit),
                 None => format!("holding at {} ({})", self.limit, self.ceiling_reason()),
             },
-            Phase::Probing => format!(
+            ControllerPhase::Probing => format!(
                 "trying {} to see whether it pays{}",
                 self.limit,
                 self.load_text()
                     .map_or_else(String::new, |l| format!(": {l}"))
             ),
-            Phase::Backoff => format!("lowered to {}: {}", self.limit, self.last_cut),
+            ControllerPhase::Backoff => format!("lowered to {}: {}", self.limit, self.last_cut),
         };
         match (ramp, now.is_empty()) {
             (Some(ramp), true) => ramp,
-            (Some(ramp), false) if self.phase == Phase::Startup => format!("{ramp} ({now})"),
+            (Some(ramp), false) if self.phase == ControllerPhase::Startup => {
+                format!("{ramp} ({now})")
+            }
             (Some(ramp), false) => format!("{ramp}; {now}"),
             (None, _) => now,
         }

@@ -1,6 +1,6 @@
 //! From each server's own endpoints to one [`Reading`] (its capacity and its load). Pure: the
 //! bodies come from [`super::reader`] or from a test fixture. The formats are the real
-//! servers' (field-notes §2.1; samples in the tests name where they were seen):
+//! servers' (samples in the tests name where they were seen):
 //!
 //! - SGLang: `/server_info` (was `/get_server_info`): the CLI args at the top level
 //!   (`max_running_requests` may be `null` = decided at start, and on hybrid models the CLI

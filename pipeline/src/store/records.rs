@@ -1,5 +1,8 @@
 //! The records stored per source: one [`CompletionRecord`] per completed prompt in
-//! `completions.jsonl.zst`, one [`RejectedRecord`] per prompt given up on in `rejected.jsonl`.
+//! `completions.jsonl.zst`, one [`RejectedRecord`] per prompt given up on in `rejected.jsonl`,
+//! the readers of their ids ([`completed_ids`], [`settled_ids`]), and the one rule of what
+//! counts as an answer ([`answer_defect`]), which `gen run` (before storing), the done-set,
+//! `gen verify` and `gen export` all apply.
 
 use std::collections::HashSet;
 use std::io;
@@ -7,8 +10,65 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::inference::client::{Defect, Usage, answer_defect};
 use gen_sources::Message;
+
+/// Token counts as the server reports them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    #[serde(default)]
+    pub total_tokens: u64,
+}
+
+/// Why a stream that ended with `[DONE]` is still not an answer to keep.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Defect {
+    /// `finish_reason = "abort"`: SGLang and vLLM end a request they aborted (engine shutdown,
+    /// a pause, a scheduler abort) this way, with HTTP 200 and `[DONE]`.
+    Aborted,
+    /// `finish_reason = "error"`: vLLM's retryable request-level internal error.
+    EngineError,
+    /// No finish reason at all; `empty` when there was no content or reasoning either.
+    NoFinishReason { empty: bool },
+    /// A finish reason, but neither content nor reasoning (whitespace does not count).
+    Empty,
+}
+
+impl std::fmt::Display for Defect {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Defect::Aborted => "the server aborted the answer (finish_reason = abort)",
+            Defect::EngineError => {
+                "the server ended the answer with an error (finish_reason = error)"
+            }
+            Defect::NoFinishReason { empty: true } => {
+                "empty answer: the stream ended without content, reasoning or finish_reason"
+            }
+            Defect::NoFinishReason { empty: false } => {
+                "the stream ended without a finish_reason (the answer may be cut)"
+            }
+            Defect::Empty => "empty answer: no content and no reasoning",
+        })
+    }
+}
+
+/// Why an answer is not one to keep, if it is not: the one rule `gen run` (before storing),
+/// `gen verify` and the done-set apply to every answer.
+pub fn answer_defect(
+    content: &str,
+    reasoning: Option<&str>,
+    finish_reason: Option<&str>,
+) -> Option<Defect> {
+    let empty = content.trim().is_empty() && reasoning.is_none_or(|r| r.trim().is_empty());
+    match finish_reason {
+        Some("abort") => Some(Defect::Aborted),
+        Some("error") => Some(Defect::EngineError),
+        None => Some(Defect::NoFinishReason { empty }),
+        Some(_) if empty => Some(Defect::Empty),
+        Some(_) => None,
+    }
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompletionRecord {
@@ -156,17 +216,6 @@ fn heuristic_maybe_defective(line: &[u8]) -> bool {
             }
         }
     })
-}
-
-impl From<crate::inference::client::Completion> for TurnRecord {
-    fn from(c: crate::inference::client::Completion) -> TurnRecord {
-        TurnRecord {
-            content: c.content,
-            reasoning_content: c.reasoning_content,
-            finish_reason: c.finish_reason,
-            usage: c.usage,
-        }
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,12 +1,16 @@
-//! The few process primitives std and tokio do not offer: `wait4` (exit status *and* the
-//! child's own peak RSS), the parent-death signal, and signalling a whole process group.
+//! What `gen` asks of the operating system beyond std and tokio: the process primitives
+//! (`wait4` for the exit status *and* the child's own peak RSS, the parent-death signal,
+//! signalling a whole process group), the clocks (wall-clock milliseconds for every stored
+//! timestamp, `CLOCK_MONOTONIC` for the kernel log) and the host name. A leaf module: it uses
+//! nothing else of the crate, so every layer may use it.
 //! The only `unsafe` in `gen` lives here.
 #![expect(
     unsafe_code,
-    reason = "thin wrappers over libc calls with no safe equivalent"
+    reason = "thin wrappers over libc calls with no safe equivalent (`flock` included: std and our dependencies have no safe wrapper)"
 )]
 
 use std::io;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// How a reaped process ended, plus its own peak RSS (`ru_maxrss`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,6 +101,38 @@ pub fn signal_name(signal: i32) -> String {
         _ => return format!("signal {signal}"),
     };
     name.to_owned()
+}
+
+/// Takes an exclusive `flock` on `fd` without blocking: `WouldBlock` when another process
+/// holds it. The kernel drops it when the holder exits, however it exits.
+pub fn flock_exclusive(fd: std::os::fd::BorrowedFd<'_>) -> io::Result<()> {
+    use std::os::fd::AsRawFd as _;
+    loop {
+        // SAFETY: flock has no memory-safety preconditions; the borrowed fd is open for the call.
+        let ret = unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if ret == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+/// Wall-clock time in milliseconds since the Unix epoch (0 for a clock set before 1970): the
+/// timestamps of status, events, records and leases.
+pub fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// This machine's host name, for telling runs on different hosts apart.
+pub fn host_name() -> String {
+    fs_err::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".to_owned())
 }
 
 /// CLOCK_MONOTONIC in microseconds: the clock `/dev/kmsg` stamps its records with.

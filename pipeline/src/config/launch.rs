@@ -1,0 +1,90 @@
+//! The `${NAME}`, `${NAME:-default}` and `{port}` syntax of `[server] launch`, `url` and a
+//! worker's `command`: the variables an argument names ([`variables`], for checking the config
+//! before a run) and the argument with them filled in ([`expand`], when starting a process).
+
+/// A launch argument names a variable that is not set and has no default.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("launch argument `{arg}` uses `${{{var}}}`, which is not set")]
+pub struct UnsetVariable {
+    pub arg: String,
+    pub var: String,
+}
+
+/// Expands `${VAR}`, `${VAR:-default}` and `{port}` in one launch argument.
+pub fn expand(
+    arg: &str,
+    port: u16,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<String, UnsetVariable> {
+    let mut out = String::new();
+    let mut rest = arg;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            out.push_str(&rest[start..]);
+            rest = "";
+            break;
+        };
+        let inner = &after[..end];
+        let (name, default) = match inner.split_once(":-") {
+            Some((name, default)) => (name, Some(default)),
+            None => (inner, None),
+        };
+        match (env(name).filter(|v| !v.is_empty()), default) {
+            (Some(value), _) => out.push_str(&value),
+            (None, Some(default)) => out.push_str(default),
+            (None, None) => {
+                return Err(UnsetVariable {
+                    arg: arg.to_owned(),
+                    var: name.to_owned(),
+                });
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out.replace("{port}", &port.to_string()))
+}
+
+/// The `${NAME}` and `${NAME:-default}` references in a launch argument, with whether each
+/// has a default (the syntax [`expand`] fills in).
+pub fn variables(arg: &str) -> Vec<(&str, bool)> {
+    let mut found = Vec::new();
+    let mut rest = arg;
+    while let Some(start) = rest.find("${") {
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else { break };
+        let inner = &after[..end];
+        found.push(match inner.split_once(":-") {
+            Some((name, _)) => (name, true),
+            None => (inner, false),
+        });
+        rest = &after[end + 1..];
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expands_variables_defaults_and_port() {
+        let env = |name: &str| (name == "MODEL").then(|| "/m.gguf".to_owned());
+        assert_eq!(expand("${MODEL}", 9, &env).expect("set"), "/m.gguf");
+        assert_eq!(
+            expand("${BIN:-llama-server}", 9, &env).expect("default"),
+            "llama-server"
+        );
+        assert_eq!(
+            expand("http://127.0.0.1:{port}/x", 8080, &env).expect("port"),
+            "http://127.0.0.1:8080/x"
+        );
+        let err = expand("-m=${NOPE}", 9, &env).expect_err("unset");
+        assert_eq!(
+            err.to_string(),
+            "launch argument `-m=${NOPE}` uses `${NOPE}`, which is not set"
+        );
+    }
+}
