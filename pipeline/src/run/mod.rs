@@ -7,6 +7,7 @@
 
 pub mod cgroup;
 pub mod dispatch;
+mod events;
 pub mod feed;
 pub mod fleet;
 pub mod inputs;
@@ -16,10 +17,13 @@ pub mod lock;
 pub mod observe;
 pub mod orchestrator;
 pub mod pin;
+mod preparation;
 pub mod record;
 pub mod refusal;
 pub mod rss;
+mod server;
 pub mod shard;
+mod sources;
 pub mod stop;
 pub mod supervisor;
 pub mod sys;
