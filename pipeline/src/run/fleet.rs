@@ -261,6 +261,7 @@ pub async fn connect(
     api_key: Option<String>,
     run_dir: &crate::store::RunDir,
     cancel: &CancellationToken,
+    reporter: &crate::report::RunReporter,
 ) -> anyhow::Result<Connected> {
     let wanted = plan.server.model.as_deref();
     let probes = join_all(
@@ -294,7 +295,7 @@ pub async fn connect(
     let mut backends = Vec::new();
     let mut tuners = Vec::new();
     for (i, url) in urls.iter().enumerate() {
-        let liveness = Liveness::new(url);
+        let liveness = Liveness::new(url, reporter.clone());
         let activity = Arc::new(AtomicU64::new(unix_ms()));
         let client = ChatClient::new(
             url,
@@ -368,7 +369,7 @@ mod tests {
         Backend {
             client: ChatClient::new(url, "m".into(), None, 8, serde_json::Map::new())
                 .expect("client"),
-            liveness: Liveness::new(url),
+            liveness: Liveness::new(url, crate::report::RunReporter::new(None)),
             limiter: Limiter::new(limit),
             telemetry: Arc::new(Telemetry::default()),
             tuner: None,

@@ -1,5 +1,6 @@
-//! `gen run`: the orchestrator's event loop ([`orchestrator`]), preparation workers as
-//! supervised processes ([`supervisor`], [`rss`], [`sys`]) and the request dispatcher
+//! `gen run`: the orchestrator's event loop ([`orchestrator`]) handling [`events`], with the
+//! sources' state ([`sources`]), the preparation workers ([`preparation`]: supervised processes,
+//! [`supervisor`], [`rss`], [`sys`]) and the servers ([`server`]); the request dispatcher
 //! ([`dispatch`]) over one or several servers ([`fleet`]), fed from the prepared prompts
 //! ([`feed`]), with its stored records ([`record`]) and the judge of refused requests
 //! ([`refusal`]); signals stop it gracefully ([`stop`]); a prepared source is checked against
@@ -7,7 +8,7 @@
 
 pub mod cgroup;
 pub mod dispatch;
-mod events;
+pub mod events;
 pub mod feed;
 pub mod fleet;
 pub mod inputs;
@@ -17,13 +18,13 @@ pub mod lock;
 pub mod observe;
 pub mod orchestrator;
 pub mod pin;
-mod preparation;
+pub mod preparation;
 pub mod record;
 pub mod refusal;
 pub mod rss;
-mod server;
+pub mod server;
 pub mod shard;
-mod sources;
+pub mod sources;
 pub mod stop;
 pub mod supervisor;
 pub mod sys;

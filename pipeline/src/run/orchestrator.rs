@@ -23,8 +23,8 @@ use super::record;
 use super::server::{Launched, Servers};
 use super::sources::{Sources, create_private_dir};
 use crate::config::Plan;
+use crate::report::{EventKind, RunReporter};
 use crate::status::state::{self, Phase, RunStatus};
-use crate::store::events::EventLog;
 use crate::store::{RunDir, atomic, layout::LAYOUT_VERSION};
 
 pub use super::preparation::WorkerFile;
@@ -109,7 +109,7 @@ struct RunState<'p> {
     selected: Vec<bool>,
     sources: Sources<'p>,
     status: RunStatus,
-    events: EventLog,
+    reporter: RunReporter,
     /// Output tokens generated in this run.
     tokens: u64,
     started: Instant,
@@ -153,9 +153,11 @@ pub async fn run(
     run_dir: &RunDir,
     selection: &Selection,
     cancel: CancellationToken,
+    reporter: RunReporter,
 ) -> anyhow::Result<RunOutcome> {
     let (plan, run_dir, selection) = (plan.clone(), run_dir.clone(), selection.clone());
-    let task = tokio::spawn(async move { run_loop(&plan, &run_dir, &selection, cancel).await });
+    let task =
+        tokio::spawn(async move { run_loop(&plan, &run_dir, &selection, cancel, reporter).await });
     match task.await {
         Ok(outcome) => outcome,
         Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
@@ -169,11 +171,12 @@ async fn run_loop(
     run_dir: &RunDir,
     selection: &Selection,
     cancel: CancellationToken,
+    reporter: RunReporter,
 ) -> anyhow::Result<RunOutcome> {
     create_private_dir(run_dir.root())?;
     // One `gen run` per run directory; held until this function returns.
     let _lock = super::lock::RunLock::acquire(run_dir)?;
-    let (state, needs_prep) = match RunState::open(plan, run_dir, selection)? {
+    let (state, needs_prep) = match RunState::open(plan, run_dir, selection, reporter)? {
         Start::Over(outcome) => return Ok(outcome),
         Start::Run(state, needs_prep) => (*state, needs_prep),
     };
@@ -206,16 +209,20 @@ async fn run_loop(
 
 impl<'p> RunState<'p> {
     /// Reads what the run directory already holds and decides what is left to do.
-    fn open(plan: &'p Plan, run_dir: &RunDir, selection: &Selection) -> anyhow::Result<Start<'p>> {
+    fn open(
+        plan: &'p Plan,
+        run_dir: &RunDir,
+        selection: &Selection,
+        reporter: RunReporter,
+    ) -> anyhow::Result<Start<'p>> {
         let previous: Option<RunStatus> = atomic::read_json(&run_dir.status()).ok().flatten();
         let resend = record::Resend {
             all_refused: selection.retry_rejected,
             settings: Some(settings_fingerprint(plan)),
         };
-        let mut events = EventLog::new(run_dir.events());
-        let sources = Sources::load(plan, run_dir, &resend, selection, &mut events)?;
-        events.append(
-            "run_started",
+        let sources = Sources::load(plan, run_dir, &resend, selection, &reporter)?;
+        reporter.record(
+            EventKind::RunStarted,
             None,
             format!("pid {} on {}", std::process::id(), state::host_name()),
         );
@@ -224,14 +231,14 @@ impl<'p> RunState<'p> {
             .map(|s| selection.includes(&s.status.name, previous.as_ref(), s.prep_failed))
             .collect();
         if selection.only_failed && !selected.contains(&true) {
-            crate::say!("gen: no source failed in the last run: nothing to restart");
+            reporter.say("gen: no source failed in the last run: nothing to restart");
             return Ok(Start::Over(RunOutcome::NothingToDo));
         }
-        let mut state = RunState::new(plan, run_dir, selected, sources, events);
+        let mut state = RunState::new(plan, run_dir, selected, sources, reporter);
         let selected = state.selected.clone();
         state
             .sources
-            .check_inputs(&selected, selection.keep_preparation, &mut state.events)?;
+            .check_inputs(&selected, selection.keep_preparation, &state.reporter)?;
         let mut needs_prep: Vec<usize> = (0..state.sources.len())
             .filter(|i| selected[*i] && state.sources[*i].status.prepared.is_none())
             .collect();
@@ -246,7 +253,7 @@ impl<'p> RunState<'p> {
                 state.sources[i].status = old.clone();
             }
         }
-        needs_prep.extend(state.sources.open_ready(&selected, &mut state.events));
+        needs_prep.extend(state.sources.open_ready(&selected, &state.reporter));
         if needs_prep.is_empty() && !state.sources.has_feeds() {
             return state.nothing_left().map(Start::Over);
         }
@@ -260,7 +267,7 @@ impl<'p> RunState<'p> {
         run_dir: &RunDir,
         selected: Vec<bool>,
         sources: Sources<'p>,
-        events: EventLog,
+        reporter: RunReporter,
     ) -> RunState<'p> {
         let status = RunStatus {
             layout: LAYOUT_VERSION,
@@ -281,7 +288,7 @@ impl<'p> RunState<'p> {
             selected,
             sources,
             status,
-            events,
+            reporter,
             tokens: 0,
             started: Instant::now(),
             logged_phases: Vec::new(),
@@ -297,13 +304,15 @@ impl<'p> RunState<'p> {
         self.write_status()?;
         let refused = self.sources.refused(&self.selected);
         if !refused.is_empty() {
-            crate::say!("gen: nothing to send: every prompt is completed or settled");
+            self.reporter
+                .say("gen: nothing to send: every prompt is completed or settled");
             return Ok(RunOutcome::Finished {
                 failed: Vec::new(),
                 refused,
             });
         }
-        crate::say!("gen: nothing to do: every prompt of every source is already completed");
+        self.reporter
+            .say("gen: nothing to do: every prompt of every source is already completed");
         Ok(RunOutcome::NothingToDo)
     }
 
@@ -315,7 +324,10 @@ impl<'p> RunState<'p> {
         };
         let preflight = crate::doctor::preflight(self.plan, &overrides);
         for warning in preflight.warnings() {
-            crate::say!("gen: warning: {}: {}", warning.name, warning.message);
+            self.reporter.say(format!(
+                "gen: warning: {}: {}",
+                warning.name, warning.message
+            ));
         }
         if let Some(refusal) = preflight.refusal() {
             anyhow::bail!(
@@ -336,8 +348,8 @@ impl<'p> RunState<'p> {
                 } else {
                     format!("{}: {}", phase.label(), source.status.note)
                 };
-                self.events
-                    .append("source_phase", Some(&source.status.name), detail);
+                self.reporter
+                    .record(EventKind::SourcePhase, Some(&source.status.name), detail);
             }
         }
         self.logged_phases = self.sources.iter().map(|s| s.status.phase).collect();
@@ -352,7 +364,7 @@ impl<'p> RunState<'p> {
         for (i, server) in self.status.servers.iter().enumerate() {
             if server.down_since_unix_ms != self.logged_down[i] {
                 match server.down_since_unix_ms {
-                    Some(_) => self.events.append("server_down", None, {
+                    Some(_) => self.reporter.record(EventKind::ServerDown, None, {
                         let why = server
                             .down_reason
                             .as_ref()
@@ -366,8 +378,8 @@ impl<'p> RunState<'p> {
                             )
                         }
                     }),
-                    None => self.events.append(
-                        "server_up",
+                    None => self.reporter.record(
+                        EventKind::ServerUp,
                         None,
                         format!("{} answers again; dispatch resumed", server.url),
                     ),
@@ -379,8 +391,8 @@ impl<'p> RunState<'p> {
                     .decision
                     .clone()
                     .unwrap_or_else(|| "fixed".to_owned());
-                self.events.append(
-                    "concurrency",
+                self.reporter.record(
+                    EventKind::Concurrency,
                     None,
                     format!("{} {} ({why})", server.url, server.concurrency),
                 );
@@ -388,6 +400,7 @@ impl<'p> RunState<'p> {
             }
         }
     }
+
     fn write_status(&mut self) -> anyhow::Result<()> {
         self.sources.fenced()?;
         self.log_changes();
@@ -406,7 +419,8 @@ impl<'p> RunState<'p> {
             Ok(()) => self.status_unwritten = false,
             Err(e) if !self.status_unwritten => {
                 self.status_unwritten = true;
-                crate::say!("gen: warning: {e:#}; retrying on every change");
+                self.reporter
+                    .say(format!("gen: warning: {e:#}; retrying on every change"));
             }
             Err(_) => {}
         }
@@ -417,11 +431,11 @@ impl<'p> RunState<'p> {
         let done: u64 = self.sources.iter().map(|s| s.status.done).sum();
         let failed: u64 = self.sources.iter().map(|s| s.status.failed).sum();
         let secs = self.started.elapsed().as_secs_f64().max(0.001);
-        crate::say!(
+        self.reporter.say(format!(
             "gen: [{:>4.0}s] {done}/{prepared} completed, {failed} failed, {:.1} output tok/s",
             secs,
             self.tokens as f64 / secs
-        );
+        ));
     }
 }
 
@@ -440,7 +454,7 @@ impl<'p> Orchestrator<'p> {
         cancel: &CancellationToken,
     ) -> anyhow::Result<Option<(Orchestrator<'p>, mpsc::Receiver<DispatchEvent>)>> {
         let (plan, run_dir) = (state.plan, state.run_dir.clone());
-        let managed = match Servers::launch(plan, &run_dir, cancel).await? {
+        let managed = match Servers::launch(plan, &run_dir, cancel, &state.reporter).await? {
             Launched::Up(managed) => managed,
             Launched::Interrupted => {
                 state.status.finished = true;
@@ -452,6 +466,7 @@ impl<'p> Orchestrator<'p> {
         // Before anything is stored, new settings mix nothing (a run stopped by a refused
         // setting is rerun with a fixed one).
         let allow_change = selection.allow_config_change || !state.sources.anything_stored();
+        let reporter = state.reporter.clone();
         let pin = |model: &str| {
             super::pin::RunPin {
                 layout: LAYOUT_VERSION,
@@ -460,10 +475,11 @@ impl<'p> Orchestrator<'p> {
                 params: plan.generation.params.clone(),
                 shard: selection.shard.map(|s| s.to_string()),
             }
-            .check_or_record(&run_dir, allow_change)
+            .check_or_record(&run_dir, allow_change, &reporter)
         };
         let dispatch_cancel = CancellationToken::new();
-        let servers = Servers::connect(plan, &run_dir, managed, pin, &dispatch_cancel).await?;
+        let connected = Servers::connect(plan, &run_dir, managed, pin, &dispatch_cancel, &reporter);
+        let servers = connected.await?;
         state.status.servers = servers.statuses();
         tokio::spawn(servers.fleet.clone().watch(dispatch_cancel.clone()));
         let (events_tx, dispatched) = mpsc::channel(EVENT_BACKLOG);
@@ -496,10 +512,11 @@ impl<'p> Orchestrator<'p> {
             .iter()
             .map(|s| s.status.name.clone())
             .collect();
-        crate::report::start_bars(&names);
-        orchestrator
-            .preparation
-            .start(&mut orchestrator.state.sources)?;
+        orchestrator.state.reporter.start_progress(&names);
+        orchestrator.preparation.start(
+            &mut orchestrator.state.sources,
+            &orchestrator.state.reporter,
+        )?;
         orchestrator.state.refresh_status();
         Ok(Some((orchestrator, dispatched)))
     }
@@ -521,7 +538,7 @@ impl<'p> Orchestrator<'p> {
             RunEvent::ServerRestarted(restarted) => {
                 let restarted = self
                     .servers
-                    .restart_ended(restarted, &mut self.state.events)?;
+                    .restart_ended(restarted, &self.state.reporter)?;
                 if let Some(failure) = restarted {
                     self.fail(failure);
                 }
@@ -538,16 +555,17 @@ impl<'p> Orchestrator<'p> {
         let interrupted = self.stopping.interrupted();
         let state = &mut self.state;
         self.preparation
-            .finish(&mut state.sources, ended, interrupted, &mut state.events)
+            .finish(&mut state.sources, ended, interrupted, &state.reporter)
             .await?;
         if !interrupted && !self.stopping.refused() {
             let selected = &state.selected;
             self.preparation
-                .enqueue(state.sources.open_ready(selected, &mut state.events));
+                .enqueue(state.sources.open_ready(selected, &state.reporter));
             self.start_dispatch();
         }
         if !interrupted {
-            self.preparation.start(&mut self.state.sources)?;
+            self.preparation
+                .start(&mut self.state.sources, &self.state.reporter)?;
         }
         self.state.refresh_status();
         Ok(())
@@ -564,7 +582,8 @@ impl<'p> Orchestrator<'p> {
             DispatchEvent::SourceFinished { source } => {
                 self.dispatching -= 1;
                 // Stopped early (a signal, a fatal answer, no server): resumable, not failed.
-                sources.finish_generation(source, self.stopping.is_stopping())?;
+                let stopped = self.stopping.is_stopping();
+                sources.finish_generation(source, stopped, &self.state.reporter)?;
                 self.state.refresh_status();
             }
         }
@@ -578,15 +597,15 @@ impl<'p> Orchestrator<'p> {
         state.sources.refresh_rates();
         state.status.machine = state::MachineStatus::read(state.sources.peak_rss_bytes());
         state.refresh_status();
-        crate::report::update_bars(&state.status.sources);
-        if self.last_progress.elapsed() >= PROGRESS_EVERY && !crate::report::bars_wanted() {
+        state.reporter.progress(&state.status.sources);
+        if self.last_progress.elapsed() >= PROGRESS_EVERY && !state.reporter.shows_bars() {
             state.print_progress();
             self.last_progress = Instant::now();
         }
         let gone = self.stopping.server_gone();
         let watched = self
             .servers
-            .watch(state.plan, &state.run_dir, gone, &mut state.events)
+            .watch(state.plan, &state.run_dir, gone, &state.reporter)
             .await;
         if let Some(failure) = watched {
             self.fail(failure);
@@ -609,12 +628,12 @@ impl<'p> Orchestrator<'p> {
 
     /// The first signal: no new requests or workers; requests in flight get a grace period.
     fn interrupted(&mut self) {
-        crate::say!(
+        self.state.reporter.say(format!(
             "gen: {}: no new requests; {} in flight get {} s to finish (a second Ctrl-C stops at once)",
             super::stop::interrupted_by(),
             self.servers.fleet.in_flight(),
             shutdown_grace().as_secs()
-        );
+        ));
         self.stopping.interrupt();
         self.preparation.stop(false);
         let abort = self.dispatcher.cancel.clone();
@@ -629,7 +648,7 @@ impl<'p> Orchestrator<'p> {
         match &failure {
             Failure::Refused(message) => {
                 if !self.stopping.refused() {
-                    crate::say!("gen: stopping: {message}");
+                    self.state.reporter.say(format!("gen: stopping: {message}"));
                     self.dispatcher.cancel.cancel();
                     self.preparation.stop(true);
                 }
@@ -651,9 +670,9 @@ impl<'p> Orchestrator<'p> {
         let state = &mut self.state;
         state.sources.flush_all()?;
         state
-            .events
-            .append("run_finished", None, self.stopping.ending());
-        crate::report::finish_bars();
+            .reporter
+            .record(EventKind::RunFinished, None, self.stopping.ending());
+        state.reporter.finish_progress();
         state.status.finished = true;
         if self.stopping.interrupted() {
             state.status.stopped_by = Some(super::stop::reason());

@@ -16,8 +16,8 @@ use super::sources::Sources;
 use super::supervisor::{self, WorkerCommand, WorkerReport};
 use crate::inference::managed;
 use crate::prep;
+use crate::report::{EventKind, RunReporter};
 use crate::status::state::{Phase, VerdictLine};
-use crate::store::events::EventLog;
 use crate::store::{RunDir, atomic};
 use gen_diagnostics::Verdict;
 
@@ -70,7 +70,11 @@ impl Preparation {
     }
 
     /// Starts queued workers up to `max-parallel-prep`.
-    pub(super) fn start(&mut self, sources: &mut Sources<'_>) -> anyhow::Result<()> {
+    pub(super) fn start(
+        &mut self,
+        sources: &mut Sources<'_>,
+        reporter: &RunReporter,
+    ) -> anyhow::Result<()> {
         sources.fenced()?;
         let exe =
             std::env::current_exe().context("cannot find the `gen` executable to start workers")?;
@@ -81,7 +85,7 @@ impl Preparation {
             let command = worker_command(sources, i, &exe)?;
             sources[i].status.phase = Phase::Preparing;
             sources[i].status.note.clear();
-            crate::say!("gen: preparing `{}`", command.name);
+            reporter.say(format!("gen: preparing `{}`", command.name));
             let cancel = self.cancel.clone();
             self.running
                 .spawn(async move { (i, supervisor::supervise(&command, cancel).await) });
@@ -96,7 +100,7 @@ impl Preparation {
         sources: &mut Sources<'_>,
         (i, report): Ended,
         interrupted: bool,
-        events: &mut EventLog,
+        reporter: &RunReporter,
     ) -> anyhow::Result<()> {
         let name = sources[i].status.name.clone();
         let dir = sources.run_dir().source(&name);
@@ -107,7 +111,7 @@ impl Preparation {
                 let state = &mut sources[i].status;
                 state.phase = Phase::Failed;
                 state.note = format!("could not start the preparation worker: {e}");
-                crate::say!("gen: `{name}`: {}", state.note);
+                reporter.say(format!("gen: `{name}`: {}", state.note));
                 return Ok(());
             }
         };
@@ -128,7 +132,7 @@ impl Preparation {
                 verdict.headline(),
                 verdict.next_action()
             );
-            events.append("worker_verdict", Some(&name), detail);
+            reporter.record(EventKind::WorkerVerdict, Some(&name), detail);
         }
         let ending = Ending {
             report: &report,
@@ -137,8 +141,8 @@ impl Preparation {
             restored,
         };
         match manifest {
-            Some(manifest) => prepared(sources, i, &manifest, &ending),
-            None => not_prepared(sources, i, &dir, &ending, interrupted)?,
+            Some(manifest) => prepared(sources, i, &manifest, &ending, reporter),
+            None => not_prepared(sources, i, &dir, &ending, interrupted, reporter)?,
         }
         Ok(())
     }
@@ -288,12 +292,18 @@ fn record_worker(
 }
 
 /// Source `i`'s worker wrote its manifest: the source is prepared.
-fn prepared(sources: &mut Sources<'_>, i: usize, manifest: &prep::PrepManifest, ending: &Ending) {
+fn prepared(
+    sources: &mut Sources<'_>,
+    i: usize,
+    manifest: &prep::PrepManifest,
+    ending: &Ending,
+    reporter: &RunReporter,
+) {
     let state = &mut sources[i].status;
     let name = state.name.clone();
     state.prepared = Some(manifest.prompts);
     if let Some(warning) = manifest.warning() {
-        crate::say!("gen: warning: `{name}`: {warning}");
+        reporter.say(format!("gen: warning: `{name}`: {warning}"));
         state.warnings.push(warning);
     }
     state.phase = Phase::Prepared;
@@ -303,16 +313,19 @@ fn prepared(sources: &mut Sources<'_>, i: usize, manifest: &prep::PrepManifest, 
             .verdict
             .map_or_else(|| ending.report.exit.describe(), Verdict::headline);
         state.note = format!("{headline}; output kept");
-        crate::say!("gen: `{name}`: {}", state.note);
+        reporter.say(format!("gen: `{name}`: {}", state.note));
     }
-    crate::say!("gen: prepared `{name}`: {} prompts", manifest.prompts);
+    reporter.say(format!(
+        "gen: prepared `{name}`: {} prompts",
+        manifest.prompts
+    ));
     if ending.restored {
         state.note = format!(
             "preparing again without earlier sources' prompts failed ({}); the first sample \
              is kept and its prompts in earlier sources are settled as duplicates",
             ending.report.exit.describe()
         );
-        crate::say!("gen: `{name}`: {}", state.note);
+        reporter.say(format!("gen: `{name}`: {}", state.note));
     }
 }
 
@@ -323,6 +336,7 @@ fn not_prepared(
     dir: &crate::store::layout::SourceDir,
     ending: &Ending,
     interrupted: bool,
+    reporter: &RunReporter,
 ) -> anyhow::Result<()> {
     // A worker that was killed leaves its partial prompts file: space for nothing.
     let partial = dir.prompts().with_extension("zst.tmp");
@@ -355,10 +369,10 @@ fn not_prepared(
             last_line(&dir.prep_log())
         ),
     };
-    crate::say!("gen: `{}` failed: {}", state.name, state.note);
+    reporter.say(format!("gen: `{}` failed: {}", state.name, state.note));
     if let Some(v) = ending.verdict {
         for line in &v.evidence {
-            crate::say!("gen:   evidence: {line}");
+            reporter.say(format!("gen:   evidence: {line}"));
         }
     }
     Ok(())

@@ -14,9 +14,9 @@ use super::fleet::{self, Fleet};
 use crate::config::Plan;
 use crate::inference::managed::{self, LaunchError, ManagedServer};
 use crate::inference::probe;
+use crate::report::{EventKind, Notice, RunReporter};
 use crate::status::state::{self, ServerStatus};
 use crate::store::RunDir;
-use crate::store::events::EventLog;
 
 type Restart = JoinHandle<Result<ManagedServer, LaunchError>>;
 
@@ -49,20 +49,21 @@ impl Servers {
         plan: &Plan,
         run_dir: &RunDir,
         cancel: &CancellationToken,
+        reporter: &RunReporter,
     ) -> anyhow::Result<Launched> {
         let Some(launch) = &plan.server.launch else {
             return Ok(Launched::Up(None));
         };
-        crate::say!(
+        reporter.say(format!(
             "gen: starting the inference server (log: {})",
             run_dir.server_log().display()
-        );
+        ));
         // A signal while it loads (minutes, for a large model) stops the run there.
         let log = run_dir.server_log();
         tokio::select! {
             started = ManagedServer::start(&plan.server, launch, &log) => Ok(Launched::Up(Some(started?))),
             () = cancel.cancelled() => {
-                crate::say!("gen: {} while the inference server started", super::stop::interrupted_by());
+                reporter.say(format!("gen: {} while the inference server started", super::stop::interrupted_by()));
                 Ok(Launched::Interrupted)
             }
         }
@@ -77,6 +78,7 @@ impl Servers {
         managed: Option<ManagedServer>,
         pin: impl FnOnce(&str) -> anyhow::Result<()>,
         dispatch_cancel: &CancellationToken,
+        reporter: &RunReporter,
     ) -> anyhow::Result<Servers> {
         let api_key = plan
             .server
@@ -87,7 +89,14 @@ impl Servers {
             Some(server) => vec![server.url.clone()],
             None => plan.server.urls.clone(),
         };
-        let connected = fleet::connect(plan, &urls, api_key.clone(), run_dir, dispatch_cancel);
+        let connected = fleet::connect(
+            plan,
+            &urls,
+            api_key.clone(),
+            run_dir,
+            dispatch_cancel,
+            reporter,
+        );
         let connected = match connected.await {
             Ok(c) => c,
             Err(e) => return Err(stop_after(managed, dispatch_cancel, e).await),
@@ -98,14 +107,17 @@ impl Servers {
             }
         }
         for url in &urls {
-            crate::say!(
+            reporter.say(format!(
                 "gen: server {} serves `{}`",
                 probe::redact(url),
                 connected.model
-            );
+            ));
         }
         let checked = match pin(&connected.model) {
-            Ok(()) => server_checks(plan, &connected.fleet, &urls, &connected.model, api_key).await,
+            Ok(()) => {
+                let model = &connected.model;
+                server_checks(plan, &connected.fleet, &urls, model, api_key, reporter).await
+            }
             Err(e) => Err(e),
         };
         if let Err(e) = checked {
@@ -154,11 +166,11 @@ impl Servers {
         plan: &Plan,
         run_dir: &RunDir,
         gone: bool,
-        events: &mut EventLog,
+        reporter: &RunReporter,
     ) -> Option<Failure> {
         let exited = match gone {
             true => None,
-            false => self.watch_managed(plan, run_dir, events).await,
+            false => self.watch_managed(plan, run_dir, reporter).await,
         };
         // An external server that went down: its log, if configured, says why.
         let all_down_since = self.fleet.all_down_since();
@@ -166,11 +178,11 @@ impl Servers {
             && !self.explained_outage
         {
             self.explained_outage = true;
-            crate::say!(
+            reporter.say(format!(
                 "gen: server log `{}`:\n{}",
                 log.display(),
                 managed::diagnosis(log)
-            );
+            ));
         } else if all_down_since.is_none() {
             self.explained_outage = false;
         }
@@ -185,8 +197,10 @@ impl Servers {
             "giving up: no server has answered for {} s (`max-outage-secs`); nothing was marked failed: run `gen run` again once a server is back",
             max.as_secs()
         );
-        crate::say!("gen: {message}");
-        events.append("outage_give_up", None, message.clone());
+        reporter.notice(
+            Notice::recorded(EventKind::OutageGiveUp, None, message.clone())
+                .and_said(format!("gen: {message}")),
+        );
         Some(Failure::ServerGone(message))
     }
 
@@ -194,7 +208,7 @@ impl Servers {
         &mut self,
         plan: &Plan,
         run_dir: &RunDir,
-        events: &mut EventLog,
+        reporter: &RunReporter,
     ) -> Option<Failure> {
         let exit = self.managed.as_ref().and_then(ManagedServer::exited)?;
         let mut server = self.managed.take()?;
@@ -206,17 +220,17 @@ impl Servers {
             managed::tail(&log, 25),
             managed::diagnosis(&log)
         );
-        crate::say!("gen: {message}");
+        reporter.say(format!("gen: {message}"));
         if server.restarts >= plan.server.max_restarts {
             return Some(Failure::ServerGone(message));
         }
-        crate::say!(
+        reporter.say(format!(
             "gen: restarting the inference server ({} of {}); requests wait for it",
             server.restarts + 1,
             plan.server.max_restarts
-        );
-        events.append(
-            "server_restart",
+        ));
+        reporter.record(
+            EventKind::ServerRestart,
             None,
             format!(
                 "{exit}; restart {} of {}",
@@ -232,21 +246,21 @@ impl Servers {
     pub(super) fn restart_ended(
         &mut self,
         restarted: Result<Result<ManagedServer, LaunchError>, JoinError>,
-        events: &mut EventLog,
+        reporter: &RunReporter,
     ) -> anyhow::Result<Option<Failure>> {
         match restarted {
             Ok(Ok(server)) => {
-                crate::say!(
+                reporter.say(format!(
                     "gen: the inference server is back (restart {})",
                     server.restarts
-                );
+                ));
                 self.managed = Some(server);
                 Ok(None)
             }
             Ok(Err(e)) => {
                 // Said once, as the run's error.
                 let message = format!("the inference server could not be restarted: {e}");
-                events.append("server_restart_failed", None, message.clone());
+                reporter.record(EventKind::ServerRestartFailed, None, message.clone());
                 Ok(Some(Failure::ServerGone(message)))
             }
             Err(e) => anyhow::bail!("the server restart task failed: {e}"),
@@ -290,6 +304,7 @@ async fn server_checks(
     urls: &[String],
     model: &str,
     api_key: Option<String>,
+    reporter: &RunReporter,
 ) -> anyhow::Result<()> {
     let up = fleet
         .backends()
@@ -307,7 +322,9 @@ async fn server_checks(
             context.message,
             plan.config_path.display()
         ),
-        crate::doctor::Level::Warn => crate::say!("gen: warning: context: {}", context.message),
+        crate::doctor::Level::Warn => {
+            reporter.say(format!("gen: warning: context: {}", context.message));
+        }
         crate::doctor::Level::Ok => {}
     }
     if crate::doctor::server::thinking_expected(plan).is_some() {
@@ -318,7 +335,7 @@ async fn server_checks(
                 check.message
             ),
             crate::doctor::Level::Warn => {
-                crate::say!("gen: warning: reasoning: {}", check.message);
+                reporter.say(format!("gen: warning: reasoning: {}", check.message));
             }
             crate::doctor::Level::Ok => {}
         }

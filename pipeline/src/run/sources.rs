@@ -14,8 +14,8 @@ use super::feed::{Feed, Skip};
 use super::record::{self, CompletionRecord, RejectKind, RejectedRecord};
 use crate::config::Plan;
 use crate::prep;
+use crate::report::{EventKind, Notice, RunReporter};
 use crate::status::state::{self, Phase, SourceStatus};
-use crate::store::events::EventLog;
 use crate::store::frames::FrameWriter;
 use crate::store::{RunDir, atomic};
 
@@ -113,13 +113,13 @@ impl<'p> Sources<'p> {
         run_dir: &RunDir,
         resend: &record::Resend,
         selection: &super::Selection,
-        events: &mut EventLog,
+        reporter: &RunReporter,
     ) -> anyhow::Result<Sources<'p>> {
         remove_stale_temps(run_dir.root())?;
         let list = plan
             .sources
             .iter()
-            .map(|spec| SourceState::load(run_dir, spec.name(), resend, events))
+            .map(|spec| SourceState::load(run_dir, spec.name(), resend, reporter))
             .collect::<anyhow::Result<_>>()?;
         Ok(Sources {
             plan,
@@ -186,7 +186,7 @@ impl<'p> Sources<'p> {
         &mut self,
         selected: &[bool],
         keep: bool,
-        events: &mut EventLog,
+        reporter: &RunReporter,
     ) -> anyhow::Result<()> {
         let mut refused = Vec::new();
         for (i, _) in selected
@@ -194,7 +194,7 @@ impl<'p> Sources<'p> {
             .enumerate()
             .filter(|(_, selected)| **selected)
         {
-            if let Some(changes) = self.check_input(i, keep, events)? {
+            if let Some(changes) = self.check_input(i, keep, reporter)? {
                 refused.push((self.list[i].status.name.clone(), changes));
             }
         }
@@ -213,7 +213,7 @@ impl<'p> Sources<'p> {
         &mut self,
         i: usize,
         keep: bool,
-        events: &mut EventLog,
+        reporter: &RunReporter,
     ) -> anyhow::Result<Option<Vec<String>>> {
         let name = self.list[i].status.name.clone();
         let Some(mut manifest) = prep::read_manifest(&self.run_dir, &name)? else {
@@ -264,11 +264,13 @@ impl<'p> Sources<'p> {
             status.rejected = 0;
             status.duplicates = 0;
             status.note = format!("inputs changed ({changes}); preparing again");
-            crate::say!(
-                "gen: `{name}`: changed since it was prepared: {changes}; nothing of it was \
-                 generated yet: preparing it again"
+            reporter.notice(
+                Notice::recorded(EventKind::InputsChanged, Some(&name), status.note.clone())
+                    .and_said(format!(
+                        "gen: `{name}`: changed since it was prepared: {changes}; nothing of it \
+                         was generated yet: preparing it again"
+                    )),
             );
-            events.append("inputs_changed", Some(&name), status.note.clone());
             Ok(None)
         } else if keep {
             manifest.kept_for = Some(comparison.now);
@@ -278,8 +280,10 @@ impl<'p> Sources<'p> {
                 "changed since it was prepared: {changes}; going on with the prompts \
                  prepared before (--keep-preparation)"
             );
-            crate::say!("gen: `{name}`: {message}");
-            events.append("inputs_changed", Some(&name), message);
+            reporter.notice(
+                Notice::recorded(EventKind::InputsChanged, Some(&name), message.clone())
+                    .and_said(format!("gen: `{name}`: {message}")),
+            );
             Ok(None)
         } else {
             Ok(Some(comparison.changes))
@@ -289,7 +293,7 @@ impl<'p> Sources<'p> {
     /// Counts the prompts of every selected, prepared source not counted yet whose earlier
     /// sources are settled (prepared, failed or not in this run): cross-source deduplication
     /// needs them first. Returns the sources to prepare again (see [`Self::open_source`]).
-    pub(super) fn open_ready(&mut self, selected: &[bool], events: &mut EventLog) -> Vec<usize> {
+    pub(super) fn open_ready(&mut self, selected: &[bool], reporter: &RunReporter) -> Vec<usize> {
         let mut again = Vec::new();
         for i in 0..self.list.len() {
             let state = &self.list[i];
@@ -303,7 +307,7 @@ impl<'p> Sources<'p> {
             if blocked {
                 continue;
             }
-            match self.open_source(i, events) {
+            match self.open_source(i, reporter) {
                 Ok(Opened::Counted) => {}
                 Ok(Opened::PrepareAgain) => again.push(i),
                 Err(e) => {
@@ -311,7 +315,7 @@ impl<'p> Sources<'p> {
                     let state = &mut self.list[i].status;
                     state.phase = Phase::Failed;
                     state.note = format!("{e:#}");
-                    crate::say!("gen: `{}` failed: {}", state.name, state.note);
+                    reporter.say(format!("gen: `{}` failed: {}", state.name, state.note));
                 }
             }
         }
@@ -329,7 +333,7 @@ impl<'p> Sources<'p> {
     /// prompts of its own. A custom worker's source (its worker would have to run again) and
     /// any source under `--shard` (every host must prepare the same prompts) settle their
     /// duplicates instead.
-    fn open_source(&mut self, i: usize, events: &mut EventLog) -> anyhow::Result<Opened> {
+    fn open_source(&mut self, i: usize, reporter: &RunReporter) -> anyhow::Result<Opened> {
         let name = self.list[i].status.name.clone();
         let dir = self.run_dir.source(&name);
         let earlier = if self.plan.sources[i].dedup() {
@@ -364,11 +368,11 @@ impl<'p> Sources<'p> {
             && self.shard.is_none()
             && !state.reprepared
         {
-            self.prepare_again(i, &earlier_hashes, earlier_duplicates, events);
+            self.prepare_again(i, &earlier_hashes, earlier_duplicates, reporter);
             return Ok(Opened::PrepareAgain);
         }
         if !census.duplicates.is_empty() {
-            self.settle_duplicates(i, &census.duplicates, events)?;
+            self.settle_duplicates(i, &census.duplicates, reporter)?;
         }
         let state = &mut self.list[i];
         state.status.prepared = Some(census.prepared);
@@ -393,7 +397,7 @@ impl<'p> Sources<'p> {
         i: usize,
         held: &HashMap<u64, usize>,
         earlier_duplicates: usize,
-        events: &mut EventLog,
+        reporter: &RunReporter,
     ) {
         let state = &mut self.list[i];
         state.exclude = Some(
@@ -412,8 +416,14 @@ impl<'p> Sources<'p> {
             "preparing again: {earlier_duplicates} of its prompts are in earlier sources; \
              sampling others instead"
         );
-        crate::say!("gen: `{}`: {}", status.name, status.note);
-        events.append("prepare_again", Some(&status.name), status.note.clone());
+        reporter.notice(
+            Notice::recorded(
+                EventKind::PrepareAgain,
+                Some(&status.name),
+                status.note.clone(),
+            )
+            .and_said(format!("gen: `{}`: {}", status.name, status.note)),
+        );
     }
 
     /// Records source `i`'s prompts that another source holds (`(id, holder)`) as settled
@@ -422,7 +432,7 @@ impl<'p> Sources<'p> {
         &mut self,
         i: usize,
         duplicates: &[(String, usize)],
-        events: &mut EventLog,
+        reporter: &RunReporter,
     ) -> anyhow::Result<()> {
         let name = &self.list[i].status.name;
         let mut records = Vec::new();
@@ -460,8 +470,10 @@ impl<'p> Sources<'p> {
                  them), {m} were already answered in later sources"
             ),
         };
-        crate::say!("gen: `{name}`: {note}");
-        events.append("duplicates_across", Some(name), note);
+        reporter.notice(
+            Notice::recorded(EventKind::DuplicatesAcross, Some(name), note.clone())
+                .and_said(format!("gen: `{name}`: {note}")),
+        );
         Ok(())
     }
 
@@ -578,7 +590,12 @@ impl<'p> Sources<'p> {
     }
 
     /// Source `i`'s dispatch ended; `stopped`: the run stopped early (resumable, not failed).
-    pub(super) fn finish_generation(&mut self, i: usize, stopped: bool) -> anyhow::Result<()> {
+    pub(super) fn finish_generation(
+        &mut self,
+        i: usize,
+        stopped: bool,
+        reporter: &RunReporter,
+    ) -> anyhow::Result<()> {
         self.fenced()?;
         let state = &mut self.list[i];
         if let Some(writer) = state.writer.as_mut() {
@@ -595,12 +612,15 @@ impl<'p> Sources<'p> {
             } else {
                 String::new()
             };
-            crate::say!("gen: `{}` done: {} completions", status.name, status.done);
+            reporter.say(format!(
+                "gen: `{}` done: {} completions",
+                status.name, status.done
+            ));
         } else if stopped {
             status.phase = Phase::Prepared;
         } else {
             status.phase = Phase::Failed;
-            crate::say!("gen: `{}`: {}", status.name, status.note);
+            reporter.say(format!("gen: `{}`: {}", status.name, status.note));
         }
         Ok(())
     }
@@ -684,7 +704,7 @@ impl SourceState {
         run_dir: &RunDir,
         name: &str,
         resend: &record::Resend,
-        events: &mut EventLog,
+        reporter: &RunReporter,
     ) -> anyhow::Result<SourceState> {
         let dir = run_dir.source(name);
         create_private_dir(dir.root())?;
@@ -699,7 +719,7 @@ impl SourceState {
             .with_context(|| format!("failed to read `{}`", dir.rejected().display()))?;
         let stored = crate::store::done::load(&dir.completions())
             .with_context(|| format!("failed to read `{}`", dir.completions().display()))?;
-        let repaired = report_repairs(name, &stored.repairs, events);
+        let repaired = report_repairs(name, &stored.repairs, reporter);
         let done_ids = stored.ids;
         let refused = settled
             .refused
@@ -765,13 +785,19 @@ impl SourceState {
 fn report_repairs(
     name: &str,
     repairs: &[crate::store::done::Repair],
-    events: &mut EventLog,
+    reporter: &RunReporter,
 ) -> Vec<String> {
     let mut warnings = Vec::new();
     for repair in repairs {
         if repair.is_loud() {
-            crate::say!("gen: WARNING: `{name}`: {repair}");
-            events.append("completions_repaired", Some(name), repair.to_string());
+            reporter.notice(
+                Notice::recorded(
+                    EventKind::CompletionsRepaired,
+                    Some(name),
+                    repair.to_string(),
+                )
+                .and_said(format!("gen: WARNING: `{name}`: {repair}")),
+            );
             warnings.push(repair.to_string());
         } else {
             tracing::info!(source = name, "{repair}");
