@@ -228,6 +228,62 @@ impl Inner {
     }
 }
 
+/// Where a run stands, for the progress line of the plain log (and the last word of a run).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Progress {
+    pub elapsed: Duration,
+    /// Prompts with a completion, of `total` prepared prompts.
+    pub done: u64,
+    pub total: u64,
+    /// Prompts out of attempts (retried on the next run).
+    pub failed: u64,
+    /// Output tokens per second in this run.
+    pub tokens_per_sec: f64,
+    /// At this run's tokens per completion and rate, for what is left.
+    pub eta: Option<Duration>,
+    /// Requests in flight.
+    pub in_flight: u32,
+    /// Sources generating, preparing, and waiting for either.
+    pub generating: usize,
+    pub preparing: usize,
+    pub queued: usize,
+}
+
+impl Progress {
+    /// `gen: [0:01:05] 120/400 completed (30%), 0 failed, 512.0 output tok/s, ETA 0:02:31;
+    /// 8 in flight; sources: 1 generating, 1 preparing, 2 queued`
+    pub fn line(&self) -> String {
+        let percent = match self.total {
+            0 => String::new(),
+            total => format!(" ({}%)", self.done.saturating_mul(100) / total),
+        };
+        let eta = self
+            .eta
+            .map_or_else(String::new, |eta| format!(", ETA {}", clock(eta)));
+        let mut line = format!(
+            "gen: [{}] {}/{} completed{percent}, {} failed, {:.1} output tok/s{eta}",
+            clock(self.elapsed),
+            self.done,
+            self.total,
+            self.failed,
+            self.tokens_per_sec
+        );
+        if self.generating + self.preparing + self.queued > 0 {
+            line.push_str(&format!(
+                "; {} in flight; sources: {} generating, {} preparing, {} queued",
+                self.in_flight, self.generating, self.preparing, self.queued
+            ));
+        }
+        line
+    }
+}
+
+/// `h:mm:ss`.
+fn clock(duration: Duration) -> String {
+    let secs = duration.as_secs();
+    format!("{}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
+}
+
 /// Prints one line on stderr without any known secret, for messages outside a run.
 pub fn plain(line: &str) {
     writeln!(std::io::stderr(), "{}", crate::secrets::redact(line)).ok();
@@ -242,7 +298,39 @@ fn bars_wanted() -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{EventKind, Notice, RunReporter};
+    use std::time::Duration;
+
+    use super::{EventKind, Notice, Progress, RunReporter};
+
+    #[test]
+    fn the_progress_line_says_elapsed_done_eta_and_what_runs() {
+        let progress = Progress {
+            elapsed: Duration::from_secs(3725),
+            done: 120,
+            total: 400,
+            failed: 1,
+            tokens_per_sec: 512.04,
+            eta: Some(Duration::from_secs(151)),
+            in_flight: 8,
+            generating: 1,
+            preparing: 1,
+            queued: 2,
+        };
+        assert_eq!(
+            progress.line(),
+            "gen: [1:02:05] 120/400 completed (30%), 1 failed, 512.0 output tok/s, ETA 0:02:31; \
+             8 in flight; sources: 1 generating, 1 preparing, 2 queued"
+        );
+        let finished = Progress {
+            done: 3,
+            total: 3,
+            ..Progress::default()
+        };
+        assert_eq!(
+            finished.line(),
+            "gen: [0:00:00] 3/3 completed (100%), 0 failed, 0.0 output tok/s"
+        );
+    }
 
     #[test]
     fn a_notice_reaches_events_jsonl_without_secrets() {

@@ -257,6 +257,7 @@ impl<'p> RunState<'p> {
         if needs_prep.is_empty() && !state.sources.has_feeds() {
             return state.nothing_left().map(Start::Over);
         }
+        state.say_resuming();
         state.preflight()?;
         state.write_status()?;
         Ok(Start::Run(Box::new(state), needs_prep))
@@ -426,15 +427,52 @@ impl<'p> RunState<'p> {
         }
     }
 
-    fn print_progress(&self) {
-        let prepared: u64 = self.sources.iter().filter_map(|s| s.status.prepared).sum();
-        let done: u64 = self.sources.iter().map(|s| s.status.done).sum();
-        let failed: u64 = self.sources.iter().map(|s| s.status.failed).sum();
-        let secs = self.started.elapsed().as_secs_f64().max(0.001);
+    /// Says where the run stands (`in_flight`: requests in flight now).
+    fn print_progress(&self, in_flight: u32) {
+        let mut progress = crate::report::Progress {
+            elapsed: self.started.elapsed(),
+            in_flight,
+            ..crate::report::Progress::default()
+        };
+        let mut remaining = 0;
+        for (source, _) in self.sources.iter().zip(&self.selected).filter(|(_, s)| **s) {
+            let status = &source.status;
+            progress.done += status.done;
+            progress.total += status.prepared.unwrap_or(0);
+            progress.failed += status.failed;
+            remaining += status
+                .prepared
+                .unwrap_or(0)
+                .saturating_sub(status.done + status.rejected);
+            match status.phase {
+                Phase::Generating => progress.generating += 1,
+                Phase::Preparing => progress.preparing += 1,
+                Phase::Pending | Phase::Prepared => progress.queued += 1,
+                _ => {}
+            }
+        }
+        let secs = progress.elapsed.as_secs_f64().max(0.001);
+        progress.tokens_per_sec = self.tokens as f64 / secs;
+        // What is left at this run's tokens per completion and rate.
+        let completed_here = self.sources.completed_here();
+        if self.tokens > 0 && completed_here > 0 {
+            let per_completion = self.tokens as f64 / completed_here as f64;
+            let eta = remaining as f64 * per_completion / progress.tokens_per_sec;
+            progress.eta = Some(Duration::from_secs_f64(eta.min(1e9)));
+        }
+        self.reporter.say(progress.line());
+    }
+
+    /// On a rerun, says how much earlier runs already did.
+    fn say_resuming(&self) {
+        let selected = || self.sources.iter().zip(&self.selected).filter(|(_, s)| **s);
+        let done: u64 = selected().map(|(s, _)| s.status.done).sum();
+        if done == 0 {
+            return;
+        }
+        let prepared: u64 = selected().filter_map(|(s, _)| s.status.prepared).sum();
         self.reporter.say(format!(
-            "gen: [{:>4.0}s] {done}/{prepared} completed, {failed} failed, {:.1} output tok/s",
-            secs,
-            self.tokens as f64 / secs
+            "gen: resuming: {done} of {prepared} prepared prompts already completed"
         ));
     }
 }
@@ -599,7 +637,7 @@ impl<'p> Orchestrator<'p> {
         state.refresh_status();
         state.reporter.progress(&state.status.sources);
         if self.last_progress.elapsed() >= PROGRESS_EVERY && !state.reporter.shows_bars() {
-            state.print_progress();
+            state.print_progress(self.servers.fleet.in_flight());
             self.last_progress = Instant::now();
         }
         let gone = self.stopping.server_gone();
@@ -679,7 +717,7 @@ impl<'p> Orchestrator<'p> {
         }
         state.status.servers = self.servers.statuses();
         state.write_status()?;
-        state.print_progress();
+        state.print_progress(0);
         self.servers.stop().await;
         if let Some(error) = self.stopping.error() {
             return Err(error);

@@ -664,6 +664,11 @@ impl<'p> Sources<'p> {
         }
     }
 
+    /// Completions stored in this run, over every source.
+    pub(super) fn completed_here(&self) -> u64 {
+        self.list.iter().map(|s| s.completed_here).sum()
+    }
+
     /// The highest peak RSS of a preparation worker in this run.
     pub(super) fn peak_rss_bytes(&self) -> Option<u64> {
         self.list.iter().filter_map(|s| s.peak_rss_bytes).max()
