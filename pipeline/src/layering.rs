@@ -1,13 +1,13 @@
 //! Checks that dependencies inside `gen-pipeline` point down: `config` and `store` are the
-//! bottom layers, so their sources may name only each other, `secrets`, the leaf module `sys`
-//! and the `say!` line printer. Anything else (`run`, `inference`, `status`, a command
+//! bottom layers, so their sources may name only each other, `secrets` and the leaf module
+//! `sys`. Anything else (`run`, `inference`, `status`, a command
 //! module, or a `super::super` that climbs to the crate root) fails this test with
 //! `file:line`, because a type those layers need belongs in them instead.
 
 use std::path::{Path, PathBuf};
 
 /// Crate-root names `config` and `store` may use.
-const ALLOWED: &[&str] = &["config", "store", "secrets", "sys", "say"];
+const ALLOWED: &[&str] = &["config", "store", "secrets", "sys"];
 
 /// The bottom layers, relative to the package root.
 const LOWER_LAYERS: &[&str] = &["src/config", "src/store"];

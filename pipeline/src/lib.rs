@@ -213,7 +213,8 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             let outcome = runtime.block_on(async {
                 let cancel = CancellationToken::new();
                 tokio::spawn(run::stop::listen(cancel.clone(), run_dir.status()));
-                run::run(&plan, &run_dir, &selection, cancel).await
+                let reporter = report::RunReporter::new(Some(run_dir.events()));
+                run::run(&plan, &run_dir, &selection, cancel, reporter).await
             });
             let done = matches!(&outcome, Ok(RunOutcome::NothingToDo))
                 || matches!(&outcome, Ok(RunOutcome::Finished { failed, .. }) if failed.is_empty());

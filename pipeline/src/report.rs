@@ -1,94 +1,354 @@
-//! What `gen run` tells the person at the terminal while it runs. On a TTY: one progress bar
-//! per source (indicatif), with messages printed above the bars; otherwise (a pipe, a log file,
-//! `NO_COLOR`/`TERM=dumb`), plain lines. Every message goes through [`say!`](crate::say) so
-//! the two never garble each other.
+//! What `gen run` tells. A [`RunReporter`] is made for each run and passed to every part of it
+//! that has something to say; it owns the terminal output and the run's `events.jsonl`. One
+//! typed [`Notice`] goes to the progress display (on a TTY: one bar per source, lines printed
+//! above the bars), the plain log (stderr lines, when stderr is a pipe or a file, or
+//! `NO_COLOR`/`TERM=dumb`) and `events.jsonl` alike, so the terminal and the history never say
+//! different things. Every known secret is taken out first ([`crate::secrets`]). Outside a run,
+//! [`plain`] prints one redacted line.
 
 use std::io::{IsTerminal as _, Write as _};
-use std::sync::Mutex;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::status::state::{Phase, SourceStatus};
+use crate::store::events::EventLog;
 
-static BARS: Mutex<Option<Bars>> = Mutex::new(None);
+/// The kinds of facts `events.jsonl` records (its `event` field).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    RunStarted,
+    RunFinished,
+    SourcePhase,
+    WorkerVerdict,
+    ServerDown,
+    ServerUp,
+    Concurrency,
+    ServerRestart,
+    ServerRestartFailed,
+    OutageGiveUp,
+    InputsChanged,
+    PrepareAgain,
+    DuplicatesAcross,
+    CompletionsRepaired,
+}
+
+impl EventKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::RunStarted => "run_started",
+            EventKind::RunFinished => "run_finished",
+            EventKind::SourcePhase => "source_phase",
+            EventKind::WorkerVerdict => "worker_verdict",
+            EventKind::ServerDown => "server_down",
+            EventKind::ServerUp => "server_up",
+            EventKind::Concurrency => "concurrency",
+            EventKind::ServerRestart => "server_restart",
+            EventKind::ServerRestartFailed => "server_restart_failed",
+            EventKind::OutageGiveUp => "outage_give_up",
+            EventKind::InputsChanged => "inputs_changed",
+            EventKind::PrepareAgain => "prepare_again",
+            EventKind::DuplicatesAcross => "duplicates_across",
+            EventKind::CompletionsRepaired => "completions_repaired",
+        }
+    }
+}
+
+/// One fact a run tells: a line for the person, an entry of `events.jsonl`, or both.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    line: Option<String>,
+    event: Option<(EventKind, Option<String>, String)>,
+}
+
+impl Notice {
+    /// A line for the person (terminal or plain log), in no history.
+    pub fn said(line: impl Into<String>) -> Notice {
+        Notice {
+            line: Some(line.into()),
+            event: None,
+        }
+    }
+
+    /// An entry of `events.jsonl`, about `source` when given.
+    pub fn recorded(kind: EventKind, source: Option<&str>, detail: impl Into<String>) -> Notice {
+        Notice {
+            line: None,
+            event: Some((kind, source.map(str::to_owned), detail.into())),
+        }
+    }
+
+    /// The same fact, also said as `line`.
+    pub fn and_said(self, line: impl Into<String>) -> Notice {
+        Notice {
+            line: Some(line.into()),
+            ..self
+        }
+    }
+}
+
+/// Where a run's notices and progress go; cheap to clone (every clone reports to the same
+/// places).
+#[derive(Clone)]
+pub struct RunReporter {
+    inner: Arc<Mutex<Inner>>,
+}
+
+impl std::fmt::Debug for RunReporter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunReporter").finish_non_exhaustive()
+    }
+}
+
+struct Inner {
+    bars: Option<Bars>,
+    events: Option<EventLog>,
+    /// Writing `events.jsonl` failed (said once).
+    events_failed: bool,
+}
 
 struct Bars {
     multi: MultiProgress,
     bars: Vec<ProgressBar>,
 }
 
-/// Prints one message line, above the progress bars when they are shown, with every known
-/// secret taken out ([`crate::secrets`]). A terminal that went away (an SSH session closed:
-/// writes fail with EIO or EPIPE) loses the line; the run goes on.
-pub fn say(line: String) {
-    let line = crate::secrets::redact(&line);
-    let guard = BARS.lock().expect("report lock not poisoned");
-    if let Some(bars) = guard.as_ref()
-        && bars.multi.println(&*line).is_ok()
-    {
-        return;
+impl RunReporter {
+    /// Reports to the terminal, and to `events` (a run's `events.jsonl`) when given.
+    pub fn new(events: Option<PathBuf>) -> RunReporter {
+        RunReporter {
+            inner: Arc::new(Mutex::new(Inner {
+                bars: None,
+                events: events.map(EventLog::new),
+                events_failed: false,
+            })),
+        }
     }
-    writeln!(std::io::stderr(), "{line}").ok();
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while printing leaves nothing half-updated that matters.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Says and records `notice`, without any known secret.
+    pub fn notice(&self, notice: Notice) {
+        let mut inner = self.lock();
+        if let Some(line) = notice.line {
+            inner.print(&crate::secrets::redact(&line));
+        }
+        if let Some((kind, source, detail)) = notice.event {
+            let detail = crate::secrets::redact(&detail).into_owned();
+            let Some(events) = inner.events.as_mut() else {
+                return;
+            };
+            if let Err(e) = events.append(kind.as_str(), source.as_deref(), detail)
+                && !inner.events_failed
+            {
+                inner.events_failed = true;
+                inner.print(&crate::secrets::redact(&format!("gen: warning: {e}")));
+            }
+        }
+    }
+
+    /// Says one line ([`Notice::said`]).
+    pub fn say(&self, line: impl Into<String>) {
+        self.notice(Notice::said(line));
+    }
+
+    /// Records one entry of `events.jsonl` ([`Notice::recorded`]).
+    pub fn record(&self, kind: EventKind, source: Option<&str>, detail: impl Into<String>) {
+        self.notice(Notice::recorded(kind, source, detail));
+    }
+
+    /// Whether progress is shown as bars (else the run prints a progress line now and then).
+    pub fn shows_bars(&self) -> bool {
+        self.lock().bars.is_some()
+    }
+
+    /// Shows one bar per source when stderr is a terminal that can redraw.
+    pub fn start_progress(&self, names: &[String]) {
+        if !bars_wanted() {
+            return;
+        }
+        let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(4));
+        let style = ProgressStyle::with_template("{prefix:<18} {bar:24} {pos:>7}/{len:<7} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar());
+        let bars = names
+            .iter()
+            .map(|name| {
+                let bar = multi.add(ProgressBar::new(0));
+                bar.set_style(style.clone());
+                bar.set_prefix(name.chars().take(18).collect::<String>());
+                bar.enable_steady_tick(Duration::from_millis(500));
+                bar
+            })
+            .collect();
+        self.lock().bars = Some(Bars { multi, bars });
+    }
+
+    /// Moves the bars to the sources' current state.
+    pub fn progress(&self, sources: &[SourceStatus]) {
+        let inner = self.lock();
+        let Some(bars) = inner.bars.as_ref() else {
+            return;
+        };
+        for (bar, source) in bars.bars.iter().zip(sources) {
+            bar.set_length(source.prepared.unwrap_or(0));
+            bar.set_position(source.done + source.rejected);
+            let message = match (source.phase, source.tokens_per_sec) {
+                (Phase::Generating, Some(rate)) => format!("{rate:.0} tok/s"),
+                (phase, _) => phase.label().to_owned(),
+            };
+            bar.set_message(message);
+        }
+    }
+
+    /// Removes the bars (the final state is said as lines).
+    pub fn finish_progress(&self) {
+        if let Some(bars) = self.lock().bars.take() {
+            for bar in &bars.bars {
+                bar.finish_and_clear();
+            }
+            bars.multi.clear().ok();
+        }
+    }
 }
 
-/// `eprintln!` for `gen run`: goes above the progress bars when they are shown.
-#[macro_export]
-macro_rules! say {
-    ($($arg:tt)*) => {
-        $crate::report::say(format!($($arg)*))
-    };
+impl Inner {
+    /// Above the bars when they are shown. A terminal that went away (an SSH session closed:
+    /// writes fail with EIO or EPIPE) loses the line; the run goes on.
+    fn print(&self, line: &str) {
+        if let Some(bars) = self.bars.as_ref()
+            && bars.multi.println(line).is_ok()
+        {
+            return;
+        }
+        writeln!(std::io::stderr(), "{line}").ok();
+    }
+}
+
+/// Where a run stands, for the progress line of the plain log (and the last word of a run).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Progress {
+    pub elapsed: Duration,
+    /// Prompts with a completion, of `total` prepared prompts.
+    pub done: u64,
+    pub total: u64,
+    /// Prompts out of attempts (retried on the next run).
+    pub failed: u64,
+    /// Output tokens per second in this run.
+    pub tokens_per_sec: f64,
+    /// At this run's tokens per completion and rate, for what is left.
+    pub eta: Option<Duration>,
+    /// Requests in flight.
+    pub in_flight: u32,
+    /// Sources generating, preparing, and waiting for either.
+    pub generating: usize,
+    pub preparing: usize,
+    pub queued: usize,
+}
+
+impl Progress {
+    /// `gen: [0:01:05] 120/400 completed (30%), 0 failed, 512.0 output tok/s, ETA 0:02:31;
+    /// 8 in flight; sources: 1 generating, 1 preparing, 2 queued`
+    pub fn line(&self) -> String {
+        let percent = match self.total {
+            0 => String::new(),
+            total => format!(" ({}%)", self.done.saturating_mul(100) / total),
+        };
+        let eta = self
+            .eta
+            .map_or_else(String::new, |eta| format!(", ETA {}", clock(eta)));
+        let mut line = format!(
+            "gen: [{}] {}/{} completed{percent}, {} failed, {:.1} output tok/s{eta}",
+            clock(self.elapsed),
+            self.done,
+            self.total,
+            self.failed,
+            self.tokens_per_sec
+        );
+        if self.generating + self.preparing + self.queued > 0 {
+            line.push_str(&format!(
+                "; {} in flight; sources: {} generating, {} preparing, {} queued",
+                self.in_flight, self.generating, self.preparing, self.queued
+            ));
+        }
+        line
+    }
+}
+
+/// `h:mm:ss`.
+fn clock(duration: Duration) -> String {
+    let secs = duration.as_secs();
+    format!("{}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
+}
+
+/// Prints one line on stderr without any known secret, for messages outside a run.
+pub fn plain(line: &str) {
+    writeln!(std::io::stderr(), "{}", crate::secrets::redact(line)).ok();
 }
 
 /// Whether progress bars make sense: stderr is a terminal that can redraw.
-pub fn bars_wanted() -> bool {
+fn bars_wanted() -> bool {
     std::io::stderr().is_terminal()
         && std::env::var_os("NO_COLOR").is_none()
         && std::env::var("TERM").map_or(true, |t| t != "dumb")
 }
 
-/// Shows one bar per source (only when [`bars_wanted`]).
-pub fn start_bars(names: &[String]) {
-    if !bars_wanted() {
-        return;
-    }
-    let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(4));
-    let style = ProgressStyle::with_template("{prefix:<18} {bar:24} {pos:>7}/{len:<7} {msg}")
-        .unwrap_or_else(|_| ProgressStyle::default_bar());
-    let bars = names
-        .iter()
-        .map(|name| {
-            let bar = multi.add(ProgressBar::new(0));
-            bar.set_style(style.clone());
-            bar.set_prefix(name.chars().take(18).collect::<String>());
-            bar.enable_steady_tick(Duration::from_millis(500));
-            bar
-        })
-        .collect();
-    *BARS.lock().expect("report lock not poisoned") = Some(Bars { multi, bars });
-}
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
 
-/// Moves the bars to the sources' current state.
-pub fn update_bars(sources: &[SourceStatus]) {
-    let guard = BARS.lock().expect("report lock not poisoned");
-    let Some(bars) = guard.as_ref() else { return };
-    for (bar, source) in bars.bars.iter().zip(sources) {
-        bar.set_length(source.prepared.unwrap_or(0));
-        bar.set_position(source.done + source.rejected);
-        let message = match (source.phase, source.tokens_per_sec) {
-            (Phase::Generating, Some(rate)) => format!("{rate:.0} tok/s"),
-            (phase, _) => phase.label().to_owned(),
+    use super::{EventKind, Notice, Progress, RunReporter};
+
+    #[test]
+    fn the_progress_line_says_elapsed_done_eta_and_what_runs() {
+        let progress = Progress {
+            elapsed: Duration::from_secs(3725),
+            done: 120,
+            total: 400,
+            failed: 1,
+            tokens_per_sec: 512.04,
+            eta: Some(Duration::from_secs(151)),
+            in_flight: 8,
+            generating: 1,
+            preparing: 1,
+            queued: 2,
         };
-        bar.set_message(message);
+        assert_eq!(
+            progress.line(),
+            "gen: [1:02:05] 120/400 completed (30%), 1 failed, 512.0 output tok/s, ETA 0:02:31; \
+             8 in flight; sources: 1 generating, 1 preparing, 2 queued"
+        );
+        let finished = Progress {
+            done: 3,
+            total: 3,
+            ..Progress::default()
+        };
+        assert_eq!(
+            finished.line(),
+            "gen: [0:00:00] 3/3 completed (100%), 0 failed, 0.0 output tok/s"
+        );
     }
-}
 
-/// Removes the bars (the final state is printed as lines by the caller).
-pub fn finish_bars() {
-    if let Some(bars) = BARS.lock().expect("report lock not poisoned").take() {
-        for bar in &bars.bars {
-            bar.finish_and_clear();
-        }
-        bars.multi.clear().ok();
+    #[test]
+    fn a_notice_reaches_events_jsonl_without_secrets() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("events.jsonl");
+        crate::secrets::register("sk-reporter-test-secret");
+        let reporter = RunReporter::new(Some(path.clone()));
+        reporter.notice(
+            Notice::recorded(
+                EventKind::ServerRestart,
+                Some("src"),
+                "key sk-reporter-test-secret refused",
+            )
+            .and_said("gen: restarting"),
+        );
+        let text = fs_err::read_to_string(&path).expect("events.jsonl");
+        assert!(text.contains("\"event\":\"server_restart\""), "{text}");
+        assert!(text.contains("\"source\":\"src\""), "{text}");
+        assert!(!text.contains("sk-reporter-test-secret"), "{text}");
     }
 }

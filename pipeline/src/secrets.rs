@@ -4,10 +4,10 @@
 //! A server may quote the key it was sent in an error body (gateways echo the `Authorization`
 //! header), a launched server may print it in its log, and such text flows into notes, events,
 //! rejections and messages. So the key is taken out where text leaves `gen`, not where it
-//! enters: every line printed to the terminal ([`crate::report::say`], the error chain and
-//! log lines of `main`), every whole file written ([`crate::store::atomic`]) and every line
-//! appended ([`crate::store::append`]: events, rejections, a launched server's log) goes
-//! through [`redact`]. A new message or file is then covered without knowing it carries server
+//! enters: every line printed to the terminal ([`crate::report::RunReporter`],
+//! [`crate::report::plain`], the error chain and log lines of `main`), every whole file
+//! written ([`crate::store::atomic`]) and every line appended ([`crate::store::append`]:
+//! events, rejections, a launched server's log) goes through [`redact`]. A new message or file is then covered without knowing it carries server
 //! text.
 //!
 //! Must not: hold anything else than secrets, or be used to hide non-secret text.

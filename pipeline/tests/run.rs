@@ -663,3 +663,51 @@ async fn the_real_datasets_toml_checks() {
         out.stdout
     );
 }
+
+#[tokio::test]
+async fn a_rerun_says_it_resumes_and_the_plain_progress_line_says_where_the_run_stands() {
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let gen_ = Gen::new();
+    gen_.write(
+        "data/a.jsonl",
+        "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n",
+    );
+    gen_.write("data/b.jsonl", "{\"prompt\": \"three\"}\n");
+    let config = write_config(
+        &gen_,
+        &server.url(),
+        &[("alpha", "data/a.jsonl"), ("beta", "data/b.jsonl")],
+    );
+    // stderr is a pipe here: plain lines, no bars; the last progress line is the run's total.
+    let first = gen_.run(&["run", &config, "--source", "alpha"]).await;
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    assert!(!first.stderr.contains("resuming"), "{}", first.stderr);
+    let last = |stderr: &str| {
+        stderr
+            .lines()
+            .rfind(|l| l.starts_with("gen: [") && l.contains(" completed"))
+            .map(str::to_owned)
+            .unwrap_or_default()
+    };
+    assert!(
+        last(&first.stderr).contains("] 2/2 completed (100%), 0 failed, "),
+        "{}",
+        first.stderr
+    );
+
+    let second = gen_.run(&["run", &config]).await;
+    assert_eq!(second.code, 0, "{}", second.stderr);
+    assert!(
+        second
+            .stderr
+            .contains("gen: resuming: 2 of 2 prepared prompts already completed"),
+        "{}",
+        second.stderr
+    );
+    assert!(
+        last(&second.stderr).contains("] 3/3 completed (100%), 0 failed, "),
+        "{}",
+        second.stderr
+    );
+    assert_eq!(server.chat_requests(), 3, "nothing is sent twice");
+}

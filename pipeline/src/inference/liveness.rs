@@ -72,10 +72,12 @@ pub struct Liveness {
     record: Arc<Mutex<Record>>,
     /// For a launched server: whether its process runs.
     process: Arc<std::sync::OnceLock<super::managed::ProcessGate>>,
+    /// Where outages and recoveries are said.
+    reporter: crate::report::RunReporter,
 }
 
 impl Liveness {
-    pub fn new(url: &str) -> Liveness {
+    pub fn new(url: &str, reporter: crate::report::RunReporter) -> Liveness {
         let (state, _) = watch::channel(Health::Up);
         Liveness {
             url: url.into(),
@@ -83,7 +85,13 @@ impl Liveness {
             state,
             process: Arc::default(),
             record: Arc::default(),
+            reporter,
         }
+    }
+
+    /// Where this server's changes are said.
+    pub fn reporter(&self) -> &crate::report::RunReporter {
+        &self.reporter
     }
 
     fn record(&self) -> std::sync::MutexGuard<'_, Record> {
@@ -162,11 +170,11 @@ impl Liveness {
     pub fn report_failing(&self, reason: &str, client: &ChatClient) {
         let why = format!("{reason} (its /health answers, but requests fail)");
         if self.go_down(&why) {
-            crate::say!(
+            self.reporter.say(format!(
                 "gen: server {} fails every request although /health answers ({reason}); \
                  pausing, and probing it with a small request until it answers one",
                 self.shown
-            );
+            ));
             tokio::spawn(self.clone().probe_until_up(Some(client.clone())));
         }
     }
@@ -268,10 +276,10 @@ impl Liveness {
     /// A request found the server down: pause everyone and probe until it is back.
     pub fn report_down(&self, reason: &str) {
         if self.go_down(reason) {
-            crate::say!(
+            self.reporter.say(format!(
                 "gen: server {} is down ({reason}); pausing until it answers again",
                 self.shown
-            );
+            ));
             tokio::spawn(self.clone().probe_until_up(None));
         }
     }
@@ -312,10 +320,10 @@ impl Liveness {
                     }
                     Health::Up => 0,
                 };
-                crate::say!(
+                self.reporter.say(format!(
                     "gen: server {} is back after {down_for} s; resuming",
                     self.shown
-                );
+                ));
                 {
                     let mut record = self.record();
                     record.down_reason = None;
@@ -349,7 +357,7 @@ mod tests {
     /// prompts with no answer in between make the server failing, with the last reason.
     #[tokio::test]
     async fn failures_across_prompts_make_a_failing_server_one_prompt_alone_does_not() {
-        let liveness = Liveness::new("http://127.0.0.1:1");
+        let liveness = Liveness::new("http://127.0.0.1:1", crate::report::RunReporter::new(None));
         let client = client();
         for _ in 0..10 {
             assert!(!liveness.failed("a", "HTTP 500: boom", &client).await);

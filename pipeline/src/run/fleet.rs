@@ -262,40 +262,13 @@ pub async fn connect(
     api_key: Option<String>,
     run_dir: &crate::store::RunDir,
     cancel: &CancellationToken,
+    reporter: &crate::report::RunReporter,
 ) -> anyhow::Result<Connected> {
-    let wanted = plan.server.model.as_deref();
-    let probes = join_all(
-        urls.iter()
-            .map(|url| probe::model(url, api_key.as_deref(), wanted)),
-    )
-    .await;
-    let mut model: Option<(String, String)> = None;
-    let mut unreachable = Vec::new();
-    for (url, probed) in urls.iter().zip(probes) {
-        match probed {
-            Ok(served) => match &model {
-                None => model = Some((served, probe::redact(url))),
-                Some((first, first_url)) if *first != served => anyhow::bail!(
-                    "the servers serve different models: {first_url} serves `{first}`, {} serves `{served}`; list servers of one model in `urls` (or set `[server] model`)",
-                    probe::redact(url)
-                ),
-                Some(_) => {}
-            },
-            // A wrong model is the config's fault, whichever server says so.
-            Err(e) if urls.len() == 1 || matches!(e, probe::ProbeError::ModelNotServed { .. }) => {
-                return Err(e.into());
-            }
-            Err(e) => unreachable.push((url.clone(), e.to_string())),
-        }
-    }
-    let Some((model, _)) = model else {
-        let reasons: Vec<String> = unreachable.iter().map(|(_, e)| e.clone()).collect();
-        anyhow::bail!("no server answers: {}", reasons.join("; "));
-    };
+    let (model, unreachable) = served_model(plan, urls, api_key.as_deref()).await?;
     let mut backends = Vec::new();
     let mut tuners = Vec::new();
     for (i, url) in urls.iter().enumerate() {
-        let liveness = Liveness::new(url);
+        let liveness = Liveness::new(url, reporter.clone());
         let activity = Arc::new(AtomicU64::new(unix_ms()));
         let client = ChatClient::new(
             url,
@@ -361,6 +334,41 @@ pub async fn connect(
     })
 }
 
+/// The model the servers in `urls` serve (they must serve the same one), and the servers that
+/// do not answer yet with why (an error when none answers, or the only one does not).
+async fn served_model(
+    plan: &Plan,
+    urls: &[String],
+    api_key: Option<&str>,
+) -> anyhow::Result<(String, Vec<(String, String)>)> {
+    let wanted = plan.server.model.as_deref();
+    let probes = join_all(urls.iter().map(|url| probe::model(url, api_key, wanted))).await;
+    let mut model: Option<(String, String)> = None;
+    let mut unreachable = Vec::new();
+    for (url, probed) in urls.iter().zip(probes) {
+        match probed {
+            Ok(served) => match &model {
+                None => model = Some((served, probe::redact(url))),
+                Some((first, first_url)) if *first != served => anyhow::bail!(
+                    "the servers serve different models: {first_url} serves `{first}`, {} serves `{served}`; list servers of one model in `urls` (or set `[server] model`)",
+                    probe::redact(url)
+                ),
+                Some(_) => {}
+            },
+            // A wrong model is the config's fault, whichever server says so.
+            Err(e) if urls.len() == 1 || matches!(e, probe::ProbeError::ModelNotServed { .. }) => {
+                return Err(e.into());
+            }
+            Err(e) => unreachable.push((url.clone(), e.to_string())),
+        }
+    }
+    let Some((model, _)) = model else {
+        let reasons: Vec<String> = unreachable.iter().map(|(_, e)| e.clone()).collect();
+        anyhow::bail!("no server answers: {}", reasons.join("; "));
+    };
+    Ok((model, unreachable))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -369,7 +377,7 @@ mod tests {
         Backend {
             client: ChatClient::new(url, "m".into(), None, 8, serde_json::Map::new())
                 .expect("client"),
-            liveness: Liveness::new(url),
+            liveness: Liveness::new(url, crate::report::RunReporter::new(None)),
             limiter: Limiter::new(limit),
             telemetry: Arc::new(Telemetry::default()),
             tuner: None,

@@ -70,7 +70,12 @@ impl RunPin {
     }
 
     /// Records the pin on the first run; on later runs refuses a different one unless `allow`.
-    pub fn check_or_record(&self, run_dir: &RunDir, allow: bool) -> anyhow::Result<()> {
+    pub fn check_or_record(
+        &self,
+        run_dir: &RunDir,
+        allow: bool,
+        reporter: &crate::report::RunReporter,
+    ) -> anyhow::Result<()> {
         let path = run_dir.root().join("run.json");
         match atomic::read_json::<RunPin>(&path)? {
             Some(stored) if stored != *self => {
@@ -82,10 +87,10 @@ impl RunPin {
                     }
                     .into());
                 }
-                crate::say!(
+                reporter.say(format!(
                     "gen: continuing with changed settings (--allow-config-change):\n{}",
                     differences.join("\n")
-                );
+                ));
                 atomic::write_json(&path, self)?;
             }
             Some(_) => {}

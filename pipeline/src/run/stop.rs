@@ -78,7 +78,7 @@ pub async fn listen(cancel: CancellationToken, status: PathBuf) {
         "stopped at once by a second signal ({first}, then {second}); answers in flight were \
          dropped: run `gen run` again to continue"
     );
-    crate::say!("gen: {reason}");
+    crate::report::plain(&format!("gen: {reason}"));
     // Held until the process is gone: no tick of the loop overwrites this last word.
     let _last_word = crate::status::state::mark_stopped(&status, &reason);
     std::process::exit(EXIT_AT_ONCE);

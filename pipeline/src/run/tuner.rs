@@ -146,12 +146,12 @@ impl Tuner {
             ceiling: controller.ceiling(),
             decision: controller.summary(),
         });
-        crate::say!(
+        liveness.reporter().say(format!(
             "gen: concurrency auto: {}; read from {} ({})",
             decision.reason,
             signals.endpoints().describe(),
             describe_caps(caps)
-        );
+        ));
         Tuner {
             controller,
             limiter,
@@ -243,12 +243,12 @@ impl Tuner {
 
     fn apply(&mut self, decision: &Decision) {
         if decision.limit != self.limiter.limit() {
-            crate::say!(
+            self.liveness.reporter().say(format!(
                 "gen: concurrency {} → {} ({})",
                 self.limiter.limit(),
                 decision.limit,
                 decision.reason
-            );
+            ));
         }
         self.limiter.set_limit(decision.limit);
         self.view.send_replace(TunerView {

@@ -275,15 +275,18 @@ pub fn acquire(dir: &RunDir, claimant: &Claimant, timing: Timing) -> Result<Owne
     }
     atomic::write_json(&owner_path(dir), &record).map_err(io_error(&owner_path(dir)))?;
     match &taking_over {
-        Some(old) => crate::say!(
+        Some(old) => crate::report::plain(&format!(
             "gen: took over `{}` from {old}; epoch {epoch}",
             dir.root().display()
-        ),
-        None if epoch > 1 => crate::say!(
+        )),
+        None if epoch > 1 => crate::report::plain(&format!(
             "gen: took `{}` (released by its last owner); epoch {epoch}",
             dir.root().display()
-        ),
-        None => crate::say!("gen: took `{}`; epoch {epoch}", dir.root().display()),
+        )),
+        None => crate::report::plain(&format!(
+            "gen: took `{}`; epoch {epoch}",
+            dir.root().display()
+        )),
     }
     Ok(Ownership::start(dir.clone(), record, timing))
 }

@@ -256,18 +256,18 @@ pub fn slurm(job: &SlurmJob, submit: bool, only_failed: bool) -> anyhow::Result<
         .with_context(|| format!("failed to create `{}`", root.slurm_dir().display()))?;
     let array = if only_failed {
         let queued = queued_tasks(&root).unwrap_or_else(|| {
-            crate::say!(
-                "gen: warning: `squeue` did not answer; judging shards by their owners only"
+            crate::report::plain(
+                "gen: warning: `squeue` did not answer; judging shards by their owners only",
             );
             BTreeSet::new()
         });
         let unfinished = unfinished(&root, &queued, owner::Timing::from_env().lease)?;
         for shard in &unfinished {
             if let Some(why) = &shard.busy {
-                crate::say!(
+                crate::report::plain(&format!(
                     "gen: shard {} is not done but {why}: not resubmitted",
                     shard.index
-                );
+                ));
             }
         }
         let again: Vec<u32> = unfinished
@@ -277,10 +277,12 @@ pub fn slurm(job: &SlurmJob, submit: bool, only_failed: bool) -> anyhow::Result<
             .collect();
         if again.is_empty() {
             if unfinished.is_empty() {
-                crate::say!("gen: every shard is done: nothing to resubmit");
+                crate::report::plain("gen: every shard is done: nothing to resubmit");
                 super::task::merge_if_complete(&root)?;
             } else {
-                crate::say!("gen: nothing to resubmit: the shards left are running or queued");
+                crate::report::plain(
+                    "gen: nothing to resubmit: the shards left are running or queued",
+                );
             }
             return Ok(ExitCode::SUCCESS);
         }
@@ -299,11 +301,11 @@ pub fn slurm(job: &SlurmJob, submit: bool, only_failed: bool) -> anyhow::Result<
         .with_context(|| format!("failed to write `{}`", path.display()))?;
     if !submit {
         println!("{}", path.display());
-        crate::say!(
+        crate::report::plain(&format!(
             "gen: wrote `{}` (array {array}); submit it with `sbatch {}` or `gen slurm … --submit`",
             path.display(),
             path.display()
-        );
+        ));
         return Ok(ExitCode::SUCCESS);
     }
     let output = Command::new("sbatch")
@@ -340,10 +342,10 @@ pub fn slurm(job: &SlurmJob, submit: bool, only_failed: bool) -> anyhow::Result<
         .and_then(|mut f| std::io::Write::write_all(&mut f, &line))
         .with_context(|| format!("failed to write `{}`", submissions_path(&root).display()))?;
     println!("{job_id}");
-    crate::say!(
+    crate::report::plain(&format!(
         "gen: submitted job {job_id} (array {array}); follow it with `gen status {}`",
         job.root.display()
-    );
+    ));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -363,12 +365,12 @@ pub fn resolve(
     };
     anyhow::ensure!(shards >= 1, "`--shards` must be at least 1");
     if server_launch.is_none() && plan.server.launch.is_none() {
-        crate::say!(
+        crate::report::plain(&format!(
             "gen: warning: `{}` has no `[server] launch`: every task sends to {} instead of \
              starting its own server (pass `--server-launch CMD` for one per task)",
             plan.config_path.display(),
             crate::inference::probe::redact(plan.server.url())
-        );
+        ));
     }
     Ok((config, shards, server_launch))
 }

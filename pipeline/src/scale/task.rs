@@ -26,7 +26,7 @@ impl ShardTask {
     pub fn begin(plan: &Plan, root: &Path, shards: Option<u32>) -> anyhow::Result<ShardTask> {
         let auto = launcher::detect(|name| std::env::var(name).ok(), shards)
             .map_err(|e| anyhow::anyhow!("{e}\n  hint: {}", e.hint()))?;
-        crate::say!("gen: {auto}");
+        crate::report::plain(&format!("gen: {auto}"));
         let root = RunRoot::new(root);
         root.open_or_create(auto.shard.count, &plan.config_path)?;
         let dir = root.shard(auto.shard.index, auto.shard.count);
@@ -83,11 +83,11 @@ pub fn merge_if_complete(root: &RunRoot) -> anyhow::Result<()> {
         .map(|(index, _, _)| *index)
         .collect();
     if !waiting.is_empty() {
-        crate::say!(
+        crate::report::plain(&format!(
             "gen: {} of {} shards done; the last to finish merges them",
             shards.len() - waiting.len(),
             shards.len()
-        );
+        ));
         return Ok(());
     }
     let dirs: Vec<RunDir> = shards.into_iter().map(|(_, dir, _)| dir).collect();
@@ -104,13 +104,13 @@ pub fn merge_if_complete(root: &RunRoot) -> anyhow::Result<()> {
     match fs_err::rename(&private, &merged) {
         Ok(()) => {
             for line in table.lines() {
-                crate::say!("gen: {line}");
+                crate::report::plain(&format!("gen: {line}"));
             }
             if !clean {
-                crate::say!(
+                crate::report::plain(&format!(
                     "gen: warning: the merge found gaps or duplicates; `gen verify {}` shows them",
                     merged.display()
-                );
+                ));
             }
         }
         // Another task merged at the same moment.

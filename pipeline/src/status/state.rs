@@ -227,7 +227,7 @@ pub fn mark_stopped(path: &Path, reason: &str) -> MutexGuard<'static, ()> {
     }
     status.finished = true;
     status.stopped_by = Some(reason.to_owned());
-    status.heartbeat_unix_ms = unix_ms();
+    status.heartbeat_unix_ms = crate::sys::unix_ms();
     for source in &mut status.sources {
         source.tokens_per_sec = None;
         source.eta_secs = None;
@@ -246,7 +246,3 @@ pub fn mark_stopped(path: &Path, reason: &str) -> MutexGuard<'static, ()> {
     crate::store::atomic::write_json(path, &status).ok();
     writing
 }
-
-// The clock and host name moved to the leaf module `sys`; kept here for the callers in
-// `run` and `scale` that name them through `state`.
-pub use crate::sys::{host_name, unix_ms};

@@ -19,37 +19,41 @@ pub struct Event<'a> {
     pub detail: String,
 }
 
-/// Appends events; a failure to write one is reported once and never stops the run.
+/// Appends events to one `events.jsonl`; the run's reporter decides what a failure means
+/// (said once, never stopping the run).
 #[derive(Debug)]
 pub struct EventLog {
     path: PathBuf,
-    warned: bool,
+}
+
+/// An event could not be appended.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot append to `{}`: {error}", path.display())]
+pub struct AppendError {
+    pub path: PathBuf,
+    pub error: std::io::Error,
 }
 
 impl EventLog {
     pub fn new(path: PathBuf) -> EventLog {
-        EventLog {
-            path,
-            warned: false,
-        }
+        EventLog { path }
     }
 
-    pub fn append(&mut self, event: &str, source: Option<&str>, detail: impl Into<String>) {
+    pub fn append(
+        &mut self,
+        event: &str,
+        source: Option<&str>,
+        detail: impl Into<String>,
+    ) -> Result<(), AppendError> {
         let event = Event {
             unix_ms: crate::sys::unix_ms(),
             event,
             source,
             detail: detail.into(),
         };
-        let result = super::append::json_lines(&self.path, &[event], false);
-        if let Err(e) = result
-            && !self.warned
-        {
-            self.warned = true;
-            crate::say!(
-                "gen: warning: cannot append to `{}`: {e}",
-                self.path.display()
-            );
-        }
+        super::append::json_lines(&self.path, &[event], false).map_err(|error| AppendError {
+            path: self.path.clone(),
+            error,
+        })
     }
 }

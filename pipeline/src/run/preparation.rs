@@ -1,0 +1,578 @@
+//! Preparation workers: a queue of sources to prepare, at most `max-parallel-prep` worker
+//! processes at once (each supervised by [`supervisor::supervise`]), and what a worker's end
+//! means for its source — prepared, failed with a verdict, or interrupted — recorded in its
+//! `worker.json`. The event loop owns a [`Preparation`] and calls it between events.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use tokio::task::{JoinError, JoinSet};
+use tokio_util::sync::CancellationToken;
+
+use super::kernel_log::KernelLogFollower;
+use super::observe;
+use super::sources::Sources;
+use super::supervisor::{self, WorkerCommand, WorkerReport};
+use crate::prep;
+use crate::report::{EventKind, RunReporter};
+use crate::status::state::{Phase, VerdictLine};
+use crate::store::{RunDir, atomic};
+use gen_diagnostics::Verdict;
+
+/// How a preparation worker ended, with the index of its source.
+pub(super) type Ended = (usize, std::io::Result<WorkerReport>);
+
+/// The preparation workers of a run: queued, then running.
+pub(super) struct Preparation {
+    queue: VecDeque<usize>,
+    running: JoinSet<Ended>,
+    /// Stops every worker (a signal, or the server refused the run).
+    cancel: CancellationToken,
+    /// Followed from before the first worker starts, so no OOM report scrolls away unread.
+    kernel_log: Option<KernelLogFollower>,
+}
+
+impl Preparation {
+    pub(super) fn new(queue: Vec<usize>, cancel: CancellationToken) -> Preparation {
+        Preparation {
+            kernel_log: (!queue.is_empty()).then(KernelLogFollower::start),
+            queue: queue.into(),
+            running: JoinSet::new(),
+            cancel,
+        }
+    }
+
+    /// No worker runs and none waits.
+    pub(super) fn is_idle(&self) -> bool {
+        self.queue.is_empty() && self.running.is_empty()
+    }
+
+    pub(super) fn enqueue(&mut self, sources: impl IntoIterator<Item = usize>) {
+        self.queue.extend(sources);
+    }
+
+    /// No worker starts any more; `kill`: the running ones are stopped too.
+    pub(super) fn stop(&mut self, kill: bool) {
+        self.queue.clear();
+        if kill {
+            self.cancel.cancel();
+        }
+    }
+
+    /// The next worker to end (pending forever while none runs, for `select!`).
+    pub(super) async fn next_ended(&mut self) -> Result<Ended, JoinError> {
+        match self.running.join_next().await {
+            Some(ended) => ended,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Starts queued workers up to `max-parallel-prep`.
+    pub(super) fn start(
+        &mut self,
+        sources: &mut Sources<'_>,
+        reporter: &RunReporter,
+    ) -> anyhow::Result<()> {
+        sources.fenced()?;
+        let exe =
+            std::env::current_exe().context("cannot find the `gen` executable to start workers")?;
+        while self.running.len() < sources.plan().max_parallel_prep.get() {
+            let Some(i) = self.queue.pop_front() else {
+                break;
+            };
+            let command = worker_command(sources, i, &exe)?;
+            sources[i].status.phase = Phase::Preparing;
+            sources[i].status.note.clear();
+            reporter.say(format!("gen: preparing `{}`", command.name));
+            let cancel = self.cancel.clone();
+            self.running
+                .spawn(async move { (i, supervisor::supervise(&command, cancel).await) });
+        }
+        Ok(())
+    }
+
+    /// Records how source `i`'s worker ended; `interrupted`: a signal stopped the run, so a
+    /// worker that did not finish leaves its source pending, not failed.
+    pub(super) async fn finish(
+        &self,
+        sources: &mut Sources<'_>,
+        (i, report): Ended,
+        interrupted: bool,
+        reporter: &RunReporter,
+    ) -> anyhow::Result<()> {
+        let name = sources[i].status.name.clone();
+        let dir = sources.run_dir().source(&name);
+        let restored = settle_first_sample(&dir)?;
+        let report = match report {
+            Ok(report) => report,
+            Err(e) => {
+                let state = &mut sources[i].status;
+                state.phase = Phase::Failed;
+                state.note = format!("could not start the preparation worker: {e}");
+                reporter.say(format!("gen: `{name}`: {}", state.note));
+                return Ok(());
+            }
+        };
+        let import_error = import_custom_output(sources, &name).await?;
+        let manifest = prep::read_manifest(sources.run_dir(), &name)?;
+        sources[i].peak_rss_bytes = Some(report.peak_rss_bytes);
+        let verdict = if report.exit.success() && manifest.is_some() {
+            None
+        } else {
+            let spec = sources.plan().sources.iter().find(|s| s.name() == name);
+            let input = spec.map(|spec| (spec.clone(), sources.plan().base_dir.clone()));
+            Some(self.verdict(&report, &dir, manifest.is_some(), input).await)
+        };
+        record_worker(&dir, &report, verdict.as_ref(), manifest.is_some())?;
+        sources[i].status.verdict = verdict.as_ref().map(VerdictLine::from);
+        if let Some(verdict) = &verdict {
+            let detail = format!(
+                "{}: {}; {}",
+                report.exit.describe(),
+                verdict.headline(),
+                verdict.next_action()
+            );
+            reporter.record(EventKind::WorkerVerdict, Some(&name), detail);
+        }
+        let ending = Ending {
+            report: &report,
+            verdict: verdict.as_ref(),
+            import_error,
+            restored,
+        };
+        match manifest {
+            Some(manifest) => prepared(sources, i, &manifest, &ending, reporter),
+            None => not_prepared(sources, i, &dir, &ending, interrupted, reporter)?,
+        }
+        Ok(())
+    }
+
+    /// The diagnostics verdict on a worker that did not simply succeed.
+    async fn verdict(
+        &self,
+        report: &WorkerReport,
+        dir: &crate::store::layout::SourceDir,
+        outputs_complete: bool,
+        input: Option<(gen_sources::SourceSpec, std::path::PathBuf)>,
+    ) -> Verdict {
+        if matches!(
+            report.exit,
+            supervisor::ExitRecord::Signal {
+                signal: libc::SIGKILL,
+                ..
+            }
+        ) {
+            // The kill line is logged before the signal lands, but the reader thread may lag.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let kernel_log = self.kernel_log.as_ref().map_or_else(
+            || gen_diagnostics::KernelLog::Unavailable {
+                reason: "not followed".into(),
+            },
+            KernelLogFollower::snapshot,
+        );
+        let kernel_log = match kernel_log {
+            gen_diagnostics::KernelLog::Unavailable { reason } => {
+                super::kernel_log::fallback_snapshot(reason).await
+            }
+            text => text,
+        };
+        let mut observation =
+            observe::observation(report, &dir.prep_log(), kernel_log, outputs_complete);
+        let verdict = observe::verdict(&observation);
+        // How much a row needs sizes the advice after an OOM; the scan reads the input, so
+        // only then.
+        let Some((spec, base_dir)) = input.filter(|_| verdict.class == gen_diagnostics::Class::Oom)
+        else {
+            return verdict;
+        };
+        let largest =
+            tokio::task::spawn_blocking(move || observe::largest_input_row(&spec, &base_dir))
+                .await
+                .ok()
+                .flatten();
+        if largest.is_none() {
+            return verdict;
+        }
+        observation.largest_row_bytes = largest;
+        observe::verdict(&observation)
+    }
+}
+
+/// How a worker ended, as [`prepared`] and [`not_prepared`] report it.
+struct Ending<'a> {
+    report: &'a WorkerReport,
+    verdict: Option<&'a Verdict>,
+    /// A custom worker's complete output could not be imported.
+    import_error: Option<String>,
+    /// A preparation again failed and the first sample was put back.
+    restored: bool,
+}
+
+/// The command that prepares source `i`: `gen prep` (this executable), or the source's
+/// custom command with its output paths in its environment.
+fn worker_command(
+    sources: &mut Sources<'_>,
+    i: usize,
+    exe: &std::path::Path,
+) -> anyhow::Result<WorkerCommand> {
+    let (plan, run_dir) = (sources.plan(), sources.run_dir().clone());
+    let name = sources[i].status.name.clone();
+    let dir = run_dir.source(&name);
+    let log = dir.prep_log();
+    if log.exists() {
+        fs_err::rename(&log, dir.root().join("prep.previous.log"))?;
+    }
+    let worker = plan.worker(&name);
+    let mut args = prep::worker_args(&plan.config_path, &name, run_dir.root());
+    // Written by this run for this preparation only: a later first preparation (after
+    // a crash, or changed settings) starts from the full sample and is checked again.
+    // The first sample is set aside, not deleted, until the new one is complete.
+    if let Some(hashes) = sources[i].exclude.take() {
+        prep::write_hashes(&dir.earlier_hashes(), hashes)?;
+        // Manifest first: from then on the source is unprepared, whatever stops here.
+        fs_err::rename(dir.manifest(), dir.first_manifest())?;
+        fs_err::rename(dir.prompts(), dir.first_prompts())?;
+        args.insert(
+            args.len() - 2,
+            prep::option("--exclude-hashes", &dir.earlier_hashes()),
+        );
+    }
+    let mut command = WorkerCommand {
+        program: exe.to_path_buf(),
+        args,
+        envs: Vec::new(),
+        log,
+        memory_limit: worker.memory_limit,
+        stall_timeout: Some(plan.stall_timeout),
+        progress_files: vec![dir.prompts().with_extension("zst.tmp"), dir.prompts()],
+        name: name.clone(),
+    };
+    if let Some(custom) = &worker.command {
+        let (output, done) = prep::custom_output(&run_dir, &name);
+        for stale in [&output, &done] {
+            if stale.exists() {
+                fs_err::remove_file(stale)?;
+            }
+        }
+        let env = |var: &str| std::env::var(var).ok();
+        let expanded = custom
+            .iter()
+            .map(|a| crate::config::launch::expand(a, 0, &env))
+            .collect::<Result<Vec<_>, _>>()
+            .with_context(|| format!("source `{name}`: bad `command`"))?;
+        command.program = expanded[0].clone().into();
+        command.args = expanded[1..].iter().map(Into::into).collect();
+        command.envs = vec![
+            ("GEN_OUTPUT".into(), output.display().to_string()),
+            ("GEN_DONE".into(), done.display().to_string()),
+            ("GEN_SOURCE".into(), name.clone()),
+        ];
+        command.progress_files = vec![output];
+    }
+    Ok(command)
+}
+
+/// Imports a custom worker's output when it is complete; the import's error, if any.
+async fn import_custom_output(sources: &Sources<'_>, name: &str) -> anyhow::Result<Option<String>> {
+    let (plan, run_dir) = (sources.plan(), sources.run_dir());
+    let worker = plan.worker(name);
+    if worker.command.is_none() || !custom_output_complete(run_dir, name, worker.expected) {
+        return Ok(None);
+    }
+    let (plan, run_dir, source) = (plan.clone(), run_dir.clone(), name.to_owned());
+    let imported =
+        tokio::task::spawn_blocking(move || prep::import_custom_output(&plan, &run_dir, &source))
+            .await
+            .context("the import of a custom worker's output panicked")?;
+    Ok(imported.err().map(|e| format!("{e:#}")))
+}
+
+/// Writes the source's `worker.json`.
+fn record_worker(
+    dir: &crate::store::layout::SourceDir,
+    report: &WorkerReport,
+    verdict: Option<&Verdict>,
+    succeeded: bool,
+) -> anyhow::Result<()> {
+    atomic::write_json(
+        &dir.worker(),
+        &WorkerFile {
+            succeeded,
+            report: report.clone(),
+            verdict_ms: verdict
+                .map(|_| crate::sys::monotonic_usec().saturating_sub(report.exit_usec) / 1000),
+            verdict: verdict.cloned(),
+        },
+    )?;
+    Ok(())
+}
+
+/// Source `i`'s worker wrote its manifest: the source is prepared.
+fn prepared(
+    sources: &mut Sources<'_>,
+    i: usize,
+    manifest: &prep::PrepManifest,
+    ending: &Ending,
+    reporter: &RunReporter,
+) {
+    let state = &mut sources[i].status;
+    let name = state.name.clone();
+    state.prepared = Some(manifest.prompts);
+    if let Some(warning) = manifest.warning() {
+        reporter.say(format!("gen: warning: `{name}`: {warning}"));
+        state.warnings.push(warning);
+    }
+    state.phase = Phase::Prepared;
+    if !ending.report.exit.success() {
+        // The manifest is written last: the output is complete, the crash came after it.
+        let headline = ending
+            .verdict
+            .map_or_else(|| ending.report.exit.describe(), Verdict::headline);
+        state.note = format!("{headline}; output kept");
+        reporter.say(format!("gen: `{name}`: {}", state.note));
+    }
+    reporter.say(format!(
+        "gen: prepared `{name}`: {} prompts",
+        manifest.prompts
+    ));
+    if ending.restored {
+        state.note = format!(
+            "preparing again without earlier sources' prompts failed ({}); the first sample \
+             is kept and its prompts in earlier sources are settled as duplicates",
+            ending.report.exit.describe()
+        );
+        reporter.say(format!("gen: `{name}`: {}", state.note));
+    }
+}
+
+/// Source `i`'s worker ended without a manifest: failed, or pending when `interrupted`.
+fn not_prepared(
+    sources: &mut Sources<'_>,
+    i: usize,
+    dir: &crate::store::layout::SourceDir,
+    ending: &Ending,
+    interrupted: bool,
+    reporter: &RunReporter,
+) -> anyhow::Result<()> {
+    // A worker that was killed leaves its partial prompts file: space for nothing.
+    let partial = dir.prompts().with_extension("zst.tmp");
+    if partial.exists() {
+        fs_err::remove_file(&partial)?;
+    }
+    let state = &mut sources[i].status;
+    if interrupted {
+        state.phase = Phase::Pending;
+        state.note = "interrupted during preparation".into();
+        return Ok(());
+    }
+    state.phase = Phase::Failed;
+    let disk_full = disk_full(&dir.prep_log());
+    state.note = match ending.verdict {
+        _ if disk_full.is_some() => format!(
+            "the disk is full: {}; free space, then run `gen run --only-failed`",
+            disk_full.unwrap_or_default()
+        ),
+        _ if ending.import_error.is_some() => format!(
+            "the worker's output could not be read: {}",
+            ending.import_error.clone().unwrap_or_default()
+        ),
+        Some(v) if v.class != gen_diagnostics::Class::Success => {
+            format!("{}; {}", v.headline(), v.next_action())
+        }
+        _ => format!(
+            "preparation ended ({}) without completing its output: {}",
+            ending.report.exit.describe(),
+            last_line(&dir.prep_log())
+        ),
+    };
+    reporter.say(format!("gen: `{}` failed: {}", state.name, state.note));
+    if let Some(v) = ending.verdict {
+        for line in &v.evidence {
+            reporter.say(format!("gen:   evidence: {line}"));
+        }
+    }
+    Ok(())
+}
+
+/// The report of the source's last preparation worker when it failed (its `worker.json`).
+pub(super) fn last_failure(dir: &crate::store::layout::SourceDir) -> Option<WorkerReport> {
+    atomic::read_json::<WorkerFile>(&dir.worker())
+        .ok()
+        .flatten()
+        .filter(|w| !w.succeeded)
+        .map(|w| w.report)
+}
+
+/// `worker.json`: the last preparation worker's report and whether it prepared its source.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct WorkerFile {
+    pub succeeded: bool,
+    pub report: WorkerReport,
+    /// The diagnostics verdict, when the worker did not simply succeed.
+    #[serde(default)]
+    pub verdict: Option<Verdict>,
+    /// Milliseconds from the worker's exit to its verdict (the budget is 1 s).
+    #[serde(default)]
+    pub verdict_ms: Option<u64>,
+}
+
+/// After a preparation again (see [`super::sources::Sources`]): drops the first sample set
+/// aside when the new one is complete, or puts it back when it is not (the worker failed, or
+/// `gen` stopped). Returns whether it was put back.
+pub(super) fn settle_first_sample(dir: &crate::store::layout::SourceDir) -> std::io::Result<bool> {
+    if !dir.first_manifest().exists() {
+        return Ok(false);
+    }
+    if dir.manifest().exists() {
+        fs_err::remove_file(dir.first_manifest())?;
+        fs_err::remove_file(dir.first_prompts()).ok();
+        return Ok(false);
+    }
+    // Prompts first, manifest last, as a preparation writes them; each step can be redone.
+    if dir.first_prompts().exists() {
+        fs_err::rename(dir.first_prompts(), dir.prompts())?;
+    }
+    fs_err::rename(dir.first_manifest(), dir.manifest())?;
+    Ok(true)
+}
+
+/// A custom worker's output counts as complete only with its done marker, and with the
+/// expected number of rows when the config gives one.
+fn custom_output_complete(run_dir: &RunDir, source: &str, expected: Option<u64>) -> bool {
+    let (output, done) = prep::custom_output(run_dir, source);
+    if !done.exists() {
+        return false;
+    }
+    match expected {
+        None => true,
+        Some(expected) => {
+            let text = fs_err::read(&output).unwrap_or_default();
+            let rows = text
+                .split(|b| *b == b'\n')
+                .filter(|l| !l.trim_ascii().is_empty())
+                .count() as u64;
+            rows >= expected
+        }
+    }
+}
+
+/// The error a worker's log ends with when it ran out of disk space (`ENOSPC`): its `error:`
+/// line (the file it could not write) and the cause.
+fn disk_full(log: &std::path::Path) -> Option<String> {
+    const ENOSPC: &str = "No space left on device (os error 28)";
+    let text = fs_err::read(log)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .ok()?;
+    if !text.contains(ENOSPC) {
+        return None;
+    }
+    let error = text.lines().rev().find_map(|l| l.strip_prefix("error: "))?;
+    Some(format!("{error}: {ENOSPC}"))
+}
+
+fn last_line(path: &std::path::Path) -> String {
+    let text = fs_err::read(path)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    text.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("(no output)")
+        .trim()
+        .to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::settle_first_sample;
+    use crate::store::layout::RunDir;
+
+    /// A source directory holding `files` (name → content).
+    fn source(files: &[(&str, &str)]) -> (tempfile::TempDir, crate::store::layout::SourceDir) {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = RunDir::new(root.path()).source("s");
+        fs_err::create_dir_all(dir.root()).expect("mkdir");
+        for (name, text) in files {
+            fs_err::write(dir.root().join(name), text).expect("write");
+        }
+        (root, dir)
+    }
+
+    fn names(dir: &crate::store::layout::SourceDir) -> Vec<(String, String)> {
+        let mut files: Vec<(String, String)> = fs_err::read_dir(dir.root())
+            .expect("read_dir")
+            .flatten()
+            .map(|e| {
+                let text = fs_err::read_to_string(e.path()).expect("read");
+                (e.file_name().to_string_lossy().into_owned(), text)
+            })
+            .collect();
+        files.sort();
+        files
+    }
+
+    fn owned(files: &[(&str, &str)]) -> Vec<(String, String)> {
+        files
+            .iter()
+            .map(|(n, t)| ((*n).to_owned(), (*t).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn a_complete_new_sample_replaces_the_first() {
+        let (_root, dir) = source(&[
+            ("manifest.first.json", "first"),
+            ("prompts.first.jsonl.zst", "first"),
+            ("manifest.json", "new"),
+            ("prompts.jsonl.zst", "new"),
+        ]);
+        assert!(!settle_first_sample(&dir).expect("settle"));
+        assert_eq!(
+            names(&dir),
+            owned(&[("manifest.json", "new"), ("prompts.jsonl.zst", "new")])
+        );
+    }
+
+    #[test]
+    fn a_failed_new_sample_gives_the_first_back_from_any_step() {
+        let first = [("manifest.json", "first"), ("prompts.jsonl.zst", "first")];
+        for files in [
+            // The worker failed after writing part of its temporary file.
+            &[
+                ("manifest.first.json", "first"),
+                ("prompts.first.jsonl.zst", "first"),
+                ("prompts.jsonl.zst.tmp", "partial"),
+            ][..],
+            // It renamed its new prompts into place, then died before its manifest.
+            &[
+                ("manifest.first.json", "first"),
+                ("prompts.first.jsonl.zst", "first"),
+                ("prompts.jsonl.zst", "new"),
+            ],
+            // `gen` stopped between setting the manifest and the prompts aside.
+            &[
+                ("manifest.first.json", "first"),
+                ("prompts.jsonl.zst", "first"),
+            ],
+        ] {
+            let (_root, dir) = source(files);
+            assert!(settle_first_sample(&dir).expect("settle"), "{files:?}");
+            let left: Vec<(String, String)> = names(&dir)
+                .into_iter()
+                .filter(|(n, _)| !n.ends_with(".tmp"))
+                .collect();
+            assert_eq!(left, owned(&first), "{files:?}");
+            assert!(!settle_first_sample(&dir).expect("again"), "{files:?}");
+        }
+    }
+
+    #[test]
+    fn nothing_set_aside_changes_nothing() {
+        let files = [("manifest.json", "m"), ("prompts.jsonl.zst", "p")];
+        let (_root, dir) = source(&files);
+        assert!(!settle_first_sample(&dir).expect("settle"));
+        assert_eq!(names(&dir), owned(&files));
+    }
+}

@@ -1,0 +1,835 @@
+//! The run's sources: per source, what is stored and what is left ([`SourceState`]), and the
+//! decisions that need every source at once ([`Sources`]): which source may be counted (its
+//! earlier sources are settled), cross-source deduplication, and the done-set and settled-set
+//! of each source until its feed takes them. Nothing here awaits: the event loop calls these
+//! methods between events.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context as _;
+
+use super::feed::{Feed, Skip};
+use crate::config::Plan;
+use crate::prep;
+use crate::report::{EventKind, Notice, RunReporter};
+use crate::status::state::{Phase, SourceStatus};
+use crate::store::frames::FrameWriter;
+use crate::store::records::{self as record, CompletionRecord, RejectKind, RejectedRecord};
+use crate::store::{RunDir, atomic};
+
+/// Completions buffered before a frame is written (a frame is also written every tick).
+const FRAME_RECORDS: usize = 64;
+
+/// One source of the plan in this run.
+pub(super) struct SourceState {
+    pub(super) status: SourceStatus,
+    /// Prompts with a completion when the run started (handed to the feed when it opens).
+    done_ids: HashSet<String>,
+    /// Prompts settled without a completion: rejected by the server, truncated and dropped,
+    /// or duplicates of an earlier source.
+    settled_ids: HashSet<String>,
+    /// Completions stored in this run.
+    completed_here: u64,
+    /// Counted and ready to stream, until its dispatch starts.
+    feed: Option<Feed>,
+    /// Its prompts were counted in this run (at most once).
+    opened: bool,
+    /// Content hashes of its prompts, for later sources' cross-source deduplication.
+    hashes: Option<Arc<HashSet<u64>>>,
+    /// Content hashes of its prompts answered before this run, for an earlier source that is
+    /// prepared only now (what was generated is not generated again).
+    answered_hashes: Option<Arc<HashSet<u64>>>,
+    /// Prompts settled as duplicates of another source in earlier runs.
+    settled_duplicates: u64,
+    /// Prepared again in this run, leaving out the earlier sources' prompts (at most once).
+    reprepared: bool,
+    /// The earlier sources' content hashes, until its preparation again starts.
+    pub(super) exclude: Option<Vec<u64>>,
+    /// When generation of this source started in this run.
+    generating_since: Option<Instant>,
+    /// Peak RSS of its preparation worker in this run.
+    pub(super) peak_rss_bytes: Option<u64>,
+    writer: Option<FrameWriter>,
+    /// Prompts the server refused and nothing answered since (recorded in `rejected.jsonl`).
+    refused: u64,
+    /// Not prepared, and the last preparation worker failed.
+    pub(super) prep_failed: bool,
+}
+
+/// Sources whose inputs changed after answers were generated from their preparation.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the inputs of {} changed since {} prepared, and answers were generated from {}:\n{}\npreparing again would mix two datasets in `{run_dir}`: use a new run directory (`--run-dir`), or pass `--keep-preparation` to go on with the prompts prepared before",
+    if changed.len() == 1 { "a source".to_owned() } else { format!("{} sources", changed.len()) },
+    if changed.len() == 1 { "it was" } else { "they were" },
+    if changed.len() == 1 { "it" } else { "them" },
+    changed.iter().map(|(name, changes)| format!("  `{name}`: {}", changes.join("; "))).collect::<Vec<_>>().join("\n")
+)]
+pub struct InputsChanged {
+    pub run_dir: String,
+    /// Per source, what changed.
+    pub changed: Vec<(String, Vec<String>)>,
+}
+
+/// What [`Sources::open_source`] did with a prepared source.
+enum Opened {
+    /// Counted: done, or with a feed of what is left.
+    Counted,
+    /// To prepare again without the earlier sources' prompts.
+    PrepareAgain,
+}
+
+/// Every source of the plan, in plan order (an index is a source's position in the plan).
+pub(super) struct Sources<'p> {
+    plan: &'p Plan,
+    run_dir: RunDir,
+    /// Only this host's share of every source's prompts (`--shard`).
+    shard: Option<super::shard::Shard>,
+    /// Under `--shard auto`: checked before every write to a source's files.
+    fence: Option<crate::scale::owner::Fence>,
+    list: Vec<SourceState>,
+}
+
+impl std::ops::Index<usize> for Sources<'_> {
+    type Output = SourceState;
+    fn index(&self, i: usize) -> &SourceState {
+        &self.list[i]
+    }
+}
+
+impl std::ops::IndexMut<usize> for Sources<'_> {
+    fn index_mut(&mut self, i: usize) -> &mut SourceState {
+        &mut self.list[i]
+    }
+}
+
+impl<'p> Sources<'p> {
+    /// Reads what the run directory holds for every source of the plan, after removing what a
+    /// process that died mid-write left (this run holds the lock).
+    pub(super) fn load(
+        plan: &'p Plan,
+        run_dir: &RunDir,
+        resend: &record::Resend,
+        selection: &super::Selection,
+        reporter: &RunReporter,
+    ) -> anyhow::Result<Sources<'p>> {
+        remove_stale_temps(run_dir.root())?;
+        let list = plan
+            .sources
+            .iter()
+            .map(|spec| SourceState::load(run_dir, spec.name(), resend, reporter))
+            .collect::<anyhow::Result<_>>()?;
+        Ok(Sources {
+            plan,
+            run_dir: run_dir.clone(),
+            shard: selection.shard,
+            fence: selection.fence.clone(),
+            list,
+        })
+    }
+
+    /// Under `--shard auto`: `Err` once this task no longer owns its shard.
+    pub(super) fn fenced(&self) -> anyhow::Result<()> {
+        match &self.fence {
+            Some(fence) => Ok(fence.check()?),
+            None => Ok(()),
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    pub(super) fn iter(&self) -> std::slice::Iter<'_, SourceState> {
+        self.list.iter()
+    }
+
+    pub(super) fn plan(&self) -> &'p Plan {
+        self.plan
+    }
+
+    pub(super) fn run_dir(&self) -> &RunDir {
+        &self.run_dir
+    }
+
+    pub(super) fn statuses(&self) -> Vec<SourceStatus> {
+        self.list.iter().map(|s| s.status.clone()).collect()
+    }
+
+    /// Whether any source has completions stored, from this run or an earlier one.
+    pub(super) fn anything_stored(&self) -> bool {
+        self.list.iter().any(|s| s.status.done > 0)
+    }
+
+    /// Whether some source was counted with prompts left and is not streaming yet.
+    pub(super) fn has_feeds(&self) -> bool {
+        self.list.iter().any(|s| s.feed.is_some())
+    }
+
+    /// The selected sources that are not done.
+    pub(super) fn unfinished(&self, selected: &[bool]) -> Vec<String> {
+        self.list
+            .iter()
+            .zip(selected)
+            .filter(|(s, selected)| **selected && s.status.phase != Phase::Done)
+            .map(|(s, _)| s.status.name.clone())
+            .collect()
+    }
+
+    /// Compares every selected, prepared source with its inputs now. A changed source of which
+    /// nothing was generated is prepared again; one with answers keeps its preparation only
+    /// with `keep` (recorded in its manifest, so later runs compare with the inputs it was kept
+    /// for), else the run is refused, naming every change.
+    pub(super) fn check_inputs(
+        &mut self,
+        selected: &[bool],
+        keep: bool,
+        reporter: &RunReporter,
+    ) -> anyhow::Result<()> {
+        let mut refused = Vec::new();
+        for (i, _) in selected
+            .iter()
+            .enumerate()
+            .filter(|(_, selected)| **selected)
+        {
+            if let Some(changes) = self.check_input(i, keep, reporter)? {
+                refused.push((self.list[i].status.name.clone(), changes));
+            }
+        }
+        if refused.is_empty() {
+            return Ok(());
+        }
+        Err(InputsChanged {
+            run_dir: self.run_dir.root().display().to_string(),
+            changed: refused,
+        }
+        .into())
+    }
+
+    /// [`Self::check_inputs`] for source `i`: the changes that refuse the run, if any.
+    fn check_input(
+        &mut self,
+        i: usize,
+        keep: bool,
+        reporter: &RunReporter,
+    ) -> anyhow::Result<Option<Vec<String>>> {
+        let name = self.list[i].status.name.clone();
+        let Some(mut manifest) = prep::read_manifest(&self.run_dir, &name)? else {
+            return Ok(None);
+        };
+        let dir = self.run_dir.source(&name);
+        let output = prep::custom_output(&self.run_dir, &name).0;
+        let reader = match self.plan.worker(&name).command {
+            Some(_) => super::inputs::Reader::Custom {
+                output: manifest.counters.files.first().unwrap_or(&output),
+            },
+            None => super::inputs::Reader::Builtin {
+                base_dir: &self.plan.base_dir,
+            },
+        };
+        let comparison = super::inputs::compare(
+            &self.plan.sources[i],
+            &reader,
+            &super::inputs::recorded(&manifest),
+        );
+        if comparison.changes.is_empty() {
+            // A manifest written before sizes and times were recorded gets them now, so
+            // its files are not read in full again on every run.
+            let unrecorded = manifest.input_stats.is_empty() && manifest.kept_for.is_none();
+            if unrecorded && !comparison.now.stats.is_empty() {
+                manifest.input_stats = comparison.now.stats;
+                atomic::write_json(&dir.manifest(), &manifest)
+                    .with_context(|| format!("failed to write `{}`", dir.manifest().display()))?;
+            }
+            return Ok(None);
+        }
+        let changes = comparison.changes.join("; ");
+        let state = &mut self.list[i];
+        let generated =
+            !state.done_ids.is_empty() || state.settled_ids.len() as u64 > state.settled_duplicates;
+        if !generated {
+            // Nothing was answered: its duplicates and failed attempts are re-decided
+            // from the new prompts.
+            fs_err::remove_file(dir.manifest())?;
+            if dir.rejected().exists() {
+                fs_err::remove_file(dir.rejected())?;
+            }
+            state.settled_ids.clear();
+            state.settled_duplicates = 0;
+            let status = &mut state.status;
+            status.prepared = None;
+            status.phase = Phase::Pending;
+            status.rejected = 0;
+            status.duplicates = 0;
+            status.note = format!("inputs changed ({changes}); preparing again");
+            reporter.notice(
+                Notice::recorded(EventKind::InputsChanged, Some(&name), status.note.clone())
+                    .and_said(format!(
+                        "gen: `{name}`: changed since it was prepared: {changes}; nothing of it \
+                         was generated yet: preparing it again"
+                    )),
+            );
+            Ok(None)
+        } else if keep {
+            manifest.kept_for = Some(comparison.now);
+            atomic::write_json(&dir.manifest(), &manifest)
+                .with_context(|| format!("failed to write `{}`", dir.manifest().display()))?;
+            let message = format!(
+                "changed since it was prepared: {changes}; going on with the prompts \
+                 prepared before (--keep-preparation)"
+            );
+            reporter.notice(
+                Notice::recorded(EventKind::InputsChanged, Some(&name), message.clone())
+                    .and_said(format!("gen: `{name}`: {message}")),
+            );
+            Ok(None)
+        } else {
+            Ok(Some(comparison.changes))
+        }
+    }
+
+    /// Counts the prompts of every selected, prepared source not counted yet whose earlier
+    /// sources are settled (prepared, failed or not in this run): cross-source deduplication
+    /// needs them first. Returns the sources to prepare again (see [`Self::open_source`]).
+    pub(super) fn open_ready(&mut self, selected: &[bool], reporter: &RunReporter) -> Vec<usize> {
+        let mut again = Vec::new();
+        for i in 0..self.list.len() {
+            let state = &self.list[i];
+            if !selected[i] || state.opened || state.status.prepared.is_none() {
+                continue;
+            }
+            let blocked = (0..i).any(|j| {
+                let earlier = &self.list[j].status;
+                selected[j] && earlier.prepared.is_none() && earlier.phase != Phase::Failed
+            });
+            if blocked {
+                continue;
+            }
+            match self.open_source(i, reporter) {
+                Ok(Opened::Counted) => {}
+                Ok(Opened::PrepareAgain) => again.push(i),
+                Err(e) => {
+                    // This source's files are unreadable: it fails, the others go on.
+                    let state = &mut self.list[i].status;
+                    state.phase = Phase::Failed;
+                    state.note = format!("{e:#}");
+                    reporter.say(format!("gen: `{}` failed: {}", state.name, state.note));
+                }
+            }
+        }
+        again
+    }
+
+    /// Counts source `i`'s prompts, settles as duplicates those an earlier source holds or a
+    /// later source already answered, and keeps a feed of the rest (opening its output) when
+    /// there are any.
+    ///
+    /// When earlier sources hold some of its prompts, its sample had to leave rows out and
+    /// nothing of it has been answered or settled yet, it is not counted but prepared again
+    /// instead, leaving the earlier sources' prompts out of its sample (their content hashes
+    /// in `earlier-prompts.hashes`, written when that worker starts), so it still gets `limit`
+    /// prompts of its own. A custom worker's source (its worker would have to run again) and
+    /// any source under `--shard` (every host must prepare the same prompts) settle their
+    /// duplicates instead.
+    fn open_source(&mut self, i: usize, reporter: &RunReporter) -> anyhow::Result<Opened> {
+        let name = self.list[i].status.name.clone();
+        let dir = self.run_dir.source(&name);
+        let earlier = if self.plan.sources[i].dedup() {
+            self.held_elsewhere(i)?
+        } else {
+            Arc::default()
+        };
+        let earlier_hashes = Arc::clone(&earlier);
+        let counters = prep::read_manifest(&self.run_dir, &name)?.map(|m| m.counters);
+        // Earlier sources' prompts its worker left out of the sample.
+        let left_out = counters.as_ref().map_or(0, |c| c.duplicates_across);
+        // Whether its sample had to leave rows out: only then can another sample do better.
+        let sampled_out = counters.as_ref().map_or(0, |c| c.sampled_out);
+        let state = &mut self.list[i];
+        state.opened = true;
+        let skip = Skip {
+            done: std::mem::take(&mut state.done_ids),
+            settled: std::mem::take(&mut state.settled_ids),
+            shard: self.shard,
+            elsewhere: earlier,
+        };
+        let worker = self.plan.worker(&name);
+        let (census, feed) = Feed::open(&dir.prompts(), skip, worker.order)?;
+        let earlier_duplicates = census.duplicates.iter().filter(|(_, j)| *j < i).count();
+        // Not with `--shard`: every host must prepare the same prompts, and a host sees the
+        // duplicates of its own share only.
+        if earlier_duplicates > 0
+            && sampled_out > 0
+            && census.done == 0
+            && census.settled == 0
+            && worker.command.is_none()
+            && self.shard.is_none()
+            && !state.reprepared
+        {
+            self.prepare_again(i, &earlier_hashes, earlier_duplicates, reporter);
+            return Ok(Opened::PrepareAgain);
+        }
+        if !census.duplicates.is_empty() {
+            self.settle_duplicates(i, &census.duplicates, reporter)?;
+        }
+        let state = &mut self.list[i];
+        state.status.prepared = Some(census.prepared);
+        state.status.done = census.done;
+        state.status.rejected = census.settled + census.duplicates.len() as u64;
+        state.status.duplicates =
+            state.settled_duplicates + census.duplicates.len() as u64 + left_out;
+        if census.pending == 0 {
+            state.status.phase = Phase::Done;
+        } else {
+            let (writer, _) = FrameWriter::open_indexed(&dir.completions())?;
+            state.writer = Some(writer);
+            state.feed = Some(feed);
+        }
+        Ok(Opened::Counted)
+    }
+
+    /// Sets source `i` back to be prepared again without the earlier sources' prompts (see
+    /// [`Self::open_source`]).
+    fn prepare_again(
+        &mut self,
+        i: usize,
+        held: &HashMap<u64, usize>,
+        earlier_duplicates: usize,
+        reporter: &RunReporter,
+    ) {
+        let state = &mut self.list[i];
+        state.exclude = Some(
+            held.iter()
+                .filter(|(_, j)| **j < i)
+                .map(|(hash, _)| *hash)
+                .collect(),
+        );
+        state.reprepared = true;
+        state.opened = false;
+        state.hashes = None;
+        let status = &mut state.status;
+        status.phase = Phase::Pending;
+        status.prepared = None;
+        status.note = format!(
+            "preparing again: {earlier_duplicates} of its prompts are in earlier sources; \
+             sampling others instead"
+        );
+        reporter.notice(
+            Notice::recorded(
+                EventKind::PrepareAgain,
+                Some(&status.name),
+                status.note.clone(),
+            )
+            .and_said(format!("gen: `{}`: {}", status.name, status.note)),
+        );
+    }
+
+    /// Records source `i`'s prompts that another source holds (`(id, holder)`) as settled
+    /// duplicates in its `rejected.jsonl`.
+    fn settle_duplicates(
+        &mut self,
+        i: usize,
+        duplicates: &[(String, usize)],
+        reporter: &RunReporter,
+    ) -> anyhow::Result<()> {
+        let name = &self.list[i].status.name;
+        let mut records = Vec::new();
+        for (id, j) in duplicates {
+            let holder = &self.list[*j].status.name;
+            let reason = if *j < i {
+                format!("the same prompt is in the earlier source `{holder}`, which answers it")
+            } else {
+                format!(
+                    "the same prompt was already answered in the later source `{holder}` \
+                     (this source was prepared after it had generated)"
+                )
+            };
+            records.push(RejectedRecord {
+                id: id.clone(),
+                kind: RejectKind::Duplicate,
+                reason,
+                attempts: 0,
+                created_unix_ms: crate::sys::unix_ms(),
+                settings: None,
+            });
+        }
+        crate::store::append::json_lines(&self.run_dir.source(name).rejected(), &records, true)?;
+        let later = duplicates.iter().filter(|(_, j)| *j > i).count();
+        let earlier = duplicates.len() - later;
+        let note = match (earlier, later) {
+            (n, 0) => format!(
+                "{n} prompts are duplicates of earlier sources (the earlier source answers them)"
+            ),
+            (0, n) => format!(
+                "{n} prompts were already answered in later sources (prepared before this one)"
+            ),
+            (n, m) => format!(
+                "{n} prompts are duplicates of earlier sources (the earlier source answers \
+                 them), {m} were already answered in later sources"
+            ),
+        };
+        reporter.notice(
+            Notice::recorded(EventKind::DuplicatesAcross, Some(name), note.clone())
+                .and_said(format!("gen: `{name}`: {note}")),
+        );
+        Ok(())
+    }
+
+    /// The content hashes source `i` must not send, each with the source holding it: every
+    /// prompt of a prepared source before `i` (the first such source wins), then every prompt
+    /// a later source answered before this run — it had generated while `i` was not prepared
+    /// (its preparation failed), and what was generated is not generated twice.
+    fn held_elsewhere(&mut self, i: usize) -> anyhow::Result<Arc<HashMap<u64, usize>>> {
+        let mut earlier = HashMap::new();
+        for j in 0..i {
+            let name = self.list[j].status.name.clone();
+            if self.list[j].hashes.is_none() {
+                if prep::read_manifest(&self.run_dir, &name)?.is_none() {
+                    continue;
+                }
+                let path = self.run_dir.source(&name).prompts();
+                let hashes = super::feed::content_hashes(&path)?;
+                self.list[j].hashes = Some(Arc::new(hashes));
+            }
+            if let Some(hashes) = &self.list[j].hashes {
+                for hash in hashes.iter() {
+                    earlier.entry(*hash).or_insert(j);
+                }
+            }
+        }
+        for j in i + 1..self.list.len() {
+            // A later source that opened in this run has handed its done-set to its feed; it
+            // opened before `i` only if `i` was not prepared then, and `i` is not prepared
+            // twice in one run.
+            let later = &self.list[j];
+            if later.opened || later.done_ids.is_empty() {
+                continue;
+            }
+            if later.answered_hashes.is_none() {
+                let name = later.status.name.clone();
+                if prep::read_manifest(&self.run_dir, &name)?.is_none() {
+                    continue;
+                }
+                let path = self.run_dir.source(&name).prompts();
+                let mut answered = HashSet::new();
+                let done = &self.list[j].done_ids;
+                super::feed::for_each_prompt(&path, |prompt| {
+                    if done.contains(&prompt.id) {
+                        answered.insert(gen_sources::prompt::content_hash(&prompt.messages));
+                    }
+                })?;
+                self.list[j].answered_hashes = Some(Arc::new(answered));
+            }
+            if let Some(hashes) = &self.list[j].answered_hashes {
+                for hash in hashes.iter() {
+                    earlier.entry(*hash).or_insert(j);
+                }
+            }
+        }
+        Ok(Arc::new(earlier))
+    }
+
+    /// Starts streaming every source counted with prompts left; marks them generating.
+    pub(super) fn take_feeds(&mut self) -> Vec<(usize, super::feed::Prompts)> {
+        let mut started = Vec::new();
+        for (i, state) in self.list.iter_mut().enumerate() {
+            if let Some(feed) = state.feed.take() {
+                state.status.phase = Phase::Generating;
+                started.push((i, feed.start()));
+            }
+        }
+        started
+    }
+
+    /// Records a prompt settled without an answer (or out of attempts) in `rejected.jsonl`.
+    pub(super) fn record_rejected(
+        &mut self,
+        i: usize,
+        record: &RejectedRecord,
+    ) -> anyhow::Result<()> {
+        self.fenced()?;
+        let path = self.run_dir.source(&self.list[i].status.name).rejected();
+        crate::store::append::json_lines(&path, std::slice::from_ref(record), false)?;
+        let source = &mut self.list[i];
+        source.refused += u64::from(record.kind == RejectKind::Rejected);
+        let state = &mut source.status;
+        let what = match record.kind {
+            RejectKind::Rejected => "rejected",
+            RejectKind::Truncated => "truncated",
+            RejectKind::Exhausted => "out of attempts",
+            RejectKind::Duplicate => "duplicate",
+        };
+        if record.kind == RejectKind::Exhausted {
+            state.failed += 1;
+            state.note = format!(
+                "{} failed (retried on the next run); last: {}",
+                state.failed, record.reason
+            );
+        } else {
+            state.rejected += 1;
+            if state.failed == 0 {
+                state.note = format!(
+                    "{} settled without answer; last {what}: {}",
+                    state.rejected, record.reason
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The selected sources with prompts the server refused, and how many.
+    pub(super) fn refused(&self, selected: &[bool]) -> Vec<(String, u64)> {
+        self.list
+            .iter()
+            .zip(selected)
+            .filter(|(s, selected)| **selected && s.refused > 0)
+            .map(|(s, _)| (s.status.name.clone(), s.refused))
+            .collect()
+    }
+
+    /// Source `i`'s dispatch ended; `stopped`: the run stopped early (resumable, not failed).
+    pub(super) fn finish_generation(
+        &mut self,
+        i: usize,
+        stopped: bool,
+        reporter: &RunReporter,
+    ) -> anyhow::Result<()> {
+        self.fenced()?;
+        let state = &mut self.list[i];
+        if let Some(writer) = state.writer.as_mut() {
+            writer.flush()?;
+        }
+        let status = &mut state.status;
+        if status.prepared == Some(status.done + status.rejected) {
+            status.phase = Phase::Done;
+            status.note = if status.rejected > 0 {
+                format!(
+                    "{} rejected by the server (see rejected.jsonl)",
+                    status.rejected
+                )
+            } else {
+                String::new()
+            };
+            reporter.say(format!(
+                "gen: `{}` done: {} completions",
+                status.name, status.done
+            ));
+        } else if stopped {
+            status.phase = Phase::Prepared;
+        } else {
+            status.phase = Phase::Failed;
+            reporter.say(format!("gen: `{}`: {}", status.name, status.note));
+        }
+        Ok(())
+    }
+
+    pub(super) fn flush_all(&mut self) -> anyhow::Result<()> {
+        self.fenced()?;
+        for state in &mut self.list {
+            if let Some(writer) = state.writer.as_mut() {
+                writer
+                    .flush()
+                    .with_context(|| format!("failed to write `{}`", writer.path().display()))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Refreshes rates and ETAs (once per tick).
+    pub(super) fn refresh_rates(&mut self) {
+        for source in &mut self.list {
+            let status = &mut source.status;
+            if status.phase != Phase::Generating {
+                status.tokens_per_sec = None;
+                status.eta_secs = None;
+                continue;
+            }
+            let since = *source.generating_since.get_or_insert_with(Instant::now);
+            let secs = since.elapsed().as_secs_f64();
+            if secs < 1.0 || status.output_tokens == 0 {
+                continue;
+            }
+            let rate = status.output_tokens as f64 / secs;
+            status.tokens_per_sec = Some(rate);
+            // Mean tokens per completion in this run, times what is left.
+            let completed_here = source.completed_here.max(1) as f64;
+            let per_completion = status.output_tokens as f64 / completed_here;
+            let remaining = status
+                .prepared
+                .unwrap_or(0)
+                .saturating_sub(status.done + status.rejected) as f64;
+            status.eta_secs = Some((remaining * per_completion / rate).round() as u64);
+        }
+    }
+
+    /// Completions stored in this run, over every source.
+    pub(super) fn completed_here(&self) -> u64 {
+        self.list.iter().map(|s| s.completed_here).sum()
+    }
+
+    /// The highest peak RSS of a preparation worker in this run.
+    pub(super) fn peak_rss_bytes(&self) -> Option<u64> {
+        self.list.iter().filter_map(|s| s.peak_rss_bytes).max()
+    }
+
+    /// Stores a completion of source `i`; returns its output tokens.
+    pub(super) fn completed(&mut self, i: usize, record: &CompletionRecord) -> anyhow::Result<u64> {
+        let tokens = record.usage.as_ref().map_or(0, |u| u.completion_tokens);
+        let state = &mut self.list[i];
+        state.status.done += 1;
+        state.status.output_tokens += tokens;
+        if record.finish_reason.as_deref() == Some("length") {
+            state.status.truncated += 1;
+        }
+        state.completed_here += 1;
+        let writer = state
+            .writer
+            .as_mut()
+            .expect("a generating source has a writer");
+        writer.push(record)?;
+        if writer.pending() >= FRAME_RECORDS {
+            // Written now, fsynced on the next tick.
+            if let Some(fence) = &self.fence {
+                fence.check()?;
+            }
+            writer
+                .write_frame()
+                .with_context(|| format!("failed to write `{}`", writer.path().display()))?;
+        }
+        Ok(tokens)
+    }
+}
+
+impl SourceState {
+    /// What the run directory holds for source `name`, putting right what an interrupted run
+    /// left: a partial prompts file, a first sample set aside, a torn completions tail.
+    fn load(
+        run_dir: &RunDir,
+        name: &str,
+        resend: &record::Resend,
+        reporter: &RunReporter,
+    ) -> anyhow::Result<SourceState> {
+        let dir = run_dir.source(name);
+        create_private_dir(dir.root())?;
+        remove_stale_temps(dir.root())?;
+        let partial_prompts = dir.prompts().with_extension("zst.tmp");
+        if partial_prompts.exists() {
+            fs_err::remove_file(&partial_prompts)?;
+        }
+        super::preparation::settle_first_sample(&dir)?;
+        let manifest = prep::read_manifest(run_dir, name)?;
+        let settled = record::settled_ids(&dir.rejected(), resend)
+            .with_context(|| format!("failed to read `{}`", dir.rejected().display()))?;
+        let stored = crate::store::done::load(&dir.completions())
+            .with_context(|| format!("failed to read `{}`", dir.completions().display()))?;
+        let repaired = report_repairs(name, &stored.repairs, reporter);
+        let done_ids = stored.ids;
+        let refused = settled
+            .refused
+            .iter()
+            .filter(|id| !done_ids.contains(*id))
+            .count() as u64;
+        let previous = super::preparation::last_failure(&dir);
+        let prep_failed = manifest.is_none() && previous.is_some();
+        let note = match (&manifest, previous) {
+            (None, Some(report)) => format!(
+                "last preparation failed ({}); retrying",
+                report.exit.describe()
+            ),
+            _ => String::new(),
+        };
+        let status = SourceStatus {
+            phase: if manifest.is_some() {
+                Phase::Prepared
+            } else {
+                Phase::Pending
+            },
+            prepared: manifest.as_ref().map(|m| m.prompts),
+            done: done_ids.len() as u64,
+            rejected: settled.ids.len() as u64,
+            duplicates: settled.duplicates
+                + manifest
+                    .as_ref()
+                    .map_or(0, |m| m.counters.duplicates_across),
+            note,
+            // The preparation's own warning first, then what this start repaired.
+            warnings: manifest
+                .as_ref()
+                .and_then(prep::PrepManifest::warning)
+                .into_iter()
+                .chain(repaired)
+                .collect(),
+            ..SourceStatus::new(name, Phase::Pending)
+        };
+        Ok(SourceState {
+            status,
+            done_ids,
+            settled_ids: settled.ids,
+            completed_here: 0,
+            feed: None,
+            opened: false,
+            hashes: None,
+            answered_hashes: None,
+            settled_duplicates: settled.duplicates,
+            reprepared: false,
+            exclude: None,
+            generating_since: None,
+            peak_rss_bytes: None,
+            writer: None,
+            refused,
+            prep_failed,
+        })
+    }
+}
+
+/// Says what [`crate::store::done::load`] put right in source `name`'s completions: a torn
+/// tail quietly (a crash's normal leftover), anything that lost or moved records loudly, on
+/// stderr and in `events.jsonl`; returns those for the source's status.
+fn report_repairs(
+    name: &str,
+    repairs: &[crate::store::done::Repair],
+    reporter: &RunReporter,
+) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for repair in repairs {
+        if repair.is_loud() {
+            reporter.notice(
+                Notice::recorded(
+                    EventKind::CompletionsRepaired,
+                    Some(name),
+                    repair.to_string(),
+                )
+                .and_said(format!("gen: WARNING: `{name}`: {repair}")),
+            );
+            warnings.push(repair.to_string());
+        } else {
+            tracing::info!(source = name, "{repair}");
+        }
+    }
+    warnings
+}
+
+fn remove_stale_temps(dir: &std::path::Path) -> anyhow::Result<()> {
+    for path in atomic::remove_stale_temps(dir)? {
+        tracing::info!("removed the stale temporary file `{}`", path.display());
+    }
+    Ok(())
+}
+
+/// Creates `path` (and its parents) readable by its owner only: a run directory holds
+/// prompts and answers.
+pub(super) fn create_private_dir(path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("failed to create `{}`: {e}", path.display()),
+            )
+        })
+}
