@@ -1,5 +1,5 @@
 //! The controller's tunables. The defaults are field-notes §2.5's design, retuned where the
-//! simulation (`pipeline/tests/controller_sim.rs`, tables in `BENCHMARKS.md`) showed it
+//! simulation (`pipeline/tests/it/controller_sim.rs`, tables in `BENCHMARKS.md`) showed it
 //! settling below the best fixed limit: the preemption tolerance, the `u` steps, the creep
 //! toward a known ceiling, and a start at the ceiling with a ramp on a one-second tick
 //! instead of ×1.5 per minute from 8. Change them only with those simulation tests.

@@ -4,7 +4,7 @@
 //! These tests skip with a printed reason when llama-server is not installed, unless
 //! `GEN_REQUIRE_LLAMA=1` (set by `scripts/test.sh`, so CI never skips them).
 
-mod support;
+use crate::support;
 use gen_tests::llama::{self, LlamaServer};
 use support::{Gen, completions, copy_examples, llama_project, llama_skip_reason};
 

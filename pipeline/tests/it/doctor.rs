@@ -2,7 +2,7 @@
 //! `GEN_TEST_MEM_AVAILABLE`) is refused with the numbers and exit 1; one that fits exits 0;
 //! the server is probed (the fake OpenAI server), and one that does not answer is a warning.
 
-mod support;
+use crate::support;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 use support::{Gen, Output};

@@ -1,7 +1,7 @@
 //! `gen diagnose` on logs captured anywhere, through the real binary: `--stderr` alone, the
 //! optional evidence flags, and the errors for flags people get wrong.
 
-mod support;
+use crate::support;
 
 use support::Gen;
 

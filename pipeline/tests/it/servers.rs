@@ -3,7 +3,7 @@
 //! `max-outage-secs` leaves everything resumable; and the dispatch order and cross-source
 //! deduplication that decide what is sent at all.
 
-mod support;
+use crate::support;
 
 use std::collections::HashSet;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! sources, an unreachable or dying server, and config errors. The real llama-server scenarios
 //! are in `llama.rs`.
 
-mod support;
+use crate::support;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 use support::{Gen, completions, write_config};

@@ -9,7 +9,7 @@
 //! `gen status` saying "not running" is covered in `run.rs`
 //! (`after_gen_run_is_killed_status_says_it_is_not_running`).
 
-mod support;
+use crate::support;
 
 use gen_tests::llama::LlamaServer;
 use support::{Gen, completions, llama_project};

@@ -3,7 +3,7 @@
 //! not fail its source). The OOM test needs root and a writable memory cgroup; it skips with a
 //! printed reason elsewhere.
 
-mod support;
+use crate::support;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 use support::{Gen, completions};

@@ -9,7 +9,7 @@
 //! (`GEN_BENCH_GEN=/path/to/gen` runs another build, e.g. an older one, against the same
 //! servers).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

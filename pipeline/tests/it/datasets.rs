@@ -5,7 +5,7 @@
 //! sources too (an earlier source wins; the fixtures are smaller than `limit`, so a later
 //! source's duplicates are settled, not sampled around).
 
-mod support;
+use crate::support;
 
 use std::collections::HashSet;
 
