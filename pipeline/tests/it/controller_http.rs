@@ -45,7 +45,7 @@ async fn job(
     gen_.write("data/job.jsonl", &rows);
     gen_.write(
         "cfg.toml",
-        &format!(
+        format!(
             "[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = 30000\nconcurrency = {concurrency}\n\n[[source]]\nname = \"job\"\npath = \"data/job.jsonl\"\n",
             fake.url()
         ),
