@@ -19,14 +19,14 @@ TABLES=${TABLES:-steady jobs http}
 for table in $TABLES; do
     case $table in
         steady)
-            cargo test --release --locked -p gen-pipeline --test controller_sim bench_controller \
+            cargo test --release --locked -p gen-pipeline --test it controller_sim::bench_controller \
                 -- --ignored --exact --nocapture --test-threads=1 ;;
         jobs)
-            cargo test --release --locked -p gen-pipeline --test controller_sim bench_whole_jobs \
+            cargo test --release --locked -p gen-pipeline --test it controller_sim::bench_whole_jobs \
                 -- --ignored --exact --nocapture --test-threads=1 ;;
         http)
-            cargo test --release --locked -p gen-pipeline --test controller_http \
-                bench_controller_http -- --ignored --exact --nocapture --test-threads=1 ;;
+            cargo test --release --locked -p gen-pipeline --test it \
+                controller_http::bench_controller_http -- --ignored --exact --nocapture --test-threads=1 ;;
         *) echo "unknown table: $table" >&2; exit 2 ;;
     esac
 done

@@ -17,15 +17,15 @@ kills=${GEN_SOAK_KILLS:-20}
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 
-cargo test --release --locked -p gen-pipeline --test faults --no-run >/dev/null 2>&1 ||
-    cargo test --release -p gen-pipeline --test faults --no-run
+cargo test --release --locked -p gen-pipeline --test it --no-run >/dev/null 2>&1 ||
+    cargo test --release -p gen-pipeline --test it --no-run
 
 failed=0
 for seed in $seeds; do
     log="$logs/$seed.log"
     started=$(date +%s)
     if GEN_FAULTS_SEED=$seed GEN_SOAK_KILLS=$kills cargo test --release -p gen-pipeline \
-        --test faults -- --ignored --exact soak_twenty_kills --nocapture >"$log" 2>&1; then
+        --test it -- --ignored --exact faults::soak_twenty_kills --nocapture >"$log" 2>&1; then
         result=ok
     else
         result=FAILED

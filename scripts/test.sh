@@ -1,22 +1,34 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: installs (or reuses, cached) the real llama-server and
 # model the end-to-end tests need and a local Slurm cluster, then format check, clippy, and
-# every test.
+# every test (nextest profile `ci`).
+#
+#   ./scripts/test.sh          everything, as CI
+#   ./scripts/test.sh --fast   the same checks but only nextest's `default` profile: no real
+#                              llama-server, Slurm or kernel-OOM tests (.config/nextest.toml),
+#                              and no Slurm cluster started
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+profile=ci
+case "${1:-}" in
+  "") ;;
+  --fast) profile=default ;;
+  *) echo "usage: $0 [--fast]" >&2; exit 2 ;;
+esac
 
 eval "$(./scripts/install-llama-server.sh)"
 export LLAMA_SERVER_BIN GEN_TEST_MODEL
 # With this set, end-to-end tests fail instead of skipping when llama-server is missing.
 export GEN_REQUIRE_LLAMA=1
-# The real Python `datasets` package loads `gen export` output (pipeline/tests/export.rs),
+# The real Python `datasets` package loads `gen export` output (pipeline/tests/it/export.rs),
 # installed once into the cached venv install-llama-server.sh made.
 venv="${GEN_CACHE:-$HOME/.cache/gen}/venv"
 if ! "$venv/bin/python" -c 'import datasets' >/dev/null 2>&1; then
   "$venv/bin/python" -m pip install --disable-pip-version-check -q "datasets>=2"
 fi
 export GEN_TEST_PYTHON="$venv/bin/python" GEN_REQUIRE_PYTHON_DATASETS=1
-# A real OpenSSH server for `gen status --remote` (pipeline/tests/remote.rs starts its own on
+# A real OpenSSH server for `gen status --remote` (pipeline/tests/it/remote.rs starts its own on
 # 127.0.0.1 with throwaway keys; the package only provides the binary).
 if [ ! -x /usr/sbin/sshd ]; then
   sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
@@ -24,18 +36,22 @@ if [ ! -x /usr/sbin/sshd ]; then
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null
 fi
 export GEN_REQUIRE_SSHD=1
-# A real single-node Slurm cluster for `gen slurm` (pipeline/tests/slurm.rs): installed from
+# A real single-node Slurm cluster for `gen slurm` (pipeline/tests/it/slurm.rs): installed from
 # Debian's packages when missing, started here and stopped when the suite ends.
-./scripts/slurm/cluster.sh start
-trap './scripts/slurm/cluster.sh stop' EXIT
-export GEN_REQUIRE_SLURM=1
+if [ "$profile" = ci ]; then
+  ./scripts/slurm/cluster.sh start
+  trap './scripts/slurm/cluster.sh stop' EXIT
+  export GEN_REQUIRE_SLURM=1
+fi
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 # Doc tests first (nextest does not run them), so the suite's own summary closes the output.
 cargo test --workspace --locked --doc
 if cargo nextest --version >/dev/null 2>&1; then
-  cargo nextest run --workspace --locked --no-fail-fast
+  cargo nextest run --workspace --locked --no-fail-fast --profile "$profile"
 else
+  # The profiles are nextest's: without it, --fast runs every test too.
+  [ "$profile" = ci ] || echo "test.sh: cargo-nextest not found, running every test" >&2
   cargo test --workspace --locked --no-fail-fast
 fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A real single-node Slurm cluster on this machine, for the `gen slurm` end-to-end tests
-# (pipeline/tests/slurm.rs): Debian's slurmctld, slurmd and munge, one node named after this
+# (pipeline/tests/it/slurm.rs): Debian's slurmctld, slurmd and munge, one node named after this
 # host with its CPUs, one partition `gen`. Needs root (or sudo). Idempotent.
 #
 #   scripts/slurm/cluster.sh start    install the packages when missing, configure, start the

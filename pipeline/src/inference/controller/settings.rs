@@ -1,6 +1,6 @@
 //! The controller's tunables. The defaults follow the controller's design (a ceiling from the
 //! server's cap and KV room, guards per window, multiplicative cuts), retuned where the
-//! simulation (`pipeline/tests/controller_sim.rs`, tables in `BENCHMARKS.md`) showed it
+//! simulation (`pipeline/tests/it/controller_sim.rs`, tables in `BENCHMARKS.md`) showed it
 //! settling below the best fixed limit: the preemption tolerance, the `u` steps, the creep
 //! toward a known ceiling, and a start at the ceiling with a ramp on a one-second tick
 //! instead of ×1.5 per minute from 8. Change them only with those simulation tests.

@@ -9,9 +9,9 @@
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 
 use super::alpha_project;
-use crate::assert_complete;
-use crate::disk::Tmpfs;
-use crate::harness::{Rng, phase_of, walk};
+use crate::faults::assert_complete;
+use crate::faults::disk::Tmpfs;
+use crate::faults::harness::{Rng, phase_of, walk};
 
 const PROMPTS: usize = 500;
 

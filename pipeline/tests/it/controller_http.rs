@@ -9,7 +9,7 @@
 //! (`GEN_BENCH_GEN=/path/to/gen` runs another build, e.g. an older one, against the same
 //! servers).
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 
@@ -45,7 +45,7 @@ async fn job(
     gen_.write("data/job.jsonl", &rows);
     gen_.write(
         "cfg.toml",
-        &format!(
+        format!(
             "[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = 30000\nconcurrency = {concurrency}\n\n[[source]]\nname = \"job\"\npath = \"data/job.jsonl\"\n",
             fake.url()
         ),

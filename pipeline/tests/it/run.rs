@@ -2,7 +2,7 @@
 //! sources, an unreachable or dying server, and config errors. The real llama-server scenarios
 //! are in `llama.rs`.
 
-mod support;
+use crate::support;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 use support::{Gen, completions, write_config};
@@ -344,7 +344,7 @@ async fn multi_turn_prompts_are_answered_turn_by_turn_on_the_models_own_answers(
     );
     gen_.write(
         "cfg.toml",
-        &format!("[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = 16\n\n[[source]]\nname = \"chat\"\npath = \"data/a.jsonl\"\nturns = \"all\"\n", server.url()),
+        format!("[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = 16\n\n[[source]]\nname = \"chat\"\npath = \"data/a.jsonl\"\nturns = \"all\"\n", server.url()),
     );
     let out = gen_.run(&["run", "cfg.toml"]).await;
     assert_eq!(out.code, 0, "{}", out.stderr);

@@ -3,7 +3,7 @@
 //! printed reason when `sshd` cannot be found or started, unless `GEN_REQUIRE_SSHD=1`
 //! (`scripts/test.sh` installs `openssh-server` and sets it).
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

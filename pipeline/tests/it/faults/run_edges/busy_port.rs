@@ -11,9 +11,9 @@ use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 use gen_tests::llama;
 
 use super::count;
-use crate::harness::{Project, wait_for_status};
-use crate::llama::{signal, skip_reason};
-use crate::{RUN, rows};
+use crate::faults::harness::{Project, wait_for_status};
+use crate::faults::llama::{signal, skip_reason};
+use crate::faults::{RUN, rows};
 
 /// `cfg.toml` launching the real llama-server on `port` (a number, or `{port}`).
 fn write_launch_config(project: &Project, port: &str, prompts: usize) {

@@ -1,7 +1,7 @@
 //! `gen diagnose` on logs captured anywhere, through the real binary: `--stderr` alone, the
 //! optional evidence flags, and the errors for flags people get wrong.
 
-mod support;
+use crate::support;
 
 use support::Gen;
 
@@ -31,7 +31,7 @@ async fn diagnose_fixture(
     subtype: &str,
 ) -> serde_json::Value {
     let gen_ = Gen::new();
-    gen_.write("stderr.log", &fixture(fixture_name));
+    gen_.write("stderr.log", fixture(fixture_name));
     let mut all = vec!["--stderr", "stderr.log"];
     all.extend_from_slice(args);
     let verdict = diagnose_json(&gen_, &all).await;
@@ -73,11 +73,11 @@ async fn kernel_log_lifetime_and_output_flags_reach_the_classifier() {
     let gen_ = Gen::new();
     gen_.write(
         "job.err",
-        &fixture("batch/own_bash_script_killed_memcg.stderr.txt"),
+        fixture("batch/own_bash_script_killed_memcg.stderr.txt"),
     );
     gen_.write(
         "dmesg-T.txt",
-        &fixture("kernel_formats/own_bash_job_dmesg_T.txt"),
+        fixture("kernel_formats/own_bash_job_dmesg_T.txt"),
     );
     let inside = diagnose_json(
         &gen_,
@@ -127,7 +127,7 @@ async fn kernel_log_lifetime_and_output_flags_reach_the_classifier() {
     // Output complete, then killed late by a watchdog: a cleanup crash.
     gen_.write(
         "hang.err",
-        &fixture("cleanup/own_hang_at_exit_timeout_kill.stderr.txt"),
+        fixture("cleanup/own_hang_at_exit_timeout_kill.stderr.txt"),
     );
     let cleanup = diagnose_json(&gen_, &["--stderr", "hang.err", "--output-complete"]).await;
     assert_eq!(cleanup["class"], "cleanup_after_completion", "{cleanup:#}");

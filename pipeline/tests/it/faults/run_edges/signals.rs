@@ -10,9 +10,9 @@ use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 use tokio::io::AsyncReadExt as _;
 
 use super::alpha_project;
-use crate::harness::{Project, completion_ids, sources};
-use crate::llama::signal;
-use crate::{RUN, assert_complete, rows};
+use crate::faults::harness::{Project, completion_ids, sources};
+use crate::faults::llama::signal;
+use crate::faults::{RUN, assert_complete, rows};
 
 /// Polls `ready` every few milliseconds until it holds, or panics after `secs` seconds.
 async fn wait_until(what: &str, secs: u64, mut ready: impl FnMut() -> bool) {

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use crate::harness::{Project, phase_of};
+use crate::faults::harness::{Project, phase_of};
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 
 /// What a malformed input must lead to.

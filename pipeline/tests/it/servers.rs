@@ -3,7 +3,7 @@
 //! `max-outage-secs` leaves everything resumable; and the dispatch order and cross-source
 //! deduplication that decide what is sent at all.
 
-mod support;
+use crate::support;
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -62,10 +62,10 @@ async fn two_servers_share_one_queue_and_every_prompt_is_answered_once() {
     let a = FakeOpenAi::start(slow()).await;
     let b = FakeOpenAi::start(slow()).await;
     let gen_ = Gen::new();
-    gen_.write("data/a.jsonl", &prompts(24));
+    gen_.write("data/a.jsonl", prompts(24));
     gen_.write(
         "cfg.toml",
-        &config(
+        config(
             &format!("urls = [\"{}\", \"{}\"]", a.url(), b.url()),
             "concurrency = 2",
             "[[source]]\nname = \"alpha\"\npath = \"data/a.jsonl\"\n",
@@ -104,10 +104,10 @@ async fn a_server_down_from_the_start_gets_nothing_and_the_others_do_the_work() 
         format!("http://{}", listener.local_addr().expect("addr"))
     };
     let gen_ = Gen::new();
-    gen_.write("data/a.jsonl", &prompts(6));
+    gen_.write("data/a.jsonl", prompts(6));
     gen_.write(
         "cfg.toml",
-        &config(
+        config(
             &format!("urls = [\"{dead}\", \"{}\"]", a.url()),
             "concurrency = 2",
             "[[source]]\nname = \"alpha\"\npath = \"data/a.jsonl\"\n",
@@ -150,10 +150,10 @@ async fn a_server_that_stalls_and_dies_hands_its_requests_to_the_other() {
     })
     .await;
     let gen_ = Gen::new();
-    gen_.write("data/a.jsonl", &prompts(10));
+    gen_.write("data/a.jsonl", prompts(10));
     gen_.write(
         "cfg.toml",
-        &config(
+        config(
             &format!("urls = [\"{}\", \"{}\"]\nstall-secs = 2", a.url(), b.url()),
             "concurrency = 2",
             "[[source]]\nname = \"alpha\"\npath = \"data/a.jsonl\"\n",
@@ -193,10 +193,10 @@ async fn with_every_server_down_gen_gives_up_after_max_outage_secs_and_a_rerun_r
     let server = FakeOpenAi::start(knobs()).await;
     let addr = server.addr;
     let gen_ = Gen::new();
-    gen_.write("data/a.jsonl", &prompts(8));
+    gen_.write("data/a.jsonl", prompts(8));
     gen_.write(
         "cfg.toml",
-        &config(
+        config(
             &format!("url = \"{}\"\nmax-outage-secs = 1", server.url()),
             "concurrency = 1",
             "[[source]]\nname = \"alpha\"\npath = \"data/a.jsonl\"\n",
@@ -244,7 +244,7 @@ async fn longest_first_sends_the_longest_prompts_first() {
     gen_.write("data/a.jsonl", &rows);
     gen_.write(
         "cfg.toml",
-        &config(
+        config(
             &format!("url = \"{}\"", server.url()),
             "concurrency = 1",
             "[[source]]\nname = \"alpha\"\npath = \"data/a.jsonl\"\norder = \"longest-first\"\n",
@@ -275,7 +275,7 @@ async fn a_prompt_in_two_sources_is_answered_once_by_the_earlier_source() {
     );
     gen_.write(
         "cfg.toml",
-        &config(
+        config(
             &format!("url = \"{}\"", server.url()),
             "concurrency = 2",
             "[[source]]\nname = \"alpha\"\npath = \"data/a.jsonl\"\n\n[[source]]\nname = \"beta\"\npath = \"data/b.jsonl\"\nprompt-field = \"question\"\nlimit = 5\n",
@@ -355,7 +355,7 @@ async fn an_earlier_source_prepared_late_does_not_answer_again_what_a_later_sour
     );
     gen_.write(
         "cfg.toml",
-        &config(
+        config(
             &format!("url = \"{}\"", server.url()),
             "concurrency = 2",
             "[[source]]\nname = \"alpha\"\npath = \"data/a.jsonl\"\n\n[[source]]\nname = \"beta\"\npath = \"data/b.jsonl\"\nprompt-field = \"question\"\n",

@@ -3,8 +3,8 @@
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 
-use crate::harness::Project;
-use crate::{RUN, rows, write_config};
+use crate::faults::harness::Project;
+use crate::faults::{RUN, rows, write_config};
 
 #[tokio::test]
 async fn a_model_the_server_does_not_list_is_refused_naming_what_it_serves() {

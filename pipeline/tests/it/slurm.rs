@@ -8,7 +8,7 @@
 //! Skipped with a printed reason when no cluster answers or llama-server is missing, unless
 //! `GEN_REQUIRE_SLURM` (or `GEN_REQUIRE_LLAMA`) is set, as `scripts/test.sh` does.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! `GEN_TEST_MEM_AVAILABLE`) is refused with the numbers and exit 1; one that fits exits 0;
 //! the server is probed (the fake OpenAI server), and one that does not answer is a warning.
 
-mod support;
+use crate::support;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 use support::{Gen, Output};
@@ -41,7 +41,7 @@ fn line<'a>(out: &'a Output, check: &str) -> &'a str {
 async fn a_plan_over_a_small_memory_budget_is_refused_with_the_numbers() {
     let server = FakeOpenAi::start(Knobs::default()).await;
     let gen_ = Gen::new();
-    gen_.write("cfg.toml", &config(&server.url()));
+    gen_.write("cfg.toml", config(&server.url()));
     write_data(&gen_);
 
     let refused = doctor(&gen_, "1073741824").await;
@@ -90,7 +90,7 @@ async fn a_server_that_does_not_answer_is_a_warning_not_a_failure() {
         .port();
     let gen_ = Gen::new();
     let url = format!("http://127.0.0.1:{port}");
-    gen_.write("cfg.toml", &config(&url));
+    gen_.write("cfg.toml", config(&url));
     write_data(&gen_);
     let out = doctor(&gen_, "1T").await;
     assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);

@@ -3,7 +3,7 @@
 //! not fail its source). The OOM test needs root and a writable memory cgroup; it skips with a
 //! printed reason elsewhere.
 
-mod support;
+use crate::support;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 use support::{Gen, completions};
@@ -68,7 +68,7 @@ async fn a_worker_over_its_memory_limit_is_oom_killed_and_classified_from_the_ke
     let hog = "import time\nchunks = []\nwhile True:\n    chunks.append(bytearray(8 << 20))\n    time.sleep(0.01)\n";
     let sources = custom_source("hog", hog, "memory-limit = \"64M\"")
         + "\n[[source]]\nname = \"ok\"\npath = \"data/ok.jsonl\"\n";
-    gen_.write("cfg.toml", &config(&server.url(), &sources));
+    gen_.write("cfg.toml", config(&server.url(), &sources));
     let out = gen_.run(&["run", "cfg.toml"]).await;
     assert_eq!(out.code, 1, "{}", out.stderr);
 
@@ -108,7 +108,7 @@ async fn a_python_traceback_is_reported_with_type_and_message() {
     let script = "import sys\nrows = {}\nprint('loading', flush=True)\nrows['prompt']\n";
     gen_.write(
         "cfg.toml",
-        &config(&server.url(), &custom_source("broken", script, "")),
+        config(&server.url(), &custom_source("broken", script, "")),
     );
     let out = gen_.run(&["run", "cfg.toml"]).await;
     assert_eq!(out.code, 1, "{}", out.stderr);
@@ -142,7 +142,7 @@ async fn a_crash_after_complete_output_keeps_the_output_and_generates() {
     );
     gen_.write(
         "cfg.toml",
-        &config(
+        config(
             &server.url(),
             &custom_source("teardown", script, "expected-prompts = 5"),
         ),
@@ -204,7 +204,7 @@ async fn without_dev_kmsg_the_kernel_line_comes_from_dmesg_after_the_fact() {
     let hog = "chunks = []\nwhile True:\n    chunks.append(bytearray(8 << 20))\n";
     gen_.write(
         "cfg.toml",
-        &config(
+        config(
             &server.url(),
             &custom_source("hog", hog, "memory-limit = \"48M\""),
         ),
@@ -269,7 +269,7 @@ async fn keeping_every_row_of_a_source_larger_than_the_memory_limit_succeeds() {
     gen_.write("data/big.jsonl", &data);
     drop(data);
     let sources = "\n[[source]]\nname = \"big\"\npath = \"data/big.jsonl\"\nlimit = 100000000\nmemory-limit = \"64M\"\n";
-    gen_.write("cfg.toml", &config(&server.url(), sources));
+    gen_.write("cfg.toml", config(&server.url(), sources));
     let out = gen_.run(&["run", "cfg.toml"]).await;
     assert_eq!(out.code, 0, "{}", out.stderr);
     let manifest: serde_json::Value =

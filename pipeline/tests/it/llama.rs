@@ -4,7 +4,7 @@
 //! These tests skip with a printed reason when llama-server is not installed, unless
 //! `GEN_REQUIRE_LLAMA=1` (set by `scripts/test.sh`, so CI never skips them).
 
-mod support;
+use crate::support;
 use gen_tests::llama::{self, LlamaServer};
 use support::{Gen, completions, copy_examples, llama_project, llama_skip_reason};
 
@@ -98,7 +98,7 @@ async fn resume_sends_no_request_according_to_the_server() {
     gen_.write("data/a.jsonl", &rows);
     gen_.write(
         "cfg.toml",
-        &format!(
+        format!(
             "[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = 8\nconcurrency = 2\n\n[[source]]\nname = \"colours\"\npath = \"data/a.jsonl\"\n",
             server.url()
         ),
@@ -171,7 +171,7 @@ async fn a_killed_server_pauses_the_run_and_a_restart_resumes_it_with_nothing_lo
     gen_.write("data/a.jsonl", &rows);
     gen_.write(
         "cfg.toml",
-        &format!(
+        format!(
             "[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = 24\nconcurrency = 2\n\n[[source]]\nname = \"counting\"\npath = \"data/a.jsonl\"\n",
             server.url()
         ),
@@ -233,7 +233,7 @@ async fn auto_concurrency_settles_within_the_servers_slots() {
     // No `concurrency`: auto is the default.
     gen_.write(
         "cfg.toml",
-        &format!("[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = 12\n\n[[source]]\nname = \"hello\"\npath = \"data/a.jsonl\"\n", server.url()),
+        format!("[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = 12\n\n[[source]]\nname = \"hello\"\npath = \"data/a.jsonl\"\n", server.url()),
     );
     let out = gen_.run(&["run", "cfg.toml"]).await;
     assert_eq!(out.code, 0, "{}", out.stderr);
@@ -302,7 +302,7 @@ async fn a_launched_server_that_dies_mid_run_is_restarted_and_the_run_completes(
     gen_.write("data/a.jsonl", &rows);
     gen_.write(
         "cfg.toml",
-        &format!(
+        format!(
             "[server]\nurl = \"http://127.0.0.1:{{port}}\"\nlaunch = [\"{}\", \"-m\", \"{}\", \"--host\", \"127.0.0.1\", \"--port\", \"{{port}}\", \"-np\", \"2\", \"-c\", \"2048\", \"-t\", \"2\"]\n\n[generation]\nmax-tokens = 16\nconcurrency = 2\n\n[[source]]\nname = \"fruit\"\npath = \"data/a.jsonl\"\n",
             bin.display(),
             model.display()

@@ -5,7 +5,7 @@
 //! sources too (an earlier source wins; the fixtures are smaller than `limit`, so a later
 //! source's duplicates are settled, not sampled around).
 
-mod support;
+use crate::support;
 
 use std::collections::HashSet;
 
@@ -60,7 +60,7 @@ async fn the_real_datasets_toml_runs_through_gen_against_the_fake_hub() {
     assert_eq!(real.matches(local_server).count(), 1);
     gen_.write(
         "datasets.toml",
-        &real.replace(local_server, &format!("url = \"{}\"", server.url())),
+        real.replace(local_server, &format!("url = \"{}\"", server.url())),
     );
     let cache = tempfile::tempdir().expect("tempdir");
     let cache_dir = cache.path().to_string_lossy().into_owned();

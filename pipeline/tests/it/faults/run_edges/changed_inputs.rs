@@ -6,8 +6,8 @@
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 
 use super::alpha_project;
-use crate::harness::Project;
-use crate::{RUN, rows, write_config};
+use crate::faults::harness::Project;
+use crate::faults::{RUN, rows, write_config};
 
 #[tokio::test]
 async fn a_changed_limit_or_input_file_after_generation_is_refused_until_kept() {

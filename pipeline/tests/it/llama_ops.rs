@@ -9,7 +9,7 @@
 //! `gen status` saying "not running" is covered in `run.rs`
 //! (`after_gen_run_is_killed_status_says_it_is_not_running`).
 
-mod support;
+use crate::support;
 
 use gen_tests::llama::LlamaServer;
 use support::{Gen, completions, llama_project};
@@ -76,7 +76,7 @@ async fn a_traceback_fails_one_source_and_only_failed_regenerates_just_that_sour
     let worker = gen_.path("prep.py");
     gen_.write(
         "cfg.toml",
-        &format!(
+        format!(
             "[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = 8\nconcurrency = 2\n\n\
              [[source]]\nname = \"colours\"\npath = \"data/colours.jsonl\"\n\n\
              [[source]]\nname = \"fruits\"\ncommand = [\"python3\", \"{}\"]\n\n\

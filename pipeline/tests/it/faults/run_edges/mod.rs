@@ -17,10 +17,10 @@ mod signals;
 mod wrong_model;
 
 /// A project with one source, `alpha`, of `rows` (JSONL text), against the server at `url`.
-fn alpha_project(url: &str, rows: String) -> crate::harness::Project {
-    let project = crate::harness::Project::new();
+fn alpha_project(url: &str, rows: String) -> crate::faults::harness::Project {
+    let project = crate::faults::harness::Project::new();
     project.write("data/alpha.jsonl", rows);
-    crate::write_config(&project, url, "", &[("alpha", "data/alpha.jsonl", "")]);
+    crate::faults::write_config(&project, url, "", &[("alpha", "data/alpha.jsonl", "")]);
     project
 }
 

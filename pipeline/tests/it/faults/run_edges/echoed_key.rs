@@ -5,8 +5,8 @@
 use gen_tests::key_echo::KeyEcho;
 
 use super::count;
-use crate::RUN;
-use crate::harness::{Project, walk};
+use crate::faults::RUN;
+use crate::faults::harness::{Project, walk};
 
 const KEY: &str = "sk-echoed-Hq4vZ81mTx";
 const HF_TOKEN: &str = "hf_echoedTk2Pw7Lq9Zr";

@@ -2,7 +2,7 @@
 //! with a plot, fresh prompts per level and servers taking turns (checked by what the fake
 //! servers received), `--json`, `auto`, and the errors a user meets first.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! Bad configs: every one is refused with exit 2 and each problem located at
 //! `file:line:column`; the first lines of several are pinned exactly.
 
-use crate::harness::Project;
+use crate::faults::harness::Project;
 
 const SOURCE: &str = "\n[[source]]\nname = \"a\"\npath = \"a.jsonl\"\n";
 

@@ -3,7 +3,7 @@
 //! `scripts/test.sh`; the Python part skips with a printed reason when it is unset, unless
 //! `GEN_REQUIRE_PYTHON_DATASETS=1`).
 
-mod support;
+use crate::support;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 use support::{Gen, write_config};

@@ -1,0 +1,29 @@
+//! The pipeline's integration tests, one binary: `gen` end to end against fake servers, the
+//! real llama-server, sshd and Slurm, and the library's parts driven from outside. Each module
+//! is one area; `support` holds what they share.
+//!
+//! Which tests the quick profile leaves out (the slow end-to-end ones) is decided by
+//! `.config/nextest.toml`, not here.
+
+mod support;
+
+mod advice_keys;
+mod bench;
+mod controller_http;
+mod controller_sim;
+mod datasets;
+mod diagnose_offline;
+mod diagnostics;
+mod doctor;
+mod export;
+// Loaded by path so that the `#[path = "faults/…"]` declarations inside it stay relative to
+// this directory, as they were when it was a crate root.
+#[path = "faults.rs"]
+mod faults;
+mod llama;
+mod llama_ops;
+mod protocol;
+mod remote;
+mod run;
+mod servers;
+mod slurm;
