@@ -30,6 +30,7 @@ use crate::inference::probe;
 use crate::prep;
 use crate::status::state::{self, Phase, RunStatus, SourceStatus, VerdictLine};
 use crate::store::frames::FrameWriter;
+use crate::store::ids::IdSet;
 use crate::store::{RunDir, atomic, layout::LAYOUT_VERSION};
 use gen_diagnostics::Verdict;
 
@@ -109,10 +110,10 @@ impl Selection {
 struct SourceState {
     status: SourceStatus,
     /// Prompts with a completion when the run started (handed to the feed when it opens).
-    done_ids: HashSet<String>,
+    done_ids: IdSet,
     /// Prompts settled without a completion: rejected by the server, truncated and dropped,
     /// or duplicates of an earlier source.
-    settled_ids: HashSet<String>,
+    settled_ids: IdSet,
     /// Completions stored in this run.
     completed_here: u64,
     /// Counted and ready to stream, until its dispatch starts.
@@ -711,11 +712,7 @@ impl<'p> Orchestrator<'p> {
                 .with_context(|| format!("failed to read `{}`", dir.completions().display()))?;
             let warnings = report_repairs(run_dir, name, &stored.repairs);
             let done_ids = stored.ids;
-            let refused = settled
-                .refused
-                .iter()
-                .filter(|id| !done_ids.contains(*id))
-                .count() as u64;
+            let refused = settled.refused.count_not_in(&done_ids) as u64;
             let previous: Option<WorkerReport> = atomic::read_json::<WorkerFile>(&dir.worker())
                 .ok()
                 .flatten()
@@ -851,7 +848,7 @@ impl<'p> Orchestrator<'p> {
                 if dir.rejected().exists() {
                     fs_err::remove_file(dir.rejected())?;
                 }
-                state.settled_ids.clear();
+                state.settled_ids = IdSet::default();
                 state.settled_duplicates = 0;
                 let status = &mut state.status;
                 status.prepared = None;
@@ -935,27 +932,45 @@ impl<'p> Orchestrator<'p> {
     fn open_source(&mut self, i: usize) -> anyhow::Result<Opened> {
         let name = self.sources[i].status.name.clone();
         let dir = self.run_dir.source(&name);
-        let earlier = if self.plan.sources[i].dedup() {
-            self.held_elsewhere(i)?
-        } else {
-            Arc::default()
-        };
-        let earlier_hashes = Arc::clone(&earlier);
-        let counters = prep::read_manifest(&self.run_dir, &name)?.map(|m| m.counters);
+        let mut manifest = prep::read_manifest(&self.run_dir, &name)?;
+        let counters = manifest.as_ref().map(|m| &m.counters);
         // Earlier sources' prompts its worker left out of the sample.
-        let left_out = counters.as_ref().map_or(0, |c| c.duplicates_across);
+        let left_out = counters.map_or(0, |c| c.duplicates_across);
         // Whether its sample had to leave rows out: only then can another sample do better.
-        let sampled_out = counters.as_ref().map_or(0, |c| c.sampled_out);
+        let sampled_out = counters.map_or(0, |c| c.sampled_out);
         let state = &mut self.sources[i];
-        state.opened = true;
-        let skip = Skip {
+        let mut skip = Skip {
             done: std::mem::take(&mut state.done_ids),
             settled: std::mem::take(&mut state.settled_ids),
             shard: self.shard,
-            elsewhere: earlier,
+            elsewhere: Arc::default(),
         };
+        let recorded = manifest.as_ref().and_then(|m| m.prompt_ids.as_ref());
+        if let Some(census) = super::feed::finished(&dir.prompts(), recorded, &skip) {
+            // Nothing to send: neither its prompts nor the other sources' need reading.
+            state.opened = true;
+            state.status.prepared = Some(census.prepared);
+            state.status.done = census.done;
+            state.status.rejected = census.settled;
+            state.status.duplicates = state.settled_duplicates + left_out;
+            state.status.phase = Phase::Done;
+            return Ok(Opened::Counted);
+        }
+        if self.plan.sources[i].dedup() {
+            skip.elsewhere = self.held_elsewhere(i)?;
+        }
+        let earlier_hashes = Arc::clone(&skip.elsewhere);
+        let state = &mut self.sources[i];
+        state.opened = true;
         let worker = self.plan.worker(&name);
         let (census, feed) = Feed::open(&dir.prompts(), skip, worker.order)?;
+        if let Some(manifest) = manifest.as_mut()
+            && manifest.prompt_ids.as_ref() != Some(&census.ids)
+        {
+            manifest.prompt_ids = Some(census.ids.clone());
+            atomic::write_json(&dir.manifest(), &*manifest)
+                .with_context(|| format!("failed to write `{}`", dir.manifest().display()))?;
+        }
         let earlier_duplicates = census.duplicates.iter().filter(|(_, j)| *j < i).count();
         // Not with `--shard`: every host must prepare the same prompts, and a host sees the
         // duplicates of its own share only.
