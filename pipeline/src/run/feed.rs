@@ -97,11 +97,17 @@ pub fn finished(path: &Path, recorded: Option<&PromptIds>, skip: &Skip) -> Optio
         // A shard's census counts its own share of the prompts only.
         return None;
     }
-    let all = skip.done.union(&skip.settled);
     let bytes = fs_err::metadata(path).ok()?.len();
+    // Counted and summed without building the union (another copy of the done-set).
+    let (count, digest) = skip
+        .done
+        .union_keys(&skip.settled)
+        .fold((0u64, 0u128), |(n, sum), key| {
+            (n + 1, sum.wrapping_add(key))
+        });
     let matches = recorded.bytes == bytes
-        && recorded.prompts == all.len() as u64
-        && recorded.digest == format!("{:032x}", all.digest());
+        && recorded.prompts == count
+        && recorded.digest == format!("{digest:032x}");
     matches.then(|| Census {
         prepared: recorded.prompts,
         done: skip.done.len() as u64,

@@ -62,34 +62,42 @@ impl IdSet {
         self.keys().filter(|k| !other.contains_key(*k)).count()
     }
 
-    /// The ids of both sets (a linear merge: both are sorted).
+    /// The ids of both sets.
     pub fn union(&self, other: &IdSet) -> IdSet {
-        let (mut a, mut b) = (self.keys.iter().peekable(), other.keys.iter().peekable());
-        let mut keys = Vec::with_capacity(self.len().max(other.len()));
-        loop {
-            let next = match (a.peek(), b.peek()) {
-                (Some(x), Some(y)) if x < y => a.next(),
-                (Some(x), Some(y)) if y < x => b.next(),
-                (Some(_), Some(_)) => {
-                    b.next();
-                    a.next()
-                }
-                (Some(_), None) => a.next(),
-                (None, Some(_)) => b.next(),
-                (None, None) => break,
-            };
-            keys.extend(next);
-        }
+        let mut keys: Vec<u128> = self.union_keys(other).collect();
         keys.shrink_to_fit();
         IdSet { keys }
+    }
+
+    /// The keys of both sets in ascending order, each once (a linear merge: both are sorted),
+    /// without building the union.
+    pub fn union_keys<'a>(&'a self, other: &'a IdSet) -> impl Iterator<Item = u128> + 'a {
+        let (mut a, mut b) = (self.keys().peekable(), other.keys().peekable());
+        std::iter::from_fn(move || match (a.peek(), b.peek()) {
+            (Some(x), Some(y)) if x < y => a.next(),
+            (Some(x), Some(y)) if y < x => b.next(),
+            (Some(_), Some(_)) => {
+                b.next();
+                a.next()
+            }
+            (Some(_), None) => a.next(),
+            (None, _) => b.next(),
+        })
     }
 
     /// A fingerprint of the whole set (the wrapping sum of its keys): equal sets give equal
     /// digests, and different ones collide only by chance (about 2⁻¹²⁸).
     pub fn digest(&self) -> u128 {
-        self.keys().fold(0, u128::wrapping_add)
+        digest(self.keys())
     }
 }
+
+/// [`IdSet::digest`] of distinct keys.
+pub fn digest(keys: impl Iterator<Item = u128>) -> u128 {
+    keys.fold(0, u128::wrapping_add)
+}
+
+impl IdSet {}
 
 impl<'a> FromIterator<&'a str> for IdSet {
     fn from_iter<I: IntoIterator<Item = &'a str>>(ids: I) -> IdSet {
@@ -177,6 +185,8 @@ mod tests {
         assert_eq!(a.count_not_in(&b), 2);
         assert_eq!(b.count_not_in(&a), 1);
         assert_eq!(both.digest(), set(&["t", "s", "r", "q", "p"]).digest());
+        assert_eq!(digest(a.union_keys(&b)), both.digest());
+        assert_eq!(a.union_keys(&b).count(), 5);
         assert_ne!(a.digest(), b.digest());
     }
 
