@@ -330,20 +330,41 @@ fn audit_source(
 
     // Completions.
     let completions_path = dir.completions();
-    let mut completion_keys: Vec<u128> = Vec::new();
+    // Frames in parallel batches (not the whole file in memory), as `gen run` reads them: a
+    // frame whose id index entry vouches for its answers is not decoded.
+    let (frames, scan) = frames::survey(&completions_path, 0, |body| {
+        let mut audit = FrameAudit::default();
+        match body {
+            frames::FrameBody::Ids(list) => audit.keys = list.into_iter().map(ids::key).collect(),
+            frames::FrameBody::Text(text) => {
+                for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                    match record::line_defect(line) {
+                        Ok(Some(defective)) => audit.not_answers.push(defective),
+                        Ok(None) => match crate::store::index::record_id(line) {
+                            Ok(id) => audit.keys.push(ids::key(&id)),
+                            Err(_) => audit.bad_lines += 1,
+                        },
+                        Err(_) => audit.bad_lines += 1,
+                    }
+                }
+            }
+        }
+        Ok(audit)
+    })
+    .with_context(|| format!("failed to read `{}`", completions_path.display()))?;
+    let check = FileCheck {
+        torn_bytes: scan.torn_bytes,
+        intact_end: scan.intact_end(),
+        damaged: scan.damaged,
+    };
+    let mut completion_keys: Vec<u128> = Vec::with_capacity(scan.records as usize);
     let mut bad_completion_lines = 0u64;
     let mut not_answers: Vec<(String, crate::inference::client::Defect)> = Vec::new();
-    let check = check_framed(&completions_path, |line| {
-        match record::line_defect(line) {
-            Ok(Some(defective)) => not_answers.push(defective),
-            Ok(None) => match crate::store::index::record_id(line) {
-                Ok(id) => completion_keys.push(ids::key(&id)),
-                Err(_) => bad_completion_lines += 1,
-            },
-            Err(_) => bad_completion_lines += 1,
-        }
-        Ok(())
-    })?;
+    for frame in frames {
+        completion_keys.extend(frame.value.keys);
+        not_answers.extend(frame.value.not_answers);
+        bad_completion_lines += frame.value.bad_lines;
+    }
     let intact = completion_keys.len() as u64;
     completion_keys.sort_unstable();
     // Ids stored more than once, each once.
@@ -530,6 +551,16 @@ fn audit_source(
             .push("not prepared yet: the next run prepares it".to_owned());
     }
     Ok(audit)
+}
+
+/// One completions frame as the audit reads it.
+#[derive(Default)]
+struct FrameAudit {
+    /// Keys of the records that are answers.
+    keys: Vec<u128>,
+    not_answers: Vec<(String, crate::inference::client::Defect)>,
+    /// Lines that are not completion records.
+    bad_lines: u64,
 }
 
 /// For each of `sets`, the smallest id (in `str` order) of a completion record of `path`
