@@ -252,14 +252,34 @@ fn audit_source(
     let mut prompt_ids = IdSet::default();
     let mut bad_prompt_lines = 0u64;
     if prompts_path.exists() {
-        let mut keys = Vec::new();
-        let check = check_framed(&prompts_path, |line| {
-            match serde_json::from_slice::<gen_sources::Prompt>(line) {
-                Ok(prompt) => keys.push(ids::key(&prompt.id)),
-                Err(_) => bad_prompt_lines += 1,
+        let (frames, scan) = frames::survey(&prompts_path, 0, |body| {
+            let mut audit = FrameAudit::default();
+            let text = match body {
+                frames::FrameBody::Text(text) => text,
+                frames::FrameBody::Ids(list) => {
+                    audit.keys = list.into_iter().map(ids::key).collect();
+                    return Ok(audit);
+                }
+            };
+            for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                match serde_json::from_slice::<gen_sources::Prompt>(line) {
+                    Ok(prompt) => audit.keys.push(ids::key(&prompt.id)),
+                    Err(_) => audit.bad_lines += 1,
+                }
             }
-            Ok(())
-        })?;
+            Ok(audit)
+        })
+        .with_context(|| format!("failed to read `{}`", prompts_path.display()))?;
+        let check = FileCheck {
+            torn_bytes: scan.torn_bytes,
+            intact_end: scan.intact_end(),
+            damaged: scan.damaged,
+        };
+        let mut keys = Vec::with_capacity(scan.records as usize);
+        for frame in frames {
+            keys.extend(frame.value.keys);
+            bad_prompt_lines += frame.value.bad_lines;
+        }
         let listed = keys.len() as u64;
         prompt_ids = IdSet::from_keys(keys);
         let repeated_prompts = listed - prompt_ids.len() as u64;
@@ -553,7 +573,7 @@ fn audit_source(
     Ok(audit)
 }
 
-/// One completions frame as the audit reads it.
+/// One frame of a prompts or completions file as the audit reads it.
 #[derive(Default)]
 struct FrameAudit {
     /// Keys of the records that are answers.
