@@ -1,4 +1,5 @@
-//! Benchmark of the done-set rebuild on resume (issue 5, Performance 3).
+//! Benchmarks of resuming a run: the done-set rebuild, and the project a no-op restart and
+//! `gen verify` are timed on.
 //!
 //! `bench_resume write FILE N [--no-index]` writes N realistic completion records (prompt,
 //! reasoning and answer in word-like text, about 1.9 KB of JSON each) through the real
@@ -6,8 +7,15 @@
 //! each frame as `gen run` writes them (`--no-index`: as `gen` wrote them before the index).
 //! `bench_resume rebuild FILE [REPEATS]` times what `gen run` does per source on start —
 //! `completed_ids`, then the torn-tail check of `FrameWriter::open` — and prints each run and
-//! the medians. `scripts/bench-resume.sh` runs both.
+//! the medians.
+//! `bench_resume project DIR N` writes `DIR/cfg.toml` and `DIR/data/bench.jsonl` (N prompts of
+//! word-like text; the server URL is a closed port: nothing is ever sent);
+//! `bench_resume finish SOURCE_DIR` stores a completion for every prepared prompt of a source
+//! directory, as a finished run leaves it; `bench_resume forget-ids SOURCE_DIR` removes the
+//! prompt ids a counting pass recorded in its manifest (as a run dir an older `gen` wrote).
+//! `scripts/bench-resume.sh` runs them all.
 
+use std::io::Write as _;
 use std::path::Path;
 use std::time::Instant;
 
@@ -88,28 +96,13 @@ fn write(path: &Path, count: u64, indexed: bool) -> anyhow::Result<()> {
     let mut words = Words::new(42);
     let started = Instant::now();
     for i in 0..count {
-        let lengths = [words.next() % 300, words.next() % 700, words.next() % 500];
-        let prompt = words.text(150 + lengths[0] as usize);
-        let reasoning = words.text(500 + lengths[1] as usize);
-        let content = words.text(200 + lengths[2] as usize);
-        let record = CompletionRecord {
-            id: gen_sources::prompt::prompt_id("bench", i, 0),
-            source: "bench".into(),
-            model: "Qwen/Qwen3-8B".into(),
-            messages: vec![Message::new(Role::User, prompt)],
-            content,
-            reasoning_content: Some(reasoning),
-            finish_reason: Some("stop".into()),
-            usage: Some(Usage {
-                prompt_tokens: 120,
-                completion_tokens: 380,
-                total_tokens: 500,
-            }),
-            turns: Vec::new(),
-            attempts: 1,
-            latency_ms: 12_345,
-            created_unix_ms: 1_760_000_000_000 + i,
-        };
+        let prompt = words.prompt();
+        let record = completion(
+            &mut words,
+            gen_sources::prompt::prompt_id("bench", i, 0),
+            vec![Message::new(Role::User, prompt)],
+            i,
+        );
         writer.push(&record)?;
         if writer.pending() >= FRAME_RECORDS {
             writer.flush()?;
@@ -122,6 +115,103 @@ fn write(path: &Path, count: u64, indexed: bool) -> anyhow::Result<()> {
         bytes as f64 / (1 << 20) as f64,
         started.elapsed().as_secs_f64()
     );
+    Ok(())
+}
+
+impl Words {
+    /// A user prompt of 150–450 bytes.
+    fn prompt(&mut self) -> String {
+        let extra = self.next() % 300;
+        self.text(150 + extra as usize)
+    }
+}
+
+/// A completion of ~1.9 KB of JSON with reasoning, as a thinking model's answer is stored.
+fn completion(words: &mut Words, id: String, messages: Vec<Message>, i: u64) -> CompletionRecord {
+    let lengths = [words.next() % 700, words.next() % 500];
+    let reasoning = words.text(500 + lengths[0] as usize);
+    let content = words.text(200 + lengths[1] as usize);
+    CompletionRecord {
+        id,
+        source: "bench".into(),
+        model: "Qwen/Qwen3-8B".into(),
+        messages,
+        content,
+        reasoning_content: Some(reasoning),
+        finish_reason: Some("stop".into()),
+        usage: Some(Usage {
+            prompt_tokens: 120,
+            completion_tokens: 380,
+            total_tokens: 500,
+        }),
+        turns: Vec::new(),
+        attempts: 1,
+        latency_ms: 12_345,
+        created_unix_ms: 1_760_000_000_000 + i,
+    }
+}
+
+/// A project of one source of `count` prompts whose server is never reached.
+fn project(dir: &Path, count: u64) -> anyhow::Result<()> {
+    fs_err::create_dir_all(dir.join("data"))?;
+    fs_err::write(
+        dir.join("cfg.toml"),
+        format!(
+            "[server]\nurl = \"http://127.0.0.1:1\"\nhealth-timeout-secs = 1\n\n\
+             [generation]\nmax-tokens = 1024\n\n[[source]]\nname = \"bench\"\n\
+             path = \"data/bench.jsonl\"\nlimit = {count}\n"
+        ),
+    )?;
+    let mut out = std::io::BufWriter::new(fs_err::File::create(dir.join("data/bench.jsonl"))?);
+    let mut words = Words::new(7);
+    for i in 0..count {
+        let row = serde_json::json!({"prompt": format!("{i}: {}", words.prompt())});
+        writeln!(out, "{row}")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Stores a completion for every prepared prompt of `source_dir`.
+fn finish(source_dir: &Path) -> anyhow::Result<()> {
+    let path = source_dir.join("completions.jsonl.zst");
+    if path.exists() {
+        bail!("`{}` exists; remove it first", path.display());
+    }
+    let (mut writer, _) = FrameWriter::open_indexed(&path)?;
+    let mut words = Words::new(42);
+    let mut count = 0u64;
+    let mut failed = None;
+    gen_pipeline::run::feed::for_each_prompt(&source_dir.join("prompts.jsonl.zst"), |prompt| {
+        if failed.is_some() {
+            return;
+        }
+        let record = completion(&mut words, prompt.id, prompt.messages, count);
+        count += 1;
+        let stored = writer.push(&record).and_then(|()| {
+            if writer.pending() >= FRAME_RECORDS {
+                writer.flush()?;
+            }
+            Ok(())
+        });
+        failed = stored.err();
+    })?;
+    if let Some(e) = failed {
+        return Err(e.into());
+    }
+    writer.flush()?;
+    eprintln!("stored {count} completions in `{}`", path.display());
+    Ok(())
+}
+
+/// Removes `prompt_ids` from a source's manifest.
+fn forget_ids(source_dir: &Path) -> anyhow::Result<()> {
+    let path = source_dir.join("manifest.json");
+    let mut manifest: serde_json::Value = serde_json::from_slice(&fs_err::read(&path)?)?;
+    if let Some(fields) = manifest.as_object_mut() {
+        fields.remove("prompt_ids");
+    }
+    fs_err::write(&path, serde_json::to_vec_pretty(&manifest)?)?;
     Ok(())
 }
 
@@ -169,6 +259,12 @@ fn main() -> anyhow::Result<()> {
         ["write", path, count, "--no-index"] => write(Path::new(path), count.parse()?, false),
         ["rebuild", path] => rebuild(Path::new(path), 5),
         ["rebuild", path, repeats] => rebuild(Path::new(path), repeats.parse()?),
-        _ => bail!("usage: bench_resume write FILE N [--no-index] | rebuild FILE [REPEATS]"),
+        ["project", dir, count] => project(Path::new(dir), count.parse()?),
+        ["finish", dir] => finish(Path::new(dir)),
+        ["forget-ids", dir] => forget_ids(Path::new(dir)),
+        _ => bail!(
+            "usage: bench_resume write FILE N [--no-index] | rebuild FILE [REPEATS] | \
+             project DIR N | finish SOURCE_DIR | forget-ids SOURCE_DIR"
+        ),
     }
 }

@@ -11,7 +11,7 @@
 
 mod columnar;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::io::{self, BufWriter, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -302,7 +302,7 @@ fn write_all(
         ExportFormat::Parquet => Sink::Parquet(Box::new(columnar::ParquetSink::new(file)?)),
     };
     let mut summary = ExportSummary::default();
-    let mut seen: HashSet<String> = HashSet::new();
+    let mut seen = crate::store::ids::SeenIds::default();
     for (name, dir) in sources {
         let path = dir.join("completions.jsonl.zst");
         let mut rows = 0u64;
@@ -314,7 +314,7 @@ fn write_all(
             }
             let stored: StoredCompletion = serde_json::from_slice(line)
                 .map_err(|e| io::Error::other(format!("a record is not a completion: {e}")))?;
-            if !seen.insert(stored.id.clone()) {
+            if !seen.insert(&stored.id) {
                 summary.duplicates += 1;
                 return Ok(());
             }

@@ -2,13 +2,14 @@
 //! and checks the result: a prompt completed in two shards is a duplicate (kept once, and
 //! reported), a prompt completed or settled in none is a gap.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 
 use crate::store::frames::{self, FrameWriter};
+use crate::store::ids::{self, IdSet, SeenIds};
 use crate::store::records::{self as record, CompletionRecord};
 use crate::store::{RunDir, atomic};
 
@@ -44,24 +45,25 @@ fn merge_source(name: &str, shards: &[RunDir], out: &RunDir) -> anyhow::Result<M
     fs_err::create_dir_all(target.root())?;
     let mut result = MergedSource::default();
     // Every shard prepared the same prompts; the first that has them provides the file.
-    let mut prompt_ids: HashSet<String> = HashSet::new();
+    let mut prompt_keys = Vec::new();
     if let Some(first) = shards
         .iter()
         .map(|s| s.source(name))
         .find(|d| d.prompts().exists())
     {
-        for prompt in crate::prep::read_prompts(&first.prompts())? {
-            prompt_ids.insert(prompt.id);
-        }
+        crate::run::feed::for_each_prompt(&first.prompts(), |prompt| {
+            prompt_keys.push(ids::key(&prompt.id));
+        })?;
         fs_err::copy(first.prompts(), target.prompts())?;
         if first.manifest().exists() {
             fs_err::copy(first.manifest(), target.manifest())?;
         }
     }
+    let prompt_ids = IdSet::from_keys(prompt_keys);
     result.prompts = prompt_ids.len() as u64;
     let (mut writer, _) = FrameWriter::open_indexed(&target.completions())?;
-    let mut seen: HashSet<String> = HashSet::new();
-    let mut settled: HashSet<String> = HashSet::new();
+    let mut seen = SeenIds::default();
+    let mut settled = IdSet::default();
     let mut rejected_lines = Vec::new();
     for shard in shards {
         let dir = shard.source(name);
@@ -76,7 +78,7 @@ fn merge_source(name: &str, shards: &[RunDir], out: &RunDir) -> anyhow::Result<M
             if record.defect().is_some() {
                 continue;
             }
-            if seen.insert(record.id.clone()) {
+            if seen.insert(&record.id) {
                 writer.push(&record)?;
                 if writer.pending() >= 1000 {
                     writer.flush()?;
@@ -85,7 +87,8 @@ fn merge_source(name: &str, shards: &[RunDir], out: &RunDir) -> anyhow::Result<M
                 result.duplicates += 1;
             }
         }
-        settled.extend(record::settled_ids(&dir.rejected(), &record::Resend::default())?.ids);
+        settled =
+            settled.union(&record::settled_ids(&dir.rejected(), &record::Resend::default())?.ids);
         if let Ok(text) = fs_err::read(dir.rejected()) {
             rejected_lines.extend_from_slice(&text);
         }
@@ -94,12 +97,10 @@ fn merge_source(name: &str, shards: &[RunDir], out: &RunDir) -> anyhow::Result<M
     if !rejected_lines.is_empty() {
         atomic::write(&target.rejected(), &rejected_lines)?;
     }
+    let seen = seen.into_set();
     result.completed = seen.len() as u64;
-    result.settled = settled.iter().filter(|id| !seen.contains(*id)).count() as u64;
-    result.gaps = prompt_ids
-        .iter()
-        .filter(|id| !seen.contains(*id) && !settled.contains(*id))
-        .count() as u64;
+    result.settled = settled.count_not_in(&seen) as u64;
+    result.gaps = prompt_ids.count_not_in(&seen.union(&settled)) as u64;
     Ok(result)
 }
 

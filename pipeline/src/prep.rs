@@ -38,6 +38,10 @@ pub struct PrepManifest {
     /// later runs compare with these instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kept_for: Option<crate::run::inputs::InputState>,
+    /// The ids of `prompts.jsonl.zst`, recorded by the first counting pass of `gen run`, so a
+    /// restart can tell that every prompt is done or settled without reading them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_ids: Option<crate::run::feed::PromptIds>,
     #[serde(flatten)]
     pub counters: gen_sources::Manifest,
 }
@@ -197,6 +201,7 @@ fn prepare_spec(
         settings: Some(spec.settings()),
         input_stats,
         kept_for: None,
+        prompt_ids: None,
         counters,
     };
     if let Err(e) = atomic::write_json(&dir.manifest(), &manifest) {

@@ -11,7 +11,7 @@
 //! not add up, and prompts missing from a source the run says is done. Pending prompts of a
 //! run that has not finished them are reported, not failed.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -22,6 +22,7 @@ use serde_json::Value;
 use crate::prep::PrepManifest;
 use crate::status::Phase;
 use crate::store::frames;
+use crate::store::ids::{self, IdSet};
 use crate::store::records::{self as record, RejectKind, RejectedRecord};
 use crate::store::{RunDir, SourceDir, atomic};
 
@@ -248,21 +249,40 @@ fn audit_source(
 
     // Prepared prompts.
     let prompts_path = dir.prompts();
-    let mut prompt_ids: HashSet<String> = HashSet::new();
-    let mut repeated_prompts = 0u64;
+    let mut prompt_ids = IdSet::default();
     let mut bad_prompt_lines = 0u64;
     if prompts_path.exists() {
-        let check = check_framed(&prompts_path, |line| {
-            match serde_json::from_slice::<gen_sources::Prompt>(line) {
-                Ok(prompt) => {
-                    if !prompt_ids.insert(prompt.id) {
-                        repeated_prompts += 1;
-                    }
+        let (frames, scan) = frames::survey(&prompts_path, 0, |body| {
+            let mut audit = FrameAudit::default();
+            let text = match body {
+                frames::FrameBody::Text(text) => text,
+                frames::FrameBody::Ids(list) => {
+                    audit.keys = list.into_iter().map(ids::key).collect();
+                    return Ok(audit);
                 }
-                Err(_) => bad_prompt_lines += 1,
+            };
+            for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                match serde_json::from_slice::<gen_sources::Prompt>(line) {
+                    Ok(prompt) => audit.keys.push(ids::key(&prompt.id)),
+                    Err(_) => audit.bad_lines += 1,
+                }
             }
-            Ok(())
-        })?;
+            Ok(audit)
+        })
+        .with_context(|| format!("failed to read `{}`", prompts_path.display()))?;
+        let check = FileCheck {
+            torn_bytes: scan.torn_bytes,
+            intact_end: scan.intact_end(),
+            damaged: scan.damaged,
+        };
+        let mut keys = Vec::with_capacity(scan.records as usize);
+        for frame in frames {
+            keys.extend(frame.value.keys);
+            bad_prompt_lines += frame.value.bad_lines;
+        }
+        let listed = keys.len() as u64;
+        prompt_ids = IdSet::from_keys(keys);
+        let repeated_prompts = listed - prompt_ids.len() as u64;
         if check.torn_bytes > 0 {
             // The prompts file is renamed into place whole: any damage is a problem.
             audit.problems.push(format!(
@@ -330,21 +350,52 @@ fn audit_source(
 
     // Completions.
     let completions_path = dir.completions();
-    let mut completion_counts: HashMap<String, u64> = HashMap::new();
+    // Frames in parallel batches (not the whole file in memory), as `gen run` reads them: a
+    // frame whose id index entry vouches for its answers is not decoded.
+    let (frames, scan) = frames::survey(&completions_path, 0, |body| {
+        let mut audit = FrameAudit::default();
+        match body {
+            frames::FrameBody::Ids(list) => audit.keys = list.into_iter().map(ids::key).collect(),
+            frames::FrameBody::Text(text) => {
+                for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                    match record::line_defect(line) {
+                        Ok(Some(defective)) => audit.not_answers.push(defective),
+                        Ok(None) => match crate::store::index::record_id(line) {
+                            Ok(id) => audit.keys.push(ids::key(&id)),
+                            Err(_) => audit.bad_lines += 1,
+                        },
+                        Err(_) => audit.bad_lines += 1,
+                    }
+                }
+            }
+        }
+        Ok(audit)
+    })
+    .with_context(|| format!("failed to read `{}`", completions_path.display()))?;
+    let check = FileCheck {
+        torn_bytes: scan.torn_bytes,
+        intact_end: scan.intact_end(),
+        damaged: scan.damaged,
+    };
+    let mut completion_keys: Vec<u128> = Vec::with_capacity(scan.records as usize);
     let mut bad_completion_lines = 0u64;
     let mut not_answers: Vec<(String, crate::store::records::Defect)> = Vec::new();
-    let check = check_framed(&completions_path, |line| {
-        match record::line_defect(line) {
-            Ok(Some(defective)) => not_answers.push(defective),
-            Ok(None) => match crate::store::index::record_id(line) {
-                Ok(id) => *completion_counts.entry(id).or_default() += 1,
-                Err(_) => bad_completion_lines += 1,
-            },
-            Err(_) => bad_completion_lines += 1,
-        }
-        Ok(())
-    })?;
-    let intact: u64 = completion_counts.values().sum();
+    for frame in frames {
+        completion_keys.extend(frame.value.keys);
+        not_answers.extend(frame.value.not_answers);
+        bad_completion_lines += frame.value.bad_lines;
+    }
+    let intact = completion_keys.len() as u64;
+    completion_keys.sort_unstable();
+    // Ids stored more than once, each once.
+    let mut repeated: Vec<u128> = completion_keys
+        .windows(2)
+        .filter(|pair| pair[0] == pair[1])
+        .map(|pair| pair[0])
+        .collect();
+    repeated.dedup();
+    let repeated = IdSet::from_keys(repeated);
+    let completed = IdSet::from_keys(completion_keys);
     if !check.damaged.is_empty() {
         let bytes: u64 = check.damaged.iter().map(|r| r.end - r.start).sum();
         audit.problems.push(format!(
@@ -386,46 +437,48 @@ fn audit_source(
              records"
         ));
     }
-    audit.duplicated = completion_counts.values().map(|n| n - 1).sum();
-    if audit.duplicated > 0 {
-        let mut ids: Vec<&str> = completion_counts
-            .iter()
-            .filter(|(_, n)| **n > 1)
-            .map(|(id, _)| id.as_str())
-            .collect();
-        ids.sort_unstable();
+    audit.duplicated = intact - completed.len() as u64;
+    let unknown = if prompts_path.exists() {
+        IdSet::from_keys(
+            completed
+                .keys()
+                .filter(|key| !prompt_ids.contains_key(*key))
+                .collect(),
+        )
+    } else {
+        IdSet::default()
+    };
+    // The sets hold keys: the ids to name are read again, only when there is something wrong.
+    let [repeated_example, unknown_example] = if repeated.is_empty() && unknown.is_empty() {
+        [None, None]
+    } else {
+        smallest_ids(&completions_path, [&repeated, &unknown])?
+    };
+    if let Some(example) = repeated_example {
         audit.problems.push(format!(
-            "{} duplicate completion records (e.g. `{}`)",
-            audit.duplicated, ids[0]
+            "{} duplicate completion records (e.g. `{example}`)",
+            audit.duplicated
         ));
     }
     if prompts_path.exists() {
-        let mut unknown: Vec<&str> = completion_counts
-            .keys()
-            .filter(|id| !prompt_ids.contains(id.as_str()))
-            .map(String::as_str)
-            .collect();
-        unknown.sort_unstable();
         audit.unknown = unknown.len() as u64;
-        if let Some(first) = unknown.first() {
+        if let Some(first) = unknown_example {
             audit.problems.push(format!(
                 "{} completion ids are not prepared prompts (e.g. `{first}`)",
                 unknown.len()
             ));
         }
-    } else if !completion_counts.is_empty() {
+    } else if !completed.is_empty() {
         audit.problems.push(format!(
             "{} completions but no prepared prompts",
-            completion_counts.len()
+            completed.len()
         ));
-        audit.unknown = completion_counts.len() as u64;
+        audit.unknown = completed.len() as u64;
     }
 
     // Rejections: one JSON line each, appended; only the last line can be torn.
     let rejected_path = dir.rejected();
-    let mut permanent: HashSet<String> = HashSet::new();
-    let mut exhausted: HashSet<String> = HashSet::new();
-    let mut resent: HashSet<String> = HashSet::new();
+    let (mut permanent, mut exhausted, mut resent) = (Vec::new(), Vec::new(), Vec::new());
     match fs_err::read(&rejected_path) {
         Ok(bytes) => {
             let lines: Vec<&[u8]> = bytes
@@ -442,16 +495,14 @@ fn audit_source(
                                 (Some(then), Some(now)) if then != now
                             ) =>
                     {
-                        resent.insert(record.id);
+                        resent.push(ids::key(&record.id));
                     }
-                    Ok(record) => {
-                        match record.kind {
-                            RejectKind::Rejected
-                            | RejectKind::Truncated
-                            | RejectKind::Duplicate => permanent.insert(record.id),
-                            RejectKind::Exhausted => exhausted.insert(record.id),
-                        };
-                    }
+                    Ok(record) => match record.kind {
+                        RejectKind::Rejected | RejectKind::Truncated | RejectKind::Duplicate => {
+                            permanent.push(ids::key(&record.id))
+                        }
+                        RejectKind::Exhausted => exhausted.push(ids::key(&record.id)),
+                    },
                     Err(_) if i + 1 == lines.len() && !ends_whole => audit.notes.push(format!(
                         "`rejected.jsonl`: torn last line of {} bytes",
                         line.len()
@@ -468,13 +519,18 @@ fn audit_source(
     }
 
     // Every prompt: completed, refused for good, or still to do.
-    for id in &prompt_ids {
-        if completion_counts.contains_key(id) {
+    let (permanent, exhausted, resent) = (
+        IdSet::from_keys(permanent),
+        IdSet::from_keys(exhausted),
+        IdSet::from_keys(resent),
+    );
+    for key in prompt_ids.keys() {
+        if completed.contains_key(key) {
             audit.completed += 1;
-        } else if permanent.contains(id) {
+        } else if permanent.contains_key(key) {
             audit.rejected += 1;
         } else {
-            if exhausted.contains(id) || resent.contains(id) {
+            if exhausted.contains_key(key) || resent.contains_key(key) {
                 audit.retry += 1;
             }
             audit.pending += 1;
@@ -515,6 +571,38 @@ fn audit_source(
             .push("not prepared yet: the next run prepares it".to_owned());
     }
     Ok(audit)
+}
+
+/// One frame of a prompts or completions file as the audit reads it.
+#[derive(Default)]
+struct FrameAudit {
+    /// Keys of the records that are answers.
+    keys: Vec<u128>,
+    not_answers: Vec<(String, crate::store::records::Defect)>,
+    /// Lines that are not completion records.
+    bad_lines: u64,
+}
+
+/// For each of `sets`, the smallest id (in `str` order) of a completion record of `path`
+/// whose key it holds: the example a problem found by keys names.
+fn smallest_ids<const N: usize>(
+    path: &Path,
+    sets: [&IdSet; N],
+) -> anyhow::Result<[Option<String>; N]> {
+    let mut smallest: [Option<String>; N] = std::array::from_fn(|_| None);
+    check_framed(path, |line| {
+        let Ok(id) = crate::store::index::record_id(line) else {
+            return Ok(());
+        };
+        let key = ids::key(&id);
+        for (set, best) in sets.iter().zip(&mut smallest) {
+            if set.contains_key(key) && best.as_ref().is_none_or(|b| id < *b) {
+                *best = Some(id.clone());
+            }
+        }
+        Ok(())
+    })?;
+    Ok(smallest)
 }
 
 const WIDTH: usize = 80;
@@ -681,6 +769,7 @@ mod tests {
             settings: None,
             input_stats: Default::default(),
             kept_for: None,
+            prompt_ids: None,
             counters: gen_sources::Manifest {
                 source: "s".into(),
                 rows_read: n + 2,

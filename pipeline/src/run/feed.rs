@@ -6,6 +6,12 @@
 //! woke the reader thread (a futex call) for every prompt sent, a measurable share of the
 //! dispatcher's CPU at 20k requests/s.
 //!
+//! Both passes read a prompt's id from the start of its line (`{"id":"…"`, as `gen` writes
+//! prompts) and parse the rest only when the prompt may be sent, so a resumed run does not
+//! parse the prompts it already has. When the done and settled ids are exactly the prepared
+//! prompts' ids ([`PromptIds`], recorded by an earlier counting pass), [`finished`] says so
+//! without reading the file at all.
+//!
 //! With `order = "longest-first"` the pending prompts of the source are held and sorted (by
 //! characters, longest first) before the first one is sent: long requests start early instead
 //! of straggling at the end. That costs the source's pending prompts in memory.
@@ -16,10 +22,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::shard::Shard;
 use crate::config::values::Order;
+use crate::store::ids::{self, IdSet};
 use gen_sources::Prompt;
 use gen_sources::prompt::content_hash;
 
@@ -32,9 +40,9 @@ const READ_AHEAD: usize = 4;
 #[derive(Debug, Default)]
 pub struct Skip {
     /// Prompts with a stored completion.
-    pub done: HashSet<String>,
+    pub done: IdSet,
     /// Prompts settled without one (rejected, dropped, duplicates).
-    pub settled: HashSet<String>,
+    pub settled: IdSet,
     /// With `--shard i/n`: the prompts of this shard only.
     pub shard: Option<Shard>,
     /// Content hashes of prompts another source answers, with that source: every prompt of
@@ -54,6 +62,50 @@ pub struct Census {
     /// Pending prompts another source answers (see [`Skip::elsewhere`]): ids to settle as
     /// duplicates, with that source's index.
     pub duplicates: Vec<(String, usize)>,
+    /// The ids of every prompt of the file (all shards), for the next run's [`finished`].
+    pub ids: PromptIds,
+}
+
+/// What identifies the ids of a prepared prompts file without reading it: its size, its
+/// number of prompts and the [`IdSet::digest`] of their ids (repeats summed as often as they
+/// occur, so a file with a repeated id matches no set).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PromptIds {
+    pub bytes: u64,
+    pub prompts: u64,
+    /// 32 hex digits.
+    pub digest: String,
+}
+
+/// The census of a source whose every prompt is done or settled, when that can be told
+/// without reading its prompts: `recorded` (from an earlier counting pass) still describes
+/// the file at `path`, and the done and settled ids are exactly its ids. `None` means the
+/// prompts must be counted ([`Feed::open`]).
+pub fn finished(path: &Path, recorded: Option<&PromptIds>, skip: &Skip) -> Option<Census> {
+    let recorded = recorded?;
+    if skip.shard.is_some() {
+        // A shard's census counts its own share of the prompts only.
+        return None;
+    }
+    let bytes = fs_err::metadata(path).ok()?.len();
+    // Counted and summed without building the union (another copy of the done-set).
+    let (count, digest) = skip
+        .done
+        .union_keys(&skip.settled)
+        .fold((0u64, 0u128), |(n, sum), key| {
+            (n + 1, sum.wrapping_add(key))
+        });
+    let matches = recorded.bytes == bytes
+        && recorded.prompts == count
+        && recorded.digest == format!("{digest:032x}");
+    matches.then(|| Census {
+        prepared: recorded.prompts,
+        done: skip.done.len() as u64,
+        settled: skip.settled.count_not_in(&skip.done) as u64,
+        pending: 0,
+        duplicates: Vec::new(),
+        ids: recorded.clone(),
+    })
 }
 
 /// One source's pending prompts, ready to stream.
@@ -68,16 +120,36 @@ impl Feed {
     /// Counts the prompts of `path` against `skip` (one streaming pass over the file).
     pub fn open(path: &Path, skip: Skip, order: Order) -> anyhow::Result<(Census, Feed)> {
         let mut census = Census::default();
-        for_each_prompt(path, |prompt| {
-            match fate_of(&skip, &prompt) {
-                Fate::OtherShard => return,
+        let (mut lines, mut digest) = (0u64, 0u128);
+        for_each_record(path, |record| {
+            let (key, fate) = match record.peek_id() {
+                Some(id) => (ids::key(id), fate_of_id(&skip, id)),
+                None => {
+                    let prompt = record.parse()?;
+                    (ids::key(&prompt.id), Some(fate_of(&skip, prompt)))
+                }
+            };
+            lines += 1;
+            digest = digest.wrapping_add(key);
+            let fate = match fate {
+                Some(fate) => fate,
+                None => fate_of(&skip, record.parse()?),
+            };
+            match fate {
+                Fate::OtherShard => return Ok(()),
                 Fate::Done => census.done += 1,
                 Fate::Settled => census.settled += 1,
-                Fate::Duplicate(earlier) => census.duplicates.push((prompt.id, earlier)),
-                Fate::Send => census.pending += 1,
+                Fate::Duplicate(prompt, earlier) => census.duplicates.push((prompt.id, earlier)),
+                Fate::Send(_) => census.pending += 1,
             }
             census.prepared += 1;
+            Ok(())
         })?;
+        census.ids = PromptIds {
+            bytes: fs_err::metadata(path)?.len(),
+            prompts: lines,
+            digest: format!("{digest:032x}"),
+        };
         let feed = Feed {
             path: path.to_path_buf(),
             skip,
@@ -110,8 +182,8 @@ impl Feed {
             Order::File => {
                 let mut closed = false;
                 let mut batch = Vec::with_capacity(BATCH);
-                for_each_prompt(&self.path, |prompt| {
-                    if !closed && fate_of(&self.skip, &prompt) == Fate::Send {
+                for_each_record(&self.path, |record| {
+                    if !closed && let Some(prompt) = self.pending(&record)? {
                         batch.push(prompt);
                         if batch.len() == BATCH {
                             let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH));
@@ -119,6 +191,7 @@ impl Feed {
                             closed = sender.blocking_send(full).is_err();
                         }
                     }
+                    Ok(())
                 })?;
                 if !closed && !batch.is_empty() {
                     sender.blocking_send(batch).ok();
@@ -126,10 +199,9 @@ impl Feed {
             }
             Order::LongestFirst => {
                 let mut pending = Vec::new();
-                for_each_prompt(&self.path, |prompt| {
-                    if fate_of(&self.skip, &prompt) == Fate::Send {
-                        pending.push(prompt);
-                    }
+                for_each_record(&self.path, |record| {
+                    pending.extend(self.pending(&record)?);
+                    Ok(())
                 })?;
                 longest_first(&mut pending);
                 let mut pending = pending.into_iter().peekable();
@@ -142,6 +214,19 @@ impl Feed {
             }
         }
         Ok(())
+    }
+
+    /// The prompt of `record` when it is to be sent; a prompt skipped by its id is not parsed.
+    fn pending(&self, record: &Record<'_>) -> anyhow::Result<Option<Prompt>> {
+        if let Some(id) = record.peek_id()
+            && fate_of_id(&self.skip, id).is_some()
+        {
+            return Ok(None);
+        }
+        Ok(match fate_of(&self.skip, record.parse()?) {
+            Fate::Send(prompt) => Some(prompt),
+            _ => None,
+        })
     }
 }
 
@@ -171,35 +256,86 @@ pub fn longest_first(prompts: &mut [Prompt]) {
     });
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 enum Fate {
     OtherShard,
     Done,
     Settled,
-    Duplicate(usize),
-    Send,
+    Duplicate(Prompt, usize),
+    Send(Prompt),
 }
 
-fn fate_of(skip: &Skip, prompt: &Prompt) -> Fate {
-    if skip.shard.is_some_and(|s| !s.contains(&prompt.id)) {
-        Fate::OtherShard
-    } else if skip.done.contains(&prompt.id) {
-        Fate::Done
-    } else if skip.settled.contains(&prompt.id) {
-        Fate::Settled
+/// The fate of a prompt its id alone decides (another shard's, done, settled); `None` when
+/// its content decides ([`fate_of`]).
+fn fate_of_id(skip: &Skip, id: &str) -> Option<Fate> {
+    if skip.shard.is_some_and(|s| !s.contains(id)) {
+        Some(Fate::OtherShard)
+    } else if skip.done.contains(id) {
+        Some(Fate::Done)
+    } else if skip.settled.contains(id) {
+        Some(Fate::Settled)
+    } else {
+        None
+    }
+}
+
+fn fate_of(skip: &Skip, prompt: Prompt) -> Fate {
+    if let Some(fate) = fate_of_id(skip, &prompt.id) {
+        fate
     } else if let Some(holder) = (!skip.elsewhere.is_empty())
         .then(|| skip.elsewhere.get(&content_hash(&prompt.messages)))
         .flatten()
     {
-        Fate::Duplicate(*holder)
+        Fate::Duplicate(prompt, *holder)
     } else {
-        Fate::Send
+        Fate::Send(prompt)
+    }
+}
+
+/// One line of a prepared prompts file, parsed only on demand.
+struct Record<'a> {
+    line: &'a [u8],
+    row: u64,
+    path: &'a Path,
+}
+
+impl Record<'_> {
+    /// The prompt's id read from the start of the line, without parsing it: `gen` writes
+    /// prompts with their `id` first and compactly. `None` when the line does not start that
+    /// way or the id holds an escape (then [`Record::parse`] reads it).
+    fn peek_id(&self) -> Option<&str> {
+        let rest = self.line.strip_prefix(br#"{"id":""#)?;
+        let end = memchr::memchr2(b'"', b'\\', rest)?;
+        (rest[end] == b'"')
+            .then(|| std::str::from_utf8(&rest[..end]).ok())
+            .flatten()
+    }
+
+    fn parse(&self) -> anyhow::Result<Prompt> {
+        serde_json::from_slice(self.line).with_context(|| {
+            format!(
+                "prompt {} of `{}` is unreadable; delete the source's directory to prepare it again",
+                self.row,
+                self.path.display()
+            )
+        })
     }
 }
 
 /// Calls `each` for every prompt of a prepared prompts file, streaming (zstd frames one after
 /// the other).
 pub fn for_each_prompt(path: &Path, mut each: impl FnMut(Prompt)) -> anyhow::Result<()> {
+    for_each_record(path, |record| {
+        each(record.parse()?);
+        Ok(())
+    })
+}
+
+/// Calls `each` for every non-blank line of a prepared prompts file, unparsed.
+fn for_each_record(
+    path: &Path,
+    mut each: impl FnMut(Record<'_>) -> anyhow::Result<()>,
+) -> anyhow::Result<()> {
     let file = fs_err::File::open(path)?;
     // A source that kept no prompt has an empty file (no frame at all), which the zstd decoder
     // calls an incomplete frame.
@@ -226,13 +362,11 @@ pub fn for_each_prompt(path: &Path, mut each: impl FnMut(Prompt)) -> anyhow::Res
         if line.trim_ascii().is_empty() {
             continue;
         }
-        let prompt: Prompt = serde_json::from_slice(&line).with_context(|| {
-            format!(
-                "prompt {row} of `{}` is unreadable; delete the source's directory to prepare it again",
-                path.display()
-            )
+        each(Record {
+            line: &line,
+            row,
+            path,
         })?;
-        each(prompt);
     }
 }
 
@@ -295,12 +429,14 @@ mod tests {
         ];
         let path = write(dir.path(), &prompts);
         let skip = Skip {
-            done: HashSet::from(["a".to_owned()]),
-            settled: HashSet::from(["c".to_owned()]),
+            done: IdSet::from_iter(["a"]),
+            settled: IdSet::from_iter(["c"]),
             shard: None,
             elsewhere: Arc::new(HashMap::from([(content_hash(&prompts[3].messages), 0)])),
         };
-        let (census, feed) = Feed::open(&path, skip, Order::File).expect("open");
+        let (mut census, feed) = Feed::open(&path, skip, Order::File).expect("open");
+        assert_eq!(census.ids.prompts, 5);
+        census.ids = PromptIds::default();
         assert_eq!(
             census,
             Census {
@@ -309,9 +445,118 @@ mod tests {
                 settled: 1,
                 pending: 2,
                 duplicates: vec![("d".to_owned(), 0)],
+                ids: PromptIds::default(),
             }
         );
         assert_eq!(drain(feed).await, ["b", "e"]);
+    }
+
+    fn skip(done: &[&str], settled: &[&str]) -> Skip {
+        Skip {
+            done: done.iter().copied().collect(),
+            settled: settled.iter().copied().collect(),
+            ..Skip::default()
+        }
+    }
+
+    /// A source whose done and settled ids are exactly its prompts' ids (as the counting pass
+    /// recorded them) is finished without reading its prompts; any other set of ids is counted,
+    /// and exactly the prompts left are sent.
+    #[tokio::test]
+    async fn a_finished_source_is_told_without_reading_its_prompts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ids = ["a", "b", "c", "d", "e"];
+        let prompts: Vec<Prompt> = ids.iter().map(|id| prompt(id, id)).collect();
+        let path = write(dir.path(), &prompts);
+        let (census, _) = Feed::open(&path, Skip::default(), Order::File).expect("open");
+        let recorded = census.ids;
+        assert_eq!(recorded.prompts, 5);
+        assert_eq!(
+            recorded.bytes,
+            std::fs::metadata(&path).expect("meta").len()
+        );
+
+        // Done and settled overlap on `c`: it counts as done, as the counting pass says.
+        let all = skip(&["a", "b", "c"], &["c", "d", "e"]);
+        let expected = Census {
+            prepared: 5,
+            done: 3,
+            settled: 2,
+            pending: 0,
+            duplicates: Vec::new(),
+            ids: recorded.clone(),
+        };
+        assert_eq!(
+            finished(&path, Some(&recorded), &all),
+            Some(expected.clone())
+        );
+        let (counted, feed) =
+            Feed::open(&path, skip(&["a", "b", "c"], &["c", "d", "e"]), Order::File).expect("open");
+        assert_eq!(counted, expected);
+        assert!(drain(feed).await.is_empty());
+        // The file is not read: bytes that are not prompts at all, of the same size, pass.
+        let original = std::fs::read(&path).expect("read");
+        std::fs::write(&path, vec![0u8; original.len()]).expect("write");
+        assert_eq!(finished(&path, Some(&recorded), &all), Some(expected));
+        assert!(Feed::open(&path, skip(&[], &[]), Order::File).is_err());
+        std::fs::write(&path, &original).expect("write");
+
+        // Not finished: nothing recorded, a prompt left, an id that is not a prompt's in its
+        // place, a file of another size, a shard.
+        assert_eq!(finished(&path, None, &all), None);
+        let one_left = skip(&["a", "b", "c"], &["d"]);
+        assert_eq!(finished(&path, Some(&recorded), &one_left), None);
+        assert_eq!(
+            finished(
+                &path,
+                Some(&recorded),
+                &skip(&["a", "b", "c", "d", "zz"], &[])
+            ),
+            None
+        );
+        let resized = PromptIds {
+            bytes: recorded.bytes + 1,
+            ..recorded.clone()
+        };
+        assert_eq!(finished(&path, Some(&resized), &all), None);
+        let sharded = Skip {
+            shard: Some("1/1".parse().expect("shard")),
+            ..skip(&["a", "b", "c"], &["d", "e"])
+        };
+        assert_eq!(finished(&path, Some(&recorded), &sharded), None);
+        let (census, feed) = Feed::open(&path, one_left, Order::File).expect("open");
+        assert_eq!((census.done, census.settled, census.pending), (3, 1, 1));
+        assert_eq!(census.ids, recorded);
+        assert_eq!(drain(feed).await, ["e"]);
+    }
+
+    /// Ids are read from the start of each line when the line starts with its `id`, and
+    /// parsed otherwise (an escape in the id, a writer that puts `id` later): the same fates.
+    #[tokio::test]
+    async fn ids_are_peeked_or_parsed_with_the_same_outcome() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("prompts.jsonl.zst");
+        let text = concat!(
+            r#"{"id":"plain","source":"s","messages":[{"role":"user","content":"1"}],"row":0}"#,
+            "\n",
+            r#"{"id":"quo\"te","source":"s","messages":[{"role":"user","content":"2"}],"row":1}"#,
+            "\n",
+            r#"{"source":"s","id":"late","messages":[{"role":"user","content":"3"}],"row":2}"#,
+            "\n",
+            r#"{ "id": "spaced", "source":"s","messages":[{"role":"user","content":"4"}],"row":3}"#,
+            "\n",
+            r#"{"id":"sent","source":"s","messages":[{"role":"user","content":"5"}],"row":4}"#,
+            "\n",
+        );
+        let frame = zstd::stream::encode_all(text.as_bytes(), 3).expect("encode");
+        std::fs::write(&path, frame).expect("write");
+        let done = ["plain", "quo\"te", "late"];
+        let (census, feed) =
+            Feed::open(&path, skip(&done, &["spaced"]), Order::File).expect("open");
+        assert_eq!((census.done, census.settled, census.pending), (3, 1, 1));
+        let all = skip(&done, &["spaced", "sent"]);
+        assert!(finished(&path, Some(&census.ids), &all).is_some());
+        assert_eq!(drain(feed).await, ["sent"]);
     }
 
     #[tokio::test]
@@ -336,7 +581,9 @@ mod tests {
         let path = write(dir.path(), &[]);
         assert_eq!(std::fs::metadata(&path).expect("written").len(), 0);
         assert!(content_hashes(&path).expect("hashes").is_empty());
-        let (census, feed) = Feed::open(&path, Skip::default(), Order::File).expect("open");
+        let (mut census, feed) = Feed::open(&path, Skip::default(), Order::File).expect("open");
+        assert_eq!((census.ids.bytes, census.ids.prompts), (0, 0));
+        census.ids = PromptIds::default();
         assert_eq!(census, Census::default());
         assert!(drain(feed).await.is_empty());
     }

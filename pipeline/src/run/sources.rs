@@ -16,6 +16,7 @@ use crate::prep;
 use crate::report::{EventKind, Notice, RunReporter};
 use crate::status::state::{Phase, SourceStatus};
 use crate::store::frames::FrameWriter;
+use crate::store::ids::IdSet;
 use crate::store::records::{self as record, CompletionRecord, RejectKind, RejectedRecord};
 use crate::store::{RunDir, atomic};
 
@@ -26,10 +27,10 @@ const FRAME_RECORDS: usize = 64;
 pub(super) struct SourceState {
     pub(super) status: SourceStatus,
     /// Prompts with a completion when the run started (handed to the feed when it opens).
-    done_ids: HashSet<String>,
+    done_ids: IdSet,
     /// Prompts settled without a completion: rejected by the server, truncated and dropped,
     /// or duplicates of an earlier source.
-    settled_ids: HashSet<String>,
+    settled_ids: IdSet,
     /// Completions stored in this run.
     completed_here: u64,
     /// Counted and ready to stream, until its dispatch starts.
@@ -256,7 +257,7 @@ impl<'p> Sources<'p> {
             if dir.rejected().exists() {
                 fs_err::remove_file(dir.rejected())?;
             }
-            state.settled_ids.clear();
+            state.settled_ids = IdSet::default();
             state.settled_duplicates = 0;
             let status = &mut state.status;
             status.prepared = None;
@@ -336,27 +337,45 @@ impl<'p> Sources<'p> {
     fn open_source(&mut self, i: usize, reporter: &RunReporter) -> anyhow::Result<Opened> {
         let name = self.list[i].status.name.clone();
         let dir = self.run_dir.source(&name);
-        let earlier = if self.plan.sources[i].dedup() {
-            self.held_elsewhere(i)?
-        } else {
-            Arc::default()
-        };
-        let earlier_hashes = Arc::clone(&earlier);
-        let counters = prep::read_manifest(&self.run_dir, &name)?.map(|m| m.counters);
+        let mut manifest = prep::read_manifest(&self.run_dir, &name)?;
+        let counters = manifest.as_ref().map(|m| &m.counters);
         // Earlier sources' prompts its worker left out of the sample.
-        let left_out = counters.as_ref().map_or(0, |c| c.duplicates_across);
+        let left_out = counters.map_or(0, |c| c.duplicates_across);
         // Whether its sample had to leave rows out: only then can another sample do better.
-        let sampled_out = counters.as_ref().map_or(0, |c| c.sampled_out);
+        let sampled_out = counters.map_or(0, |c| c.sampled_out);
         let state = &mut self.list[i];
-        state.opened = true;
-        let skip = Skip {
+        let mut skip = Skip {
             done: std::mem::take(&mut state.done_ids),
             settled: std::mem::take(&mut state.settled_ids),
             shard: self.shard,
-            elsewhere: earlier,
+            elsewhere: Arc::default(),
         };
+        let recorded = manifest.as_ref().and_then(|m| m.prompt_ids.as_ref());
+        if let Some(census) = super::feed::finished(&dir.prompts(), recorded, &skip) {
+            // Nothing to send: neither its prompts nor the other sources' need reading.
+            state.opened = true;
+            state.status.prepared = Some(census.prepared);
+            state.status.done = census.done;
+            state.status.rejected = census.settled;
+            state.status.duplicates = state.settled_duplicates + left_out;
+            state.status.phase = Phase::Done;
+            return Ok(Opened::Counted);
+        }
+        if self.plan.sources[i].dedup() {
+            skip.elsewhere = self.held_elsewhere(i)?;
+        }
+        let earlier_hashes = Arc::clone(&skip.elsewhere);
+        let state = &mut self.list[i];
+        state.opened = true;
         let worker = self.plan.worker(&name);
         let (census, feed) = Feed::open(&dir.prompts(), skip, worker.order)?;
+        if let Some(manifest) = manifest.as_mut()
+            && manifest.prompt_ids.as_ref() != Some(&census.ids)
+        {
+            manifest.prompt_ids = Some(census.ids.clone());
+            atomic::write_json(&dir.manifest(), &*manifest)
+                .with_context(|| format!("failed to write `{}`", dir.manifest().display()))?;
+        }
         let earlier_duplicates = census.duplicates.iter().filter(|(_, j)| *j < i).count();
         // Not with `--shard`: every host must prepare the same prompts, and a host sees the
         // duplicates of its own share only.
@@ -726,11 +745,7 @@ impl SourceState {
             .with_context(|| format!("failed to read `{}`", dir.completions().display()))?;
         let repaired = report_repairs(name, &stored.repairs, reporter);
         let done_ids = stored.ids;
-        let refused = settled
-            .refused
-            .iter()
-            .filter(|id| !done_ids.contains(*id))
-            .count() as u64;
+        let refused = settled.refused.count_not_in(&done_ids) as u64;
         let previous = super::preparation::last_failure(&dir);
         let prep_failed = manifest.is_none() && previous.is_some();
         let note = match (&manifest, previous) {

@@ -22,15 +22,14 @@
 //! file is on disk, so no step loses a byte: a crash in between leaves the old file, and the next
 //! start does it again.
 //!
-//! The set holds the ids as strings, not hashes: membership is then exact by construction,
-//! and a million ids of ~30 bytes cost about 70 MB, well inside the run's budget.
+//! The set holds each id's 128-bit key ([`IdSet`]): a million done ids cost 16 MB.
 
-use std::collections::HashSet;
 use std::io::{self, Read as _, Seek as _, SeekFrom, Write as _};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use super::frames::{self, FrameBody};
+use super::ids::{self, IdSet};
 use super::index;
 use super::layout::SourceDir;
 use super::records::{self as record, Defect};
@@ -39,7 +38,7 @@ use super::records::{self as record, Defect};
 #[derive(Debug, Default)]
 pub struct Stored {
     /// Ids with a stored answer.
-    pub ids: HashSet<String>,
+    pub ids: IdSet,
     /// What was wrong with the file and was put right; empty for a sound file.
     pub repairs: Vec<Repair>,
 }
@@ -120,9 +119,10 @@ fn file_name(path: &Path) -> String {
 
 /// One valid data frame's records.
 struct FrameRecords {
-    ids: Vec<String>,
-    /// Indexes (in `ids`) of records that are not answers, with what is wrong.
-    defective: Vec<(usize, Defect)>,
+    /// The records' id keys ([`ids::key`]).
+    ids: Vec<u128>,
+    /// Indexes (in `ids`) of records that are not answers, with their id and what is wrong.
+    defective: Vec<(usize, String, Defect)>,
 }
 
 /// Ids with a stored answer in the completions file `path`, after putting the file right
@@ -136,25 +136,28 @@ fn load_at(path: &Path, dir: &SourceDir, now_ms: u64) -> io::Result<Stored> {
     let path = path.to_path_buf();
     let marker = checked_marker(&path);
     let checked = read_checked(&marker, &path)?;
-    let (frames, scan) = frames::survey(&path, checked, frame_records)?;
-    let mut stored = Stored {
-        ids: HashSet::with_capacity(scan.records as usize),
-        repairs: Vec::new(),
-    };
+    let (mut frames, scan) = frames::survey(&path, checked, frame_records)?;
+    let mut keys = Vec::with_capacity(scan.records as usize);
     let mut not_answers = 0u64;
     let mut example = None;
-    for frame in &frames {
-        let records = &frame.value;
+    for frame in &mut frames {
+        let records = &mut frame.value;
         let mut bad = records.defective.iter().peekable();
-        for (i, id) in records.ids.iter().enumerate() {
-            if let Some((_, defect)) = bad.next_if(|(at, _)| *at == i) {
+        for (i, key) in records.ids.iter().enumerate() {
+            if let Some((_, id, defect)) = bad.next_if(|(at, ..)| *at == i) {
                 not_answers += 1;
                 example.get_or_insert_with(|| (id.clone(), *defect));
             } else {
-                stored.ids.insert(id.clone());
+                keys.push(*key);
             }
         }
+        // Only the defective records are needed from here on (to set them aside).
+        records.ids = Vec::new();
     }
+    let mut stored = Stored {
+        ids: IdSet::from_keys(keys),
+        repairs: Vec::new(),
+    };
     if scan.torn_bytes > 0 {
         stored.repairs.push(Repair::TornTail {
             bytes: scan.torn_bytes,
@@ -213,7 +216,7 @@ fn load_at(path: &Path, dir: &SourceDir, now_ms: u64) -> io::Result<Stored> {
             .filter(|l| !l.is_empty())
             .enumerate()
         {
-            let target = if bad.next_if(|(at, _)| *at == i).is_some() {
+            let target = if bad.next_if(|(at, ..)| *at == i).is_some() {
                 &mut *aside as &mut dyn io::Write
             } else {
                 &mut kept as &mut dyn io::Write
@@ -280,8 +283,8 @@ fn write_checked(marker: &Path, before: u64, through: u64) -> io::Result<()> {
 /// The ids of one frame's records, in order, and which are not answers.
 fn frame_records(body: FrameBody<'_>) -> io::Result<FrameRecords> {
     match body {
-        FrameBody::Ids(ids) => Ok(FrameRecords {
-            ids: ids.into_iter().map(str::to_owned).collect(),
+        FrameBody::Ids(list) => Ok(FrameRecords {
+            ids: list.into_iter().map(ids::key).collect(),
             defective: Vec::new(),
         }),
         FrameBody::Text(text) => {
@@ -290,10 +293,10 @@ fn frame_records(body: FrameBody<'_>) -> io::Result<FrameRecords> {
                 defective: Vec::new(),
             };
             for line in text.split(|b| *b == b'\n').filter(|line| !line.is_empty()) {
-                if let Some((_, defect)) = record::line_defect(line)? {
-                    records.defective.push((records.ids.len(), defect));
+                if let Some((id, defect)) = record::line_defect(line)? {
+                    records.defective.push((records.ids.len(), id, defect));
                 }
-                records.ids.push(index::record_id(line)?);
+                records.ids.push(ids::key(&index::record_id(line)?));
             }
             Ok(records)
         }
@@ -302,6 +305,7 @@ fn frame_records(body: FrameBody<'_>) -> io::Result<FrameRecords> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::HashSet;
     use std::io::Write as _;
 
     use serde_json::json;
@@ -313,8 +317,12 @@ mod tests {
         json!({"id": id, "content": "an answer", "finish_reason": "stop"})
     }
 
-    fn completed_ids(path: &Path) -> io::Result<HashSet<String>> {
+    fn completed_ids(path: &Path) -> io::Result<IdSet> {
         load(path).map(|stored| stored.ids)
+    }
+
+    fn ids_of(ids: &HashSet<String>) -> IdSet {
+        ids.iter().map(String::as_str).collect()
     }
 
     fn open(path: &Path, indexed: bool) -> FrameWriter {
@@ -410,7 +418,11 @@ mod tests {
                     expected.extend(["torn-1".to_owned(), "torn-2".to_owned()]);
                     kept += data_len as u64;
                 }
-                assert_eq!(completed_ids(&path).expect("ids"), expected, "cut at {cut}");
+                assert_eq!(
+                    completed_ids(&path).expect("ids"),
+                    ids_of(&expected),
+                    "cut at {cut}"
+                );
                 assert_eq!(len(&path), kept, "cut at {cut}");
                 truncate(&path, good_len);
             }
@@ -426,7 +438,7 @@ mod tests {
             let stored = load(&path).expect("load");
             let mut expected = intact.clone();
             expected.insert("later-1".into());
-            assert_eq!(stored.ids, expected);
+            assert_eq!(stored.ids, ids_of(&expected));
             let [Repair::Damaged { ranges, to, kept }] = &stored.repairs[..] else {
                 panic!("{:?}", stored.repairs);
             };
@@ -450,7 +462,7 @@ mod tests {
             writer.push(&answer("after")).expect("push");
             writer.flush().expect("flush");
             intact.insert("after".into());
-            assert_eq!(completed_ids(&path).expect("ids"), intact);
+            assert_eq!(completed_ids(&path).expect("ids"), ids_of(&intact));
             assert_eq!(from_index(&path), [indexed; 6]);
         }
     }
@@ -474,7 +486,7 @@ mod tests {
             .into_iter()
             .map(str::to_owned)
             .collect();
-        assert_eq!(completed_ids(&path).expect("ids"), expected);
+        assert_eq!(completed_ids(&path).expect("ids"), ids_of(&expected));
         assert_eq!(from_index(&path), [false, true]);
         assert_eq!(len(&path), replaced.len() as u64, "nothing is cut");
 
@@ -488,7 +500,7 @@ mod tests {
             .into_iter()
             .map(str::to_owned)
             .collect();
-        assert_eq!(completed_ids(&path).expect("ids"), expected);
+        assert_eq!(completed_ids(&path).expect("ids"), ids_of(&expected));
         assert_eq!(from_index(&path), [false]);
         assert_eq!(len(&path), moved.len() as u64);
     }
@@ -512,7 +524,7 @@ mod tests {
         let (_, parallel_scan) = frames::survey(&path, 0, |_| Ok(())).expect("scan");
         assert_eq!(parallel_scan, line_scan);
         assert_eq!(sequential, all.into_iter().collect());
-        assert_eq!(completed_ids(&path).expect("ids"), sequential);
+        assert_eq!(completed_ids(&path).expect("ids"), ids_of(&sequential));
         let flags = from_index(&path);
         assert_eq!(flags.len(), 80);
         assert!(flags[..40].iter().all(|f| !f) && flags[40..].iter().all(|f| *f));
@@ -571,7 +583,7 @@ mod tests {
         drop(writer);
         let stored = load_at(&path, &SourceDir::new(dir.path()), 42).expect("load");
         let good: HashSet<String> = ["good-1", "thinking", "good-2"].map(str::to_owned).into();
-        assert_eq!(stored.ids, good);
+        assert_eq!(stored.ids, ids_of(&good));
         let aside = dir.path().join("completions.not-answers-42.jsonl");
         assert_eq!(
             stored.repairs,
@@ -597,7 +609,7 @@ mod tests {
         // The rewritten frame vouches for its records; the untouched one is still decoded.
         assert_eq!(from_index(&path), [true, false]);
         let again = load(&path).expect("again");
-        assert_eq!((again.ids, again.repairs), (good, vec![]));
+        assert_eq!((again.ids, again.repairs), (ids_of(&good), vec![]));
     }
 
     /// Frames an older `gen` indexed (`gid1`) are decoded and checked on the first start,
@@ -624,7 +636,7 @@ mod tests {
         let marker = dir.path().join("completions.jsonl.zst.checked");
         let stored = load(&path).expect("load");
         let good: HashSet<String> = ["a", "b", "c"].map(str::to_owned).into();
-        assert_eq!(stored.ids, good);
+        assert_eq!(stored.ids, ids_of(&good));
         assert!(matches!(
             &stored.repairs[..],
             [Repair::NotAnswers { records: 1, .. }]
@@ -641,7 +653,7 @@ mod tests {
         assert_eq!(trusted(0), [false, true]);
         assert_eq!(trusted(through), [true, true]);
         let again = load(&path).expect("again");
-        assert_eq!((again.ids, again.repairs), (good, vec![]));
+        assert_eq!((again.ids, again.repairs), (ids_of(&good), vec![]));
         // A shorter file is not the file that was checked.
         fs_err::write(&marker, format!("{{\"through\": {}}}", len(&path) + 1)).expect("write");
         assert_eq!(read_checked(&marker, &path).expect("marker"), 0);

@@ -34,8 +34,9 @@ use super::index;
 const LEVEL: i32 = 3;
 
 /// Compressed bytes read and decoded per parallel batch: bounds the reader's memory to about
-/// this plus one decoded frame per thread.
-const BATCH_BYTES: usize = 32 << 20;
+/// this plus one decoded frame per thread. 8 MiB is ~200 frames of completions, plenty for
+/// the threads; a larger batch only raised a restart's peak RSS.
+const BATCH_BYTES: usize = 8 << 20;
 
 /// A frame header may claim any content size; above this the frame is decoded by streaming,
 /// which allocates as the data actually arrives, rather than reserved up front.
@@ -243,7 +244,8 @@ fn survey_stretch<T: Send>(
     file.seek(SeekFrom::Start(start))?;
     // Bytes read but not yet checked; they start at file offset `checked`.
     let mut checked = start;
-    let mut pending = Vec::new();
+    // Sized once: grown by doubling, the last step held both halves at once.
+    let mut pending = Vec::with_capacity(batch_bytes);
     let mut want = batch_bytes;
     let mut eof = false;
     loop {

@@ -4,12 +4,12 @@
 //! counts as an answer ([`answer_defect`]), which `gen run` (before storing), the done-set,
 //! `gen verify` and `gen export` all apply.
 
-use std::collections::HashSet;
 use std::io;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::store::ids::{self, IdSet};
 use gen_sources::Message;
 
 /// Token counts as the server reports them.
@@ -278,7 +278,7 @@ impl Resend {
 
 /// Ids with a stored answer (the done-set), after putting the file right: see
 /// [`crate::store::done::load`].
-pub fn completed_ids(path: &Path) -> io::Result<HashSet<String>> {
+pub fn completed_ids(path: &Path) -> io::Result<IdSet> {
     crate::store::done::load(path).map(|stored| stored.ids)
 }
 
@@ -286,11 +286,11 @@ pub fn completed_ids(path: &Path) -> io::Result<HashSet<String>> {
 #[derive(Debug, Default)]
 pub struct Settled {
     /// Ids settled without a completion.
-    pub ids: HashSet<String>,
+    pub ids: IdSet,
     /// How many of them another source answers (kind `duplicate`).
     pub duplicates: u64,
     /// Those the server refused (kind `rejected`).
-    pub refused: HashSet<String>,
+    pub refused: IdSet,
 }
 
 /// Ids settled without a completion: permanently rejected, truncated-and-dropped or duplicate
@@ -303,6 +303,7 @@ pub fn settled_ids(path: &Path, resend: &Resend) -> io::Result<Settled> {
         Err(e) => return Err(e),
     };
     let mut settled = Settled::default();
+    let (mut keys, mut refused) = (Vec::new(), Vec::new());
     // A torn last line (a crash mid-append) is skipped: that prompt is simply retried.
     for line in text
         .split(|b| *b == b'\n')
@@ -313,11 +314,14 @@ pub fn settled_ids(path: &Path, resend: &Resend) -> io::Result<Settled> {
             && !resend.resends(&record)
         {
             settled.duplicates += u64::from(record.kind == RejectKind::Duplicate);
+            let key = ids::key(&record.id);
             if record.kind == RejectKind::Rejected {
-                settled.refused.insert(record.id.clone());
+                refused.push(key);
             }
-            settled.ids.insert(record.id);
+            keys.push(key);
         }
     }
+    settled.ids = IdSet::from_keys(keys);
+    settled.refused = IdSet::from_keys(refused);
     Ok(settled)
 }

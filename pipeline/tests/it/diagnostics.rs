@@ -301,12 +301,12 @@ async fn an_oom_on_a_huge_row_advises_a_limit_sized_from_that_row() {
     let huge = "x".repeat(48 << 20);
     gen_.write(
         "data/huge.jsonl",
-        &format!("{{\"prompt\": \"small\"}}\n{{\"prompt\": \"{huge}\"}}\n"),
+        format!("{{\"prompt\": \"small\"}}\n{{\"prompt\": \"{huge}\"}}\n"),
     );
     drop(huge);
     let sources =
         "\n[[source]]\nname = \"huge\"\npath = \"data/huge.jsonl\"\nmemory-limit = \"64M\"\n";
-    gen_.write("cfg.toml", &config(&server.url(), sources));
+    gen_.write("cfg.toml", config(&server.url(), sources));
     let out = gen_.run(&["run", "cfg.toml"]).await;
     assert_eq!(out.code, 1, "{}", out.stderr);
 
