@@ -1,6 +1,7 @@
 //! Fixtures for the ten datasets of `datasets.toml`: each repository's real file layout
 //! (including files the source must not read) and schema, with invented content and the awkward
-//! rows of field notes §1.3, plus the exact prompts each source must extract.
+//! rows seen in the real datasets (leading assistant turns, empty and non-string turns, split
+//! rows that point into another dataset), plus the exact prompts each source must extract.
 
 mod agentic;
 mod chat;

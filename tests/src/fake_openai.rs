@@ -10,7 +10,7 @@
 //! and barely compressible, so outputs fill a disk); `error_event` puts an error event in the
 //! stream after the first answer chunk.
 //!
-//! Protocol-variant knobs, the ways real servers differ on the wire (field notes §2.3): the
+//! Protocol-variant knobs, the ways real servers differ on the wire (SGLang, vLLM and llama.cpp each do some of these): the
 //! reasoning field's name ([`ReasoningField`]), the error JSON's shape in bodies and events
 //! ([`ErrorShape`]), usage in the last chunk or in every chunk ([`UsageMode`]), `: keep-alive`
 //! comment lines, `data:` without a space, CRLF line endings, and how the body is cut into

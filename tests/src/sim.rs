@@ -1,5 +1,6 @@
 //! A simulated continuous-batching inference server on virtual time, for testing concurrency
-//! control without sockets or sleeps (field-notes §2.5, house-style §8).
+//! control without sockets or sleeps: each step costs time per resident KV token, prefill costs
+//! per prompt token, and a KV cache too full for the next step preempts requests.
 //!
 //! The model follows vLLM V1's scheduler: running requests are served first; when the KV cache
 //! cannot hold the next step's tokens the **newest** running request is preempted (its KV is
@@ -14,7 +15,7 @@
 //! advances the engine ([`SimServer::step`]), reads what a real server exposes
 //! ([`SimServer::metrics`], [`SimServer::caps`], or the endpoints of a real server's
 //! [`Flavour`] with [`SimServer::endpoint`]) and may crash it ([`SimServer::restart`]).
-//! [`Workload`] draws the request lengths of field-notes' simulation from a seeded generator.
+//! [`Workload`] draws reasoning-length requests (long lognormal outputs) from a seeded generator.
 
 use std::collections::VecDeque;
 
@@ -34,8 +35,8 @@ pub struct ServerConfig {
     /// Seconds per decoded token position per resident KV token.
     pub step_per_kv_token: f64,
     /// Seconds per prefilled token (new prompts and recomputed preempted requests). The
-    /// default 3·10⁻⁵ reproduces field-notes' fixed-L curve (≥96 about 2% under the knee);
-    /// 1.5·10⁻⁴ reproduces its "expensive recompute" curve.
+    /// default 3·10⁻⁵ gives a fixed-limit curve where 96 and more in flight run about 2% under
+    /// the knee; 1.5·10⁻⁴ makes recomputing a preempted request expensive.
     pub prefill_per_token: f64,
     /// Virtual seconds an idle engine waits before looking at its queue again.
     pub idle_step: f64,
@@ -334,7 +335,7 @@ impl SimServer {
     }
 }
 
-/// Request lengths of field-notes' simulation: prompts U[200, 2000], outputs
+/// Request lengths of a reasoning workload: prompts U[200, 2000], outputs
 /// lognormal(ln 5000, 0.8) clipped to 1k–30k, from a seeded generator (the same seed gives the
 /// same request sequence, so runs with different concurrency see the same work).
 #[derive(Debug, Clone)]

@@ -218,7 +218,7 @@ pub fn opencodereasoning() -> Fixture {
         ("solution", Col::Str(vec![Some("print(1)"); n])),
     ]);
     // split_1 as on the Hub: every `input` is `-`, `index` a numeric string into the source
-    // dataset's split (field notes §1.3).
+    // dataset's split, which the source resolves by reading that dataset.
     let split_1 = parquet(vec![
         (
             "id",
