@@ -61,8 +61,9 @@ pub enum Command {
         /// Print the raw `status.json` document instead of the table.
         #[arg(long)]
         json: bool,
-        /// Redraw every SECS seconds until interrupted.
-        #[arg(long, value_name = "SECS")]
+        /// Show it again every SECS seconds (default 2) until the run ends, then exit with the
+        /// run's exit code: redrawn in place on a terminal, appended when piped.
+        #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "2")]
         watch: Option<u64>,
         /// Fetch the status of a run on another host over `ssh`: `user@host:RUN_DIR`.
         #[arg(long, value_name = "USER@HOST:RUN_DIR", conflicts_with = "target")]
@@ -77,6 +78,10 @@ pub enum Command {
         /// Print the audit as JSON.
         #[arg(long)]
         json: bool,
+        /// Exit 0 for a consistent run that is not finished yet (a source not prepared or
+        /// failed, prompts without a completion); without it such a run exits 1.
+        #[arg(long)]
+        allow_incomplete: bool,
     },
     /// Measure the server: sweep concurrency on prepared prompts, print a table and write a plot.
     Bench(BenchArgs),
@@ -331,6 +336,10 @@ pub struct ExportArgs {
     /// Output file (default: `export.jsonl` / `export.parquet` in the run directory).
     #[arg(long, short)]
     pub output: Option<PathBuf>,
+    /// Export what is there although the run is not finished (a source not prepared or
+    /// failed, prompts without a completion); without it such a run is not exported (exit 1).
+    #[arg(long)]
+    pub allow_incomplete: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -138,7 +138,11 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Export(args) => Ok(export::export(&args)?),
         Command::Bench(args) => Ok(bench::bench(&args)?),
         Command::Merge { output, shards } => Ok(merge::merge(output.as_deref(), &shards)?),
-        Command::Verify { target, json } => Ok(verify::verify(&target, json)?),
+        Command::Verify {
+            target,
+            json,
+            allow_incomplete,
+        } => Ok(verify::verify(&target, json, allow_incomplete)?),
         Command::Doctor { config } => Ok(doctor::doctor(&config)?),
         Command::Slurm(args) => slurm_command(args),
         Command::K8s(args) => k8s_command(&args),
@@ -289,68 +293,104 @@ pub fn resolve_run_dir(target: &Path) -> Result<RunDir, CliError> {
     }
 }
 
+/// One look at a run for `gen status`: the text to show, the exit code it calls for, and
+/// whether the run is over (finished, stopped, or no longer running), which ends `--watch`.
+struct StatusView {
+    text: String,
+    code: u8,
+    over: bool,
+}
+
+fn status_view(
+    target: Option<&Path>,
+    json: bool,
+    remote: Option<&str>,
+) -> Result<StatusView, CliError> {
+    let now = status::state::unix_ms();
+    let status = match (remote, target) {
+        (Some(remote), _) => status::remote::fetch(remote)?,
+        (None, Some(target)) if job_root(target).is_some() => {
+            use status::job::ShardState;
+            let root = job_root(target).expect("checked by the guard");
+            let job = status::job::view(&root, now)?;
+            let text = if json {
+                serde_json::to_string_pretty(&job).context("status serializes")? + "\n"
+            } else {
+                status::job::render(&job, now)
+            };
+            let over = job.shards.iter().all(|s| s.state != ShardState::Running);
+            let done = job.shards.iter().all(|s| s.state == ShardState::Done);
+            return Ok(StatusView {
+                text,
+                code: if done || !over {
+                    exit::OK
+                } else {
+                    exit::FAILED
+                },
+                over,
+            });
+        }
+        (None, Some(target)) => {
+            let run_dir = resolve_run_dir(target)?;
+            let path = run_dir.status();
+            let status: Option<status::RunStatus> = store::atomic::read_json(&path)?;
+            status.ok_or_else(|| {
+                anyhow::anyhow!(
+                    "no run found at `{}` (no `status.json`): start one with `gen run CONFIG`",
+                    run_dir.root().display()
+                )
+            })?
+        }
+        (None, None) => {
+            return Err(CliError {
+                code: exit::USAGE,
+                error: anyhow::anyhow!("say which run: a CONFIG, a RUN_DIR or `--remote`"),
+            });
+        }
+    };
+    let text = if json {
+        serde_json::to_string_pretty(&status).context("status serializes")? + "\n"
+    } else {
+        status::render::render(&status, now, status::render::width())
+    };
+    let stale = now.saturating_sub(status.heartbeat_unix_ms) > status::render::STALE_AFTER_MS;
+    Ok(StatusView {
+        text,
+        code: status::render::exit_code(&status, now),
+        over: status.finished || stale,
+    })
+}
+
+/// `gen status`: prints the run once, or with `--watch` until it is over; exits with
+/// [`status::render::exit_code`].
 fn status_command(
     target: Option<&Path>,
     json: bool,
     watch: Option<u64>,
     remote: Option<&str>,
 ) -> Result<ExitCode, CliError> {
+    use std::io::{IsTerminal as _, Write as _};
+    let redraw = watch.is_some() && !json && std::io::stdout().is_terminal();
+    let mut shown_lines = 0usize;
     loop {
-        let status = match (remote, target) {
-            (Some(remote), _) => status::remote::fetch(remote)?,
-            (None, Some(target)) if job_root(target).is_some() => {
-                let root = job_root(target).expect("checked by the guard");
-                let now = status::state::unix_ms();
-                let job = status::job::view(&root, now)?;
-                if json {
-                    println!(
-                        "{}",
-                        serde_json::to_string_pretty(&job).context("status serializes")?
-                    );
-                } else {
-                    print!("{}", status::job::render(&job, now));
-                }
-                let Some(every) = watch else {
-                    return Ok(ExitCode::SUCCESS);
-                };
-                std::thread::sleep(std::time::Duration::from_secs(every.max(1)));
-                println!();
-                continue;
-            }
-            (None, Some(target)) => {
-                let run_dir = resolve_run_dir(target)?;
-                let path = run_dir.status();
-                let status: Option<status::RunStatus> = store::atomic::read_json(&path)?;
-                status.ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "no run found at `{}` (no `status.json`): start one with `gen run CONFIG`",
-                        run_dir.root().display()
-                    )
-                })?
-            }
-            (None, None) => {
-                return Err(CliError {
-                    code: exit::USAGE,
-                    error: anyhow::anyhow!("say which run: a CONFIG, a RUN_DIR or `--remote`"),
-                });
-            }
-        };
-        if json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&status).context("status serializes")?
-            );
-        } else {
-            print!(
-                "{}",
-                status::render::render(&status, status::state::unix_ms())
-            );
+        let view = status_view(target, json, remote)?;
+        let mut stdout = std::io::stdout().lock();
+        if redraw && shown_lines > 0 {
+            // Back to the first line of the last view, and everything below it erased.
+            write!(stdout, "\x1b[{shown_lines}F\x1b[J").ok();
+        } else if shown_lines > 0 {
+            writeln!(stdout).ok();
         }
-        let Some(every) = watch else {
-            return Ok(ExitCode::SUCCESS);
-        };
-        std::thread::sleep(std::time::Duration::from_secs(every.max(1)));
-        println!();
+        stdout.write_all(view.text.as_bytes()).ok();
+        stdout.flush().ok();
+        drop(stdout);
+        shown_lines = view.text.lines().count();
+        match watch {
+            Some(every) if !view.over => {
+                std::thread::sleep(std::time::Duration::from_secs(every.max(1)));
+            }
+            _ => return Ok(ExitCode::from(view.code)),
+        }
     }
 }
 

@@ -573,21 +573,14 @@ async fn a_plan_that_cannot_fit_the_machine_is_refused_before_anything_starts() 
     );
 }
 
-#[tokio::test]
-async fn after_gen_run_is_killed_status_says_it_is_not_running() {
-    let server = FakeOpenAi::start(Knobs {
-        delay: std::time::Duration::from_millis(200),
-        ..Knobs::default()
-    })
-    .await;
-    let gen_ = Gen::new();
-    let rows: String = (0..50)
-        .map(|i| format!("{{\"prompt\": \"p{i}\"}}\n"))
-        .collect();
-    gen_.write("data/a.jsonl", &rows);
-    let config = write_config(&gen_, &server.url(), &[("alpha", "data/a.jsonl")]);
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_gen"))
-        .args(["run", &config])
+/// `gen run CONFIG` in the background, once it has sent its first request.
+async fn run_until_it_sends(
+    gen_: &Gen,
+    config: &str,
+    server: &FakeOpenAi,
+) -> tokio::process::Child {
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_gen"))
+        .args(["run", config])
         .current_dir(gen_.path(""))
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
@@ -601,6 +594,23 @@ async fn after_gen_run_is_killed_status_says_it_is_not_running() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
+    child
+}
+
+#[tokio::test]
+async fn after_gen_run_is_killed_status_says_it_is_not_running() {
+    let server = FakeOpenAi::start(Knobs {
+        delay: std::time::Duration::from_millis(200),
+        ..Knobs::default()
+    })
+    .await;
+    let gen_ = Gen::new();
+    let rows: String = (0..50)
+        .map(|i| format!("{{\"prompt\": \"p{i}\"}}\n"))
+        .collect();
+    gen_.write("data/a.jsonl", &rows);
+    let config = write_config(&gen_, &server.url(), &[("alpha", "data/a.jsonl")]);
+    let mut child = run_until_it_sends(&gen_, &config, &server).await;
     child.kill().await.expect("kill -9 gen run");
     // Age the heartbeat instead of waiting 15 s: what a later `gen status` would find.
     let path = gen_.path("runs/cfg/status.json");
@@ -610,14 +620,56 @@ async fn after_gen_run_is_killed_status_says_it_is_not_running() {
     let beat = status["heartbeat_unix_ms"].as_u64().expect("heartbeat");
     status["heartbeat_unix_ms"] = (beat - 5 * 60_000).into();
     std::fs::write(&path, serde_json::to_vec(&status).expect("json")).expect("write");
+    // Not running although it did not finish: exit 1, and `--watch` has nothing to wait for.
     let out = gen_.run(&["status", &config]).await;
-    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.code, 1, "{}", out.stderr);
     assert!(
         out.stdout
             .contains("state  not running: last heartbeat 5 min ago (pid "),
         "{}",
         out.stdout
     );
+    let watched = gen_.run(&["status", &config, "--watch", "1"]).await;
+    assert_eq!(watched.code, 1, "{}", watched.stderr);
+    assert_eq!(watched.stdout, out.stdout, "one view, then exit");
+}
+
+#[tokio::test]
+async fn status_watch_follows_a_running_run_and_exits_with_its_code_when_it_ends() {
+    let server = FakeOpenAi::start(Knobs {
+        delay: std::time::Duration::from_millis(100),
+        ..Knobs::default()
+    })
+    .await;
+    let gen_ = Gen::new();
+    let rows: String = (0..20)
+        .map(|i| format!("{{\"prompt\": \"p{i}\"}}\n"))
+        .collect();
+    gen_.write("data/a.jsonl", &rows);
+    let config = write_config(&gen_, &server.url(), &[("alpha", "data/a.jsonl")]);
+    let text = gen_
+        .read(&config)
+        .replace("concurrency = 3", "concurrency = 1");
+    gen_.write(&config, &text);
+    let mut run = run_until_it_sends(&gen_, &config, &server).await;
+    // Started while the run generates (20 answers one at a time take 2 s or more).
+    let watched = gen_.run(&["status", &config, "--watch", "1"]).await;
+    let status: serde_json::Value =
+        serde_json::from_str(&gen_.read("runs/cfg/status.json")).expect("json");
+    assert_eq!(status["finished"], true, "--watch returned before the end");
+    assert_eq!(watched.code, 0, "{}", watched.stderr);
+    assert!(
+        watched.stdout.matches("\nstate  ").count() + 1 >= 2
+            && watched.stdout.contains("state  running (pid")
+            && watched.stdout.contains("state  finished"),
+        "piped: one plain view after another, the last finished:\n{}",
+        watched.stdout
+    );
+    assert!(
+        !watched.stdout.contains('\x1b'),
+        "no cursor movement when piped"
+    );
+    assert_eq!(run.wait().await.expect("wait").code(), Some(0));
 }
 
 #[tokio::test]

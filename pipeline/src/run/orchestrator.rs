@@ -250,8 +250,14 @@ async fn run_loop(
                     .find(|s| s.name == orchestrator.sources[i].status.name)
             })
         {
-            // Untouched this run: keep what the last run said about it.
-            orchestrator.sources[i].status = old.clone();
+            // Untouched this run: keep what the last run said about it, but the counts of
+            // its stored completions as the files have them.
+            let now = &orchestrator.sources[i].status;
+            orchestrator.sources[i].status = SourceStatus {
+                done: now.done,
+                truncated: now.truncated,
+                ..old.clone()
+            };
         }
     }
     needs_prep.extend(orchestrator.open_ready(&selected));
@@ -579,6 +585,13 @@ async fn run_loop(
         task.await.ok();
     }
     orchestrator.flush_all()?;
+    for source in &orchestrator.sources {
+        let tally = crate::store::tally::Tally {
+            truncated: source.status.truncated,
+        };
+        // Only a shortcut for the next start: without it, that start counts again.
+        crate::store::tally::save(&orchestrator.run_dir.source(&source.status.name), tally).ok();
+    }
     let ending = if interrupted {
         super::stop::interrupted_by()
     } else if fatal.is_some() || server_died.is_some() {
@@ -710,6 +723,8 @@ impl<'p> Orchestrator<'p> {
             let stored = crate::store::done::load(&dir.completions())
                 .with_context(|| format!("failed to read `{}`", dir.completions().display()))?;
             let warnings = report_repairs(run_dir, name, &stored.repairs);
+            let tally = crate::store::tally::load(&dir)
+                .with_context(|| format!("failed to read `{}`", dir.completions().display()))?;
             let done_ids = stored.ids;
             let refused = settled
                 .refused
@@ -740,6 +755,7 @@ impl<'p> Orchestrator<'p> {
                     done: done_ids.len() as u64,
                     rejected: settled.ids.len() as u64,
                     duplicates: settled.duplicates + across,
+                    truncated: tally.truncated,
                     note,
                     // The preparation's own warning first, then what this start repaired.
                     warnings: manifest
