@@ -129,6 +129,25 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             prep::prepare_source(&plan, &run_dir, &source, exclude_hashes.as_deref())?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Prepare {
+            config,
+            sources,
+            run_dir,
+        } => run_cli(Cli {
+            command: Command::Run {
+                config,
+                run_dir,
+                only_failed: false,
+                sources,
+                allow_config_change: false,
+                keep_preparation: false,
+                shard: None,
+                retry_rejected: false,
+                shards: None,
+                server_launch: None,
+                prepare_only: true,
+            },
+        }),
         Command::Status {
             target,
             json,
@@ -158,6 +177,7 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             retry_rejected,
             shards,
             server_launch,
+            prepare_only,
         } => {
             let mut plan = Plan::load(&config)?;
             if let Some(command) = &server_launch {
@@ -207,6 +227,7 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
                 shard,
                 retry_rejected,
                 fence: task.as_ref().map(scale::task::ShardTask::fence),
+                prepare_only,
             };
             let runtime =
                 tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
@@ -248,7 +269,20 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
                             per_source.join(", ")
                         );
                     }
-                    if !failed.is_empty() {
+                    if prepare_only && !failed.is_empty() {
+                        eprintln!(
+                            "gen: {} source(s) failed to prepare: {}; `gen diagnose NAME --config \
+                             {}` says why, `gen prepare` again retries them",
+                            failed.len(),
+                            failed.join(", "),
+                            config.display()
+                        );
+                    } else if prepare_only {
+                        eprintln!(
+                            "gen: every selected source is prepared; `gen run {}` generates",
+                            config.display()
+                        );
+                    } else if !failed.is_empty() {
                         eprintln!(
                             "gen: {} source(s) not finished: {}; run `gen run` again to retry them",
                             failed.len(),
@@ -464,16 +498,31 @@ fn k8s_command(args: &cli::K8sArgs) -> Result<ExitCode, CliError> {
 fn diagnose_command(args: cli::DiagnoseArgs) -> Result<ExitCode, CliError> {
     use diagnose::{LogInputs, Subject};
     let subject = if let Some(source) = args.source.clone() {
-        let run_dir = match args.run_dir {
-            Some(dir) => RunDir::new(dir),
-            None => RunDir::new(
-                Plan::load(
-                    &args
-                        .config
-                        .unwrap_or_else(|| PathBuf::from("datasets.toml")),
-                )?
-                .run_dir,
-            ),
+        let run_dir = match (args.run_dir, args.config) {
+            (Some(dir), _) => RunDir::new(dir),
+            (None, Some(config)) => RunDir::new(Plan::load(&config)?.run_dir),
+            (None, None) => {
+                // Said every time, so a source of another config is never looked for in the
+                // wrong run directory unnoticed.
+                let default = PathBuf::from("datasets.toml");
+                if !default.is_file() {
+                    return Err(CliError {
+                        code: exit::USAGE,
+                        error: anyhow::anyhow!(
+                            "say which config `{source}` belongs to: `gen diagnose {source} \
+                             --config CONFIG` (or `--run-dir DIR`); there is no `datasets.toml` \
+                             here to default to"
+                        ),
+                    });
+                }
+                let plan = Plan::load(&default)?;
+                eprintln!(
+                    "gen: `{source}` of `datasets.toml` (run directory `{}`); `--config` \
+                     chooses another config",
+                    plan.run_dir.display()
+                );
+                RunDir::new(plan.run_dir)
+            }
         };
         Subject::Source { run_dir, source }
     } else if let Some(stderr) = args.stderr.clone() {

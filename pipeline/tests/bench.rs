@@ -257,7 +257,7 @@ async fn auto_doubles_until_a_level_could_not_fill() {
 }
 
 #[tokio::test]
-async fn without_prepared_prompts_it_says_to_run_gen_run_first() {
+async fn without_prepared_prompts_it_says_to_run_gen_prepare_first() {
     let server = FakeOpenAi::start(Knobs::default()).await;
     let gen_ = Gen::new();
     gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
@@ -265,7 +265,10 @@ async fn without_prepared_prompts_it_says_to_run_gen_run_first() {
     let bench = gen_.run(&["bench", &config, "--concurrency", "1"]).await;
     assert_eq!(bench.code, 1, "{}", bench.stderr);
     assert!(
-        bench.stderr.contains("no prepared prompts") && bench.stderr.contains("gen run cfg.toml"),
+        bench.stderr.contains("no prepared prompts")
+            && bench
+                .stderr
+                .contains("run `gen prepare cfg.toml` first (it needs no server)"),
         "{}",
         bench.stderr
     );

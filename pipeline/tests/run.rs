@@ -715,3 +715,35 @@ async fn the_real_datasets_toml_checks() {
         out.stdout
     );
 }
+
+#[tokio::test]
+async fn prepare_needs_no_server_and_run_then_generates_from_its_prompts() {
+    let gen_ = Gen::new();
+    gen_.write("data/a.jsonl", ROWS);
+    // Nothing listens on port 9 (discard): preparing must not need the server.
+    let config = write_config(&gen_, "http://127.0.0.1:9", &[("alpha", "data/a.jsonl")]);
+    let prepared = gen_.run(&["prepare", &config]).await;
+    assert_eq!(prepared.code, 0, "{}", prepared.stderr);
+    assert!(
+        prepared
+            .stderr
+            .contains("every selected source is prepared; `gen run cfg.toml` generates"),
+        "{}",
+        prepared.stderr
+    );
+    assert!(gen_.path("runs/cfg/sources/alpha/manifest.json").exists());
+    let again = gen_.run(&["prepare", &config, "--source", "alpha"]).await;
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    let unknown = gen_.run(&["prepare", &config, "--source", "nope"]).await;
+    assert_eq!(unknown.code, 2, "{}", unknown.stderr);
+
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let config = write_config(&gen_, &server.url(), &[("alpha", "data/a.jsonl")]);
+    let run = gen_.run(&["run", &config]).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(!run.stderr.contains("preparing `alpha`"), "{}", run.stderr);
+    assert_eq!(
+        completions(&gen_.path("runs/cfg/sources/alpha/completions.jsonl.zst")).len(),
+        4
+    );
+}

@@ -87,6 +87,8 @@ pub struct Selection {
     /// Under `--shard auto`: checked before every write, so a task that lost its shard
     /// stops before writing to it again.
     pub fence: Option<crate::scale::owner::Fence>,
+    /// Prepare the selected sources and stop there: no server is needed (`gen prepare`).
+    pub prepare_only: bool,
 }
 
 impl Selection {
@@ -291,6 +293,9 @@ async fn run_loop(
         );
     }
     orchestrator.write_status()?;
+    if selection.prepare_only {
+        return prepare_only(&mut orchestrator, needs_prep, &cancel).await;
+    }
 
     // The servers must answer before anything can fail.
     let api_key = plan
@@ -1571,6 +1576,51 @@ impl<'p> Orchestrator<'p> {
             self.tokens as f64 / secs
         );
     }
+}
+
+/// `gen prepare`: the preparation part of a run and nothing else, so no server is needed.
+/// Each source in `needs_prep` is prepared by its worker exactly as `gen run` does it (memory
+/// limit, verdict, status); a signal stops the workers the same way.
+async fn prepare_only(
+    orchestrator: &mut Orchestrator<'_>,
+    needs_prep: Vec<usize>,
+    cancel: &CancellationToken,
+) -> anyhow::Result<RunOutcome> {
+    if !needs_prep.is_empty() {
+        orchestrator.kernel_log = Some(KernelLogFollower::start());
+    }
+    let prepared_here = needs_prep.clone();
+    let mut queue: VecDeque<usize> = needs_prep.into();
+    let mut preps: JoinSet<(usize, std::io::Result<WorkerReport>)> = JoinSet::new();
+    orchestrator.start_preps(&mut queue, &mut preps, cancel)?;
+    orchestrator.refresh_status();
+    while let Some(joined) = preps.join_next().await {
+        let (i, report) = joined.context("a preparation supervisor panicked")?;
+        let interrupted = cancel.is_cancelled();
+        orchestrator.finish_prep(i, report, interrupted).await?;
+        if !interrupted {
+            orchestrator.start_preps(&mut queue, &mut preps, cancel)?;
+        }
+        orchestrator.refresh_status();
+    }
+    orchestrator.status.finished = true;
+    if cancel.is_cancelled() {
+        orchestrator.status.stopped_by = Some(super::stop::reason());
+    }
+    orchestrator.write_status()?;
+    if cancel.is_cancelled() {
+        return Ok(RunOutcome::Interrupted);
+    }
+    let failed = prepared_here
+        .into_iter()
+        .map(|i| &orchestrator.sources[i].status)
+        .filter(|s| s.phase == Phase::Failed)
+        .map(|s| s.name.clone())
+        .collect();
+    Ok(RunOutcome::Finished {
+        failed,
+        refused: Vec::new(),
+    })
 }
 
 /// `worker.json`: the last preparation worker's report and whether it prepared its source.
