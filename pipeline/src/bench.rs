@@ -136,7 +136,13 @@ impl Contender {
             .and_then(|var| std::env::var(var).ok());
         let shown = probe::redact(url);
         let label = label(index);
-        let model = probe::model(url, api_key.as_deref(), plan.server.model.as_deref()).await?;
+        let model = probe::model(
+            url,
+            api_key.as_deref(),
+            plan.server.model.as_deref(),
+            probe::REACH_TIMEOUT,
+        )
+        .await?;
         let slots = signals::SignalReader::probe(url, api_key.as_deref())
             .await
             .1

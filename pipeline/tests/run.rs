@@ -190,6 +190,65 @@ async fn rejected_prompts_fail_their_source_only_and_a_broken_source_does_not_st
     assert!(worker.contains("Corrupt footer"), "{worker}");
 }
 
+/// Sets `[server] startup-timeout-secs` in the config written by `write_config`.
+fn with_startup_timeout(gen_: &Gen, config: &str, secs: u64) {
+    let text = gen_.read(config).replace(
+        "[server]\n",
+        &format!("[server]\nstartup-timeout-secs = {secs}\n"),
+    );
+    gen_.write(config, &text);
+}
+
+#[tokio::test]
+async fn a_server_that_starts_listening_late_is_waited_for() {
+    use tokio::io::AsyncBufReadExt as _;
+    // A free port, on which the server starts only once `gen run` says it waits for it.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
+    let gen_ = Gen::new();
+    gen_.write(
+        "data/a.jsonl",
+        "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n",
+    );
+    let url = format!("http://{addr}");
+    let config = write_config(&gen_, &url, &[("alpha", "data/a.jsonl")]);
+    with_startup_timeout(&gen_, &config, 120);
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_gen"))
+        .args(["run", &config])
+        .current_dir(gen_.path(""))
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn gen");
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let mut seen = String::new();
+    loop {
+        let line = lines
+            .next_line()
+            .await
+            .expect("read stderr")
+            .unwrap_or_else(|| panic!("gen ended without waiting:\n{seen}"));
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.starts_with(&format!("gen: waiting for {url} to answer")) {
+            break;
+        }
+    }
+    let _server = FakeOpenAi::start_at(addr, Knobs::default()).await;
+    while let Some(line) = lines.next_line().await.expect("read stderr") {
+        seen.push_str(&line);
+        seen.push('\n');
+    }
+    let status = child.wait().await.expect("wait");
+    assert_eq!(status.code(), Some(0), "{seen}");
+    assert_eq!(
+        completions(&gen_.path("runs/cfg/sources/alpha/completions.jsonl.zst")).len(),
+        2
+    );
+}
+
 #[tokio::test]
 async fn unreachable_server_is_named_and_no_source_is_marked_failed() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -201,14 +260,19 @@ async fn unreachable_server_is_named_and_no_source_is_marked_failed() {
     gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
     let url = format!("http://127.0.0.1:{port}");
     let config = write_config(&gen_, &url, &[("alpha", "data/a.jsonl")]);
+    with_startup_timeout(&gen_, &config, 3);
     let started = std::time::Instant::now();
     let out = gen_.run(&["run", &config]).await;
     assert!(started.elapsed() < std::time::Duration::from_secs(15));
     assert_eq!(out.code, 1, "{}", out.stderr);
     assert!(
         out.stderr.contains(&format!(
+            "gen: waiting for {url} to answer (a server loading its model takes minutes): "
+        )) && out.stderr.contains(&format!(
             "error: inference server at `{url}` is not reachable"
-        )),
+        )) && out
+            .stderr
+            .contains("(waited 3s for it to answer; `[server] startup-timeout-secs` waits longer)"),
         "{}",
         out.stderr
     );

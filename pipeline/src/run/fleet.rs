@@ -265,7 +265,7 @@ pub async fn connect(
     let wanted = plan.server.model.as_deref();
     let probes = join_all(
         urls.iter()
-            .map(|url| probe::model(url, api_key.as_deref(), wanted)),
+            .map(|url| probe::model(url, api_key.as_deref(), wanted, plan.server.startup_timeout)),
     )
     .await;
     let mut model: Option<(String, String)> = None;

@@ -329,7 +329,20 @@ async fn run_loop(
         None => plan.server.urls.clone(),
     };
     let dispatch_cancel = CancellationToken::new();
-    let connected = fleet::connect(plan, &urls, api_key.clone(), run_dir, &dispatch_cancel).await;
+    // An external server may still be loading: the wait for it ends on a signal too.
+    let connected = tokio::select! {
+        connected = fleet::connect(plan, &urls, api_key.clone(), run_dir, &dispatch_cancel) => connected,
+        () = cancel.cancelled() => {
+            crate::say!("gen: {} while waiting for the inference server", super::stop::interrupted_by());
+            if let Some(server) = managed {
+                server.stop().await;
+            }
+            orchestrator.status.finished = true;
+            orchestrator.status.stopped_by = Some(super::stop::reason());
+            orchestrator.write_status()?;
+            return Ok(RunOutcome::Interrupted);
+        }
+    };
     let fleet::Connected {
         fleet,
         model,
