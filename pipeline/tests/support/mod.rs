@@ -127,3 +127,21 @@ pub async fn llama_project(slots: u32) -> Option<(Gen, gen_tests::llama::LlamaSe
         .expect("llama-server");
     Some((gen_, server))
 }
+
+/// A project whose `cfg.toml` launches the real llama-server (`bin`, `model`) and whose
+/// source `fruit` holds `prompts` short questions; `generation` is the `[generation]` table's
+/// body.
+pub fn llama_fruit_project(gen_: &Gen, bin: &Path, model: &Path, prompts: usize, generation: &str) {
+    let rows: String = (0..prompts)
+        .map(|i| format!("{{\"prompt\": \"Name a fruit ({i}).\"}}\n"))
+        .collect();
+    gen_.write("data/a.jsonl", &rows);
+    gen_.write(
+        "cfg.toml",
+        &format!(
+            "[server]\nurl = \"http://127.0.0.1:{{port}}\"\nlaunch = [\"{}\", \"-m\", \"{}\", \"--host\", \"127.0.0.1\", \"--port\", \"{{port}}\", \"-np\", \"2\", \"-c\", \"2048\", \"-t\", \"2\", \"--poll\", \"0\"]\n\n[generation]\n{generation}\n\n[[source]]\nname = \"fruit\"\npath = \"data/a.jsonl\"\n",
+            bin.display(),
+            model.display()
+        ),
+    );
+}
