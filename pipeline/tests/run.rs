@@ -327,7 +327,7 @@ async fn config_errors_name_file_line_and_column_and_exit_2() {
         out.stderr.lines().take(4).collect::<Vec<_>>(),
         [
             "error: `bad.toml` has 3 problems",
-            "  bad.toml:3:1  unknown key `colour` in `[server]`, expected one of `url`, `urls`, `model`, `api-key-env`, `launch`, `health-timeout-secs`, `max-restarts`, `log`, `host-memory`, `max-outage-secs`, `stall-secs`",
+            "  bad.toml:3:1  unknown key `colour` in `[server]`, expected one of `url`, `urls`, `model`, `api-key-env`, `launch`, `health-timeout-secs`, `max-restarts`, `log`, `host-memory`, `max-outage-secs`, `startup-timeout-secs`, `stall-secs`",
             "  bad.toml:6:14  `max-tokens` must be between 1 and 4294967295",
             "  bad.toml:9:8  source name `a b` has whitespace: use only letters, digits, `-`, `_` and `.`",
         ]
