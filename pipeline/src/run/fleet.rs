@@ -263,9 +263,15 @@ pub async fn connect(
     cancel: &CancellationToken,
 ) -> anyhow::Result<Connected> {
     let wanted = plan.server.model.as_deref();
+    // One server is waited for while it starts; of several, one not up yet joins later as
+    // down, so the others need not wait for it.
+    let wait = match urls.len() {
+        1 => plan.server.startup_timeout,
+        _ => probe::REACH_TIMEOUT,
+    };
     let probes = join_all(
         urls.iter()
-            .map(|url| probe::model(url, api_key.as_deref(), wanted, plan.server.startup_timeout)),
+            .map(|url| probe::model(url, api_key.as_deref(), wanted, wait)),
     )
     .await;
     let mut model: Option<(String, String)> = None;
