@@ -9,6 +9,10 @@
 //! reused. A level keeps exactly L requests in flight until `--requests` have finished
 //! ([`measure`]). The results go to an 80-column table or `--json` ([`report`]) and
 //! optionally an SVG plot ([`plot`]). A bench never writes to the run directory.
+//!
+//! A config with `[server] launch` (and no `--url`) gets its server started the way `gen run`
+//! starts it ([`ManagedServer`]: a free port for `{port}`, `${VAR}` filled in, healthy before
+//! the first request), its log in the system's temporary directory, and stopped at the end.
 
 pub mod levels;
 pub mod measure;
@@ -23,6 +27,7 @@ use anyhow::Context as _;
 
 use crate::cli::BenchArgs;
 use crate::config::Plan;
+use crate::inference::managed::ManagedServer;
 use crate::inference::{ChatClient, RequestError, probe, signals};
 use levels::{Levels, Sweep};
 use measure::LevelResult;
@@ -48,23 +53,37 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     }
     let plan = Plan::load(&args.config)?;
     let prompts = prompts::load(&plan, args.requests * levels.max_rounds(args.requests))?;
-    let urls = if args.urls.is_empty() {
-        plan.server.urls.clone()
-    } else {
-        args.urls
-            .iter()
-            .map(|url| url.trim_end_matches('/').to_owned())
-            .collect()
-    };
     let runtime = tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
     let (servers, prompts_reused_from) = runtime.block_on(async {
-        let mut contenders = Vec::new();
-        for (index, url) in urls.iter().enumerate() {
-            contenders.push(Contender::connect(&plan, &levels, args.requests, index, url).await?);
+        let launched = match (&plan.server.launch, args.urls.is_empty()) {
+            (Some(launch), true) => Some(launch_server(&plan, launch).await?),
+            _ => None,
+        };
+        let urls = match (&launched, args.urls.is_empty()) {
+            (Some(server), _) => vec![server.url.clone()],
+            (None, true) => plan.server.urls.clone(),
+            (None, false) => args
+                .urls
+                .iter()
+                .map(|url| url.trim_end_matches('/').to_owned())
+                .collect(),
+        };
+        let measured = async {
+            let mut contenders = Vec::new();
+            for (index, url) in urls.iter().enumerate() {
+                contenders
+                    .push(Contender::connect(&plan, &levels, args.requests, index, url).await?);
+            }
+            let reused_from = sweep_in_rounds(&mut contenders, &prompts, args.requests).await?;
+            let servers: Vec<ServerReport> =
+                contenders.into_iter().map(Contender::report).collect();
+            anyhow::Ok((servers, reused_from))
         }
-        let reused_from = sweep_in_rounds(&mut contenders, &prompts, args.requests).await?;
-        let servers: Vec<ServerReport> = contenders.into_iter().map(Contender::report).collect();
-        anyhow::Ok((servers, reused_from))
+        .await;
+        if let Some(server) = launched {
+            server.stop().await;
+        }
+        measured
     })?;
     let any_failed = servers
         .iter()
@@ -93,6 +112,24 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     } else {
         crate::exit::OK
     }))
+}
+
+/// Starts the config's server as `gen run` does; its log goes to the temporary directory, as
+/// a bench writes nothing into the run directory.
+async fn launch_server(plan: &Plan, launch: &[String]) -> anyhow::Result<ManagedServer> {
+    let log = std::env::temp_dir().join(format!("gen-bench-{}.server.log", std::process::id()));
+    eprintln!(
+        "gen bench: starting the inference server (log: {})",
+        log.display()
+    );
+    ManagedServer::start(&plan.server, launch, &log)
+        .await
+        .with_context(|| {
+            format!(
+                "the inference server did not start (log: {})",
+                log.display()
+            )
+        })
 }
 
 fn usage_error(message: &str) -> ExitCode {
@@ -136,7 +173,13 @@ impl Contender {
             .and_then(|var| std::env::var(var).ok());
         let shown = probe::redact(url);
         let label = label(index);
-        let model = probe::model(url, api_key.as_deref(), plan.server.model.as_deref()).await?;
+        let model = probe::model(
+            url,
+            api_key.as_deref(),
+            plan.server.model.as_deref(),
+            probe::REACH_TIMEOUT,
+        )
+        .await?;
         let slots = signals::SignalReader::probe(url, api_key.as_deref())
             .await
             .1

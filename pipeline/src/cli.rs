@@ -16,6 +16,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Prepare every source and generate completions; resumes where the last run stopped.
+    #[command(after_help = RUN_HELP)]
     Run {
         /// The config file (e.g. `datasets.toml`).
         config: PathBuf,
@@ -52,8 +53,25 @@ pub enum Command {
         /// Send the prompts the server refused (HTTP 400, in `rejected.jsonl`) again.
         #[arg(long)]
         retry_rejected: bool,
+        /// Set by `gen prepare`: prepare, then stop before any server is contacted.
+        #[arg(skip)]
+        prepare_only: bool,
+    },
+    /// Prepare sources without a server: download, normalize, deduplicate and sample their
+    /// prompts into the run directory, as `gen run` does first.
+    #[command(after_help = PREPARE_HELP)]
+    Prepare {
+        /// The config file (e.g. `datasets.toml`).
+        config: PathBuf,
+        /// Prepare only this source (repeatable; default: every source not prepared yet).
+        #[arg(long = "source", value_name = "NAME")]
+        sources: Vec<String>,
+        /// Run directory (default: `[run] dir` of the config, else `runs/<config name>`).
+        #[arg(long)]
+        run_dir: Option<PathBuf>,
     },
     /// Show the state of a run: a config file or a run directory.
+    #[command(after_help = STATUS_HELP)]
     Status {
         /// A config file or a run directory (not needed with `--remote`).
         #[arg(required_unless_present = "remote")]
@@ -61,27 +79,36 @@ pub enum Command {
         /// Print the raw `status.json` document instead of the table.
         #[arg(long)]
         json: bool,
-        /// Redraw every SECS seconds until interrupted.
-        #[arg(long, value_name = "SECS")]
+        /// Show it again every SECS seconds (default 2) until the run ends, then exit with the
+        /// run's exit code: redrawn in place on a terminal, appended when piped.
+        #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "2")]
         watch: Option<u64>,
         /// Fetch the status of a run on another host over `ssh`: `user@host:RUN_DIR`.
         #[arg(long, value_name = "USER@HOST:RUN_DIR", conflicts_with = "target")]
         remote: Option<String>,
     },
     /// Write a run's completions as a training-ready dataset (messages with reasoning).
+    #[command(after_help = EXPORT_HELP)]
     Export(ExportArgs),
     /// Audit a run: every prompt completed or rejected exactly once, every file readable.
+    #[command(after_help = VERIFY_HELP)]
     Verify {
         /// A run directory or a config file.
         target: PathBuf,
         /// Print the audit as JSON.
         #[arg(long)]
         json: bool,
+        /// Exit 0 for a consistent run that is not finished yet (a source not prepared or
+        /// failed, prompts without a completion); without it such a run exits 1.
+        #[arg(long)]
+        allow_incomplete: bool,
     },
     /// Measure the server: sweep concurrency on prepared prompts, print a table and write a plot.
+    #[command(after_help = BENCH_HELP)]
     Bench(BenchArgs),
     /// Combine the run directories of `--shard` runs (or a run root's shards); report
     /// duplicates and gaps.
+    #[command(after_help = MERGE_HELP)]
     Merge {
         /// The merged run directory to create (default for a run root: `RUN_ROOT/merged`).
         #[arg(long, short)]
@@ -96,15 +123,25 @@ pub enum Command {
     Slurm(SlurmArgs),
     /// Print a Kubernetes Indexed Job (JSON, which `kubectl apply -f` reads as YAML) whose
     /// pod K runs shard K of N.
+    #[command(after_help = K8S_HELP)]
     K8s(K8sArgs),
     /// Check the machine and the server against the plan before a run.
-    Doctor { config: PathBuf },
+    #[command(after_help = DOCTOR_HELP)]
+    Doctor {
+        /// The config file whose plan to check (e.g. `datasets.toml`).
+        config: PathBuf,
+    },
     /// Explain a failure: a source's last preparation worker, or logs captured anywhere.
     #[command(after_help = DIAGNOSE_HELP)]
     Diagnose(Box<DiagnoseArgs>),
     /// Validate a config without running anything.
-    Check { config: PathBuf },
-    /// Prepare one source (the preparation worker `gen run` starts for each source).
+    #[command(after_help = CHECK_HELP)]
+    Check {
+        /// The config file to validate (e.g. `datasets.toml`).
+        config: PathBuf,
+    },
+    /// Prepare one source (the preparation worker `gen run` and `gen prepare` start for each
+    /// source; `gen prepare` is the command to type).
     #[command(hide = true)]
     Prep {
         config: PathBuf,
@@ -118,6 +155,74 @@ pub enum Command {
         exclude_hashes: Option<PathBuf>,
     },
 }
+
+const RUN_HELP: &str = "Examples:
+  gen run datasets.toml
+  gen run datasets.toml --source wildchat --source sharegpt
+  gen run datasets.toml --only-failed
+  gen run datasets.toml --shard 2/8 --run-dir runs/host-2
+  gen run datasets.toml --server-launch 'llama-server -m model.gguf --port {port}'
+
+Exit codes: 0 every source finished; 1 some sources failed or prompts were refused (run it
+again to retry them); 2 a usage or config error.";
+
+const PREPARE_HELP: &str = "Examples:
+  gen prepare datasets.toml
+  gen prepare datasets.toml --source wildchat
+  gen status datasets.toml
+
+Sources already prepared are left as they are. `gen run` then generates from the prepared
+prompts; `gen bench` measures the server on them. Exit 1 when a source failed to prepare
+(`gen diagnose NAME --config CONFIG` says why).";
+
+const STATUS_HELP: &str = "Examples:
+  gen status datasets.toml
+  gen status runs/datasets --watch
+  gen status runs/datasets --json
+  gen status --remote me@gpu-box:/data/runs/datasets
+
+Exit codes: 0 while the run runs and when every source is done; 1 when it finished with
+failed sources or prompts, stopped early, or is not running although it did not finish.";
+
+const EXPORT_HELP: &str = "Examples:
+  gen export datasets.toml
+  gen export runs/datasets --format parquet -o train.parquet
+  gen export runs/datasets --allow-incomplete
+
+An unfinished run (a source that failed or was not prepared, prompts without a completion)
+is not exported, with what is missing, unless `--allow-incomplete` (exit 1).";
+
+const VERIFY_HELP: &str = "Examples:
+  gen verify datasets.toml
+  gen verify runs/datasets --json
+  gen verify runs/datasets --allow-incomplete
+
+Exit 1 on a problem, and when the run is not finished unless `--allow-incomplete`.";
+
+const BENCH_HELP: &str = "Examples:
+  gen prepare datasets.toml
+  gen bench datasets.toml
+  gen bench datasets.toml --concurrency 1,4,16,64 --plot bench.svg
+  gen bench datasets.toml --url http://10.0.0.7:30000 --url http://10.0.0.8:30000";
+
+const MERGE_HELP: &str = "Examples:
+  gen merge -o runs/merged runs/host-1 runs/host-2
+  gen merge runs/datasets";
+
+const K8S_HELP: &str = "Examples:
+  gen k8s datasets.toml --shards 8 --image registry/gen:latest --volume-claim runs > job.json
+  kubectl apply -f job.json";
+
+const DOCTOR_HELP: &str = "Examples:
+  gen doctor datasets.toml
+  gen doctor examples/quickstart.toml
+
+Exit 1 when the plan does not fit the machine.";
+
+const CHECK_HELP: &str = "Examples:
+  gen check datasets.toml
+
+Reports every problem at once with file:line:column; exit 2 when there is one.";
 
 const DIAGNOSE_HELP: &str = "Examples:
   gen diagnose wildchat --config datasets.toml
@@ -206,6 +311,7 @@ pub struct SlurmArgs {
 pub struct K8sArgs {
     /// The config file, as the pods see it.
     pub config: PathBuf,
+    /// Shards (pods of the Indexed Job).
     #[arg(long, value_name = "N")]
     pub shards: u32,
     /// The container image holding `gen` and the inference server.
@@ -239,7 +345,7 @@ pub struct DiagnoseArgs {
     /// A source of a run (with `--config` or `--run-dir`).
     #[arg(conflicts_with_all = ["stderr", "observation", "server_log"])]
     pub source: Option<String>,
-    /// The config of the run (default `datasets.toml`).
+    /// The config of the run (without it and `--run-dir`: `datasets.toml` here, named on stderr).
     #[arg(long)]
     pub config: Option<PathBuf>,
     /// The run directory (instead of `--config`).
@@ -326,11 +432,16 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
 pub struct ExportArgs {
     /// A run directory or a config file.
     pub target: PathBuf,
+    /// The file format: JSONL (one row per line) or Parquet.
     #[arg(long, value_enum, default_value = "jsonl")]
     pub format: ExportFormat,
     /// Output file (default: `export.jsonl` / `export.parquet` in the run directory).
     #[arg(long, short)]
     pub output: Option<PathBuf>,
+    /// Export what is there although the run is not finished (a source not prepared or
+    /// failed, prompts without a completion); without it such a run is not exported (exit 1).
+    #[arg(long)]
+    pub allow_incomplete: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -358,4 +469,37 @@ pub struct BenchArgs {
     /// Print the results as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn every_visible_subcommand_has_examples_and_every_argument_help() {
+        let mut cli = Cli::command();
+        cli.build();
+        for command in cli
+            .get_subcommands()
+            .filter(|c| !c.is_hide_set() && c.get_name() != "help")
+        {
+            let name = command.get_name();
+            let help = command.clone().render_long_help().to_string();
+            assert!(
+                help.contains("Examples:\n  gen "),
+                "`gen {name} --help`:\n{help}"
+            );
+            for arg in command.get_arguments() {
+                let id = arg.get_id().as_str();
+                if id == "help" || id == "version" {
+                    continue;
+                }
+                assert!(
+                    arg.get_help().is_some() || arg.get_long_help().is_some(),
+                    "`gen {name}`: `{id}` has no help"
+                );
+            }
+        }
+    }
 }

@@ -2,16 +2,22 @@
 //!
 //! Reads every source's `completions.jsonl.zst` (whole frames only, so a run still writing is
 //! safe to export), keeps the first record of each prompt id, and writes one row per
-//! completion: `id`, `source`, `messages` (the prompt followed by the model's answer, with its
+//! completion: `id`, `source`, `source_key`, `messages` (the prompt followed by the model's answer, with its
 //! reasoning), `reasoning_content`, `finish_reason`, `model`, `prompt_tokens`,
 //! `completion_tokens`. The file is written under a temporary name and renamed, so a reader
 //! never sees half an export. The Parquet layout is in [`columnar`].
+//!
+//! A run that is not finished (a source not prepared or whose preparation failed, prompts
+//! without a completion: [`crate::verify::audit`] decides) is not exported unless
+//! `--allow-incomplete`: a file that looks like the dataset but lacks part of it is worse than
+//! none. Each row keeps the dataset's own key for its prompt (`source_key`), read from the
+//! source's `prompts.jsonl.zst`, so rows can be joined back to the original data.
 //!
 //! It must not change the run directory except for adding the export file itself.
 
 mod columnar;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io::{self, BufWriter, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -27,6 +33,8 @@ use gen_sources::{Message, Role};
 pub struct ExportRow {
     pub id: String,
     pub source: String,
+    /// The dataset's own key for the row (`id`, `prompt_id`, …) when it has one.
+    pub source_key: Option<String>,
     /// The prompt's messages with the model's answer(s) as `assistant` turns.
     pub messages: Vec<ExportMessage>,
     /// The reasoning of the last answer.
@@ -129,6 +137,7 @@ impl From<StoredCompletion> for ExportRow {
         ExportRow {
             id: stored.id,
             source: stored.source,
+            source_key: None,
             messages,
             reasoning_content: stored.reasoning_content,
             finish_reason: stored.finish_reason,
@@ -197,6 +206,26 @@ pub fn export(args: &ExportArgs) -> anyhow::Result<ExitCode> {
             ExportFormat::Parquet => "export.parquet",
         }),
     };
+    let audit = crate::verify::audit(&run_dir)?;
+    if !audit.complete {
+        let missing: Vec<String> = audit
+            .missing()
+            .map(|(name, what)| format!("\n  `{name}`: {what}"))
+            .collect();
+        if !args.allow_incomplete {
+            anyhow::bail!(
+                "the run at `{}` is not finished, so an export would miss prompts:{}\n\
+                 finish it with `gen run CONFIG`, or export what is there with \
+                 `--allow-incomplete`",
+                run_dir.root().display(),
+                missing.concat()
+            );
+        }
+        eprintln!(
+            "gen: exporting an unfinished run (--allow-incomplete):{}",
+            missing.concat()
+        );
+    }
     let summary = export_run(run_dir.root(), args.format, &output)?;
     let per_source: Vec<String> = summary
         .rows
@@ -305,6 +334,7 @@ fn write_all(
     let mut seen = crate::store::ids::SeenIds::default();
     for (name, dir) in sources {
         let path = dir.join("completions.jsonl.zst");
+        let keys = source_keys(&dir.join("prompts.jsonl.zst"))?;
         let mut rows = 0u64;
         let mut failure: Option<anyhow::Error> = None;
         crate::store::frames::scan(&path, |line| {
@@ -318,7 +348,9 @@ fn write_all(
                 summary.duplicates += 1;
                 return Ok(());
             }
-            if let Err(e) = sink.push(ExportRow::from(stored)) {
+            let mut row = ExportRow::from(stored);
+            row.source_key = keys.get(&row.id).cloned();
+            if let Err(e) = sink.push(row) {
                 let message = e.to_string();
                 failure = Some(e);
                 return Err(io::Error::other(message));
@@ -337,6 +369,22 @@ fn write_all(
     }
     sink.finish()?;
     Ok(summary)
+}
+
+/// The dataset's own key of each prompt in `prompts` that has one, by prompt id (a missing
+/// file: none).
+fn source_keys(prompts: &Path) -> anyhow::Result<HashMap<String, String>> {
+    let mut keys = HashMap::new();
+    if !prompts.exists() {
+        return Ok(keys);
+    }
+    crate::run::feed::for_each_prompt(prompts, |prompt| {
+        if let Some(key) = prompt.source_key {
+            keys.insert(prompt.id, key);
+        }
+    })
+    .with_context(|| format!("cannot read `{}`", prompts.display()))?;
+    Ok(keys)
 }
 
 #[cfg(test)]

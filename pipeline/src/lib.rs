@@ -133,6 +133,25 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             prep::prepare_source(&plan, &run_dir, &source, exclude_hashes.as_deref())?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Prepare {
+            config,
+            sources,
+            run_dir,
+        } => run_cli(Cli {
+            command: Command::Run {
+                config,
+                run_dir,
+                only_failed: false,
+                sources,
+                allow_config_change: false,
+                keep_preparation: false,
+                shard: None,
+                retry_rejected: false,
+                shards: None,
+                server_launch: None,
+                prepare_only: true,
+            },
+        }),
         Command::Status {
             target,
             json,
@@ -142,7 +161,11 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Export(args) => Ok(export::export(&args)?),
         Command::Bench(args) => Ok(bench::bench(&args)?),
         Command::Merge { output, shards } => Ok(merge::merge(output.as_deref(), &shards)?),
-        Command::Verify { target, json } => Ok(verify::verify(&target, json)?),
+        Command::Verify {
+            target,
+            json,
+            allow_incomplete,
+        } => Ok(verify::verify(&target, json, allow_incomplete)?),
         Command::Doctor { config } => Ok(doctor::doctor(&config)?),
         Command::Slurm(args) => slurm_command(args),
         Command::K8s(args) => k8s_command(&args),
@@ -158,6 +181,7 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             retry_rejected,
             shards,
             server_launch,
+            prepare_only,
         } => {
             let mut plan = Plan::load(&config)?;
             if let Some(command) = &server_launch {
@@ -207,6 +231,7 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
                 shard,
                 retry_rejected,
                 fence: task.as_ref().map(scale::task::ShardTask::fence),
+                prepare_only,
             };
             let runtime =
                 tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
@@ -249,7 +274,20 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
                             per_source.join(", ")
                         );
                     }
-                    if !failed.is_empty() {
+                    if prepare_only && !failed.is_empty() {
+                        eprintln!(
+                            "gen: {} source(s) failed to prepare: {}; `gen diagnose NAME --config \
+                             {}` says why, `gen prepare` again retries them",
+                            failed.len(),
+                            failed.join(", "),
+                            config.display()
+                        );
+                    } else if prepare_only {
+                        eprintln!(
+                            "gen: every selected source is prepared; `gen run {}` generates",
+                            config.display()
+                        );
+                    } else if !failed.is_empty() {
                         eprintln!(
                             "gen: {} source(s) not finished: {}; run `gen run` again to retry them",
                             failed.len(),
@@ -294,65 +332,104 @@ pub fn resolve_run_dir(target: &Path) -> Result<RunDir, CliError> {
     }
 }
 
+/// One look at a run for `gen status`: the text to show, the exit code it calls for, and
+/// whether the run is over (finished, stopped, or no longer running), which ends `--watch`.
+struct StatusView {
+    text: String,
+    code: u8,
+    over: bool,
+}
+
+fn status_view(
+    target: Option<&Path>,
+    json: bool,
+    remote: Option<&str>,
+) -> Result<StatusView, CliError> {
+    let now = sys::unix_ms();
+    let status = match (remote, target) {
+        (Some(remote), _) => status::remote::fetch(remote)?,
+        (None, Some(target)) if job_root(target).is_some() => {
+            use status::job::ShardState;
+            let root = job_root(target).expect("checked by the guard");
+            let job = status::job::view(&root, now)?;
+            let text = if json {
+                serde_json::to_string_pretty(&job).context("status serializes")? + "\n"
+            } else {
+                status::job::render(&job, now)
+            };
+            let over = job.shards.iter().all(|s| s.state != ShardState::Running);
+            let done = job.shards.iter().all(|s| s.state == ShardState::Done);
+            return Ok(StatusView {
+                text,
+                code: if done || !over {
+                    exit::OK
+                } else {
+                    exit::FAILED
+                },
+                over,
+            });
+        }
+        (None, Some(target)) => {
+            let run_dir = resolve_run_dir(target)?;
+            let path = run_dir.status();
+            let status: Option<status::RunStatus> = store::atomic::read_json(&path)?;
+            status.ok_or_else(|| {
+                anyhow::anyhow!(
+                    "no run found at `{}` (no `status.json`): start one with `gen run CONFIG`",
+                    run_dir.root().display()
+                )
+            })?
+        }
+        (None, None) => {
+            return Err(CliError {
+                code: exit::USAGE,
+                error: anyhow::anyhow!("say which run: a CONFIG, a RUN_DIR or `--remote`"),
+            });
+        }
+    };
+    let text = if json {
+        serde_json::to_string_pretty(&status).context("status serializes")? + "\n"
+    } else {
+        status::render::render(&status, now, status::render::width())
+    };
+    let stale = now.saturating_sub(status.heartbeat_unix_ms) > status::render::STALE_AFTER_MS;
+    Ok(StatusView {
+        text,
+        code: status::render::exit_code(&status, now),
+        over: status.finished || stale,
+    })
+}
+
+/// `gen status`: prints the run once, or with `--watch` until it is over; exits with
+/// [`status::render::exit_code`].
 fn status_command(
     target: Option<&Path>,
     json: bool,
     watch: Option<u64>,
     remote: Option<&str>,
 ) -> Result<ExitCode, CliError> {
+    use std::io::{IsTerminal as _, Write as _};
+    let redraw = watch.is_some() && !json && std::io::stdout().is_terminal();
+    let mut shown_lines = 0usize;
     loop {
-        let status = match (remote, target) {
-            (Some(remote), _) => status::remote::fetch(remote)?,
-            (None, Some(target)) if job_root(target).is_some() => {
-                let root = job_root(target).expect("checked by the guard");
-                let now = sys::unix_ms();
-                let job = status::job::view(&root, now)?;
-                if json {
-                    println!(
-                        "{}",
-                        serde_json::to_string_pretty(&job).context("status serializes")?
-                    );
-                } else {
-                    print!("{}", status::job::render(&job, now));
-                }
-                let Some(every) = watch else {
-                    return Ok(ExitCode::SUCCESS);
-                };
-                std::thread::sleep(std::time::Duration::from_secs(every.max(1)));
-                println!();
-                continue;
-            }
-            (None, Some(target)) => {
-                let run_dir = resolve_run_dir(target)?;
-                let path = run_dir.status();
-                let status: Option<status::RunStatus> = store::atomic::read_json(&path)?;
-                status.ok_or_else(|| {
-                    anyhow::anyhow!(
-                        "no run found at `{}` (no `status.json`): start one with `gen run CONFIG`",
-                        run_dir.root().display()
-                    )
-                })?
-            }
-            (None, None) => {
-                return Err(CliError {
-                    code: exit::USAGE,
-                    error: anyhow::anyhow!("say which run: a CONFIG, a RUN_DIR or `--remote`"),
-                });
-            }
-        };
-        if json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&status).context("status serializes")?
-            );
-        } else {
-            print!("{}", status::render::render(&status, sys::unix_ms()));
+        let view = status_view(target, json, remote)?;
+        let mut stdout = std::io::stdout().lock();
+        if redraw && shown_lines > 0 {
+            // Back to the first line of the last view, and everything below it erased.
+            write!(stdout, "\x1b[{shown_lines}F\x1b[J").ok();
+        } else if shown_lines > 0 {
+            writeln!(stdout).ok();
         }
-        let Some(every) = watch else {
-            return Ok(ExitCode::SUCCESS);
-        };
-        std::thread::sleep(std::time::Duration::from_secs(every.max(1)));
-        println!();
+        stdout.write_all(view.text.as_bytes()).ok();
+        stdout.flush().ok();
+        drop(stdout);
+        shown_lines = view.text.lines().count();
+        match watch {
+            Some(every) if !view.over => {
+                std::thread::sleep(std::time::Duration::from_secs(every.max(1)));
+            }
+            _ => return Ok(ExitCode::from(view.code)),
+        }
     }
 }
 
@@ -426,16 +503,31 @@ fn k8s_command(args: &cli::K8sArgs) -> Result<ExitCode, CliError> {
 fn diagnose_command(args: cli::DiagnoseArgs) -> Result<ExitCode, CliError> {
     use diagnose::{LogInputs, Subject};
     let subject = if let Some(source) = args.source.clone() {
-        let run_dir = match args.run_dir {
-            Some(dir) => RunDir::new(dir),
-            None => RunDir::new(
-                Plan::load(
-                    &args
-                        .config
-                        .unwrap_or_else(|| PathBuf::from("datasets.toml")),
-                )?
-                .run_dir,
-            ),
+        let run_dir = match (args.run_dir, args.config) {
+            (Some(dir), _) => RunDir::new(dir),
+            (None, Some(config)) => RunDir::new(Plan::load(&config)?.run_dir),
+            (None, None) => {
+                // Said every time, so a source of another config is never looked for in the
+                // wrong run directory unnoticed.
+                let default = PathBuf::from("datasets.toml");
+                if !default.is_file() {
+                    return Err(CliError {
+                        code: exit::USAGE,
+                        error: anyhow::anyhow!(
+                            "say which config `{source}` belongs to: `gen diagnose {source} \
+                             --config CONFIG` (or `--run-dir DIR`); there is no `datasets.toml` \
+                             here to default to"
+                        ),
+                    });
+                }
+                let plan = Plan::load(&default)?;
+                eprintln!(
+                    "gen: `{source}` of `datasets.toml` (run directory `{}`); `--config` \
+                     chooses another config",
+                    plan.run_dir.display()
+                );
+                RunDir::new(plan.run_dir)
+            }
         };
         Subject::Source { run_dir, source }
     } else if let Some(stderr) = args.stderr.clone() {

@@ -8,8 +8,11 @@
 //! after damage count), the same answer check ([`record::line_defect`]). What counts as a
 //! problem (exit 1): duplicate or unknown completion ids, damage (bytes that do not decode
 //! and are not a torn tail), stored records that are not answers, manifest counters that do
-//! not add up, and prompts missing from a source the run says is done. Pending prompts of a
-//! run that has not finished them are reported, not failed.
+//! not add up, and prompts missing from a source the run says is done. A run that is
+//! consistent but incomplete (a source not prepared or whose preparation failed, prompts
+//! without a completion or a rejection) also exits 1, saying what is missing, unless
+//! `--allow-incomplete`: a script that goes on to train must not take half a dataset for all
+//! of it.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -37,6 +40,8 @@ pub struct Audit {
     pub totals: Totals,
     /// No problem in any source.
     pub consistent: bool,
+    /// Every source prepared and every prompt completed or rejected for good.
+    pub complete: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -82,10 +87,23 @@ pub struct SourceAudit {
     pub notes: Vec<String>,
     /// Things that are wrong; any makes the audit fail.
     pub problems: Vec<String>,
+    /// What keeps this source from being complete, and what to do about it; `None` when
+    /// every prompt is completed or rejected for good.
+    pub missing: Option<String>,
 }
 
-/// `gen verify TARGET [--json]`: prints the audit; exit 0 when consistent, 1 otherwise.
-pub fn verify(target: &Path, json: bool) -> anyhow::Result<ExitCode> {
+impl Audit {
+    /// Each incomplete source's name and what it misses.
+    pub fn missing(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.sources
+            .iter()
+            .filter_map(|s| Some((s.name.as_str(), s.missing.as_deref()?)))
+    }
+}
+
+/// `gen verify TARGET [--json] [--allow-incomplete]`: prints the audit; exit 0 when consistent
+/// and complete (or incomplete with `allow_incomplete`), 1 otherwise.
+pub fn verify(target: &Path, json: bool, allow_incomplete: bool) -> anyhow::Result<ExitCode> {
     let run_dir = crate::resolve_run_dir(target).map_err(|e| e.error)?;
     anyhow::ensure!(
         run_dir.root().is_dir(),
@@ -101,11 +119,13 @@ pub fn verify(target: &Path, json: bool) -> anyhow::Result<ExitCode> {
     } else {
         print!("{}", render(&audit));
     }
-    Ok(if audit.consistent {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(crate::exit::FAILED)
-    })
+    Ok(
+        if audit.consistent && (audit.complete || allow_incomplete) {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(crate::exit::FAILED)
+        },
+    )
 }
 
 /// Audits every source directory of `run_dir` (read only).
@@ -187,6 +207,7 @@ pub fn audit(run_dir: &RunDir) -> anyhow::Result<Audit> {
         run_dir: run_dir.root().display().to_string(),
         run_finished,
         consistent: totals.problems == 0,
+        complete: sources.iter().all(|s| s.missing.is_none()),
         sources,
         totals,
     })
@@ -559,16 +580,15 @@ fn audit_source(
             } else {
                 String::new()
             };
-            audit.notes.push(format!(
-                "{} pending{retry}: {why}; `gen run` sends them",
-                audit.pending
+            audit.missing = Some(format!(
+                "{} of its {} prompts have no completion yet{retry}: {why}; `gen run CONFIG` \
+                 sends them",
+                audit.pending, audit.prompts
             ));
         }
     }
-    if !audit.prepared && !prompts_path.exists() {
-        audit
-            .notes
-            .push("not prepared yet: the next run prepares it".to_owned());
+    if audit.missing.is_none() {
+        audit.missing = missing(dir, name, &audit, phase);
     }
     Ok(audit)
 }
@@ -605,27 +625,43 @@ fn smallest_ids<const N: usize>(
     Ok(smallest)
 }
 
+/// What keeps a source from being complete, in plain words with what to do next.
+fn missing(
+    dir: &SourceDir,
+    name: &str,
+    audit: &SourceAudit,
+    phase: Option<Phase>,
+) -> Option<String> {
+    if !audit.prepared {
+        // Read loosely, like `status.json`: only whether the last worker succeeded matters.
+        let worker: Option<Value> = atomic::read_json(&dir.worker()).ok().flatten();
+        let failed = phase == Some(Phase::Failed)
+            || worker.is_some_and(|w| w["succeeded"] == Value::Bool(false));
+        return Some(if failed {
+            format!(
+                "its preparation failed, so none of its prompts were generated; \
+                 `gen diagnose {name} --config CONFIG` says why, `gen run CONFIG` prepares it again"
+            )
+        } else {
+            "not prepared yet, so none of its prompts were generated; `gen run CONFIG` \
+             prepares it"
+                .to_owned()
+        });
+    }
+    (audit.lost > 0).then(|| {
+        format!(
+            "{} of its {} prompts have no completion; `gen run CONFIG` sends them",
+            audit.lost, audit.prompts
+        )
+    })
+}
+
 const WIDTH: usize = 80;
 
-/// Splits `text` at spaces into lines of at most `width` columns (a longer word stays whole);
-/// continuation lines are indented by four spaces.
+/// `text` split at spaces into lines of at most `width` columns; continuation lines are
+/// indented by four spaces.
 fn wrap(text: &str, width: usize) -> Vec<String> {
-    let mut lines = Vec::new();
-    let mut line = String::new();
-    let mut words = 0;
-    for word in text.split(' ') {
-        if words > 0 && line.chars().count() + 1 + word.chars().count() > width {
-            lines.push(std::mem::replace(&mut line, "    ".to_owned()));
-            words = 0;
-        }
-        if words > 0 {
-            line.push(' ');
-        }
-        line.push_str(word);
-        words += 1;
-    }
-    lines.push(line);
-    lines
+    crate::status::render::wrap(text, width, "", "    ")
 }
 
 /// The audit as a table of at most 80 columns, notes and problems under it, then the verdict.
@@ -705,8 +741,25 @@ pub fn render(audit: &Audit) -> String {
             }
         }
     }
+    for (name, missing) in audit.missing() {
+        if !said {
+            writeln!(out).ok();
+            said = true;
+        }
+        for line in wrap(&format!("incomplete: `{name}`: {missing}"), WIDTH) {
+            writeln!(out, "{line}").ok();
+        }
+    }
     writeln!(out).ok();
-    let verdict = if audit.consistent {
+    let incomplete = audit.missing().count();
+    let verdict = if audit.consistent && incomplete > 0 {
+        let noun = if incomplete == 1 { "source" } else { "sources" };
+        format!(
+            "verdict: incomplete: {incomplete} {noun} not finished (see above); consistent \
+             otherwise: {} lost, {} duplicated, {} unknown ids",
+            t.lost, t.duplicated, t.unknown
+        )
+    } else if audit.consistent {
         format!(
             "verdict: consistent: {} lost, {} duplicated, {} unknown ids, every file decodes",
             t.lost, t.duplicated, t.unknown
@@ -722,7 +775,9 @@ pub fn render(audit: &Audit) -> String {
             t.problems, t.lost, t.duplicated, t.unknown
         )
     };
-    writeln!(out, "{verdict}").ok();
+    for line in wrap(&verdict, WIDTH) {
+        writeln!(out, "{line}").ok();
+    }
     out
 }
 

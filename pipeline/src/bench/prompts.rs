@@ -4,7 +4,7 @@
 //! server measured in a round gets the same slice. Only when the prepared prompts run out do
 //! rounds wrap around and reuse them ([`RoundPrompts::reused`]).
 //!
-//! It never prepares a source itself; that is `gen run`'s (or `gen prep`'s) job.
+//! It never prepares a source itself; that is `gen prepare`'s (or `gen run`'s) job.
 
 use std::sync::Arc;
 
@@ -68,10 +68,9 @@ pub fn load(plan: &Plan, limit: usize) -> anyhow::Result<BenchPrompts> {
     }
     anyhow::ensure!(
         !per_source.is_empty(),
-        "no prepared prompts in `{}`: none of the {} source(s) of `{}` is prepared; run `gen run {}` (or `gen prep {} --source NAME`) first",
+        "no prepared prompts in `{}`: none of the {} source(s) of `{}` is prepared; run `gen prepare {}` first (it needs no server)",
         run_dir.root().display(),
         plan.sources.len(),
-        plan.config_path.display(),
         plan.config_path.display(),
         plan.config_path.display(),
     );

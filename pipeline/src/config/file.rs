@@ -46,6 +46,9 @@ pub struct ServerTable {
     /// Give up (exit 1, resumable) when every server has been down this long (default: wait
     /// for them forever).
     pub max_outage_secs: Option<Spanned<i64>>,
+    /// How long `gen run` waits for an external server that does not answer yet when the run
+    /// starts (default 1800: a large model loads for minutes).
+    pub startup_timeout_secs: Option<Spanned<i64>>,
     /// A server with requests in flight but no token on any of them for this long is asked
     /// for `/health`; if it does not answer, it is marked down and its requests move on
     /// (default 60).

@@ -24,6 +24,9 @@ const DEFAULT_MAX_RESTARTS: u32 = 3;
 const DEFAULT_HEALTH_TIMEOUT: Duration = Duration::from_secs(300);
 const DEFAULT_MAX_ATTEMPTS: u32 = 4;
 const DEFAULT_SERVER_STALL: Duration = Duration::from_secs(60);
+/// How long a run waits for an external server to come up: SGLang or vLLM loading a large
+/// model takes minutes.
+const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// A validated config, ready to run.
 #[derive(Debug, Clone)]
@@ -75,6 +78,8 @@ pub struct ServerPlan {
     pub log: Option<PathBuf>,
     /// Give up when every server has been down this long (`None`: wait forever).
     pub max_outage: Option<Duration>,
+    /// How long a run waits for an external server that does not answer yet at its start.
+    pub startup_timeout: Duration,
     /// No token on any stream of a server for this long → health probe (see `run::fleet`).
     pub stall_after: Duration,
 }
@@ -646,6 +651,19 @@ impl<'t> PlanResolver<'t> {
                         None
                     }
                 });
+        let startup_timeout = match &server.startup_timeout_secs {
+            None => DEFAULT_STARTUP_TIMEOUT,
+            Some(secs) => match u64::try_from(*secs.get_ref()) {
+                Ok(s) if s > 0 => Duration::from_secs(s),
+                _ => {
+                    self.problem(
+                        Some(secs.span()),
+                        "`startup-timeout-secs` must be at least 1",
+                    );
+                    DEFAULT_STARTUP_TIMEOUT
+                }
+            },
+        };
         let stall_after = match &server.stall_secs {
             None => DEFAULT_SERVER_STALL,
             Some(secs) => match u64::try_from(*secs.get_ref()) {
@@ -659,6 +677,7 @@ impl<'t> PlanResolver<'t> {
         ServerPlan {
             urls,
             max_outage,
+            startup_timeout,
             stall_after,
             model: server.model,
             api_key_env: server.api_key_env.map(Spanned::into_inner),

@@ -40,6 +40,7 @@ pub(super) fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("id", DataType::Utf8, false),
         Field::new("source", DataType::Utf8, false),
+        Field::new("source_key", DataType::Utf8, true),
         Field::new("messages", DataType::List(message_item()), false),
         Field::new("reasoning_content", DataType::Utf8, true),
         Field::new("finish_reason", DataType::Utf8, true),
@@ -136,6 +137,11 @@ pub(super) fn record_batch(schema: &SchemaRef, rows: &[ExportRow]) -> anyhow::Re
         Arc::new(StringArray::from_iter_values(
             rows.iter().map(|r| r.source.as_str()),
         )),
+        Arc::new(
+            rows.iter()
+                .map(|r| r.source_key.as_deref())
+                .collect::<StringArray>(),
+        ),
         Arc::new(lists),
         Arc::new(
             rows.iter()
@@ -174,6 +180,7 @@ mod tests {
         ExportRow {
             id: id.into(),
             source: "alpha".into(),
+            source_key: Some(format!("row-{id}")),
             messages: vec![
                 ExportMessage {
                     role: "user".into(),

@@ -409,6 +409,7 @@ mod tests {
             max_restarts: 0,
             log: None,
             max_outage: None,
+            startup_timeout: Duration::from_secs(60),
             stall_after: Duration::from_secs(60),
         }
     }

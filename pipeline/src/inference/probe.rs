@@ -17,8 +17,13 @@ pub fn redact(url: &str) -> String {
     }
 }
 
-/// How long `gen run` waits for an external server before it gives up, naming the URL.
+/// How long `gen bench` waits for a server before it gives up, naming the URL (`gen run`
+/// waits `[server] startup-timeout-secs`).
 pub const REACH_TIMEOUT: Duration = Duration::from_secs(10);
+/// A server still not answering after this long gets a line saying `gen` waits for it.
+const QUIET_WAIT: Duration = Duration::from_secs(2);
+/// When stderr is not a terminal, how often that line is repeated.
+const PIPED_EVERY: Duration = Duration::from_secs(60);
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProbeError {
@@ -64,14 +69,18 @@ pub async fn model(
     url: &str,
     api_key: Option<&str>,
     wanted: Option<&str>,
+    wait: Duration,
 ) -> Result<String, ProbeError> {
     let unreachable = |reason: String| ProbeError::Unreachable {
         url: redact(url),
         reason,
     };
-    let deadline = tokio::time::Instant::now() + REACH_TIMEOUT;
+    let started = tokio::time::Instant::now();
+    let deadline = started + wait;
     let mut last_error = String::new();
+    let mut waiting = Waiting::new(url, wait);
     while tokio::time::Instant::now() < deadline {
+        waiting.show(started.elapsed(), &last_error);
         let mut request = client(Duration::from_secs(3)).get(format!("{url}/v1/models"));
         if let Some(key) = api_key {
             request = request.bearer_auth(key);
@@ -90,10 +99,80 @@ pub async fn model(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    waiting.done();
     Err(unreachable(format!(
-        "{last_error} (gave up after {} s)",
-        REACH_TIMEOUT.as_secs()
+        "{last_error} (waited {} for it to answer; `[server] startup-timeout-secs` waits longer)",
+        clock(wait)
     )))
+}
+
+/// `1m20s`, `45s`.
+fn clock(elapsed: Duration) -> String {
+    let secs = elapsed.as_secs();
+    match secs {
+        0..=59 => format!("{secs}s"),
+        _ => format!("{}m{:02}s", secs / 60, secs % 60),
+    }
+}
+
+/// The line that says `gen` waits for a server: one line redrawn on a terminal, a line a
+/// minute otherwise; nothing while the server answers at once.
+struct Waiting {
+    url: String,
+    wait: Duration,
+    terminal: bool,
+    shown: Option<Duration>,
+}
+
+impl Waiting {
+    fn new(url: &str, wait: Duration) -> Waiting {
+        Waiting {
+            url: redact(url),
+            wait,
+            terminal: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+            shown: None,
+        }
+    }
+
+    fn show(&mut self, elapsed: Duration, last_error: &str) {
+        if elapsed < QUIET_WAIT
+            || (!self.terminal && self.shown.is_some_and(|at| elapsed < at + PIPED_EVERY))
+        {
+            return;
+        }
+        let why = if last_error.is_empty() {
+            String::new()
+        } else {
+            format!("; last: {last_error}")
+        };
+        let line = format!(
+            "gen: waiting for {} to answer (a server loading its model takes minutes): {} of at \
+             most {}{why}",
+            self.url,
+            clock(elapsed),
+            clock(self.wait)
+        );
+        if self.terminal {
+            // Redrawn in place: back to the line's start, the old text erased.
+            eprint!("\r\x1b[K{}", crate::secrets::redact(&line));
+        } else {
+            crate::report::plain(&line);
+        }
+        self.shown = Some(elapsed);
+    }
+
+    /// Ends the redrawn line, so what follows starts on a line of its own.
+    fn done(&mut self) {
+        if self.terminal && self.shown.take().is_some() {
+            eprintln!();
+        }
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.done();
+    }
 }
 
 /// One model of a `/v1/models` answer: its id and the other names it answers to (llama.cpp

@@ -342,7 +342,17 @@ async fn served_model(
     api_key: Option<&str>,
 ) -> anyhow::Result<(String, Vec<(String, String)>)> {
     let wanted = plan.server.model.as_deref();
-    let probes = join_all(urls.iter().map(|url| probe::model(url, api_key, wanted))).await;
+    // One server is waited for while it starts; of several, one not up yet joins later as
+    // down, so the others need not wait for it.
+    let wait = match urls.len() {
+        1 => plan.server.startup_timeout,
+        _ => probe::REACH_TIMEOUT,
+    };
+    let probes = join_all(
+        urls.iter()
+            .map(|url| probe::model(url, api_key, wanted, wait)),
+    )
+    .await;
     let mut model: Option<(String, String)> = None;
     let mut unreachable = Vec::new();
     for (url, probed) in urls.iter().zip(probes) {

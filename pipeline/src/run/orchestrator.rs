@@ -23,7 +23,7 @@ use super::server::{Launched, Servers};
 use super::sources::{Sources, create_private_dir};
 use crate::config::Plan;
 use crate::report::{EventKind, RunReporter};
-use crate::status::state::{self, Phase, RunStatus};
+use crate::status::state::{self, Phase, RunStatus, SourceStatus};
 use crate::store::records as record;
 use crate::store::{RunDir, atomic, layout::LAYOUT_VERSION};
 
@@ -82,6 +82,8 @@ pub struct Selection {
     /// Under `--shard auto`: checked before every write, so a task that lost its shard
     /// stops before writing to it again.
     pub fence: Option<crate::scale::owner::Fence>,
+    /// Prepare the selected sources and stop there: no server is needed (`gen prepare`).
+    pub prepare_only: bool,
 }
 
 impl Selection {
@@ -180,6 +182,9 @@ async fn run_loop(
         Start::Over(outcome) => return Ok(outcome),
         Start::Run(state, needs_prep) => (*state, needs_prep),
     };
+    if selection.prepare_only {
+        return prepare_only(state, needs_prep, &cancel).await;
+    }
     let started = Orchestrator::start(state, needs_prep, selection, &cancel).await?;
     let Some((mut orchestrator, mut dispatched)) = started else {
         return Ok(RunOutcome::Interrupted);
@@ -249,8 +254,14 @@ impl<'p> RunState<'p> {
                     .as_ref()
                     .and_then(|p| p.sources.iter().find(|s| s.name == *name))
             {
-                // Untouched this run: keep what the last run said about it.
-                state.sources[i].status = old.clone();
+                // Untouched this run: keep what the last run said about it, but the counts of
+                // its stored completions as the files have them.
+                let now = &state.sources[i].status;
+                state.sources[i].status = SourceStatus {
+                    done: now.done,
+                    truncated: now.truncated,
+                    ..old.clone()
+                };
             }
         }
         needs_prep.extend(state.sources.open_ready(&selected, &state.reporter));
@@ -517,7 +528,20 @@ impl<'p> Orchestrator<'p> {
         };
         let dispatch_cancel = CancellationToken::new();
         let connected = Servers::connect(plan, &run_dir, managed, pin, &dispatch_cancel, &reporter);
-        let servers = connected.await?;
+        // An external server may still be loading: the wait for it ends on a signal too.
+        let servers = tokio::select! {
+            servers = connected => servers?,
+            () = cancel.cancelled() => {
+                state.reporter.say(format!(
+                    "gen: {} while waiting for the inference server",
+                    super::stop::interrupted_by()
+                ));
+                state.status.finished = true;
+                state.status.stopped_by = Some(super::stop::reason());
+                state.write_status()?;
+                return Ok(None);
+            }
+        };
         state.status.servers = servers.statuses();
         tokio::spawn(servers.fleet.clone().watch(dispatch_cancel.clone()));
         let (events_tx, dispatched) = mpsc::channel(EVENT_BACKLOG);
@@ -707,6 +731,7 @@ impl<'p> Orchestrator<'p> {
         self.servers.wait_tuners().await;
         let state = &mut self.state;
         state.sources.flush_all()?;
+        state.sources.save_tallies();
         state
             .reporter
             .record(EventKind::RunFinished, None, self.stopping.ending());
@@ -730,4 +755,52 @@ impl<'p> Orchestrator<'p> {
             refused: self.state.sources.refused(&self.state.selected),
         })
     }
+}
+
+/// `gen prepare`: the preparation part of a run and nothing else, so no server is needed.
+/// Each source in `needs_prep` is prepared by its worker exactly as `gen run` does it (memory
+/// limit, verdict, status); a signal stops the workers the same way.
+async fn prepare_only(
+    mut state: RunState<'_>,
+    needs_prep: Vec<usize>,
+    cancel: &CancellationToken,
+) -> anyhow::Result<RunOutcome> {
+    let prepared_here = needs_prep.clone();
+    let mut preparation = Preparation::new(needs_prep, cancel.child_token());
+    preparation.start(&mut state.sources, &state.reporter)?;
+    state.refresh_status();
+    while !preparation.is_idle() {
+        let ended = preparation
+            .next_ended()
+            .await
+            .context("a preparation supervisor panicked")?;
+        let interrupted = cancel.is_cancelled();
+        preparation
+            .finish(&mut state.sources, ended, interrupted, &state.reporter)
+            .await?;
+        if interrupted {
+            preparation.stop(false);
+        } else {
+            preparation.start(&mut state.sources, &state.reporter)?;
+        }
+        state.refresh_status();
+    }
+    state.status.finished = true;
+    if cancel.is_cancelled() {
+        state.status.stopped_by = Some(super::stop::reason());
+    }
+    state.write_status()?;
+    if cancel.is_cancelled() {
+        return Ok(RunOutcome::Interrupted);
+    }
+    let failed = prepared_here
+        .into_iter()
+        .map(|i| &state.sources[i].status)
+        .filter(|s| s.phase == Phase::Failed)
+        .map(|s| s.name.clone())
+        .collect();
+    Ok(RunOutcome::Finished {
+        failed,
+        refused: Vec::new(),
+    })
 }

@@ -656,6 +656,17 @@ impl<'p> Sources<'p> {
         Ok(())
     }
 
+    /// Saves every source's counts of its stored completions (`tally.json`): only a shortcut
+    /// for the next start, which counts from the file again without it.
+    pub(super) fn save_tallies(&self) {
+        for state in &self.list {
+            let tally = crate::store::tally::Tally {
+                truncated: state.status.truncated,
+            };
+            crate::store::tally::save(&self.run_dir.source(&state.status.name), tally).ok();
+        }
+    }
+
     /// Refreshes rates and ETAs (once per tick).
     pub(super) fn refresh_rates(&mut self) {
         for source in &mut self.list {
@@ -744,6 +755,8 @@ impl SourceState {
         let stored = crate::store::done::load(&dir.completions())
             .with_context(|| format!("failed to read `{}`", dir.completions().display()))?;
         let repaired = report_repairs(name, &stored.repairs, reporter);
+        let tally = crate::store::tally::load(&dir)
+            .with_context(|| format!("failed to read `{}`", dir.completions().display()))?;
         let done_ids = stored.ids;
         let refused = settled.refused.count_not_in(&done_ids) as u64;
         let previous = super::preparation::last_failure(&dir);
@@ -764,6 +777,7 @@ impl SourceState {
             prepared: manifest.as_ref().map(|m| m.prompts),
             done: done_ids.len() as u64,
             rejected: settled.ids.len() as u64,
+            truncated: tally.truncated,
             duplicates: settled.duplicates
                 + manifest
                     .as_ref()

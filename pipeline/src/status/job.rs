@@ -218,7 +218,7 @@ pub fn render(job: &JobView, now_ms: u64) -> String {
         writeln!(out, "{}", cut(&line, 80)).ok();
     }
     writeln!(out).ok();
-    out.push_str(&render::source_table(&job.sources));
+    out.push_str(&render::source_table(&job.sources, render::WIDTH));
     writeln!(out).ok();
     writeln!(
         out,

@@ -1,11 +1,17 @@
-//! Plain-text rendering of a [`RunStatus`] for an 80-column terminal: no colour, no cursor
-//! movement, so it reads the same over SSH, in `watch`, and in a log file.
+//! Plain-text rendering of a [`RunStatus`]: no colour, no cursor movement, so it reads the
+//! same over SSH, in `watch`, and in a log file. It fills the terminal's width ([`width`]: 80
+//! when piped); what does not fit a column (a failed source's verdict, a note) goes on lines
+//! of its own under the source's row, wrapped at spaces, never cut mid-word. The first lines
+//! say whether the run failed, and [`exit_code`] says it to scripts.
 
 use std::fmt::Write as _;
 
-use super::state::{RunStatus, SourceStatus, VerdictLine};
+use super::state::{Phase, RunStatus, SourceStatus, VerdictLine};
 
-const WIDTH: usize = 80;
+/// The width when there is no terminal to ask, and the least one rendered for.
+pub const WIDTH: usize = 80;
+/// Wider than this, the table would only spread out.
+const MAX_WIDTH: usize = 200;
 /// A heartbeat older than this means `gen run` is no longer running.
 pub const STALE_AFTER_MS: u64 = 15_000;
 
@@ -18,12 +24,31 @@ fn ago(ms: u64) -> String {
     }
 }
 
+/// `1 failed source`, `2 failed sources`.
+fn failed_sources(n: usize) -> String {
+    match n {
+        1 => "1 failed source".to_owned(),
+        n => format!("{n} failed sources"),
+    }
+}
+
 fn liveness(status: &RunStatus, now_ms: u64) -> String {
     let age = now_ms.saturating_sub(status.heartbeat_unix_ms);
+    let failed = status
+        .sources
+        .iter()
+        .filter(|s| s.phase == Phase::Failed)
+        .count();
+    let failed_prompts: u64 = status.sources.iter().map(|s| s.failed).sum();
+    let outcome = match (failed, failed_prompts) {
+        (0, 0) => String::new(),
+        (0, n) => format!(" with {n} failed prompts"),
+        (n, _) => format!(" with {} of {}", failed_sources(n), status.sources.len()),
+    };
     if let (true, Some(reason)) = (status.finished, &status.stopped_by) {
-        format!("stopped {}: {reason}", ago(age))
+        format!("stopped {}{outcome}: {reason}", ago(age))
     } else if status.finished {
-        format!("finished {}", ago(age))
+        format!("finished {}{outcome}", ago(age))
     } else if age > STALE_AFTER_MS {
         format!(
             "not running: last heartbeat {} (pid {} on {})",
@@ -45,6 +70,42 @@ fn gib(bytes: u64) -> String {
     }
 }
 
+/// What `gen status` exits with: 0 while the run is running and when it finished with every
+/// source done; 1 when it finished with a failed source or failed prompts, stopped early, or
+/// is not running although it did not finish (its heartbeat is stale).
+pub fn exit_code(status: &RunStatus, now_ms: u64) -> u8 {
+    let age = now_ms.saturating_sub(status.heartbeat_unix_ms);
+    if !status.finished {
+        return if age > STALE_AFTER_MS {
+            crate::exit::FAILED
+        } else {
+            crate::exit::OK
+        };
+    }
+    let all_done = status
+        .sources
+        .iter()
+        .all(|s| s.phase == Phase::Done && s.failed == 0);
+    if status.stopped_by.is_none() && all_done {
+        crate::exit::OK
+    } else {
+        crate::exit::FAILED
+    }
+}
+
+/// The width to render for: `COLUMNS` when set, else the terminal's when stdout is one, else
+/// 80; never less than 80 or more than 200.
+pub fn width() -> usize {
+    let asked = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.trim().parse::<usize>().ok())
+        .or_else(|| {
+            terminal_size::terminal_size_of(std::io::stdout())
+                .map(|(terminal_size::Width(w), _)| usize::from(w))
+        });
+    asked.unwrap_or(WIDTH).clamp(WIDTH, MAX_WIDTH)
+}
+
 /// Seconds as `45s`, `12 min`, `3h05`.
 fn duration(secs: u64) -> String {
     match secs {
@@ -64,20 +125,51 @@ pub fn cut(text: &str, width: usize) -> String {
     out
 }
 
-/// A worker verdict under its source's row: `  ! HEADLINE; NEXT ACTION` on one line when it
-/// fits 80 columns, else the next action on a line of its own, so it always shows whole.
-fn verdict_lines(verdict: &VerdictLine) -> Vec<String> {
+/// `text` in lines of at most `width` columns, split at spaces: the first line starts with
+/// `first`, the others with `rest`. A word longer than a whole line is split where it must be.
+pub fn wrap(text: &str, width: usize, first: &str, rest: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = first.to_owned();
+    let mut empty = true;
+    for word in text.split_whitespace() {
+        let room = |line: &String| width.saturating_sub(line.chars().count());
+        let needed = word.chars().count() + usize::from(!empty);
+        if !empty && needed > room(&line) {
+            lines.push(std::mem::replace(&mut line, rest.to_owned()));
+            empty = true;
+        }
+        let mut word: Vec<char> = word.chars().collect();
+        // Only on a line of its own (the line was broken above when it did not fit): a word
+        // wider than a line (a long path or URL), as much as fits, then the rest.
+        while empty && word.len() > room(&line) && room(&line) > 0 {
+            let take = room(&line);
+            line.extend(word.drain(..take));
+            lines.push(std::mem::replace(&mut line, rest.to_owned()));
+        }
+        if !empty {
+            line.push(' ');
+        }
+        line.extend(word);
+        empty = false;
+    }
+    lines.push(line);
+    lines
+}
+
+/// A worker verdict under its source's row, wrapped to `width`: what happened, then on a line
+/// of its own what to do next.
+fn verdict_lines(verdict: &VerdictLine, width: usize) -> Vec<String> {
     if verdict.class == "success" {
         return Vec::new();
     }
-    let one_line = format!("  ! {}; {}", verdict.headline, verdict.next_action);
-    if one_line.chars().count() <= WIDTH {
-        return vec![one_line];
-    }
-    vec![
-        cut(&format!("  ! {}", verdict.headline), WIDTH),
-        cut(&format!("    next: {}", verdict.next_action), WIDTH),
-    ]
+    let mut lines = wrap(&verdict.headline, width, "  ! ", "    ");
+    lines.extend(wrap(
+        &verdict.next_action,
+        width,
+        "    next: ",
+        "          ",
+    ));
+    lines
 }
 
 /// The note the orchestrator writes about a worker's verdict, which the verdict lines say in
@@ -105,8 +197,21 @@ fn truncation(s: &SourceStatus) -> String {
 const HEADER: [&str; 9] = [
     "SOURCE", "PHASE", "PREPARED", "DONE", "FAIL", "SKIP", "TOK/S", "ETA", "CUT",
 ];
+/// The source column's width at 80 columns; a wider terminal gives the rest to it.
+const NAME_WIDTH: usize = 14;
 
-fn columns(cells: [&str; 9]) -> String {
+/// The source column's width for `sources` at `width`: room for the longest name, as far as
+/// the terminal allows.
+fn name_width(sources: &[SourceStatus], width: usize) -> usize {
+    let longest = sources
+        .iter()
+        .map(|s| s.name.chars().count())
+        .max()
+        .unwrap_or(0);
+    longest.clamp(NAME_WIDTH, NAME_WIDTH + width.saturating_sub(WIDTH))
+}
+
+fn columns(cells: [&str; 9], name_width: usize) -> String {
     let [
         name,
         phase,
@@ -119,15 +224,16 @@ fn columns(cells: [&str; 9]) -> String {
         cut_share,
     ] = cells;
     format!(
-        "{name:<14} {phase:<10} {prepared:>8} {done:>7} {failed:>5} {skipped:>5} {rate:>6} {eta:>6} {cut_share:>5}"
+        "{name:<name_width$} {phase:<10} {prepared:>8} {done:>7} {failed:>5} {skipped:>5} {rate:>6} {eta:>6} {cut_share:>5}"
     )
     .trim_end()
     .to_owned()
 }
 
-/// A source's row, then its note (when the verdict lines below do not say it already).
-fn row(s: &SourceStatus) -> Vec<String> {
-    let generating = s.phase == super::state::Phase::Generating;
+/// A source's row, then its note (when the verdict lines below do not say it already) and
+/// warnings, wrapped to `width`.
+fn row(s: &SourceStatus, name_width: usize, width: usize) -> Vec<String> {
+    let generating = s.phase == Phase::Generating;
     let rate = match s.tokens_per_sec {
         Some(rate) if generating => format!("{rate:.0}"),
         _ => "-".to_owned(),
@@ -136,39 +242,54 @@ fn row(s: &SourceStatus) -> Vec<String> {
         Some(eta) if generating => duration(eta),
         _ => "-".to_owned(),
     };
-    let mut lines = vec![columns([
-        &cut(&s.name, 14),
-        s.phase.label(),
-        &s.prepared.map_or_else(|| "-".to_owned(), |p| p.to_string()),
-        &s.done.to_string(),
-        &s.failed.to_string(),
-        &s.rejected.to_string(),
-        &rate,
-        &eta,
-        &truncation(s),
-    ])];
+    // A source that failed as a whole is not a count of failed prompts: its phase says it in
+    // capitals, and counts it never had show as `-`.
+    let (phase, failed) = match (s.phase, s.prepared) {
+        (Phase::Failed, None) => ("FAILED", "-".to_owned()),
+        (Phase::Failed, Some(_)) => ("FAILED", s.failed.to_string()),
+        (phase, _) => (phase.label(), s.failed.to_string()),
+    };
+    let mut lines = vec![columns(
+        [
+            &cut(&s.name, name_width),
+            phase,
+            &s.prepared.map_or_else(|| "-".to_owned(), |p| p.to_string()),
+            &s.done.to_string(),
+            &failed,
+            &s.rejected.to_string(),
+            &rate,
+            &eta,
+            &truncation(s),
+        ],
+        name_width,
+    )];
     if !s.note.is_empty() && !repeats_verdict(s) {
-        lines.push(cut(&format!("  {}", s.note), WIDTH));
+        let mark = if s.phase == Phase::Failed {
+            "  ! "
+        } else {
+            "  "
+        };
+        lines.extend(wrap(&s.note, width, mark, "    "));
     }
     for warning in &s.warnings {
-        lines.push(cut(&format!("  warning: {warning}"), WIDTH));
+        lines.extend(wrap(warning, width, "  warning: ", "    "));
     }
     lines
 }
 
-/// The status table, each line at most 80 columns.
-#[expect(
-    clippy::let_underscore_must_use,
-    reason = "writing to a String cannot fail"
-)]
-pub fn render(status: &RunStatus, now_ms: u64) -> String {
+/// A whole line of `text`, cut to `width` with `…` (a URL or path is not worth two lines).
+fn line(out: &mut String, text: &str, width: usize) {
+    out.push_str(&cut(text, width));
+    out.push('\n');
+}
+
+/// The status table, each line at most `width` columns (see [`width`]).
+pub fn render(status: &RunStatus, now_ms: u64, width: usize) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{}", cut(&format!("run    {}", status.config), WIDTH));
-    let _ = writeln!(
-        out,
-        "{}",
-        cut(&format!("state  {}", liveness(status, now_ms)), WIDTH)
-    );
+    line(&mut out, &format!("run    {}", status.config), width);
+    for state in wrap(&liveness(status, now_ms), width, "state  ", "       ") {
+        line(&mut out, &state, width);
+    }
     let all_down = status
         .servers
         .iter()
@@ -191,11 +312,16 @@ pub fn render(status: &RunStatus, now_ms: u64) -> String {
                 let tuned = server
                     .ceiling
                     .map_or_else(String::new, |c| format!(" (auto, ceiling {c})"));
+                // A finished run has nothing in flight or queued, whatever its last reading
+                // of the server said.
+                let live = !status.finished;
                 let in_flight = server
                     .in_flight
+                    .filter(|_| live)
                     .map_or_else(String::new, |n| format!(", {n} in flight"));
                 let queued = server
                     .queued
+                    .filter(|_| live)
                     .map_or_else(String::new, |q| format!(", {q} queued"));
                 let rate = server
                     .tokens_per_sec
@@ -209,30 +335,42 @@ pub fn render(status: &RunStatus, now_ms: u64) -> String {
                 )
             }
         };
-        let _ = writeln!(out, "{}", cut(&head, WIDTH));
-        let _ = writeln!(out, "{}", cut(&format!("       {detail}"), WIDTH));
+        line(&mut out, &head, width);
+        out.extend(
+            wrap(&detail, width, "       ", "       ")
+                .into_iter()
+                .map(|l| l + "\n"),
+        );
         if let (Some(_), Some(reason)) = (server.down_since_unix_ms, &server.down_reason) {
-            let _ = writeln!(out, "{}", cut(&format!("       why: {reason}"), WIDTH));
+            out.extend(
+                wrap(reason, width, "       why: ", "            ")
+                    .into_iter()
+                    .map(|l| l + "\n"),
+            );
         }
         if let Some(decision) = &server.decision
             && server.down_since_unix_ms.is_none()
         {
-            let _ = writeln!(out, "{}", cut(&format!("tuning {decision}"), WIDTH));
+            out.extend(
+                wrap(decision, width, "tuning ", "       ")
+                    .into_iter()
+                    .map(|l| l + "\n"),
+            );
         }
     }
     if let Some(machine) = &status.machine {
         let peak = machine
             .peak_worker_rss_bytes
             .map_or_else(String::new, |p| format!("; peak worker RSS {}", gib(p)));
-        let line = format!(
+        let text = format!(
             "host   {} RAM, {} available{peak}",
             gib(machine.memory_total_bytes),
             gib(machine.memory_available_bytes)
         );
-        let _ = writeln!(out, "{}", cut(&line, WIDTH));
+        line(&mut out, &text, width);
     }
-    let _ = writeln!(out);
-    out.push_str(&source_table(&status.sources));
+    out.push('\n');
+    out.push_str(&source_table(&status.sources, width));
     out
 }
 
@@ -241,17 +379,18 @@ pub fn render(status: &RunStatus, now_ms: u64) -> String {
     clippy::let_underscore_must_use,
     reason = "writing to a String cannot fail"
 )]
-pub fn source_table(sources: &[SourceStatus]) -> String {
+pub fn source_table(sources: &[SourceStatus], width: usize) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{}", columns(HEADER));
+    let name_width = name_width(sources, width);
+    let _ = writeln!(out, "{}", columns(HEADER, name_width));
     for source in sources {
-        for line in row(source) {
+        for line in row(source, name_width, width) {
             let _ = writeln!(out, "{line}");
         }
         for line in source
             .verdict
             .as_ref()
-            .map(verdict_lines)
+            .map(|v| verdict_lines(v, width))
             .unwrap_or_default()
         {
             let _ = writeln!(out, "{line}");
@@ -264,17 +403,20 @@ pub fn source_table(sources: &[SourceStatus]) -> String {
     let _ = writeln!(
         out,
         "{}",
-        columns([
-            "total",
-            "",
-            &prepared.to_string(),
-            &done.to_string(),
-            &failed.to_string(),
-            &skipped.to_string(),
-            "",
-            "",
-            "",
-        ])
+        columns(
+            [
+                "total",
+                "",
+                &prepared.to_string(),
+                &done.to_string(),
+                &failed.to_string(),
+                &skipped.to_string(),
+                "",
+                "",
+                "",
+            ],
+            name_width
+        )
     );
     out
 }
@@ -379,11 +521,19 @@ mod tests {
         }
     }
 
-    /// Renders `status` at `now`, checks the width, and compares with the snapshot `name`.
+    /// Renders `status` at `now` for 80 columns, checks the width, and compares with the
+    /// snapshot `name`.
     fn snapshot(name: &str, status: &RunStatus, now: u64) {
-        let text = render(status, now);
+        snapshot_at(name, status, now, WIDTH);
+    }
+
+    fn snapshot_at(name: &str, status: &RunStatus, now: u64, width: usize) {
+        let text = render(status, now, width);
         for line in text.lines() {
-            assert!(line.chars().count() <= WIDTH, "wider than 80: {line:?}");
+            assert!(
+                line.chars().count() <= width,
+                "wider than {width}: {line:?}"
+            );
         }
         insta::assert_snapshot!(name, text);
     }
@@ -542,5 +692,84 @@ mod tests {
             &status,
             status.heartbeat_unix_ms + 5 * MINUTE,
         );
+    }
+
+    /// A finished run of five sources, two of which failed to prepare (one with a reason too
+    /// long for a line), with the server's last reading still saying requests were queued.
+    fn finished_with_two_failed_sources() -> RunStatus {
+        let mut missing = source("mixture_of_thoughts_science", Phase::Failed, None, 0);
+        missing.note = "last preparation failed (exit code 1): the data path \
+            `/data/hf/mixture-of-thoughts/science/*.parquet` matches no file; fix `path` in \
+            datasets.toml, then rerun with --only-failed"
+            .into();
+        let mut status = with_server(
+            run(vec![
+                SourceStatus {
+                    truncated: 412,
+                    ..source("sharegpt", Phase::Done, Some(10_000), 10_000)
+                },
+                failed("wildchat", &oom()),
+                missing,
+                source("ultrachat-200k", Phase::Done, Some(8_000), 8_000),
+                source("lmsys-chat-1m", Phase::Done, Some(10_000), 10_000),
+            ]),
+            ServerStatus {
+                in_flight: Some(0),
+                queued: Some(2),
+                completed: 28_000,
+                tokens_per_sec: Some(1_912.3),
+                ..server()
+            },
+        );
+        status.finished = true;
+        status.heartbeat_unix_ms = NOW - 7_000;
+        status
+    }
+
+    #[test]
+    fn a_finished_run_with_failed_sources_says_so_at_80_and_120_columns() {
+        let status = finished_with_two_failed_sources();
+        snapshot_at("finished_failed_80", &status, NOW, 80);
+        snapshot_at("finished_failed_120", &status, NOW, 120);
+        assert_eq!(exit_code(&status, NOW), crate::exit::FAILED);
+    }
+
+    #[test]
+    fn the_exit_code_follows_the_run() {
+        let mut status = run(vec![source("sharegpt", Phase::Done, Some(10), 10)]);
+        assert_eq!(exit_code(&status, NOW), crate::exit::OK, "running");
+        assert_eq!(
+            exit_code(&status, NOW + 5 * MINUTE),
+            crate::exit::FAILED,
+            "not running, not finished"
+        );
+        status.finished = true;
+        assert_eq!(
+            exit_code(&status, NOW + 5 * MINUTE),
+            crate::exit::OK,
+            "all done"
+        );
+        status.sources[0].failed = 1;
+        assert_eq!(
+            exit_code(&status, NOW),
+            crate::exit::FAILED,
+            "a failed prompt"
+        );
+        status.sources[0].failed = 0;
+        status.stopped_by = Some("interrupted by Ctrl-C".into());
+        assert_eq!(exit_code(&status, NOW), crate::exit::FAILED, "stopped");
+    }
+
+    #[test]
+    fn wrapping_splits_at_spaces_and_only_splits_words_wider_than_a_line() {
+        assert_eq!(
+            wrap("raise memory-limit to 16G", 16, "  ! ", "    "),
+            ["  ! raise", "    memory-limit", "    to 16G"]
+        );
+        assert_eq!(
+            wrap("see /a/very/long/path", 12, "", "  "),
+            ["see", "  /a/very/lo", "  ng/path"]
+        );
+        assert_eq!(wrap("", 10, "x ", ""), ["x "]);
     }
 }

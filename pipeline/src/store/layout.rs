@@ -12,6 +12,8 @@
 //!   sources/NAME/worker.json    how the last preparation worker ended
 //!   sources/NAME/completions.jsonl.zst  one record per completed prompt, appended in frames
 //!   sources/NAME/rejected.jsonl prompts the server refused or that ran out of attempts
+//!   sources/NAME/tally.json     counters of the completions (truncations), with the
+//!                               length and time of the file they were counted from
 //!   sources/NAME/completions.damaged-MS.bin      bytes of the completions that did not decode,
 //!                                                set aside by `gen run` (their prompts redone)
 //!   sources/NAME/completions.not-answers-MS.jsonl  stored records that were not answers
@@ -91,6 +93,10 @@ impl SourceDir {
 
     pub fn completions(&self) -> PathBuf {
         self.root.join("completions.jsonl.zst")
+    }
+
+    pub fn tally(&self) -> PathBuf {
+        self.root.join("tally.json")
     }
 
     pub fn rejected(&self) -> PathBuf {

@@ -1,8 +1,9 @@
 //! The run directory on disk: its layout ([`layout`]), atomic writes ([`atomic`]), appended
 //! text lines ([`append`]), the framed zstd JSONL files prompts and completions live in
 //! ([`frames`]), the records stored per source and the answer rule ([`records`]), the id
-//! index written after each completions frame ([`index`]), and the done-set read back on
-//! start ([`done`]), held as compact id sets ([`ids`]).
+//! index written after each completions frame ([`index`]), the done-set read back on start
+//! ([`done`]), held as compact id sets ([`ids`]), and counters of the stored completions
+//! ([`tally`]).
 
 pub mod append;
 pub mod atomic;
@@ -13,5 +14,6 @@ pub mod ids;
 pub mod index;
 pub mod layout;
 pub mod records;
+pub mod tally;
 
 pub use layout::{RunDir, SourceDir};

@@ -257,7 +257,7 @@ async fn auto_doubles_until_a_level_could_not_fill() {
 }
 
 #[tokio::test]
-async fn without_prepared_prompts_it_says_to_run_gen_run_first() {
+async fn without_prepared_prompts_it_says_to_run_gen_prepare_first() {
     let server = FakeOpenAi::start(Knobs::default()).await;
     let gen_ = Gen::new();
     gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
@@ -265,7 +265,10 @@ async fn without_prepared_prompts_it_says_to_run_gen_run_first() {
     let bench = gen_.run(&["bench", &config, "--concurrency", "1"]).await;
     assert_eq!(bench.code, 1, "{}", bench.stderr);
     assert!(
-        bench.stderr.contains("no prepared prompts") && bench.stderr.contains("gen run cfg.toml"),
+        bench.stderr.contains("no prepared prompts")
+            && bench
+                .stderr
+                .contains("run `gen prepare cfg.toml` first (it needs no server)"),
         "{}",
         bench.stderr
     );
@@ -280,4 +283,38 @@ async fn without_prepared_prompts_it_says_to_run_gen_run_first() {
         "{}",
         usage.stderr
     );
+}
+
+#[tokio::test]
+async fn a_config_that_launches_its_server_is_benched_on_the_server_it_launches() {
+    if let Some(reason) = support::llama_skip_reason() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let (bin, model) = gen_tests::llama::installed().expect("installed");
+    let gen_ = Gen::new();
+    support::llama_fruit_project(&gen_, &bin, &model, 4, "max-tokens = 8");
+    let prepared = gen_.run(&["prepare", "cfg.toml"]).await;
+    assert_eq!(prepared.code, 0, "{}", prepared.stderr);
+    let bench = gen_
+        .run(&[
+            "bench",
+            "cfg.toml",
+            "--concurrency",
+            "1,2",
+            "--requests",
+            "2",
+        ])
+        .await;
+    assert_eq!(bench.code, 0, "{}{}", bench.stdout, bench.stderr);
+    assert!(
+        bench
+            .stderr
+            .contains("gen bench: starting the inference server (log: ")
+            && bench.stderr.contains("gen bench: A = http://127.0.0.1:")
+            && !bench.stderr.contains("builder error"),
+        "{}",
+        bench.stderr
+    );
+    assert!(bench.stdout.contains("L"), "{}", bench.stdout);
 }

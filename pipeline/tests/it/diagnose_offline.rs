@@ -194,3 +194,29 @@ async fn help_documents_every_offline_flag_with_examples() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_source_without_a_config_names_the_default_or_asks_for_one() {
+    let gen_ = Gen::new();
+    let out = gen_.run(&["diagnose", "wildchat"]).await;
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "say which config `wildchat` belongs to: `gen diagnose wildchat --config CONFIG`"
+        ),
+        "{}",
+        out.stderr
+    );
+    gen_.write(
+        "datasets.toml",
+        "[server]\nurl = \"http://127.0.0.1:9\"\n\n[generation]\nmax-tokens = 8\n\n[[source]]\nname = \"wildchat\"\npath = \"a.jsonl\"\n",
+    );
+    let out = gen_.run(&["diagnose", "wildchat"]).await;
+    assert!(
+        out.stderr
+            .contains("gen: `wildchat` of `datasets.toml` (run directory `")
+            && out.stderr.contains("`--config` chooses another config"),
+        "{}",
+        out.stderr
+    );
+}

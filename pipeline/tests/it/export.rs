@@ -8,9 +8,10 @@ use crate::support;
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 use support::{Gen, write_config};
 
-const COLUMNS: [&str; 8] = [
+const COLUMNS: [&str; 9] = [
     "id",
     "source",
+    "source_key",
     "messages",
     "reasoning_content",
     "finish_reason",
@@ -145,4 +146,134 @@ async fn an_export_loads_with_the_python_datasets_package_in_both_formats() {
         &load_with_datasets(&python, "parquet", &gen_.path("out/train.parquet")),
         "parquet",
     );
+}
+
+/// A config with `alpha` (4 prompts, each row with its own `id`, one cut by `max-tokens`) and
+/// `beta`, whose preparation command fails.
+fn alpha_and_a_failing_beta(gen_: &Gen, url: &str) -> String {
+    gen_.write(
+        "data/a.jsonl",
+        concat!(
+            "{\"id\": \"row-1\", \"prompt\": \"one\"}\n",
+            "{\"id\": \"row-2\", \"prompt\": \"two LONG\"}\n",
+            "{\"id\": \"row-3\", \"prompt\": \"three\"}\n",
+            "{\"id\": \"row-4\", \"prompt\": \"four\"}\n",
+        ),
+    );
+    gen_.write(
+        "cfg.toml",
+        format!(
+            "[server]\nurl = \"{url}\"\n\n[generation]\nmax-tokens = 16\nconcurrency = 3\n\n\
+             [[source]]\nname = \"alpha\"\npath = \"data/a.jsonl\"\nid-field = \"id\"\n\n\
+             [[source]]\nname = \"beta\"\ncommand = [\"sh\", \"-c\", \"echo broken >&2; exit 3\"]\n"
+        ),
+    );
+    "cfg.toml".to_owned()
+}
+
+#[tokio::test]
+async fn a_run_with_a_failed_source_fails_status_export_and_verify_unless_allowed() {
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let gen_ = Gen::new();
+    let config = alpha_and_a_failing_beta(&gen_, &server.url());
+    let run = gen_.run(&["run", &config]).await;
+    assert_eq!(run.code, 1, "{}", run.stderr);
+
+    // `gen status` says the run failed, and exits so; `--watch` on a finished run at once.
+    let status = gen_.run(&["status", &config]).await;
+    assert_eq!(status.code, 1, "{}{}", status.stdout, status.stderr);
+    assert!(
+        status.stdout.contains("with 1 failed source of 2")
+            && status.stdout.contains("\nbeta ")
+            && status.stdout.contains(" FAILED "),
+        "{}",
+        status.stdout
+    );
+    let watched = gen_.run(&["status", &config, "--watch"]).await;
+    assert_eq!(watched.code, 1, "{}", watched.stderr);
+    assert_eq!(watched.stdout, status.stdout);
+
+    let export = gen_.run(&["export", &config]).await;
+    assert_eq!(export.code, 1, "{}{}", export.stdout, export.stderr);
+    assert!(
+        export
+            .stderr
+            .contains("is not finished, so an export would miss prompts")
+            && export.stderr.contains("`beta`: its preparation failed")
+            && export.stderr.contains("--allow-incomplete"),
+        "{}",
+        export.stderr
+    );
+    assert!(!gen_.path("runs/cfg/export.jsonl").exists());
+
+    let verify = gen_.run(&["verify", &config]).await;
+    assert_eq!(verify.code, 1, "{}", verify.stdout);
+    assert!(
+        verify
+            .stdout
+            .contains("incomplete: `beta`: its preparation failed")
+            && verify
+                .stdout
+                .contains("verdict: incomplete: 1 source not finished"),
+        "{}",
+        verify.stdout
+    );
+    let allowed = gen_.run(&["verify", &config, "--allow-incomplete"]).await;
+    assert_eq!(allowed.code, 0, "{}", allowed.stdout);
+
+    let export = gen_.run(&["export", &config, "--allow-incomplete"]).await;
+    assert_eq!(export.code, 0, "{}", export.stderr);
+    assert!(
+        export.stderr.contains("`beta`: its preparation failed"),
+        "{}",
+        export.stderr
+    );
+    let mut keys: Vec<(String, String)> = gen_
+        .read("runs/cfg/export.jsonl")
+        .lines()
+        .map(|l| {
+            let row: serde_json::Value = serde_json::from_str(l).expect("json row");
+            let key = row["source_key"].as_str().expect("a source_key").to_owned();
+            (
+                key,
+                row["messages"][0]["content"]
+                    .as_str()
+                    .expect("prompt")
+                    .to_owned(),
+            )
+        })
+        .collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            ("row-1".to_owned(), "one".to_owned()),
+            ("row-2".to_owned(), "two LONG".to_owned()),
+            ("row-3".to_owned(), "three".to_owned()),
+            ("row-4".to_owned(), "four".to_owned()),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_rerun_keeps_the_truncation_count_of_a_source_it_did_not_generate_for() {
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let gen_ = Gen::new();
+    let config = alpha_and_a_failing_beta(&gen_, &server.url());
+    let truncated = |gen_: &Gen| -> serde_json::Value {
+        let status: serde_json::Value =
+            serde_json::from_str(&gen_.read("runs/cfg/status.json")).expect("status");
+        status["sources"][0]["truncated"].clone()
+    };
+    assert_eq!(gen_.run(&["run", &config]).await.code, 1);
+    assert_eq!(truncated(&gen_), 1);
+    // Every source again: alpha has nothing to send; then only the failed one.
+    assert_eq!(gen_.run(&["run", &config]).await.code, 1);
+    assert_eq!(truncated(&gen_), 1);
+    assert_eq!(gen_.run(&["run", &config, "--only-failed"]).await.code, 1);
+    assert_eq!(truncated(&gen_), 1);
+    // The cache next to the file is a shortcut, not the truth.
+    std::fs::remove_file(gen_.path("runs/cfg/sources/alpha/tally.json")).expect("rm tally");
+    assert_eq!(gen_.run(&["run", &config]).await.code, 1);
+    assert_eq!(truncated(&gen_), 1);
 }

@@ -296,18 +296,7 @@ async fn a_launched_server_that_dies_mid_run_is_restarted_and_the_run_completes(
     }
     let (bin, model) = llama::installed().expect("installed");
     let gen_ = Gen::new();
-    let rows: String = (0..10)
-        .map(|i| format!("{{\"prompt\": \"Name a fruit ({i}).\"}}\n"))
-        .collect();
-    gen_.write("data/a.jsonl", &rows);
-    gen_.write(
-        "cfg.toml",
-        format!(
-            "[server]\nurl = \"http://127.0.0.1:{{port}}\"\nlaunch = [\"{}\", \"-m\", \"{}\", \"--host\", \"127.0.0.1\", \"--port\", \"{{port}}\", \"-np\", \"2\", \"-c\", \"2048\", \"-t\", \"2\"]\n\n[generation]\nmax-tokens = 16\nconcurrency = 2\n\n[[source]]\nname = \"fruit\"\npath = \"data/a.jsonl\"\n",
-            bin.display(),
-            model.display()
-        ),
-    );
+    support::llama_fruit_project(&gen_, &bin, &model, 10, "max-tokens = 16\nconcurrency = 2");
     let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_gen"))
         .args(["run", "cfg.toml"])
         .current_dir(gen_.path(""))

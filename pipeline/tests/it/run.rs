@@ -190,6 +190,65 @@ async fn rejected_prompts_fail_their_source_only_and_a_broken_source_does_not_st
     assert!(worker.contains("Corrupt footer"), "{worker}");
 }
 
+/// Sets `[server] startup-timeout-secs` in the config written by `write_config`.
+fn with_startup_timeout(gen_: &Gen, config: &str, secs: u64) {
+    let text = gen_.read(config).replace(
+        "[server]\n",
+        &format!("[server]\nstartup-timeout-secs = {secs}\n"),
+    );
+    gen_.write(config, &text);
+}
+
+#[tokio::test]
+async fn a_server_that_starts_listening_late_is_waited_for() {
+    use tokio::io::AsyncBufReadExt as _;
+    // A free port, on which the server starts only once `gen run` says it waits for it.
+    let addr = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr");
+    let gen_ = Gen::new();
+    gen_.write(
+        "data/a.jsonl",
+        "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n",
+    );
+    let url = format!("http://{addr}");
+    let config = write_config(&gen_, &url, &[("alpha", "data/a.jsonl")]);
+    with_startup_timeout(&gen_, &config, 120);
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_gen"))
+        .args(["run", &config])
+        .current_dir(gen_.path(""))
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn gen");
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let mut seen = String::new();
+    loop {
+        let line = lines
+            .next_line()
+            .await
+            .expect("read stderr")
+            .unwrap_or_else(|| panic!("gen ended without waiting:\n{seen}"));
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.starts_with(&format!("gen: waiting for {url} to answer")) {
+            break;
+        }
+    }
+    let _server = FakeOpenAi::start_at(addr, Knobs::default()).await;
+    while let Some(line) = lines.next_line().await.expect("read stderr") {
+        seen.push_str(&line);
+        seen.push('\n');
+    }
+    let status = child.wait().await.expect("wait");
+    assert_eq!(status.code(), Some(0), "{seen}");
+    assert_eq!(
+        completions(&gen_.path("runs/cfg/sources/alpha/completions.jsonl.zst")).len(),
+        2
+    );
+}
+
 #[tokio::test]
 async fn unreachable_server_is_named_and_no_source_is_marked_failed() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -201,14 +260,19 @@ async fn unreachable_server_is_named_and_no_source_is_marked_failed() {
     gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
     let url = format!("http://127.0.0.1:{port}");
     let config = write_config(&gen_, &url, &[("alpha", "data/a.jsonl")]);
+    with_startup_timeout(&gen_, &config, 3);
     let started = std::time::Instant::now();
     let out = gen_.run(&["run", &config]).await;
     assert!(started.elapsed() < std::time::Duration::from_secs(15));
     assert_eq!(out.code, 1, "{}", out.stderr);
     assert!(
         out.stderr.contains(&format!(
+            "gen: waiting for {url} to answer (a server loading its model takes minutes): "
+        )) && out.stderr.contains(&format!(
             "error: inference server at `{url}` is not reachable"
-        )),
+        )) && out
+            .stderr
+            .contains("(waited 3s for it to answer; `[server] startup-timeout-secs` waits longer)"),
         "{}",
         out.stderr
     );
@@ -263,7 +327,7 @@ async fn config_errors_name_file_line_and_column_and_exit_2() {
         out.stderr.lines().take(4).collect::<Vec<_>>(),
         [
             "error: `bad.toml` has 3 problems",
-            "  bad.toml:3:1  unknown key `colour` in `[server]`, expected one of `url`, `urls`, `model`, `api-key-env`, `launch`, `health-timeout-secs`, `max-restarts`, `log`, `host-memory`, `max-outage-secs`, `stall-secs`",
+            "  bad.toml:3:1  unknown key `colour` in `[server]`, expected one of `url`, `urls`, `model`, `api-key-env`, `launch`, `health-timeout-secs`, `max-restarts`, `log`, `host-memory`, `max-outage-secs`, `startup-timeout-secs`, `stall-secs`",
             "  bad.toml:6:14  `max-tokens` must be between 1 and 4294967295",
             "  bad.toml:9:8  source name `a b` has whitespace: use only letters, digits, `-`, `_` and `.`",
         ]
@@ -573,21 +637,14 @@ async fn a_plan_that_cannot_fit_the_machine_is_refused_before_anything_starts() 
     );
 }
 
-#[tokio::test]
-async fn after_gen_run_is_killed_status_says_it_is_not_running() {
-    let server = FakeOpenAi::start(Knobs {
-        delay: std::time::Duration::from_millis(200),
-        ..Knobs::default()
-    })
-    .await;
-    let gen_ = Gen::new();
-    let rows: String = (0..50)
-        .map(|i| format!("{{\"prompt\": \"p{i}\"}}\n"))
-        .collect();
-    gen_.write("data/a.jsonl", &rows);
-    let config = write_config(&gen_, &server.url(), &[("alpha", "data/a.jsonl")]);
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_gen"))
-        .args(["run", &config])
+/// `gen run CONFIG` in the background, once it has sent its first request.
+async fn run_until_it_sends(
+    gen_: &Gen,
+    config: &str,
+    server: &FakeOpenAi,
+) -> tokio::process::Child {
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_gen"))
+        .args(["run", config])
         .current_dir(gen_.path(""))
         .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
@@ -601,6 +658,23 @@ async fn after_gen_run_is_killed_status_says_it_is_not_running() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
+    child
+}
+
+#[tokio::test]
+async fn after_gen_run_is_killed_status_says_it_is_not_running() {
+    let server = FakeOpenAi::start(Knobs {
+        delay: std::time::Duration::from_millis(200),
+        ..Knobs::default()
+    })
+    .await;
+    let gen_ = Gen::new();
+    let rows: String = (0..50)
+        .map(|i| format!("{{\"prompt\": \"p{i}\"}}\n"))
+        .collect();
+    gen_.write("data/a.jsonl", &rows);
+    let config = write_config(&gen_, &server.url(), &[("alpha", "data/a.jsonl")]);
+    let mut child = run_until_it_sends(&gen_, &config, &server).await;
     child.kill().await.expect("kill -9 gen run");
     // Age the heartbeat instead of waiting 15 s: what a later `gen status` would find.
     let path = gen_.path("runs/cfg/status.json");
@@ -610,14 +684,56 @@ async fn after_gen_run_is_killed_status_says_it_is_not_running() {
     let beat = status["heartbeat_unix_ms"].as_u64().expect("heartbeat");
     status["heartbeat_unix_ms"] = (beat - 5 * 60_000).into();
     std::fs::write(&path, serde_json::to_vec(&status).expect("json")).expect("write");
+    // Not running although it did not finish: exit 1, and `--watch` has nothing to wait for.
     let out = gen_.run(&["status", &config]).await;
-    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.code, 1, "{}", out.stderr);
     assert!(
         out.stdout
             .contains("state  not running: last heartbeat 5 min ago (pid "),
         "{}",
         out.stdout
     );
+    let watched = gen_.run(&["status", &config, "--watch", "1"]).await;
+    assert_eq!(watched.code, 1, "{}", watched.stderr);
+    assert_eq!(watched.stdout, out.stdout, "one view, then exit");
+}
+
+#[tokio::test]
+async fn status_watch_follows_a_running_run_and_exits_with_its_code_when_it_ends() {
+    let server = FakeOpenAi::start(Knobs {
+        delay: std::time::Duration::from_millis(100),
+        ..Knobs::default()
+    })
+    .await;
+    let gen_ = Gen::new();
+    let rows: String = (0..20)
+        .map(|i| format!("{{\"prompt\": \"p{i}\"}}\n"))
+        .collect();
+    gen_.write("data/a.jsonl", &rows);
+    let config = write_config(&gen_, &server.url(), &[("alpha", "data/a.jsonl")]);
+    let text = gen_
+        .read(&config)
+        .replace("concurrency = 3", "concurrency = 1");
+    gen_.write(&config, &text);
+    let mut run = run_until_it_sends(&gen_, &config, &server).await;
+    // Started while the run generates (20 answers one at a time take 2 s or more).
+    let watched = gen_.run(&["status", &config, "--watch", "1"]).await;
+    let status: serde_json::Value =
+        serde_json::from_str(&gen_.read("runs/cfg/status.json")).expect("json");
+    assert_eq!(status["finished"], true, "--watch returned before the end");
+    assert_eq!(watched.code, 0, "{}", watched.stderr);
+    assert!(
+        watched.stdout.matches("\nstate  ").count() + 1 >= 2
+            && watched.stdout.contains("state  running (pid")
+            && watched.stdout.contains("state  finished"),
+        "piped: one plain view after another, the last finished:\n{}",
+        watched.stdout
+    );
+    assert!(
+        !watched.stdout.contains('\x1b'),
+        "no cursor movement when piped"
+    );
+    assert_eq!(run.wait().await.expect("wait").code(), Some(0));
 }
 
 #[tokio::test]
@@ -710,4 +826,36 @@ async fn a_rerun_says_it_resumes_and_the_plain_progress_line_says_where_the_run_
         second.stderr
     );
     assert_eq!(server.chat_requests(), 3, "nothing is sent twice");
+}
+
+#[tokio::test]
+async fn prepare_needs_no_server_and_run_then_generates_from_its_prompts() {
+    let gen_ = Gen::new();
+    gen_.write("data/a.jsonl", ROWS);
+    // Nothing listens on port 9 (discard): preparing must not need the server.
+    let config = write_config(&gen_, "http://127.0.0.1:9", &[("alpha", "data/a.jsonl")]);
+    let prepared = gen_.run(&["prepare", &config]).await;
+    assert_eq!(prepared.code, 0, "{}", prepared.stderr);
+    assert!(
+        prepared
+            .stderr
+            .contains("every selected source is prepared; `gen run cfg.toml` generates"),
+        "{}",
+        prepared.stderr
+    );
+    assert!(gen_.path("runs/cfg/sources/alpha/manifest.json").exists());
+    let again = gen_.run(&["prepare", &config, "--source", "alpha"]).await;
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    let unknown = gen_.run(&["prepare", &config, "--source", "nope"]).await;
+    assert_eq!(unknown.code, 2, "{}", unknown.stderr);
+
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let config = write_config(&gen_, &server.url(), &[("alpha", "data/a.jsonl")]);
+    let run = gen_.run(&["run", &config]).await;
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert!(!run.stderr.contains("preparing `alpha`"), "{}", run.stderr);
+    assert_eq!(
+        completions(&gen_.path("runs/cfg/sources/alpha/completions.jsonl.zst")).len(),
+        4
+    );
 }

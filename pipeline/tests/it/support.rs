@@ -118,9 +118,12 @@ impl Project {
             .expect("spawn gen")
     }
 
-    /// `gen verify RUN_DIR --json`, parsed; also returns the exit code.
+    /// `gen verify RUN_DIR --json --allow-incomplete`, parsed; also returns the exit code
+    /// (1 only for an inconsistent run: the fault scenarios audit runs stopped midway).
     pub async fn verify(&self, run_dir: &str) -> (Option<i32>, Value) {
-        let out = self.run_gen(&["verify", run_dir, "--json"]).await;
+        let out = self
+            .run_gen(&["verify", run_dir, "--json", "--allow-incomplete"])
+            .await;
         let audit = serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
             panic!(
                 "verify printed no JSON ({e}): code {:?}\n{}\n{}",
@@ -322,4 +325,22 @@ pub async fn llama_project(slots: u32) -> Option<(Gen, gen_tests::llama::LlamaSe
         .await
         .expect("llama-server");
     Some((gen_, server))
+}
+
+/// A project whose `cfg.toml` launches the real llama-server (`bin`, `model`) and whose
+/// source `fruit` holds `prompts` short questions; `generation` is the `[generation]` table's
+/// body.
+pub fn llama_fruit_project(gen_: &Gen, bin: &Path, model: &Path, prompts: usize, generation: &str) {
+    let rows: String = (0..prompts)
+        .map(|i| format!("{{\"prompt\": \"Name a fruit ({i}).\"}}\n"))
+        .collect();
+    gen_.write("data/a.jsonl", rows);
+    gen_.write(
+        "cfg.toml",
+        format!(
+            "[server]\nurl = \"http://127.0.0.1:{{port}}\"\nlaunch = [\"{}\", \"-m\", \"{}\", \"--host\", \"127.0.0.1\", \"--port\", \"{{port}}\", \"-np\", \"2\", \"-c\", \"2048\", \"-t\", \"2\", \"--poll\", \"0\"]\n\n[generation]\n{generation}\n\n[[source]]\nname = \"fruit\"\npath = \"data/a.jsonl\"\n",
+            bin.display(),
+            model.display()
+        ),
+    );
 }

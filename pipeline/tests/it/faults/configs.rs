@@ -39,7 +39,7 @@ fn cases() -> Vec<(&'static str, String, Option<&'static str>)> {
         pin(
             "unknown_server_key",
             format!("{server}colour = 1\n{generation}{SOURCE}"),
-            "  unknown_server_key.toml:3:1  unknown key `colour` in `[server]`, expected one of `url`, `urls`, `model`, `api-key-env`, `launch`, `health-timeout-secs`, `max-restarts`, `log`, `host-memory`, `max-outage-secs`, `stall-secs`",
+            "  unknown_server_key.toml:3:1  unknown key `colour` in `[server]`, expected one of `url`, `urls`, `model`, `api-key-env`, `launch`, `health-timeout-secs`, `max-restarts`, `log`, `host-memory`, `max-outage-secs`, `startup-timeout-secs`, `stall-secs`",
         ),
         pin(
             "worker_key_with_underscore",

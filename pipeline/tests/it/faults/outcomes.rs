@@ -196,7 +196,9 @@ async fn stored_records_that_are_not_answers_are_not_done_and_are_generated_agai
             && problems.contains("the server aborted the answer (finish_reason = abort)"),
         "{problems}"
     );
-    let export = project.run_gen(&["export", RUN, "-o", "out.jsonl"]).await;
+    let export = project
+        .run_gen(&["export", RUN, "-o", "out.jsonl", "--allow-incomplete"])
+        .await;
     assert_eq!(export.code, Some(0), "{}", export.stderr);
     assert!(
         export.stdout.contains("exported 8 completions")
