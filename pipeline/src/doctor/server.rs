@@ -102,7 +102,7 @@ async fn probe_one(plan: &Plan, url: &str) -> Vec<Check> {
                 "server",
                 Level::Warn,
                 format!(
-                    "server not reachable at `{url}/v1/models` within {} s ({reason}): `gen run` waits for it",
+                    "server not reachable at `{url}/v1/models` within {} s ({reason}): `gen run` prepares the sources meanwhile and waits for it (`[server] startup-timeout-secs`)",
                     PROBE_TIMEOUT.as_secs()
                 ),
             )];

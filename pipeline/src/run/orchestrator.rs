@@ -503,12 +503,18 @@ impl<'p> Orchestrator<'p> {
         cancel: &CancellationToken,
     ) -> anyhow::Result<Option<(Orchestrator<'p>, mpsc::Receiver<DispatchEvent>)>> {
         let (plan, run_dir) = (state.plan, state.run_dir.clone());
-        let managed = match Servers::launch(plan, &run_dir, cancel, &state.reporter).await? {
+        // Preparation needs no server: it starts at once and goes on while a server loads.
+        let mut preparation = Preparation::new(needs_prep, cancel.child_token());
+        preparation.start(&mut state.sources, &state.reporter)?;
+        state.refresh_status();
+        let reporter = state.reporter.clone();
+        let launched = Servers::launch(plan, &run_dir, cancel, &reporter);
+        let launched = preparing_while(&mut state, &mut preparation, launched).await??;
+        let managed = match launched {
             Launched::Up(managed) => managed,
             Launched::Interrupted => {
-                state.status.finished = true;
-                state.status.stopped_by = Some(super::stop::reason());
-                state.write_status()?;
+                let reason = Some(super::stop::reason());
+                stopped_before_serving(&mut state, &mut preparation, reason).await?;
                 return Ok(None);
             }
         };
@@ -529,17 +535,27 @@ impl<'p> Orchestrator<'p> {
         let dispatch_cancel = CancellationToken::new();
         let connected = Servers::connect(plan, &run_dir, managed, pin, &dispatch_cancel, &reporter);
         // An external server may still be loading: the wait for it ends on a signal too.
-        let servers = tokio::select! {
-            servers = connected => servers?,
-            () = cancel.cancelled() => {
-                state.reporter.say(format!(
-                    "gen: {} while waiting for the inference server",
-                    super::stop::interrupted_by()
-                ));
-                state.status.finished = true;
-                state.status.stopped_by = Some(super::stop::reason());
-                state.write_status()?;
-                return Ok(None);
+        let connected = async {
+            tokio::select! {
+                servers = connected => Some(servers),
+                () = cancel.cancelled() => None,
+            }
+        };
+        let Some(servers) = preparing_while(&mut state, &mut preparation, connected).await? else {
+            state.reporter.say(format!(
+                "gen: {} while waiting for the inference server",
+                super::stop::interrupted_by()
+            ));
+            stopped_before_serving(&mut state, &mut preparation, Some(super::stop::reason()))
+                .await?;
+            return Ok(None);
+        };
+        let servers = match servers {
+            Ok(servers) => servers,
+            Err(e) => {
+                // The workers still running are stopped: their sources are prepared next run.
+                stopped_before_serving(&mut state, &mut preparation, None).await?;
+                return Err(e);
             }
         };
         state.status.servers = servers.statuses();
@@ -561,7 +577,7 @@ impl<'p> Orchestrator<'p> {
         let mut orchestrator = Orchestrator {
             state,
             servers,
-            preparation: Preparation::new(needs_prep, cancel.child_token()),
+            preparation,
             dispatcher,
             dispatching: 0,
             stopping: Stopping::No,
@@ -803,4 +819,53 @@ async fn prepare_only(
         failed,
         refused: Vec::new(),
     })
+}
+
+/// Awaits `waited` (a server launching or answering its first probe) while the preparation
+/// workers run: each one's end is recorded, its source counted, and the next worker started.
+async fn preparing_while<T>(
+    state: &mut RunState<'_>,
+    preparation: &mut Preparation,
+    waited: impl std::future::Future<Output = T>,
+) -> anyhow::Result<T> {
+    tokio::pin!(waited);
+    loop {
+        tokio::select! {
+            out = &mut waited => return Ok(out),
+            ended = preparation.next_ended() => {
+                let ended = ended.context("a preparation supervisor panicked")?;
+                preparation
+                    .finish(&mut state.sources, ended, false, &state.reporter)
+                    .await?;
+                let selected = state.selected.clone();
+                preparation.enqueue(state.sources.open_ready(&selected, &state.reporter));
+                preparation.start(&mut state.sources, &state.reporter)?;
+                state.refresh_status();
+            }
+        }
+    }
+}
+
+/// The run ends before any server answered (a signal, `stopped_by`, or no server): the
+/// running workers are stopped and waited for, their sources left pending.
+async fn stopped_before_serving(
+    state: &mut RunState<'_>,
+    preparation: &mut Preparation,
+    stopped_by: Option<String>,
+) -> anyhow::Result<()> {
+    preparation.stop(true);
+    while !preparation.is_idle() {
+        let ended = preparation
+            .next_ended()
+            .await
+            .context("a preparation supervisor panicked")?;
+        preparation
+            .finish(&mut state.sources, ended, true, &state.reporter)
+            .await?;
+    }
+    if stopped_by.is_some() {
+        state.status.finished = true;
+        state.status.stopped_by = stopped_by;
+    }
+    state.write_status()
 }
