@@ -112,6 +112,8 @@ struct Inner {
 struct Bars {
     multi: MultiProgress,
     bars: Vec<ProgressBar>,
+    /// The whole run's line under the sources' bars ([`Progress::line_within`]).
+    status: ProgressBar,
 }
 
 impl RunReporter {
@@ -161,11 +163,6 @@ impl RunReporter {
         self.notice(Notice::recorded(kind, source, detail));
     }
 
-    /// Whether progress is shown as bars (else the run prints a progress line now and then).
-    pub fn shows_bars(&self) -> bool {
-        self.lock().bars.is_some()
-    }
-
     /// Shows one bar per source when stderr is a terminal that can redraw.
     pub fn start_progress(&self, names: &[String]) {
         if !bars_wanted() {
@@ -184,7 +181,32 @@ impl RunReporter {
                 bar
             })
             .collect();
-        self.lock().bars = Some(Bars { multi, bars });
+        let status = multi.add(ProgressBar::new(0));
+        status.set_style(
+            ProgressStyle::with_template("{msg}").unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        self.lock().bars = Some(Bars {
+            multi,
+            bars,
+            status,
+        });
+    }
+
+    /// Shows where the whole run stands: on the status line under the bars, fitted to the
+    /// terminal's width; `false` when there are no bars (the caller then says the line now
+    /// and then).
+    pub fn status_line(&self, progress: &Progress) -> bool {
+        let inner = self.lock();
+        let Some(bars) = inner.bars.as_ref() else {
+            return false;
+        };
+        let width = terminal_size::terminal_size_of(std::io::stderr())
+            .map_or(80, |(terminal_size::Width(w), _)| usize::from(w));
+        // One column spare: a line as wide as the terminal wraps on some of them.
+        let line = progress.line_within(width.saturating_sub(1));
+        bars.status
+            .set_message(crate::secrets::redact(&line).into_owned());
+        true
     }
 
     /// Moves the bars to the sources' current state.
@@ -210,6 +232,7 @@ impl RunReporter {
             for bar in &bars.bars {
                 bar.finish_and_clear();
             }
+            bars.status.finish_and_clear();
             bars.multi.clear().ok();
         }
     }
@@ -276,6 +299,64 @@ impl Progress {
         }
         line
     }
+
+    /// The line for a terminal `width` columns wide: the full [`Self::line`] when it fits, else
+    /// shorter words without failures while there are none, then the least useful parts left
+    /// out (which sources do what, then the requests in flight, then the rate), as nextest's
+    /// status line does.
+    pub fn line_within(&self, width: usize) -> String {
+        let full = self.line();
+        if full.chars().count() <= width {
+            return full;
+        }
+        let percent = match self.total {
+            0 => String::new(),
+            total => format!(" {}%", self.done.saturating_mul(100) / total),
+        };
+        let head = format!(
+            "[{}] {}/{}{percent}",
+            clock(self.elapsed),
+            self.done,
+            self.total
+        );
+        let failed = format!("{} failed", self.failed);
+        let rate = format!("{:.0} tok/s", self.tokens_per_sec);
+        let eta = self.eta.map(|eta| format!("ETA {}", clock(eta)));
+        let active = self.generating + self.preparing + self.queued > 0;
+        let in_flight = active.then(|| format!("{} in flight", self.in_flight));
+        let sources = active.then(|| {
+            format!(
+                "{} gen {} prep {} queued",
+                self.generating, self.preparing, self.queued
+            )
+        });
+        // Short of room, "0 failed" says nothing.
+        let failed = (self.failed > 0).then_some(&failed);
+        let candidates = [
+            vec![
+                failed,
+                Some(&rate),
+                eta.as_ref(),
+                in_flight.as_ref(),
+                sources.as_ref(),
+            ],
+            vec![failed, Some(&rate), eta.as_ref(), in_flight.as_ref()],
+            vec![failed, Some(&rate), eta.as_ref()],
+            vec![failed, eta.as_ref()],
+        ];
+        let mut shortest = String::new();
+        for parts in candidates {
+            shortest = std::iter::once(&head)
+                .chain(parts.into_iter().flatten())
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(" · ");
+            if shortest.chars().count() <= width {
+                return shortest;
+            }
+        }
+        crate::status::render::cut(&shortest, width)
+    }
 }
 
 /// `h:mm:ss`.
@@ -330,6 +411,34 @@ mod tests {
             finished.line(),
             "gen: [0:00:00] 3/3 completed (100%), 0 failed, 0.0 output tok/s"
         );
+    }
+
+    #[test]
+    fn the_status_line_fits_80_and_120_columns() {
+        let busy = Progress {
+            elapsed: Duration::from_secs(3 * 3600 + 25 * 60 + 7),
+            done: 41_230,
+            total: 100_020,
+            failed: 0,
+            tokens_per_sec: 14_502.4,
+            eta: Some(Duration::from_secs(5 * 3600 + 12 * 60)),
+            in_flight: 256,
+            generating: 4,
+            preparing: 2,
+            queued: 4,
+        };
+        let lines = [80, 120, 200]
+            .map(|width| format!("{width:>3} | {}", busy.line_within(width)))
+            .join("\n");
+        insta::assert_snapshot!("status_line_widths", lines);
+        for width in [80, 120] {
+            assert!(busy.line_within(width).chars().count() <= width);
+        }
+        let failing = Progress {
+            failed: 12,
+            ..busy.clone()
+        };
+        assert!(failing.line_within(80).contains("12 failed"));
     }
 
     #[test]

@@ -440,6 +440,11 @@ impl<'p> RunState<'p> {
 
     /// Says where the run stands (`in_flight`: requests in flight now).
     fn print_progress(&self, in_flight: u32) {
+        self.reporter.say(self.progress(in_flight).line());
+    }
+
+    /// Where the whole run stands (`in_flight`: requests in flight now).
+    fn progress(&self, in_flight: u32) -> crate::report::Progress {
         let mut progress = crate::report::Progress {
             elapsed: self.started.elapsed(),
             in_flight,
@@ -471,7 +476,7 @@ impl<'p> RunState<'p> {
             let eta = remaining as f64 * per_completion / progress.tokens_per_sec;
             progress.eta = Some(Duration::from_secs_f64(eta.min(1e9)));
         }
-        self.reporter.say(progress.line());
+        progress
     }
 
     /// On a rerun, says how much earlier runs already did.
@@ -676,8 +681,11 @@ impl<'p> Orchestrator<'p> {
         state.status.machine = state::MachineStatus::read(state.sources.peak_rss_bytes());
         state.refresh_status();
         state.reporter.progress(&state.status.sources);
-        if self.last_progress.elapsed() >= PROGRESS_EVERY && !state.reporter.shows_bars() {
-            state.print_progress(self.servers.fleet.in_flight());
+        let in_flight = self.servers.fleet.in_flight();
+        // On a terminal the status line under the bars; in a log a line now and then.
+        let shown = state.reporter.status_line(&state.progress(in_flight));
+        if !shown && self.last_progress.elapsed() >= PROGRESS_EVERY {
+            state.print_progress(in_flight);
             self.last_progress = Instant::now();
         }
         let gone = self.stopping.server_gone();
