@@ -163,17 +163,17 @@ const RUN_HELP: &str = "Examples:
   gen run datasets.toml --shard 2/8 --run-dir runs/host-2
   gen run datasets.toml --server-launch 'llama-server -m model.gguf --port {port}'
 
-Exit codes: 0 every source finished; 1 some sources failed or prompts were refused (run it
-again to retry them); 2 a usage or config error.";
+Exit codes: 0 every source finished; 1 some sources failed or prompts were
+refused (run it again to retry them); 2 a usage or config error.";
 
 const PREPARE_HELP: &str = "Examples:
   gen prepare datasets.toml
   gen prepare datasets.toml --source wildchat
   gen status datasets.toml
 
-Sources already prepared are left as they are. `gen run` then generates from the prepared
-prompts; `gen bench` measures the server on them. Exit 1 when a source failed to prepare
-(`gen diagnose NAME --config CONFIG` says why).";
+Sources already prepared are left as they are. `gen run` then generates from
+the prepared prompts; `gen bench` measures the server on them. Exit 1 when a
+source failed to prepare (`gen diagnose NAME --config CONFIG` says why).";
 
 const STATUS_HELP: &str = "Examples:
   gen status datasets.toml
@@ -181,23 +181,26 @@ const STATUS_HELP: &str = "Examples:
   gen status runs/datasets --json
   gen status --remote me@gpu-box:/data/runs/datasets
 
-Exit codes: 0 while the run runs and when every source is done; 1 when it finished with
-failed sources or prompts, stopped early, or is not running although it did not finish.";
+Exit codes: 0 while the run runs and when every source is done; 1 when it
+finished with failed sources or prompts, stopped early, or is not running
+although it did not finish.";
 
 const EXPORT_HELP: &str = "Examples:
   gen export datasets.toml
   gen export runs/datasets --format parquet -o train.parquet
   gen export runs/datasets --allow-incomplete
 
-An unfinished run (a source that failed or was not prepared, prompts without a completion)
-is not exported, with what is missing, unless `--allow-incomplete` (exit 1).";
+An unfinished run (a source that failed or was not prepared, prompts without a
+completion) is not exported, with what is missing, unless `--allow-incomplete`
+(exit 1).";
 
 const VERIFY_HELP: &str = "Examples:
   gen verify datasets.toml
   gen verify runs/datasets --json
   gen verify runs/datasets --allow-incomplete
 
-Exit 1 on a problem, and when the run is not finished unless `--allow-incomplete`.";
+Exit 1 on a problem, and when the run is not finished unless
+`--allow-incomplete`.";
 
 const BENCH_HELP: &str = "Examples:
   gen prepare datasets.toml
@@ -229,37 +232,40 @@ const DIAGNOSE_HELP: &str = "Examples:
   gen diagnose --observation observation.json --json
   gen diagnose --server-log sglang.log
 
-Logs captured anywhere (`--stderr` alone does its best; every other flag adds evidence):
-  # kernel OOM kill, any format (dmesg, dmesg -T, journalctl -k [-r], /dev/kmsg, syslog)
+Logs captured anywhere (`--stderr` alone does its best; flags add evidence):
+  # kernel OOM kill, any format (dmesg [-T], journalctl -k, /dev/kmsg, syslog)
   gen diagnose --stderr worker.log --kernel-log dmesg.txt --signal 9 --pid 41234
-  # ... with the worker's lifetime, so a stale record of a reused pid is not blamed
+  # ... with the worker's lifetime: a stale record of a reused pid is not blamed
   gen diagnose --stderr worker.log --kernel-log kern.log --pid 41234 \\
       --started-at '2026-11-30 10:02:11' --exited-at '2026-11-30 10:40:03'
-  # Slurm job: its output holds `slurmstepd: ... oom_kill event` or `line 12: 4567 Killed`
+  # Slurm job: `slurmstepd: ... oom_kill event` or `line 12: 4567 Killed`
   gen diagnose --stderr slurm-123456.out
-  # Kubernetes: `kubectl describe pod` shows `Reason: OOMKilled` / `Exit Code: 137`
+  # Kubernetes: `kubectl describe pod` (`Reason: OOMKilled`, `Exit Code: 137`)
   gen diagnose --stderr app.log --log describe.txt
   # user-space killers (earlyoom, systemd-oomd, nohang) in the journal
   gen diagnose --stderr worker.log --log journal.txt --signal 15
-  # a DataLoader / datasets map / pool child killed behind the parent's traceback
+  # a DataLoader / datasets map / pool child killed behind a parent's traceback
   gen diagnose --stderr train.log --kernel-log dmesg.txt --exit-code 1
   # output complete, then hung at exit until a watchdog or time limit killed it
   gen diagnose --stderr worker.log --signal 9 --output-complete
-  # not OOM: `memory allocation of N bytes failed` under `ulimit -v`, a time limit
+  # not OOM: `memory allocation of N bytes failed` (`ulimit -v`), a time limit
   gen diagnose --stderr worker.log --exit-code 134
 
-`--started-at` and `--exited-at` take a wall-clock time as logs print it (2026-11-30T10:02:11,
-'Tue Dec  1 10:00:00 2026', 'Nov 30 10:02:11') or seconds since boot as dmesg prints them
-(355.04). A kernel record is set aside as another process's only when these times or the logs'
-own stamps put it outside the worker's lifetime.
+`--started-at` and `--exited-at` take a wall-clock time as logs print it
+(2026-11-30T10:02:11, 'Tue Dec  1 10:00:00 2026', 'Nov 30 10:02:11') or
+seconds since boot as dmesg prints them (355.04). A kernel record is set aside
+as another process's only when these times or the logs' own stamps put it
+outside the worker's lifetime.
 
-`--observation` takes the JSON schema of gen_diagnostics::Observation: exit ({\"code\": N},
-{\"signal\": N, \"sent_by_gen\": false} or {\"unknown\": true}), pid (0 = unknown), child_pids,
-comm, cgroup_path, spawn_usec, exit_usec, rss_samples [{at_ms, bytes}], peak_rss_bytes,
-memory_limit_bytes, host_memory_bytes, oom_kill_before/after, vmstat_oom_kill_before/after,
-kernel_log ({\"kind\": \"text\", \"text\": ...} or {\"kind\": \"unavailable\", \"reason\": ...}),
-oom_killer_log, other_log, stderr_head, stderr_tail, outputs_complete, timed_out, started_at,
-exited_at, largest_row_bytes. Only exit and pid are required.";
+`--observation` takes the JSON schema of gen_diagnostics::Observation: exit
+({\"code\": N}, {\"signal\": N, \"sent_by_gen\": false} or {\"unknown\":
+true}), pid (0 = unknown), child_pids, comm, cgroup_path, spawn_usec,
+exit_usec, rss_samples [{at_ms, bytes}], peak_rss_bytes, memory_limit_bytes,
+host_memory_bytes, oom_kill_before/after, vmstat_oom_kill_before/after,
+kernel_log ({\"kind\": \"text\", \"text\": ...} or {\"kind\": \"unavailable\",
+\"reason\": ...}), oom_killer_log, other_log, stderr_head, stderr_tail,
+outputs_complete, timed_out, started_at, exited_at, largest_row_bytes. Only
+exit and pid are required.";
 
 const SLURM_HELP: &str = "Examples:
   gen slurm datasets.toml --shards 8 -- --partition=gpu --gres=gpu:1 --time=12:00:00
@@ -267,9 +273,10 @@ const SLURM_HELP: &str = "Examples:
   gen status runs/datasets
   gen slurm datasets.toml --only-failed --submit
 
-Options after `--` go into the script as `#SBATCH` lines. The run directory is the job's run
-root: shard K writes RUN_ROOT/shard-K, the task logs go to RUN_ROOT/slurm/, and the last shard
-to finish merges them into RUN_ROOT/merged.";
+Options after `--` go into the script as `#SBATCH` lines. The run directory is
+the job's run root: shard K writes RUN_ROOT/shard-K, the task logs go to
+RUN_ROOT/slurm/, and the last shard to finish merges them into
+RUN_ROOT/merged.";
 
 #[derive(Debug, clap::Args)]
 pub struct SlurmArgs {
@@ -490,6 +497,13 @@ mod tests {
                 help.contains("Examples:\n  gen "),
                 "`gen {name} --help`:\n{help}"
             );
+            // Hand-broken prose wider than a terminal is rewrapped into ragged lines.
+            if let Some(after) = command.get_after_help() {
+                let after = after.to_string();
+                for line in after.lines().filter(|l| !l.starts_with("  gen ")) {
+                    assert!(line.chars().count() <= 80, "`gen {name} --help`: {line}");
+                }
+            }
             for arg in command.get_arguments() {
                 let id = arg.get_id().as_str();
                 if id == "help" || id == "version" {
