@@ -15,6 +15,7 @@
 //! of it.
 
 use std::collections::BTreeSet;
+use std::fmt::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -134,8 +135,41 @@ pub fn audit(run_dir: &RunDir) -> anyhow::Result<Audit> {
     // status written by an older or newer `gen` must still be auditable.
     let status: Option<Value> = atomic::read_json(&run_dir.status())
         .with_context(|| format!("failed to read `{}`", run_dir.status().display()))?;
-    let listed_sources: Vec<(String, Option<Phase>)> = status
-        .as_ref()
+    let listed_sources = listed_sources(status.as_ref());
+    let names = source_names(run_dir, &listed_sources)?;
+    let run_finished = status.as_ref().and_then(|s| s["finished"].as_bool());
+    let settings = last_settings(run_dir);
+    let mut sources = Vec::new();
+    for name in names {
+        let phase = listed_sources
+            .iter()
+            .find(|(n, _)| *n == name)
+            .and_then(|(_, phase)| *phase);
+        let mut audit = audit_source(
+            &run_dir.source(&name),
+            &name,
+            phase,
+            run_finished,
+            settings.as_deref(),
+        )
+        .with_context(|| format!("failed to audit source `{name}`"))?;
+        audit.phase = phase;
+        sources.push(audit);
+    }
+    let totals = Totals::sum(&sources);
+    Ok(Audit {
+        run_dir: run_dir.root().display().to_string(),
+        run_finished,
+        consistent: totals.problems == 0,
+        complete: sources.iter().all(|s| s.missing.is_none()),
+        sources,
+        totals,
+    })
+}
+
+/// Each source `status.json` lists, with its phase when that decodes.
+fn listed_sources(status: Option<&Value>) -> Vec<(String, Option<Phase>)> {
+    status
         .and_then(|s| s["sources"].as_array())
         .map(|sources| {
             sources
@@ -147,7 +181,15 @@ pub fn audit(run_dir: &RunDir) -> anyhow::Result<Audit> {
                 })
                 .collect()
         })
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// The sources to audit: those `status.json` lists, in its order, then any other directory
+/// under `sources/`, by name.
+fn source_names(
+    run_dir: &RunDir,
+    listed_sources: &[(String, Option<Phase>)],
+) -> anyhow::Result<Vec<String>> {
     let mut names: Vec<String> = listed_sources.iter().map(|(n, _)| n.clone()).collect();
     let sources_dir = run_dir.root().join("sources");
     let mut listed = BTreeSet::new();
@@ -168,49 +210,34 @@ pub fn audit(run_dir: &RunDir) -> anyhow::Result<Audit> {
             names.push(name);
         }
     }
-    let run_finished = status.as_ref().and_then(|s| s["finished"].as_bool());
-    // The settings the last run used: a refusal recorded under others is sent again.
-    let settings = atomic::read_json::<crate::run::pin::RunPin>(&run_dir.root().join("run.json"))
+    Ok(names)
+}
+
+/// The fingerprint of the settings the last run used: a refusal recorded under others is sent
+/// again.
+fn last_settings(run_dir: &RunDir) -> Option<String> {
+    atomic::read_json::<crate::run::pin::RunPin>(&run_dir.root().join("run.json"))
         .ok()
         .flatten()
-        .map(|pin| record::settings_fingerprint(pin.max_tokens, &pin.params));
-    let mut sources = Vec::new();
-    for name in names {
-        let phase = listed_sources
-            .iter()
-            .find(|(n, _)| *n == name)
-            .and_then(|(_, phase)| *phase);
-        let mut audit = audit_source(
-            &run_dir.source(&name),
-            &name,
-            phase,
-            run_finished,
-            settings.as_deref(),
-        )
-        .with_context(|| format!("failed to audit source `{name}`"))?;
-        audit.phase = phase;
-        sources.push(audit);
+        .map(|pin| record::settings_fingerprint(pin.max_tokens, &pin.params))
+}
+
+impl Totals {
+    fn sum(sources: &[SourceAudit]) -> Totals {
+        let mut totals = Totals::default();
+        for s in sources {
+            totals.prompts += s.prompts;
+            totals.completed += s.completed;
+            totals.rejected += s.rejected;
+            totals.pending += s.pending;
+            totals.lost += s.lost;
+            totals.duplicated += s.duplicated;
+            totals.unknown += s.unknown;
+            totals.not_answers += s.not_answers;
+            totals.problems += s.problems.len();
+        }
+        totals
     }
-    let mut totals = Totals::default();
-    for s in &sources {
-        totals.prompts += s.prompts;
-        totals.completed += s.completed;
-        totals.rejected += s.rejected;
-        totals.pending += s.pending;
-        totals.lost += s.lost;
-        totals.duplicated += s.duplicated;
-        totals.unknown += s.unknown;
-        totals.not_answers += s.not_answers;
-        totals.problems += s.problems.len();
-    }
-    Ok(Audit {
-        run_dir: run_dir.root().display().to_string(),
-        run_finished,
-        consistent: totals.problems == 0,
-        complete: sources.iter().all(|s| s.missing.is_none()),
-        sources,
-        totals,
-    })
 }
 
 /// What reading one framed file found, beyond its records.
@@ -222,6 +249,16 @@ struct FileCheck {
     intact_end: u64,
 }
 
+impl From<frames::Scan> for FileCheck {
+    fn from(scan: frames::Scan) -> FileCheck {
+        FileCheck {
+            torn_bytes: scan.torn_bytes,
+            intact_end: scan.intact_end(),
+            damaged: scan.damaged,
+        }
+    }
+}
+
 /// Scans a framed file, telling a torn tail (a crash mid-write) from damage, and reading the
 /// intact frames after damage too.
 fn check_framed(
@@ -230,11 +267,7 @@ fn check_framed(
 ) -> anyhow::Result<FileCheck> {
     let scan = frames::scan(path, on_line)
         .with_context(|| format!("failed to read `{}`", path.display()))?;
-    Ok(FileCheck {
-        torn_bytes: scan.torn_bytes,
-        intact_end: scan.intact_end(),
-        damaged: scan.damaged,
-    })
+    Ok(FileCheck::from(scan))
 }
 
 /// `a..b, c..d` for damaged ranges.
@@ -253,312 +286,350 @@ fn audit_source(
     run_finished: Option<bool>,
     settings: Option<&str>,
 ) -> anyhow::Result<SourceAudit> {
-    let mut audit = SourceAudit {
-        name: name.to_owned(),
-        ..SourceAudit::default()
+    let mut auditor = SourceAuditor {
+        dir,
+        phase,
+        run_finished,
+        settings,
+        audit: SourceAudit {
+            name: name.to_owned(),
+            ..SourceAudit::default()
+        },
     };
-    let manifest: Option<PrepManifest> = match atomic::read_json(&dir.manifest()) {
-        Ok(manifest) => manifest,
-        Err(e) => {
-            audit
-                .problems
-                .push(format!("`manifest.json` does not decode: {e}"));
-            None
-        }
-    };
-    audit.prepared = manifest.is_some();
+    let manifest = auditor.read_manifest();
+    let prompt_ids = auditor.check_prompts(manifest.is_some())?;
+    if let Some(manifest) = &manifest {
+        auditor.check_manifest(manifest, prompt_ids.is_some());
+    }
+    let completed = auditor.check_completions(prompt_ids.as_ref())?;
+    let refusals = auditor.read_rejections()?;
+    auditor.account(&prompt_ids.unwrap_or_default(), &completed, &refusals);
+    auditor.explain_pending();
+    let mut audit = auditor.audit;
+    if audit.missing.is_none() {
+        audit.missing = missing(dir, name, &audit, phase);
+    }
+    Ok(audit)
+}
 
-    // Prepared prompts.
-    let prompts_path = dir.prompts();
-    let mut prompt_ids = IdSet::default();
-    let mut bad_prompt_lines = 0u64;
-    if prompts_path.exists() {
-        let (frames, scan) = frames::survey(&prompts_path, 0, |body| {
-            let mut audit = FrameAudit::default();
-            let text = match body {
-                frames::FrameBody::Text(text) => text,
-                frames::FrameBody::Ids(list) => {
-                    audit.keys = list.into_iter().map(ids::key).collect();
-                    return Ok(audit);
-                }
-            };
-            for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-                match serde_json::from_slice::<gen_sources::Prompt>(line) {
-                    Ok(prompt) => audit.keys.push(ids::key(&prompt.id)),
-                    Err(_) => audit.bad_lines += 1,
-                }
+/// One source's audit while its files are read: what it is judged against, and what it has
+/// found so far. Each step reads one file and adds its counts, notes and problems in the
+/// order they are shown.
+struct SourceAuditor<'a> {
+    dir: &'a SourceDir,
+    /// The phase `status.json` gives the source.
+    phase: Option<Phase>,
+    run_finished: Option<bool>,
+    /// The fingerprint of the settings of the last run.
+    settings: Option<&'a str>,
+    audit: SourceAudit,
+}
+
+/// The prompt ids `rejected.jsonl` records, by what a rerun does with them.
+#[derive(Default)]
+struct Refusals {
+    /// Refused for good: never sent again.
+    permanent: IdSet,
+    /// Out of attempts: sent again.
+    exhausted: IdSet,
+    /// Refused under other settings than the last run's: sent again.
+    resent: IdSet,
+}
+
+/// The completions file's records as the audit reads them.
+struct CompletionScan {
+    check: FileCheck,
+    /// Keys of the records that are answers, sorted, repeats included.
+    keys: Vec<u128>,
+    not_answers: Vec<(String, crate::store::records::Defect)>,
+    /// Lines that are not completion records.
+    bad_lines: u64,
+}
+
+impl SourceAuditor<'_> {
+    /// `manifest.json`, when present and it decodes (a problem when it does not).
+    fn read_manifest(&mut self) -> Option<PrepManifest> {
+        let manifest = match atomic::read_json(&self.dir.manifest()) {
+            Ok(manifest) => manifest,
+            Err(e) => {
+                self.audit
+                    .problems
+                    .push(format!("`manifest.json` does not decode: {e}"));
+                None
             }
-            Ok(audit)
-        })
-        .with_context(|| format!("failed to read `{}`", prompts_path.display()))?;
-        let check = FileCheck {
-            torn_bytes: scan.torn_bytes,
-            intact_end: scan.intact_end(),
-            damaged: scan.damaged,
         };
+        self.audit.prepared = manifest.is_some();
+        manifest
+    }
+
+    /// Reads `prompts.jsonl.zst`: the prepared prompt ids, `None` when there is no such file.
+    fn check_prompts(&mut self, manifest_present: bool) -> anyhow::Result<Option<IdSet>> {
+        let path = self.dir.prompts();
+        if !path.exists() {
+            if manifest_present {
+                self.audit.problems.push(
+                    "`manifest.json` is present but `prompts.jsonl.zst` is missing".to_owned(),
+                );
+            }
+            return Ok(None);
+        }
+        let (frames, scan) = frames::survey(&path, 0, prompt_frame)
+            .with_context(|| format!("failed to read `{}`", path.display()))?;
         let mut keys = Vec::with_capacity(scan.records as usize);
+        let check = FileCheck::from(scan);
+        let mut bad_lines = 0u64;
         for frame in frames {
             keys.extend(frame.value.keys);
-            bad_prompt_lines += frame.value.bad_lines;
+            bad_lines += frame.value.bad_lines;
         }
         let listed = keys.len() as u64;
-        prompt_ids = IdSet::from_keys(keys);
-        let repeated_prompts = listed - prompt_ids.len() as u64;
+        let prompt_ids = IdSet::from_keys(keys);
+        let repeated = listed - prompt_ids.len() as u64;
+        let problems = &mut self.audit.problems;
         if check.torn_bytes > 0 {
             // The prompts file is renamed into place whole: any damage is a problem.
-            audit.problems.push(format!(
+            problems.push(format!(
                 "`prompts.jsonl.zst` does not decode after byte {} ({} bytes unreadable)",
                 check.intact_end, check.torn_bytes
             ));
         }
         if !check.damaged.is_empty() {
-            audit.problems.push(format!(
+            problems.push(format!(
                 "`prompts.jsonl.zst` is damaged: bytes {} do not decode; prepare the source \
                  again in a new run directory",
                 ranges(&check.damaged)
             ));
         }
-        if bad_prompt_lines > 0 {
-            audit.problems.push(format!(
-                "`prompts.jsonl.zst` has {bad_prompt_lines} lines that are not prompts"
+        if bad_lines > 0 {
+            problems.push(format!(
+                "`prompts.jsonl.zst` has {bad_lines} lines that are not prompts"
             ));
         }
-        if repeated_prompts > 0 {
-            audit.problems.push(format!(
-                "`prompts.jsonl.zst` lists {repeated_prompts} prompt ids more than once"
+        if repeated > 0 {
+            problems.push(format!(
+                "`prompts.jsonl.zst` lists {repeated} prompt ids more than once"
             ));
         }
-        if manifest.is_none() {
-            audit.notes.push(
+        if !manifest_present {
+            self.audit.notes.push(
                 "prompts without `manifest.json`: preparation did not complete; the next run \
                  prepares the source again"
                     .to_owned(),
             );
         }
-    } else if manifest.is_some() {
-        audit
-            .problems
-            .push("`manifest.json` is present but `prompts.jsonl.zst` is missing".to_owned());
+        self.audit.prompts = prompt_ids.len() as u64;
+        Ok(Some(prompt_ids))
     }
-    audit.prompts = prompt_ids.len() as u64;
 
-    // Manifest arithmetic.
-    if let Some(manifest) = &manifest {
+    /// The manifest's counters add up, and agree with the prompts file when there is one.
+    fn check_manifest(&mut self, manifest: &PrepManifest, prompts_present: bool) {
         let c = &manifest.counters;
         let dropped: u64 = c.dropped.values().sum();
         let accounted =
             c.kept + dropped + c.duplicates_within + c.duplicates_across + c.sampled_out;
+        let problems = &mut self.audit.problems;
         if c.rows_read != accounted {
-            audit.problems.push(format!(
+            problems.push(format!(
                 "manifest: rows_read {} != kept {} + dropped {dropped} + duplicates {} + {} + \
                  sampled_out {} (= {accounted})",
                 c.rows_read, c.kept, c.duplicates_within, c.duplicates_across, c.sampled_out
             ));
         }
         if manifest.prompts != c.kept {
-            audit.problems.push(format!(
+            problems.push(format!(
                 "manifest: prompts {} != kept {}",
                 manifest.prompts, c.kept
             ));
         }
-        if prompts_path.exists() && manifest.prompts != audit.prompts {
-            audit.problems.push(format!(
+        if prompts_present && manifest.prompts != self.audit.prompts {
+            problems.push(format!(
                 "manifest says {} prompts, `prompts.jsonl.zst` holds {}",
-                manifest.prompts, audit.prompts
+                manifest.prompts, self.audit.prompts
             ));
         }
     }
 
-    // Completions.
-    let completions_path = dir.completions();
-    // Frames in parallel batches (not the whole file in memory), as `gen run` reads them: a
-    // frame whose id index entry vouches for its answers is not decoded.
-    let (frames, scan) = frames::survey(&completions_path, 0, |body| {
-        let mut audit = FrameAudit::default();
-        match body {
-            frames::FrameBody::Ids(list) => audit.keys = list.into_iter().map(ids::key).collect(),
-            frames::FrameBody::Text(text) => {
-                for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-                    match record::line_defect(line) {
-                        Ok(Some(defective)) => audit.not_answers.push(defective),
-                        Ok(None) => match crate::store::index::record_id(line) {
-                            Ok(id) => audit.keys.push(ids::key(&id)),
-                            Err(_) => audit.bad_lines += 1,
-                        },
-                        Err(_) => audit.bad_lines += 1,
-                    }
-                }
-            }
-        }
-        Ok(audit)
-    })
-    .with_context(|| format!("failed to read `{}`", completions_path.display()))?;
-    let check = FileCheck {
-        torn_bytes: scan.torn_bytes,
-        intact_end: scan.intact_end(),
-        damaged: scan.damaged,
-    };
-    let mut completion_keys: Vec<u128> = Vec::with_capacity(scan.records as usize);
-    let mut bad_completion_lines = 0u64;
-    let mut not_answers: Vec<(String, crate::store::records::Defect)> = Vec::new();
-    for frame in frames {
-        completion_keys.extend(frame.value.keys);
-        not_answers.extend(frame.value.not_answers);
-        bad_completion_lines += frame.value.bad_lines;
-    }
-    let intact = completion_keys.len() as u64;
-    completion_keys.sort_unstable();
-    // Ids stored more than once, each once.
-    let mut repeated: Vec<u128> = completion_keys
-        .windows(2)
-        .filter(|pair| pair[0] == pair[1])
-        .map(|pair| pair[0])
-        .collect();
-    repeated.dedup();
-    let repeated = IdSet::from_keys(repeated);
-    let completed = IdSet::from_keys(completion_keys);
-    if !check.damaged.is_empty() {
-        let bytes: u64 = check.damaged.iter().map(|r| r.end - r.start).sum();
-        audit.problems.push(format!(
-            "`completions.jsonl.zst` is damaged: {bytes} bytes (at {}) do not decode; the \
-             completions in them are lost. The next `gen run` moves those bytes to \
-             `completions.damaged-<time>.bin`, keeps the {intact} completions of the intact \
-             frames and generates the lost prompts again",
-            ranges(&check.damaged)
-        ));
-    }
-    if check.torn_bytes > 0 {
-        audit.notes.push(format!(
-            "`completions.jsonl.zst`: torn tail of {} bytes (repaired on the next run)",
-            check.torn_bytes
-        ));
-    }
-    audit.not_answers = not_answers.len() as u64;
-    if let Some((id, defect)) = not_answers.first() {
-        audit.problems.push(format!(
-            "{} stored completions are not answers (e.g. `{id}`: {defect}): they do not count \
-             as done; the next `gen run` moves them to `completions.not-answers-<time>.jsonl` \
-             and generates them again",
-            not_answers.len()
-        ));
-    }
-    for name in dir.set_aside()? {
-        let what = if name.starts_with("completions.damaged-") {
-            "damaged bytes of the completions"
-        } else {
-            "stored records that were not answers"
+    /// Reads `completions.jsonl.zst`: the ids with a stored answer. `prompt_ids` is `None`
+    /// when there is no prompts file, which makes every completion unknown.
+    fn check_completions(&mut self, prompt_ids: Option<&IdSet>) -> anyhow::Result<IdSet> {
+        let path = self.dir.completions();
+        let scan = read_completions(&path)?;
+        let intact = scan.keys.len() as u64;
+        self.report_completion_file(&scan, intact)?;
+        let mut keys = scan.keys;
+        keys.sort_unstable();
+        // Ids stored more than once, each once.
+        let mut repeated: Vec<u128> = keys
+            .windows(2)
+            .filter(|pair| pair[0] == pair[1])
+            .map(|pair| pair[0])
+            .collect();
+        repeated.dedup();
+        let repeated = IdSet::from_keys(repeated);
+        let completed = IdSet::from_keys(keys);
+        self.audit.duplicated = intact - completed.len() as u64;
+        let unknown = match prompt_ids {
+            Some(prompt_ids) => IdSet::from_keys(
+                completed
+                    .keys()
+                    .filter(|key| !prompt_ids.contains_key(*key))
+                    .collect(),
+            ),
+            None => IdSet::default(),
         };
-        audit.notes.push(format!(
-            "`{name}`: {what}, set aside by `gen run`; their prompts were generated again"
-        ));
-    }
-    if bad_completion_lines > 0 {
-        audit.problems.push(format!(
-            "`completions.jsonl.zst` has {bad_completion_lines} lines that are not completion \
-             records"
-        ));
-    }
-    audit.duplicated = intact - completed.len() as u64;
-    let unknown = if prompts_path.exists() {
-        IdSet::from_keys(
-            completed
-                .keys()
-                .filter(|key| !prompt_ids.contains_key(*key))
-                .collect(),
-        )
-    } else {
-        IdSet::default()
-    };
-    // The sets hold keys: the ids to name are read again, only when there is something wrong.
-    let [repeated_example, unknown_example] = if repeated.is_empty() && unknown.is_empty() {
-        [None, None]
-    } else {
-        smallest_ids(&completions_path, [&repeated, &unknown])?
-    };
-    if let Some(example) = repeated_example {
-        audit.problems.push(format!(
-            "{} duplicate completion records (e.g. `{example}`)",
-            audit.duplicated
-        ));
-    }
-    if prompts_path.exists() {
-        audit.unknown = unknown.len() as u64;
-        if let Some(first) = unknown_example {
+        // The sets hold keys: the ids to name are read again, only when there is something wrong.
+        let [repeated_example, unknown_example] = if repeated.is_empty() && unknown.is_empty() {
+            [None, None]
+        } else {
+            smallest_ids(&path, [&repeated, &unknown])?
+        };
+        let audit = &mut self.audit;
+        if let Some(example) = repeated_example {
             audit.problems.push(format!(
-                "{} completion ids are not prepared prompts (e.g. `{first}`)",
-                unknown.len()
+                "{} duplicate completion records (e.g. `{example}`)",
+                audit.duplicated
             ));
         }
-    } else if !completed.is_empty() {
-        audit.problems.push(format!(
-            "{} completions but no prepared prompts",
-            completed.len()
-        ));
-        audit.unknown = completed.len() as u64;
+        if prompt_ids.is_some() {
+            audit.unknown = unknown.len() as u64;
+            if let Some(first) = unknown_example {
+                audit.problems.push(format!(
+                    "{} completion ids are not prepared prompts (e.g. `{first}`)",
+                    unknown.len()
+                ));
+            }
+        } else if !completed.is_empty() {
+            audit.problems.push(format!(
+                "{} completions but no prepared prompts",
+                completed.len()
+            ));
+            audit.unknown = completed.len() as u64;
+        }
+        Ok(completed)
     }
 
-    // Rejections: one JSON line each, appended; only the last line can be torn.
-    let rejected_path = dir.rejected();
-    let (mut permanent, mut exhausted, mut resent) = (Vec::new(), Vec::new(), Vec::new());
-    match fs_err::read(&rejected_path) {
-        Ok(bytes) => {
-            let lines: Vec<&[u8]> = bytes
-                .split(|b| *b == b'\n')
-                .filter(|l| !l.trim_ascii().is_empty())
-                .collect();
-            let ends_whole = bytes.last().is_none_or(|b| *b == b'\n');
-            for (i, line) in lines.iter().enumerate() {
-                match serde_json::from_slice::<RejectedRecord>(line) {
-                    Ok(record)
-                        if record.kind == RejectKind::Rejected
-                            && matches!(
-                                (record.settings.as_deref(), settings),
-                                (Some(then), Some(now)) if then != now
-                            ) =>
-                    {
-                        resent.push(ids::key(&record.id));
-                    }
-                    Ok(record) => match record.kind {
-                        RejectKind::Rejected | RejectKind::Truncated | RejectKind::Duplicate => {
-                            permanent.push(ids::key(&record.id))
-                        }
-                        RejectKind::Exhausted => exhausted.push(ids::key(&record.id)),
-                    },
-                    Err(_) if i + 1 == lines.len() && !ends_whole => audit.notes.push(format!(
-                        "`rejected.jsonl`: torn last line of {} bytes",
-                        line.len()
-                    )),
-                    Err(e) => audit.problems.push(format!(
-                        "`rejected.jsonl` line {} does not decode: {e}",
-                        i + 1
-                    )),
+    /// The notes and problems about the completions file's bytes and records, and the files
+    /// `gen run` set aside from it.
+    fn report_completion_file(&mut self, scan: &CompletionScan, intact: u64) -> anyhow::Result<()> {
+        let audit = &mut self.audit;
+        if !scan.check.damaged.is_empty() {
+            let bytes: u64 = scan.check.damaged.iter().map(|r| r.end - r.start).sum();
+            audit.problems.push(format!(
+                "`completions.jsonl.zst` is damaged: {bytes} bytes (at {}) do not decode; the \
+                 completions in them are lost. The next `gen run` moves those bytes to \
+                 `completions.damaged-<time>.bin`, keeps the {intact} completions of the intact \
+                 frames and generates the lost prompts again",
+                ranges(&scan.check.damaged)
+            ));
+        }
+        if scan.check.torn_bytes > 0 {
+            audit.notes.push(format!(
+                "`completions.jsonl.zst`: torn tail of {} bytes (repaired on the next run)",
+                scan.check.torn_bytes
+            ));
+        }
+        audit.not_answers = scan.not_answers.len() as u64;
+        if let Some((id, defect)) = scan.not_answers.first() {
+            audit.problems.push(format!(
+                "{} stored completions are not answers (e.g. `{id}`: {defect}): they do not count \
+                 as done; the next `gen run` moves them to `completions.not-answers-<time>.jsonl` \
+                 and generates them again",
+                scan.not_answers.len()
+            ));
+        }
+        for name in self.dir.set_aside()? {
+            let what = if name.starts_with("completions.damaged-") {
+                "damaged bytes of the completions"
+            } else {
+                "stored records that were not answers"
+            };
+            audit.notes.push(format!(
+                "`{name}`: {what}, set aside by `gen run`; their prompts were generated again"
+            ));
+        }
+        if scan.bad_lines > 0 {
+            audit.problems.push(format!(
+                "`completions.jsonl.zst` has {} lines that are not completion records",
+                scan.bad_lines
+            ));
+        }
+        Ok(())
+    }
+
+    /// Reads `rejected.jsonl`: one JSON line each, appended; only the last line can be torn.
+    fn read_rejections(&mut self) -> anyhow::Result<Refusals> {
+        let bytes = match fs_err::read(self.dir.rejected()) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Refusals::default());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let (mut permanent, mut exhausted, mut resent) = (Vec::new(), Vec::new(), Vec::new());
+        let lines: Vec<&[u8]> = bytes
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.trim_ascii().is_empty())
+            .collect();
+        let ends_whole = bytes.last().is_none_or(|b| *b == b'\n');
+        for (i, line) in lines.iter().enumerate() {
+            match serde_json::from_slice::<RejectedRecord>(line) {
+                Ok(record)
+                    if record.kind == RejectKind::Rejected
+                        && matches!(
+                            (record.settings.as_deref(), self.settings),
+                            (Some(then), Some(now)) if then != now
+                        ) =>
+                {
+                    resent.push(ids::key(&record.id));
                 }
+                Ok(record) => match record.kind {
+                    RejectKind::Rejected | RejectKind::Truncated | RejectKind::Duplicate => {
+                        permanent.push(ids::key(&record.id))
+                    }
+                    RejectKind::Exhausted => exhausted.push(ids::key(&record.id)),
+                },
+                Err(_) if i + 1 == lines.len() && !ends_whole => self.audit.notes.push(format!(
+                    "`rejected.jsonl`: torn last line of {} bytes",
+                    line.len()
+                )),
+                Err(e) => self.audit.problems.push(format!(
+                    "`rejected.jsonl` line {} does not decode: {e}",
+                    i + 1
+                )),
             }
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e.into()),
+        Ok(Refusals {
+            permanent: IdSet::from_keys(permanent),
+            exhausted: IdSet::from_keys(exhausted),
+            resent: IdSet::from_keys(resent),
+        })
     }
 
-    // Every prompt: completed, refused for good, or still to do.
-    let (permanent, exhausted, resent) = (
-        IdSet::from_keys(permanent),
-        IdSet::from_keys(exhausted),
-        IdSet::from_keys(resent),
-    );
-    for key in prompt_ids.keys() {
-        if completed.contains_key(key) {
-            audit.completed += 1;
-        } else if permanent.contains_key(key) {
-            audit.rejected += 1;
-        } else {
-            if exhausted.contains_key(key) || resent.contains_key(key) {
-                audit.retry += 1;
+    /// Counts every prompt: completed, refused for good, or still to do.
+    fn account(&mut self, prompt_ids: &IdSet, completed: &IdSet, refusals: &Refusals) {
+        let audit = &mut self.audit;
+        for key in prompt_ids.keys() {
+            if completed.contains_key(key) {
+                audit.completed += 1;
+            } else if refusals.permanent.contains_key(key) {
+                audit.rejected += 1;
+            } else {
+                if refusals.exhausted.contains_key(key) || refusals.resent.contains_key(key) {
+                    audit.retry += 1;
+                }
+                audit.pending += 1;
             }
-            audit.pending += 1;
         }
     }
-    if audit.pending > 0 {
-        if phase == Some(Phase::Done) {
+
+    /// Pending prompts are lost (a problem) in a source the run says is done, and otherwise
+    /// what keeps the source from being complete.
+    fn explain_pending(&mut self) {
+        let audit = &mut self.audit;
+        if audit.pending == 0 {
+            return;
+        }
+        if self.phase == Some(Phase::Done) {
             audit.lost = audit.pending;
             audit.pending = 0;
             audit.problems.push(format!(
@@ -566,31 +637,89 @@ fn audit_source(
                  is done",
                 audit.lost
             ));
+            return;
+        }
+        let why = match (self.run_finished, self.phase) {
+            (Some(false), _) => "the run is in progress or was killed",
+            (_, Some(Phase::Failed)) => "the source failed in the last run",
+            _ => "the last run stopped before them",
+        };
+        let retry = if audit.retry > 0 {
+            format!(
+                " ({} ran out of attempts or were refused under other settings)",
+                audit.retry
+            )
         } else {
-            let why = match (run_finished, phase) {
-                (Some(false), _) => "the run is in progress or was killed",
-                (_, Some(Phase::Failed)) => "the source failed in the last run",
-                _ => "the last run stopped before them",
-            };
-            let retry = if audit.retry > 0 {
-                format!(
-                    " ({} ran out of attempts or were refused under other settings)",
-                    audit.retry
-                )
-            } else {
-                String::new()
-            };
-            audit.missing = Some(format!(
-                "{} of its {} prompts have no completion yet{retry}: {why}; `gen run CONFIG` \
-                 sends them",
-                audit.pending, audit.prompts
-            ));
+            String::new()
+        };
+        audit.missing = Some(format!(
+            "{} of its {} prompts have no completion yet{retry}: {why}; `gen run CONFIG` \
+             sends them",
+            audit.pending, audit.prompts
+        ));
+    }
+}
+
+/// One frame of the prompts file: the keys of its prompt ids.
+fn prompt_frame(body: frames::FrameBody<'_>) -> std::io::Result<FrameAudit> {
+    let mut audit = FrameAudit::default();
+    let text = match body {
+        frames::FrameBody::Text(text) => text,
+        frames::FrameBody::Ids(list) => {
+            audit.keys = list.into_iter().map(ids::key).collect();
+            return Ok(audit);
+        }
+    };
+    for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+        match serde_json::from_slice::<gen_sources::Prompt>(line) {
+            Ok(prompt) => audit.keys.push(ids::key(&prompt.id)),
+            Err(_) => audit.bad_lines += 1,
         }
     }
-    if audit.missing.is_none() {
-        audit.missing = missing(dir, name, &audit, phase);
+    Ok(audit)
+}
+
+/// One frame of the completions file: the keys of its answers, and the records that are not.
+fn completion_frame(body: frames::FrameBody<'_>) -> std::io::Result<FrameAudit> {
+    let mut audit = FrameAudit::default();
+    match body {
+        frames::FrameBody::Ids(list) => audit.keys = list.into_iter().map(ids::key).collect(),
+        frames::FrameBody::Text(text) => {
+            for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                match record::line_defect(line) {
+                    Ok(Some(defective)) => audit.not_answers.push(defective),
+                    Ok(None) => match crate::store::index::record_id(line) {
+                        Ok(id) => audit.keys.push(ids::key(&id)),
+                        Err(_) => audit.bad_lines += 1,
+                    },
+                    Err(_) => audit.bad_lines += 1,
+                }
+            }
+        }
     }
     Ok(audit)
+}
+
+/// Reads the completions file in parallel batches of frames (not the whole file in memory),
+/// as `gen run` reads it: a frame whose id index entry vouches for its answers is not decoded.
+fn read_completions(path: &Path) -> anyhow::Result<CompletionScan> {
+    let (frames, scan) = frames::survey(path, 0, completion_frame)
+        .with_context(|| format!("failed to read `{}`", path.display()))?;
+    let mut keys: Vec<u128> = Vec::with_capacity(scan.records as usize);
+    let check = FileCheck::from(scan);
+    let mut bad_lines = 0u64;
+    let mut not_answers = Vec::new();
+    for frame in frames {
+        keys.extend(frame.value.keys);
+        not_answers.extend(frame.value.not_answers);
+        bad_lines += frame.value.bad_lines;
+    }
+    Ok(CompletionScan {
+        check,
+        keys,
+        not_answers,
+        bad_lines,
+    })
 }
 
 /// One frame of a prompts or completions file as the audit reads it.
@@ -666,7 +795,6 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
 
 /// The audit as a table of at most 80 columns, notes and problems under it, then the verdict.
 pub fn render(audit: &Audit) -> String {
-    use std::fmt::Write as _;
     let mut out = String::new();
     let state = match audit.run_finished {
         Some(true) => "the last `gen run` ended",
@@ -675,17 +803,28 @@ pub fn render(audit: &Audit) -> String {
     };
     writeln!(out, "run `{}`: {state}", audit.run_dir).ok();
     writeln!(out).ok();
+    render_table(&mut out, audit);
+    render_remarks(&mut out, audit);
+    writeln!(out).ok();
+    for line in wrap(&verdict(audit), WIDTH) {
+        writeln!(out, "{line}").ok();
+    }
+    out
+}
+
+/// One row per source, then the totals; a name too long for its column gets a line of its own.
+fn render_table(out: &mut String, audit: &Audit) {
     writeln!(
         out,
         "{:<16}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}",
         "source", "prompts", "done", "rejected", "pending", "lost", "dup", "unknown"
     )
     .ok();
-    let row = |out: &mut String, name: &str, s: (u64, u64, u64, u64, u64, u64, u64)| {
+    let row = |out: &mut String, name: &str, s: [u64; 7]| {
         writeln!(
             out,
             "{:<16}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}{:>9}",
-            name, s.0, s.1, s.2, s.3, s.4, s.5, s.6
+            name, s[0], s[1], s[2], s[3], s[4], s[5], s[6]
         )
         .ok();
     };
@@ -696,63 +835,60 @@ pub fn render(audit: &Audit) -> String {
         } else {
             s.name.clone()
         };
-        row(
-            &mut out,
-            &name,
-            (
-                s.prompts,
-                s.completed,
-                s.rejected,
-                s.pending,
-                s.lost,
-                s.duplicated,
-                s.unknown,
-            ),
-        );
+        let counts = [
+            s.prompts,
+            s.completed,
+            s.rejected,
+            s.pending,
+            s.lost,
+            s.duplicated,
+            s.unknown,
+        ];
+        row(out, &name, counts);
     }
     let t = &audit.totals;
-    row(
-        &mut out,
-        "total",
-        (
-            t.prompts,
-            t.completed,
-            t.rejected,
-            t.pending,
-            t.lost,
-            t.duplicated,
-            t.unknown,
-        ),
-    );
-    let mut said = false;
-    for s in &audit.sources {
-        for (mark, text) in s
-            .problems
+    let counts = [
+        t.prompts,
+        t.completed,
+        t.rejected,
+        t.pending,
+        t.lost,
+        t.duplicated,
+        t.unknown,
+    ];
+    row(out, "total", counts);
+}
+
+/// Each source's problems and notes, then what each incomplete source misses, after a blank
+/// line when there is any.
+fn render_remarks(out: &mut String, audit: &Audit) {
+    let remarks = audit.sources.iter().flat_map(|s| {
+        s.problems
             .iter()
             .map(|p| ("problem", p))
             .chain(s.notes.iter().map(|n| ("note", n)))
-        {
-            if !said {
-                writeln!(out).ok();
-                said = true;
-            }
-            for line in wrap(&format!("{mark}: `{}`: {text}", s.name), WIDTH) {
-                writeln!(out, "{line}").ok();
-            }
-        }
-    }
-    for (name, missing) in audit.missing() {
+            .map(|(mark, text)| format!("{mark}: `{}`: {text}", s.name))
+    });
+    let incomplete = audit
+        .missing()
+        .map(|(name, missing)| format!("incomplete: `{name}`: {missing}"));
+    let mut said = false;
+    for remark in remarks.chain(incomplete) {
         if !said {
             writeln!(out).ok();
             said = true;
         }
-        for line in wrap(&format!("incomplete: `{name}`: {missing}"), WIDTH) {
+        for line in wrap(&remark, WIDTH) {
             writeln!(out, "{line}").ok();
         }
     }
-    writeln!(out).ok();
+}
+
+/// The last line: incomplete, consistent, or how many problems.
+fn verdict(audit: &Audit) -> String {
+    let t = &audit.totals;
     let incomplete = audit.missing().count();
-    let verdict = if audit.consistent && incomplete > 0 {
+    if audit.consistent && incomplete > 0 {
         let noun = if incomplete == 1 { "source" } else { "sources" };
         format!(
             "verdict: incomplete: {incomplete} {noun} not finished (see above); consistent \
@@ -774,11 +910,7 @@ pub fn render(audit: &Audit) -> String {
             "verdict: {} {noun}: {} lost, {} duplicated, {} unknown ids",
             t.problems, t.lost, t.duplicated, t.unknown
         )
-    };
-    for line in wrap(&verdict, WIDTH) {
-        writeln!(out, "{line}").ok();
     }
-    out
 }
 
 #[cfg(test)]
