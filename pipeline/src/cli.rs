@@ -17,46 +17,7 @@ pub struct Cli {
 pub enum Command {
     /// Prepare every source and generate completions; resumes where the last run stopped.
     #[command(after_help = RUN_HELP)]
-    Run {
-        /// The config file (e.g. `datasets.toml`).
-        config: PathBuf,
-        /// Run directory (default: `[run] dir` of the config, else `runs/<config name>`).
-        #[arg(long)]
-        run_dir: Option<PathBuf>,
-        /// Restart only the sources that failed in the last run; touch nothing else.
-        #[arg(long)]
-        only_failed: bool,
-        /// Run only this source (repeatable).
-        #[arg(long = "source", value_name = "NAME")]
-        sources: Vec<String>,
-        /// Resume even though the model or sampling settings changed since the run started.
-        #[arg(long)]
-        allow_config_change: bool,
-        /// Go on with the prompts prepared before although a source's input file or settings
-        /// changed since (refused otherwise once answers were generated from them).
-        #[arg(long)]
-        keep_preparation: bool,
-        /// Run only share `i` of `n` of every source's prompts (1-based), e.g. `--shard 2/8`
-        /// on the second of eight hosts; `gen merge` combines the shares. `auto`: the share
-        /// of this Slurm array task, Kubernetes Indexed Job pod or RANK, in its own
-        /// directory under the run directory (the job's run root).
-        #[arg(long, value_name = "I/N|auto")]
-        shard: Option<crate::run::shard::ShardArg>,
-        /// With `--shard auto`: how many shards the job has (needed for a Kubernetes Indexed
-        /// Job, and for a Slurm array of only some tasks).
-        #[arg(long, value_name = "N", env = "GEN_SHARDS")]
-        shards: Option<u32>,
-        /// Start the inference server with this command line instead of `[server] launch`
-        /// (`{port}` and `${VAR}` are filled in the same way).
-        #[arg(long, value_name = "CMD")]
-        server_launch: Option<String>,
-        /// Send the prompts the server refused (HTTP 400, in `rejected.jsonl`) again.
-        #[arg(long)]
-        retry_rejected: bool,
-        /// Set by `gen prepare`: prepare, then stop before any server is contacted.
-        #[arg(skip)]
-        prepare_only: bool,
-    },
+    Run(RunArgs),
     /// Prepare sources without a server: download, normalize, deduplicate and sample their
     /// prompts into the run directory, as `gen run` does first.
     #[command(after_help = PREPARE_HELP)]
@@ -433,6 +394,49 @@ fn parse_moment(text: &str) -> Result<String, String> {
 fn parse_bytes(text: &str) -> Result<u64, String> {
     crate::config::values::parse_size(text)
         .ok_or_else(|| format!("`{text}` is not a size: give bytes or a size such as 512M or 8G"))
+}
+
+// What `gen run` takes (its help text is the doc comment of `Command::Run`).
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The config file (e.g. `datasets.toml`).
+    pub config: PathBuf,
+    /// Run directory (default: `[run] dir` of the config, else `runs/<config name>`).
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+    /// Restart only the sources that failed in the last run; touch nothing else.
+    #[arg(long)]
+    pub only_failed: bool,
+    /// Run only this source (repeatable).
+    #[arg(long = "source", value_name = "NAME")]
+    pub sources: Vec<String>,
+    /// Resume even though the model or sampling settings changed since the run started.
+    #[arg(long)]
+    pub allow_config_change: bool,
+    /// Go on with the prompts prepared before although a source's input file or settings
+    /// changed since (refused otherwise once answers were generated from them).
+    #[arg(long)]
+    pub keep_preparation: bool,
+    /// Run only share `i` of `n` of every source's prompts (1-based), e.g. `--shard 2/8`
+    /// on the second of eight hosts; `gen merge` combines the shares. `auto`: the share
+    /// of this Slurm array task, Kubernetes Indexed Job pod or RANK, in its own
+    /// directory under the run directory (the job's run root).
+    #[arg(long, value_name = "I/N|auto")]
+    pub shard: Option<crate::run::shard::ShardArg>,
+    /// With `--shard auto`: how many shards the job has (needed for a Kubernetes Indexed
+    /// Job, and for a Slurm array of only some tasks).
+    #[arg(long, value_name = "N", env = "GEN_SHARDS")]
+    pub shards: Option<u32>,
+    /// Start the inference server with this command line instead of `[server] launch`
+    /// (`{port}` and `${VAR}` are filled in the same way).
+    #[arg(long, value_name = "CMD")]
+    pub server_launch: Option<String>,
+    /// Send the prompts the server refused (HTTP 400, in `rejected.jsonl`) again.
+    #[arg(long)]
+    pub retry_rejected: bool,
+    /// Set by `gen prepare`: prepare, then stop before any server is contacted.
+    #[arg(skip)]
+    pub prepare_only: bool,
 }
 
 #[derive(Debug, clap::Args)]

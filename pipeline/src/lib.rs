@@ -40,7 +40,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use tokio_util::sync::CancellationToken;
 
-use cli::{Cli, Command};
+use cli::{Cli, Command, RunArgs};
 use config::{ConfigError, Plan};
 use run::RunOutcome;
 use store::RunDir;
@@ -111,17 +111,7 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
     // The config's API key joins them when a config is loaded (`Plan::from_text`).
     secrets::register_hf_tokens();
     match cli.command {
-        Command::Check { config } => {
-            let plan = Plan::load(&config)?;
-            plan.check_inputs(&|_| false)?;
-            println!(
-                "`{}` is valid: {} sources, run directory `{}`",
-                config.display(),
-                plan.sources.len(),
-                plan.run_dir.display()
-            );
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Check { config } => check_command(&config),
         Command::Prep {
             config,
             source,
@@ -137,20 +127,18 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             config,
             sources,
             run_dir,
-        } => run_cli(Cli {
-            command: Command::Run {
-                config,
-                run_dir,
-                only_failed: false,
-                sources,
-                allow_config_change: false,
-                keep_preparation: false,
-                shard: None,
-                retry_rejected: false,
-                shards: None,
-                server_launch: None,
-                prepare_only: true,
-            },
+        } => run_command(RunArgs {
+            config,
+            run_dir,
+            only_failed: false,
+            sources,
+            allow_config_change: false,
+            keep_preparation: false,
+            shard: None,
+            retry_rejected: false,
+            shards: None,
+            server_launch: None,
+            prepare_only: true,
         }),
         Command::Status {
             target,
@@ -170,145 +158,155 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Slurm(args) => slurm_command(args),
         Command::K8s(args) => k8s_command(&args),
         Command::Diagnose(args) => diagnose_command(*args),
-        Command::Run {
-            config,
-            run_dir,
-            only_failed,
-            sources,
-            allow_config_change,
-            keep_preparation,
-            shard,
-            retry_rejected,
-            shards,
-            server_launch,
-            prepare_only,
-        } => {
-            let mut plan = Plan::load(&config)?;
-            if let Some(command) = &server_launch {
-                scale::task::override_launch(&mut plan, command)?;
-            }
-            let run_dir = run_dir_for(&plan, run_dir);
-            // Before anything starts. A prepared source does not read its files again, and one
-            // left out by `--source` not at all.
-            plan.check_inputs(&|name| {
-                (!sources.is_empty() && !sources.iter().any(|s| s == name))
-                    || prep::read_manifest(&run_dir, name).is_ok_and(|m| m.is_some())
-            })?;
-            if let Some(unknown) = sources.iter().find(|s| plan.source(s).is_none()) {
-                let known: Vec<&str> = plan.sources.iter().map(|s| s.name()).collect();
-                return Err(CliError {
-                    code: exit::USAGE,
-                    error: anyhow::anyhow!(
-                        "`{}` has no source `{unknown}`; its sources are: {}",
-                        config.display(),
-                        known.join(", ")
-                    ),
-                });
-            }
-            // Under `--shard auto` the run directory is the job's run root, and this task
-            // owns its shard's directory inside it until the run ends.
-            let task = match shard {
-                Some(run::shard::ShardArg::Auto) => Some(
-                    scale::task::ShardTask::begin(&plan, run_dir.root(), shards).map_err(
-                        |error| CliError {
-                            code: exit::FAILED,
-                            error,
-                        },
-                    )?,
-                ),
-                _ => None,
-            };
-            let (run_dir, shard) = match (&task, shard) {
-                (Some(task), _) => (task.dir.clone(), Some(task.shard())),
-                (None, Some(run::shard::ShardArg::Fixed(shard))) => (run_dir, Some(shard)),
-                (None, _) => (run_dir, None),
-            };
-            let selection = run::Selection {
-                only_failed,
-                sources,
-                allow_config_change,
-                keep_preparation,
-                shard,
-                retry_rejected,
-                fence: task.as_ref().map(scale::task::ShardTask::fence),
-                prepare_only,
-            };
-            let runtime =
-                tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
-            let outcome = runtime.block_on(async {
-                let cancel = CancellationToken::new();
-                tokio::spawn(run::stop::listen(cancel.clone(), run_dir.status()));
-                let reporter = report::RunReporter::new(Some(run_dir.events()));
-                run::run(&plan, &run_dir, &selection, cancel, reporter).await
-            });
-            let done = matches!(&outcome, Ok(RunOutcome::NothingToDo))
-                || matches!(&outcome, Ok(RunOutcome::Finished { failed, .. }) if failed.is_empty());
-            let outcome = match outcome {
-                Ok(outcome) => outcome,
-                Err(error) => {
-                    // A task that lost its shard writes nothing more to it, status included.
-                    if error.downcast_ref::<scale::owner::FenceError>().is_none() {
-                        mark_stopped(&run_dir, &error);
-                    }
-                    if let Some(task) = task {
-                        task.finish(false)?;
-                    }
-                    return Err(error.into());
+        Command::Run(args) => run_command(args),
+    }
+}
+
+/// `gen check CONFIG`: loads the config and checks its inputs, running nothing.
+fn check_command(config: &Path) -> Result<ExitCode, CliError> {
+    let plan = Plan::load(config)?;
+    plan.check_inputs(&|_| false)?;
+    println!(
+        "`{}` is valid: {} sources, run directory `{}`",
+        config.display(),
+        plan.sources.len(),
+        plan.run_dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `gen run` (and `gen prepare`, which is `gen run` that stops after preparing).
+fn run_command(args: RunArgs) -> Result<ExitCode, CliError> {
+    let (plan, run_dir) = load_run_plan(&args)?;
+    // Under `--shard auto` the run directory is the job's run root, and this task owns its
+    // shard's directory inside it until the run ends.
+    let task = match args.shard {
+        Some(run::shard::ShardArg::Auto) => Some(
+            scale::task::ShardTask::begin(&plan, run_dir.root(), args.shards).map_err(|error| {
+                CliError {
+                    code: exit::FAILED,
+                    error,
                 }
-            };
+            })?,
+        ),
+        _ => None,
+    };
+    let (run_dir, shard) = match (&task, args.shard) {
+        (Some(task), _) => (task.dir.clone(), Some(task.shard())),
+        (None, Some(run::shard::ShardArg::Fixed(shard))) => (run_dir, Some(shard)),
+        (None, _) => (run_dir, None),
+    };
+    let selection = run::Selection {
+        only_failed: args.only_failed,
+        sources: args.sources.clone(),
+        allow_config_change: args.allow_config_change,
+        keep_preparation: args.keep_preparation,
+        shard,
+        retry_rejected: args.retry_rejected,
+        fence: task.as_ref().map(scale::task::ShardTask::fence),
+        prepare_only: args.prepare_only,
+    };
+    let runtime = tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
+    let outcome = runtime.block_on(async {
+        let cancel = CancellationToken::new();
+        tokio::spawn(run::stop::listen(cancel.clone(), run_dir.status()));
+        let reporter = report::RunReporter::new(Some(run_dir.events()));
+        run::run(&plan, &run_dir, &selection, cancel, reporter).await
+    });
+    let done = matches!(&outcome, Ok(RunOutcome::NothingToDo))
+        || matches!(&outcome, Ok(RunOutcome::Finished { failed, .. }) if failed.is_empty());
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            // A task that lost its shard writes nothing more to it, status included.
+            if error.downcast_ref::<scale::owner::FenceError>().is_none() {
+                mark_stopped(&run_dir, &error);
+            }
             if let Some(task) = task {
-                task.finish(done)?;
+                task.finish(false)?;
             }
-            let code = match outcome {
-                RunOutcome::NothingToDo => exit::OK,
-                RunOutcome::Finished { failed, refused } => {
-                    if !refused.is_empty() {
-                        let per_source: Vec<String> =
-                            refused.iter().map(|(s, n)| format!("{s} {n}")).collect();
-                        let total: u64 = refused.iter().map(|(_, n)| n).sum();
-                        eprintln!(
-                            "gen: {total} prompt(s) refused by the server ({}): the reasons are in \
-                             `sources/NAME/rejected.jsonl`; after fixing the prompts or the \
-                             settings, `gen run --retry-rejected` sends them again (a change of \
-                             `max-tokens` or sampling settings does so by itself)",
-                            per_source.join(", ")
-                        );
-                    }
-                    if prepare_only && !failed.is_empty() {
-                        eprintln!(
-                            "gen: {} source(s) failed to prepare: {}; `gen diagnose NAME --config \
-                             {}` says why, `gen prepare` again retries them",
-                            failed.len(),
-                            failed.join(", "),
-                            config.display()
-                        );
-                    } else if prepare_only {
-                        eprintln!(
-                            "gen: every selected source is prepared; `gen run {}` generates",
-                            config.display()
-                        );
-                    } else if !failed.is_empty() {
-                        eprintln!(
-                            "gen: {} source(s) not finished: {}; run `gen run` again to retry them",
-                            failed.len(),
-                            failed.join(", ")
-                        );
-                    } else if refused.is_empty() {
-                        eprintln!(
-                            "gen: every source is done; `gen status {}` shows the run",
-                            run_dir.root().display()
-                        );
-                    }
-                    if failed.is_empty() && refused.is_empty() {
-                        exit::OK
-                    } else {
-                        exit::FAILED
-                    }
-                }
-                RunOutcome::Interrupted => exit::FAILED,
-            };
-            Ok(ExitCode::from(code))
+            return Err(error.into());
         }
+    };
+    if let Some(task) = task {
+        task.finish(done)?;
+    }
+    Ok(ExitCode::from(report_outcome(&args, &run_dir, outcome)))
+}
+
+/// The plan (with `--server-launch` applied) and the run directory, once the inputs of the
+/// sources to run are checked and every `--source` names one of the config's.
+fn load_run_plan(args: &RunArgs) -> Result<(Plan, RunDir), CliError> {
+    let mut plan = Plan::load(&args.config)?;
+    if let Some(command) = &args.server_launch {
+        scale::task::override_launch(&mut plan, command)?;
+    }
+    let run_dir = run_dir_for(&plan, args.run_dir.clone());
+    let sources = &args.sources;
+    // Before anything starts. A prepared source does not read its files again, and one left
+    // out by `--source` not at all.
+    plan.check_inputs(&|name| {
+        (!sources.is_empty() && !sources.iter().any(|s| s == name))
+            || prep::read_manifest(&run_dir, name).is_ok_and(|m| m.is_some())
+    })?;
+    if let Some(unknown) = sources.iter().find(|s| plan.source(s).is_none()) {
+        let known: Vec<&str> = plan.sources.iter().map(|s| s.name()).collect();
+        return Err(CliError {
+            code: exit::USAGE,
+            error: anyhow::anyhow!(
+                "`{}` has no source `{unknown}`; its sources are: {}",
+                args.config.display(),
+                known.join(", ")
+            ),
+        });
+    }
+    Ok((plan, run_dir))
+}
+
+/// Says on stderr how a run ended and what to do next; returns its exit code.
+fn report_outcome(args: &RunArgs, run_dir: &RunDir, outcome: RunOutcome) -> u8 {
+    let (failed, refused) = match outcome {
+        RunOutcome::NothingToDo => return exit::OK,
+        RunOutcome::Interrupted => return exit::FAILED,
+        RunOutcome::Finished { failed, refused } => (failed, refused),
+    };
+    let config = args.config.display();
+    if !refused.is_empty() {
+        let per_source: Vec<String> = refused.iter().map(|(s, n)| format!("{s} {n}")).collect();
+        let total: u64 = refused.iter().map(|(_, n)| n).sum();
+        eprintln!(
+            "gen: {total} prompt(s) refused by the server ({}): the reasons are in \
+             `sources/NAME/rejected.jsonl`; after fixing the prompts or the \
+             settings, `gen run --retry-rejected` sends them again (a change of \
+             `max-tokens` or sampling settings does so by itself)",
+            per_source.join(", ")
+        );
+    }
+    if args.prepare_only && !failed.is_empty() {
+        eprintln!(
+            "gen: {} source(s) failed to prepare: {}; `gen diagnose NAME --config \
+             {config}` says why, `gen prepare` again retries them",
+            failed.len(),
+            failed.join(", "),
+        );
+    } else if args.prepare_only {
+        eprintln!("gen: every selected source is prepared; `gen run {config}` generates");
+    } else if !failed.is_empty() {
+        eprintln!(
+            "gen: {} source(s) not finished: {}; run `gen run` again to retry them",
+            failed.len(),
+            failed.join(", ")
+        );
+    } else if refused.is_empty() {
+        eprintln!(
+            "gen: every source is done; `gen status {}` shows the run",
+            run_dir.root().display()
+        );
+    }
+    if failed.is_empty() && refused.is_empty() {
+        exit::OK
+    } else {
+        exit::FAILED
     }
 }
 
