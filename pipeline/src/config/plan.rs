@@ -304,85 +304,14 @@ impl<'t> PlanResolver<'t> {
     }
 
     fn resolve(&mut self, path: &Path) -> Option<Plan> {
-        let (table, errors) = DeTable::parse_recoverable(self.text);
-        if errors.len() > MAX_SYNTAX_ERRORS {
-            for error in &errors[..SHOWN_SYNTAX_ERRORS] {
-                self.toml_error(error);
-            }
-            self.problem(
-                errors[SHOWN_SYNTAX_ERRORS].span(),
-                format!(
-                    "this is not a TOML config: {} syntax errors (the first {SHOWN_SYNTAX_ERRORS} above); a config looks like `examples/quickstart.toml`",
-                    errors.len()
-                ),
-            );
-            return None;
-        }
-        for error in &errors {
-            self.toml_error(error);
-        }
-        // The rest of the file is checked too, as toml recovered it.
-        self.syntax_errors = errors.len();
-        self.partial = !errors.is_empty();
-        let mut run = Some(RunTable::default());
-        let mut server = None;
-        let mut generation = None;
-        let mut sources = Vec::new();
-        let mut sources_ok = true;
-        for (key, value) in table.into_inner() {
-            match key.get_ref().as_ref() {
-                "run" => run = self.section::<RunTable>(value, Some(Table::Run)),
-                "server" => {
-                    let span = value.span();
-                    let parsed = self.section::<ServerTable>(value, Some(Table::Server));
-                    server = Some(parsed.map(|s| (s, span)));
-                }
-                "generation" => {
-                    generation =
-                        Some(self.section::<GenerationTable>(value, Some(Table::Generation)));
-                }
-                "source" => {
-                    let span = value.span();
-                    match value.into_inner() {
-                        DeValue::Array(entries) => {
-                            for entry in entries {
-                                let entry = self.known_keys(entry, Table::Source);
-                                let (worker, entry) = split_worker_keys(entry);
-                                let worker = self.section::<WorkerTable>(worker, None);
-                                match (self.section::<SourceSpec>(entry, None), worker) {
-                                    (Some(spec), Some(worker)) => sources.push((spec, worker)),
-                                    _ => sources_ok = false,
-                                }
-                            }
-                        }
-                        _ => {
-                            self.problem(
-                                Some(span),
-                                "`source` must be an array of tables: write `[[source]]`",
-                            );
-                            sources_ok = false;
-                        }
-                    }
-                }
-                other => {
-                    let message = unknown_key(other, Table::TopLevel, &TOP_LEVEL_KEYS);
-                    self.problem(Some(key.span()), message);
-                }
-            }
-        }
-        if sources.is_empty() && sources_ok {
+        let table = self.parse()?;
+        let tables = self.read_tables(table);
+        if tables.sources.is_empty() && tables.sources_ok {
             self.missing(None, "no sources: add at least one `[[source]]` table");
         }
-        let specs: Vec<SourceSpec> = sources.iter().map(|(s, _)| s.clone()).collect();
-        let custom: Vec<bool> = sources.iter().map(|(_, w)| w.command.is_some()).collect();
-        self.check_sources(&specs, &custom);
-        let workers: Vec<WorkerPlan> = sources
-            .into_iter()
-            .map(|(spec, w)| self.worker(&spec, w))
-            .collect();
-        let sources = specs;
+        let (sources, workers) = self.resolve_sources(tables.sources);
         let mut server_host_memory = None;
-        let server = match server {
+        let server = match tables.server {
             None => {
                 self.missing(
                     None,
@@ -395,7 +324,7 @@ impl<'t> PlanResolver<'t> {
                 self.server(s, span)
             }),
         };
-        let generation = match generation {
+        let generation = match tables.generation {
             None => {
                 self.missing(
                     None,
@@ -405,21 +334,8 @@ impl<'t> PlanResolver<'t> {
             }
             Some(parsed) => parsed.map(|g| self.generation(g)),
         };
-        let (run, server, generation) = (run?, server?, generation?);
-        let base_dir = path
-            .parent()
-            .map(Path::to_path_buf)
-            .filter(|p| !p.as_os_str().is_empty())
-            .unwrap_or_else(|| PathBuf::from("."));
-        let run_dir = match &run.dir {
-            Some(dir) => base_dir.join(dir.get_ref()),
-            None => {
-                let stem = path
-                    .file_stem()
-                    .map_or_else(|| "run".to_owned(), |s| s.to_string_lossy().into_owned());
-                base_dir.join("runs").join(stem)
-            }
-        };
+        let (run, server, generation) = (tables.run?, server?, generation?);
+        let (base_dir, run_dir) = run_dir(path, &run);
         let max_parallel_prep = self.positive(
             &run.max_parallel_prep,
             "max-parallel-prep",
@@ -445,6 +361,106 @@ impl<'t> PlanResolver<'t> {
             sources,
             workers,
         })
+    }
+
+    /// The file's tree as toml recovered it, each syntax error reported; `None` when there
+    /// are so many that the file is not a config at all.
+    fn parse(&mut self) -> Option<DeTable<'t>> {
+        let (table, errors) = DeTable::parse_recoverable(self.text);
+        if errors.len() > MAX_SYNTAX_ERRORS {
+            for error in &errors[..SHOWN_SYNTAX_ERRORS] {
+                self.toml_error(error);
+            }
+            self.problem(
+                errors[SHOWN_SYNTAX_ERRORS].span(),
+                format!(
+                    "this is not a TOML config: {} syntax errors (the first {SHOWN_SYNTAX_ERRORS} above); a config looks like `examples/quickstart.toml`",
+                    errors.len()
+                ),
+            );
+            return None;
+        }
+        for error in &errors {
+            self.toml_error(error);
+        }
+        // The rest of the file is checked too, as toml recovered it.
+        self.syntax_errors = errors.len();
+        self.partial = !errors.is_empty();
+        Some(table.into_inner())
+    }
+
+    /// Deserializes each top-level table on its own, reporting unknown ones.
+    fn read_tables(&mut self, table: DeTable<'t>) -> Tables {
+        let mut tables = Tables {
+            run: Some(RunTable::default()),
+            server: None,
+            generation: None,
+            sources: Vec::new(),
+            sources_ok: true,
+        };
+        for (key, value) in table {
+            match key.get_ref().as_ref() {
+                "run" => tables.run = self.section::<RunTable>(value, Some(Table::Run)),
+                "server" => {
+                    let span = value.span();
+                    let parsed = self.section::<ServerTable>(value, Some(Table::Server));
+                    tables.server = Some(parsed.map(|s| (s, span)));
+                }
+                "generation" => {
+                    tables.generation =
+                        Some(self.section::<GenerationTable>(value, Some(Table::Generation)));
+                }
+                "source" => tables.sources_ok &= self.read_sources(value, &mut tables.sources),
+                other => {
+                    let message = unknown_key(other, Table::TopLevel, &TOP_LEVEL_KEYS);
+                    self.problem(Some(key.span()), message);
+                }
+            }
+        }
+        tables
+    }
+
+    /// Adds each `[[source]]` to `sources`, its worker keys split off; `false` when one does
+    /// not deserialize or `source` is not an array of tables.
+    fn read_sources(
+        &mut self,
+        value: Spanned<DeValue<'t>>,
+        sources: &mut Vec<(SourceSpec, WorkerTable)>,
+    ) -> bool {
+        let span = value.span();
+        let DeValue::Array(entries) = value.into_inner() else {
+            self.problem(
+                Some(span),
+                "`source` must be an array of tables: write `[[source]]`",
+            );
+            return false;
+        };
+        let mut all_ok = true;
+        for entry in entries {
+            let entry = self.known_keys(entry, Table::Source);
+            let (worker, entry) = split_worker_keys(entry);
+            let worker = self.section::<WorkerTable>(worker, None);
+            match (self.section::<SourceSpec>(entry, None), worker) {
+                (Some(spec), Some(worker)) => sources.push((spec, worker)),
+                _ => all_ok = false,
+            }
+        }
+        all_ok
+    }
+
+    /// The sources, checked together, and their workers.
+    fn resolve_sources(
+        &mut self,
+        sources: Vec<(SourceSpec, WorkerTable)>,
+    ) -> (Vec<SourceSpec>, Vec<WorkerPlan>) {
+        let specs: Vec<SourceSpec> = sources.iter().map(|(s, _)| s.clone()).collect();
+        let custom: Vec<bool> = sources.iter().map(|(_, w)| w.command.is_some()).collect();
+        self.check_sources(&specs, &custom);
+        let workers: Vec<WorkerPlan> = sources
+            .into_iter()
+            .map(|(spec, w)| self.worker(&spec, w))
+            .collect();
+        (specs, workers)
     }
 
     fn check_sources(&mut self, sources: &[SourceSpec], custom: &[bool]) {
@@ -545,6 +561,78 @@ impl<'t> PlanResolver<'t> {
     }
 
     fn server(&mut self, server: ServerTable, table: std::ops::Range<usize>) -> ServerPlan {
+        let urls = self.server_urls(&server, table);
+        if let Some(launch) = &server.launch
+            && launch.get_ref().is_empty()
+        {
+            self.problem(Some(launch.span()), "`launch` must name a program");
+        }
+        if let Some(env) = &server.api_key_env {
+            let name = env.get_ref();
+            let valid =
+                !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !valid {
+                self.problem(
+                    Some(env.span()),
+                    "`api-key-env` is the NAME of an environment variable (the key itself never goes in a file)",
+                );
+            }
+        }
+        let health_timeout = self
+            .seconds(&server.health_timeout_secs, "health-timeout-secs")
+            .unwrap_or(DEFAULT_HEALTH_TIMEOUT);
+        let max_outage = self.seconds(&server.max_outage_secs, "max-outage-secs");
+        let startup_timeout = self
+            .seconds(&server.startup_timeout_secs, "startup-timeout-secs")
+            .unwrap_or(DEFAULT_STARTUP_TIMEOUT);
+        let stall_after = self
+            .seconds(&server.stall_secs, "stall-secs")
+            .unwrap_or(DEFAULT_SERVER_STALL);
+        let max_restarts = server
+            .max_restarts
+            .as_ref()
+            .map_or(DEFAULT_MAX_RESTARTS, |n| {
+                match u32::try_from(*n.get_ref()) {
+                    Ok(n) => n,
+                    Err(_) => {
+                        self.problem(Some(n.span()), "`max-restarts` must be 0 or more");
+                        0
+                    }
+                }
+            });
+        ServerPlan {
+            urls,
+            max_outage,
+            startup_timeout,
+            stall_after,
+            model: server.model,
+            api_key_env: server.api_key_env.map(Spanned::into_inner),
+            launch: server.launch.map(|launch| {
+                let args = launch.into_inner();
+                self.launch_spans = args.iter().map(Spanned::span).collect();
+                args.into_iter().map(Spanned::into_inner).collect()
+            }),
+            health_timeout,
+            max_restarts,
+            log: server.log.map(|l| self.base_dir_hint.join(l)),
+        }
+    }
+
+    /// A duration in whole seconds of at least 1; `None` when absent or reported as invalid.
+    fn seconds(&mut self, value: &Option<Spanned<i64>>, key: &str) -> Option<Duration> {
+        let secs = value.as_ref()?;
+        match u64::try_from(*secs.get_ref()) {
+            Ok(s) if s > 0 => Some(Duration::from_secs(s)),
+            _ => {
+                self.problem(Some(secs.span()), format!("`{key}` must be at least 1"));
+                None
+            }
+        }
+    }
+
+    /// `[server] url` or `urls`, each checked and without a trailing `/`. When none is usable
+    /// (reported), a placeholder keeps the rest of the resolution going.
+    fn server_urls(&mut self, server: &ServerTable, table: std::ops::Range<usize>) -> Vec<String> {
         let (urls, span, key) = match (&server.url, &server.urls) {
             (Some(url), None) => (vec![url.get_ref().clone()], url.span(), "url"),
             (None, Some(urls)) => (urls.get_ref().clone(), urls.span(), "urls"),
@@ -563,12 +651,42 @@ impl<'t> PlanResolver<'t> {
                 (Vec::new(), table, "url")
             }
         };
-        let mut seen = std::collections::HashSet::new();
         let mut urls: Vec<String> = urls
             .iter()
             .map(|u| u.trim().trim_end_matches('/').to_owned())
             .collect();
-        for url in &urls {
+        let launched = server.launch.is_some();
+        self.check_urls(&urls, &span, key, launched);
+        if key == "urls" && urls.is_empty() {
+            self.problem(
+                Some(span.clone()),
+                "`urls` is empty: list at least one server",
+            );
+        }
+        if key == "urls" && urls.len() > 1 && launched {
+            self.problem(
+                Some(span.clone()),
+                "`gen` launches one server (`launch`); list several servers in `urls` only when they run on their own",
+            );
+        }
+        if urls.is_empty() {
+            // Reported above; a placeholder keeps the rest of the resolution going.
+            urls.push("http://127.0.0.1".to_owned());
+        }
+        urls
+    }
+
+    /// Each URL of `key` (at `span`) is http(s), has `{port}` only for a server `gen`
+    /// launches, and is listed once.
+    fn check_urls(
+        &mut self,
+        urls: &[String],
+        span: &std::ops::Range<usize>,
+        key: &str,
+        launched: bool,
+    ) {
+        let mut seen = std::collections::HashSet::new();
+        for url in urls {
             let url_ok = (url.starts_with("http://") || url.starts_with("https://"))
                 && reqwest::Url::parse(&url.replace("{port}", "1")).is_ok();
             if !url_ok {
@@ -582,7 +700,7 @@ impl<'t> PlanResolver<'t> {
                     format!("{what} such as `http://127.0.0.1:30000`, got `{url}`"),
                 );
             }
-            if url.contains("{port}") && server.launch.is_none() {
+            if url.contains("{port}") && !launched {
                 self.problem(
                     Some(span.clone()),
                     "`{port}` in `url` is only filled in when `gen` launches the server (`launch = [...]`)",
@@ -594,112 +712,6 @@ impl<'t> PlanResolver<'t> {
                     format!("`{url}` is listed twice in `urls`"),
                 );
             }
-        }
-        if key == "urls" && urls.is_empty() {
-            self.problem(
-                Some(span.clone()),
-                "`urls` is empty: list at least one server",
-            );
-        }
-        if key == "urls" && urls.len() > 1 && server.launch.is_some() {
-            self.problem(
-                Some(span.clone()),
-                "`gen` launches one server (`launch`); list several servers in `urls` only when they run on their own",
-            );
-        }
-        if urls.is_empty() {
-            // Reported above; a placeholder keeps the rest of the resolution going.
-            urls.push("http://127.0.0.1".to_owned());
-        }
-        if let Some(launch) = &server.launch
-            && launch.get_ref().is_empty()
-        {
-            self.problem(Some(launch.span()), "`launch` must name a program");
-        }
-        if let Some(env) = &server.api_key_env {
-            let name = env.get_ref();
-            let valid =
-                !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !valid {
-                self.problem(
-                    Some(env.span()),
-                    "`api-key-env` is the NAME of an environment variable (the key itself never goes in a file)",
-                );
-            }
-        }
-        let health_timeout = match &server.health_timeout_secs {
-            None => DEFAULT_HEALTH_TIMEOUT,
-            Some(secs) => match u64::try_from(*secs.get_ref()) {
-                Ok(s) if s > 0 => Duration::from_secs(s),
-                _ => {
-                    self.problem(
-                        Some(secs.span()),
-                        "`health-timeout-secs` must be at least 1",
-                    );
-                    DEFAULT_HEALTH_TIMEOUT
-                }
-            },
-        };
-        let max_outage =
-            server
-                .max_outage_secs
-                .as_ref()
-                .and_then(|secs| match u64::try_from(*secs.get_ref()) {
-                    Ok(s) if s > 0 => Some(Duration::from_secs(s)),
-                    _ => {
-                        self.problem(Some(secs.span()), "`max-outage-secs` must be at least 1");
-                        None
-                    }
-                });
-        let startup_timeout = match &server.startup_timeout_secs {
-            None => DEFAULT_STARTUP_TIMEOUT,
-            Some(secs) => match u64::try_from(*secs.get_ref()) {
-                Ok(s) if s > 0 => Duration::from_secs(s),
-                _ => {
-                    self.problem(
-                        Some(secs.span()),
-                        "`startup-timeout-secs` must be at least 1",
-                    );
-                    DEFAULT_STARTUP_TIMEOUT
-                }
-            },
-        };
-        let stall_after = match &server.stall_secs {
-            None => DEFAULT_SERVER_STALL,
-            Some(secs) => match u64::try_from(*secs.get_ref()) {
-                Ok(s) if s > 0 => Duration::from_secs(s),
-                _ => {
-                    self.problem(Some(secs.span()), "`stall-secs` must be at least 1");
-                    DEFAULT_SERVER_STALL
-                }
-            },
-        };
-        ServerPlan {
-            urls,
-            max_outage,
-            startup_timeout,
-            stall_after,
-            model: server.model,
-            api_key_env: server.api_key_env.map(Spanned::into_inner),
-            launch: server.launch.map(|launch| {
-                let args = launch.into_inner();
-                self.launch_spans = args.iter().map(Spanned::span).collect();
-                args.into_iter().map(Spanned::into_inner).collect()
-            }),
-            health_timeout,
-            max_restarts: server
-                .max_restarts
-                .as_ref()
-                .map_or(DEFAULT_MAX_RESTARTS, |n| {
-                    match u32::try_from(*n.get_ref()) {
-                        Ok(n) => n,
-                        Err(_) => {
-                            self.problem(Some(n.span()), "`max-restarts` must be 0 or more");
-                            0
-                        }
-                    }
-                }),
-            log: server.log.map(|l| self.base_dir_hint.join(l)),
         }
     }
 
@@ -714,11 +726,27 @@ impl<'t> PlanResolver<'t> {
                 1
             }
         };
+        let concurrency = self.concurrency(&generation);
+        let max_attempts = self.positive(
+            &generation.max_attempts,
+            "max-attempts",
+            DEFAULT_MAX_ATTEMPTS as usize,
+        );
+        GenerationPlan {
+            max_tokens,
+            concurrency,
+            max_attempts: u32::try_from(max_attempts.get()).unwrap_or(u32::MAX),
+            params: self.sampling_params(generation),
+        }
+    }
+
+    /// `concurrency` (a number, or `"auto"` up to `max-concurrency`).
+    fn concurrency(&mut self, generation: &GenerationTable) -> Concurrency {
         let max_concurrency = generation.max_concurrency.as_ref().map(|_| {
             self.positive(&generation.max_concurrency, "max-concurrency", 1)
                 .get()
         });
-        let concurrency = match generation
+        match generation
             .concurrency
             .as_ref()
             .map(|c| (c.get_ref(), c.span()))
@@ -745,12 +773,11 @@ impl<'t> PlanResolver<'t> {
                 );
                 Concurrency::Auto { max: None }
             }
-        };
-        let max_attempts = self.positive(
-            &generation.max_attempts,
-            "max-attempts",
-            DEFAULT_MAX_ATTEMPTS as usize,
-        );
+        }
+    }
+
+    /// The sampling settings sent with every request, under their OpenAI API names.
+    fn sampling_params(&mut self, generation: GenerationTable) -> Map<String, Value> {
         let mut params = Map::new();
         if let Some(t) = &generation.temperature {
             if !(0.0..=10.0).contains(t.get_ref()) {
@@ -771,13 +798,40 @@ impl<'t> PlanResolver<'t> {
             let kwargs = serde_json::to_value(kwargs).expect("a toml table is valid JSON");
             params.insert("chat_template_kwargs".into(), kwargs);
         }
-        GenerationPlan {
-            max_tokens,
-            concurrency,
-            max_attempts: u32::try_from(max_attempts.get()).unwrap_or(u32::MAX),
-            params,
-        }
+        params
     }
+}
+
+/// The top-level tables of the file, each deserialized on its own.
+struct Tables {
+    /// `None` when `[run]` does not deserialize (absent is the default).
+    run: Option<RunTable>,
+    /// `None` when absent, `Some(None)` when it does not deserialize; with its span.
+    server: Option<Option<(ServerTable, std::ops::Range<usize>)>>,
+    generation: Option<Option<GenerationTable>>,
+    sources: Vec<(SourceSpec, WorkerTable)>,
+    /// Every `[[source]]` deserialized: no source at all is then a problem of its own.
+    sources_ok: bool,
+}
+
+/// The directory relative paths resolve against (the config's), and the run directory
+/// (`[run] dir`, else `runs/<config name>`).
+fn run_dir(path: &Path, run: &RunTable) -> (PathBuf, PathBuf) {
+    let base_dir = path
+        .parent()
+        .map(Path::to_path_buf)
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or_else(|| PathBuf::from("."));
+    let run_dir = match &run.dir {
+        Some(dir) => base_dir.join(dir.get_ref()),
+        None => {
+            let stem = path
+                .file_stem()
+                .map_or_else(|| "run".to_owned(), |s| s.to_string_lossy().into_owned());
+            base_dir.join("runs").join(stem)
+        }
+    };
+    (base_dir, run_dir)
 }
 
 /// An unknown key: what was probably meant, and every key the table accepts.
