@@ -137,25 +137,9 @@ fn load_at(path: &Path, dir: &SourceDir, now_ms: u64) -> io::Result<Stored> {
     let marker = checked_marker(&path);
     let checked = read_checked(&marker, &path)?;
     let (mut frames, scan) = frames::survey(&path, checked, frame_records)?;
-    let mut keys = Vec::with_capacity(scan.records as usize);
-    let mut not_answers = 0u64;
-    let mut example = None;
-    for frame in &mut frames {
-        let records = &mut frame.value;
-        let mut bad = records.defective.iter().peekable();
-        for (i, key) in records.ids.iter().enumerate() {
-            if let Some((_, id, defect)) = bad.next_if(|(at, ..)| *at == i) {
-                not_answers += 1;
-                example.get_or_insert_with(|| (id.clone(), *defect));
-            } else {
-                keys.push(*key);
-            }
-        }
-        // Only the defective records are needed from here on (to set them aside).
-        records.ids = Vec::new();
-    }
+    let answers = Answers::sort(&mut frames, scan.records as usize);
     let mut stored = Stored {
-        ids: IdSet::from_keys(keys),
+        ids: IdSet::from_keys(answers.keys),
         repairs: Vec::new(),
     };
     if scan.torn_bytes > 0 {
@@ -163,7 +147,7 @@ fn load_at(path: &Path, dir: &SourceDir, now_ms: u64) -> io::Result<Stored> {
             bytes: scan.torn_bytes,
         });
     }
-    if scan.damaged.is_empty() && not_answers == 0 {
+    if scan.damaged.is_empty() && answers.not_answers == 0 {
         frames::cut_torn_tail(&path, &scan)?;
         write_checked(&marker, checked, scan.intact_end())?;
         return Ok(stored);
@@ -171,12 +155,7 @@ fn load_at(path: &Path, dir: &SourceDir, now_ms: u64) -> io::Result<Stored> {
     let mut file = fs_err::File::open(&path)?;
     if !scan.damaged.is_empty() {
         let to = dir.damaged_completions(now_ms);
-        let mut aside = frames::create_private(&to)?;
-        for range in &scan.damaged {
-            file.seek(SeekFrom::Start(range.start))?;
-            io::copy(&mut (&mut file).take(range.end - range.start), &mut aside)?;
-        }
-        aside.sync_all()?;
+        copy_ranges(&mut file, &scan.damaged, &to)?;
         stored.repairs.push(Repair::Damaged {
             ranges: scan.damaged.clone(),
             to,
@@ -184,46 +163,88 @@ fn load_at(path: &Path, dir: &SourceDir, now_ms: u64) -> io::Result<Stored> {
         });
     }
     let mut aside_answers = None;
-    if let Some(example) = example {
+    if let Some(example) = answers.example {
         let to = dir.not_answers(now_ms);
         aside_answers = Some(frames::create_private(&to)?);
         stored.repairs.push(Repair::NotAnswers {
-            records: not_answers,
+            records: answers.not_answers,
             example,
             to,
         });
     }
-    // The intact frames, without the records set aside, into a new file that replaces the old.
+    rewrite_intact(&path, &mut file, &frames, aside_answers)?;
+    write_checked(&marker, checked, fs_err::metadata(&path)?.len())?;
+    Ok(stored)
+}
+
+/// The records of the surveyed frames, told apart: answers and those that are not.
+struct Answers {
+    /// The answers' id keys.
+    keys: Vec<u128>,
+    not_answers: u64,
+    /// The first record that is not an answer: its id and what is wrong with it.
+    example: Option<(String, Defect)>,
+}
+
+impl Answers {
+    /// Sorts the records of `frames` (about `records` of them), leaving in each frame only
+    /// what is needed from then on: its records that are not answers, to set them aside.
+    fn sort(frames: &mut [frames::Frame<FrameRecords>], records: usize) -> Answers {
+        let mut answers = Answers {
+            keys: Vec::with_capacity(records),
+            not_answers: 0,
+            example: None,
+        };
+        for frame in frames {
+            let records = &mut frame.value;
+            let mut bad = records.defective.iter().peekable();
+            for (i, key) in records.ids.iter().enumerate() {
+                if let Some((_, id, defect)) = bad.next_if(|(at, ..)| *at == i) {
+                    answers.not_answers += 1;
+                    answers.example.get_or_insert_with(|| (id.clone(), *defect));
+                } else {
+                    answers.keys.push(*key);
+                }
+            }
+            records.ids = Vec::new();
+        }
+        answers
+    }
+}
+
+/// Copies the byte `ranges` of `file` into a new private file `to`, on disk when this returns.
+fn copy_ranges(file: &mut fs_err::File, ranges: &[Range<u64>], to: &Path) -> io::Result<()> {
+    let mut aside = frames::create_private(to)?;
+    for range in ranges {
+        file.seek(SeekFrom::Start(range.start))?;
+        io::copy(&mut (&mut *file).take(range.end - range.start), &mut aside)?;
+    }
+    aside.sync_all()
+}
+
+/// Writes the intact `frames` of `file`, without the records that are not answers (those go
+/// to `aside_answers`), into a new file that replaces `path`.
+fn rewrite_intact(
+    path: &Path,
+    file: &mut fs_err::File,
+    frames: &[frames::Frame<FrameRecords>],
+    mut aside_answers: Option<fs_err::File>,
+) -> io::Result<()> {
     let temp = path.with_extension("zst.salvage.tmp");
     let mut out = frames::create_private(&temp)?;
-    for frame in &frames {
+    for frame in frames {
         let len = frame.bytes.end - frame.bytes.start;
         file.seek(SeekFrom::Start(frame.bytes.start))?;
         if frame.value.defective.is_empty() {
-            io::copy(&mut (&mut file).take(len), &mut out)?;
+            io::copy(&mut (&mut *file).take(len), &mut out)?;
             continue;
         }
-        let mut bytes = Vec::new();
-        (&mut file).take(len).read_to_end(&mut bytes)?;
-        let text = zstd::stream::decode_all(&bytes[..])?;
-        let mut kept = Vec::new();
-        let mut bad = frame.value.defective.iter().peekable();
         let aside = aside_answers
             .as_mut()
             .expect("a frame with records that are not answers has their file");
-        for (i, line) in text
-            .split(|b| *b == b'\n')
-            .filter(|l| !l.is_empty())
-            .enumerate()
-        {
-            let target = if bad.next_if(|(at, ..)| *at == i).is_some() {
-                &mut *aside as &mut dyn io::Write
-            } else {
-                &mut kept as &mut dyn io::Write
-            };
-            target.write_all(line)?;
-            target.write_all(b"\n")?;
-        }
+        let mut bytes = Vec::new();
+        (&mut *file).take(len).read_to_end(&mut bytes)?;
+        let kept = split_answers(&bytes, &frame.value.defective, aside)?;
         if !kept.is_empty() {
             // Every kept record was checked above: the entry may vouch for it.
             out.write_all(&frames::encode_frame(&kept, true)?)?;
@@ -234,12 +255,37 @@ fn load_at(path: &Path, dir: &SourceDir, now_ms: u64) -> io::Result<Stored> {
     }
     out.sync_all()?;
     drop(out);
-    fs_err::rename(&temp, &path)?;
+    fs_err::rename(&temp, path)?;
     if let Some(parent) = path.parent() {
         fs_err::File::open(parent)?.sync_all()?;
     }
-    write_checked(&marker, checked, fs_err::metadata(&path)?.len())?;
-    Ok(stored)
+    Ok(())
+}
+
+/// Decodes one data frame, writes its `defective` records (by index) to `aside` and returns
+/// the others' lines.
+fn split_answers(
+    frame: &[u8],
+    defective: &[(usize, String, Defect)],
+    aside: &mut fs_err::File,
+) -> io::Result<Vec<u8>> {
+    let text = zstd::stream::decode_all(frame)?;
+    let mut kept = Vec::new();
+    let mut bad = defective.iter().peekable();
+    for (i, line) in text
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .enumerate()
+    {
+        let target = if bad.next_if(|(at, ..)| *at == i).is_some() {
+            &mut *aside as &mut dyn io::Write
+        } else {
+            &mut kept as &mut dyn io::Write
+        };
+        target.write_all(line)?;
+        target.write_all(b"\n")?;
+    }
+    Ok(kept)
 }
 
 /// `NAME.checked` next to the completions file `NAME`: up to which byte its records were
