@@ -186,35 +186,7 @@ pub fn view(root: &RunRoot, now_ms: u64) -> Result<JobView, RootError> {
 /// The job as text, each line at most 80 columns.
 pub fn render(job: &JobView, now_ms: u64) -> String {
     let mut out = String::new();
-    let count = |state: ShardState| job.shards.iter().filter(|s| s.state == state).count();
-    let mut states = Vec::new();
-    for state in [
-        ShardState::Done,
-        ShardState::Running,
-        ShardState::Stopped,
-        ShardState::Lost,
-        ShardState::NotStarted,
-    ] {
-        let n = count(state);
-        if n > 0 {
-            states.push(format!("{n} {}", state.label()));
-        }
-    }
-    let merged = if job.merged {
-        "merged into RUN_ROOT/merged".to_owned()
-    } else {
-        "not merged yet".to_owned()
-    };
-    let lines = [
-        format!("job    {}", job.config),
-        format!("root   {}", job.root),
-        format!(
-            "shards {} ({}); {merged}",
-            job.shards.len(),
-            states.join(", ")
-        ),
-    ];
-    for line in lines {
+    for line in header(job) {
         writeln!(out, "{}", cut(&line, 80)).ok();
     }
     writeln!(out).ok();
@@ -227,36 +199,7 @@ pub fn render(job: &JobView, now_ms: u64) -> String {
     )
     .ok();
     for shard in &job.shards {
-        let owner = shard.owner.as_ref().map_or_else(
-            || "-".to_owned(),
-            |o| match &o.job {
-                Some(job) => format!("{job} e{}", o.epoch),
-                None => format!("pid {} e{}", o.pid, o.epoch),
-            },
-        );
-        let done = if shard.state == ShardState::NotStarted {
-            "-".to_owned()
-        } else {
-            format!("{}/{}", shard.done, shard.prepared)
-        };
-        let rate = shard
-            .tokens_per_sec
-            .map_or_else(|| "-".to_owned(), |r| format!("{r:.0}"));
-        let beat = shard.heartbeat_unix_ms.map_or_else(
-            || "-".to_owned(),
-            |ms| format!("{}s", now_ms.saturating_sub(ms) / 1000),
-        );
-        let line = format!(
-            "{:<5} {:<11} {:<14} {:<17} {:>12} {:>6} {:>8}",
-            shard.index,
-            shard.state.label(),
-            cut(shard.host.as_deref().unwrap_or("-"), 14),
-            cut(&owner, 17),
-            done,
-            rate,
-            beat
-        );
-        writeln!(out, "{}", cut(line.trim_end(), 80)).ok();
+        writeln!(out, "{}", cut(shard_row(shard, now_ms).trim_end(), 80)).ok();
         if let Some(error) = &shard.stopped_by {
             writeln!(out, "{}", cut(&format!("      stopped by: {error}"), 80)).ok();
         }
@@ -282,6 +225,71 @@ pub fn render(job: &JobView, now_ms: u64) -> String {
         .ok();
     }
     out
+}
+
+/// The job's config, root, and how many shards are in each state.
+fn header(job: &JobView) -> [String; 3] {
+    let count = |state: ShardState| job.shards.iter().filter(|s| s.state == state).count();
+    let mut states = Vec::new();
+    for state in [
+        ShardState::Done,
+        ShardState::Running,
+        ShardState::Stopped,
+        ShardState::Lost,
+        ShardState::NotStarted,
+    ] {
+        let n = count(state);
+        if n > 0 {
+            states.push(format!("{n} {}", state.label()));
+        }
+    }
+    let merged = if job.merged {
+        "merged into RUN_ROOT/merged".to_owned()
+    } else {
+        "not merged yet".to_owned()
+    };
+    [
+        format!("job    {}", job.config),
+        format!("root   {}", job.root),
+        format!(
+            "shards {} ({}); {merged}",
+            job.shards.len(),
+            states.join(", ")
+        ),
+    ]
+}
+
+/// One shard's line of the shard table (not yet cut to 80 columns).
+fn shard_row(shard: &ShardView, now_ms: u64) -> String {
+    let owner = shard.owner.as_ref().map_or_else(
+        || "-".to_owned(),
+        |o| match &o.job {
+            Some(job) => format!("{job} e{}", o.epoch),
+            None => format!("pid {} e{}", o.pid, o.epoch),
+        },
+    );
+    let done = if shard.state == ShardState::NotStarted {
+        "-".to_owned()
+    } else {
+        format!("{}/{}", shard.done, shard.prepared)
+    };
+    let rate = shard
+        .tokens_per_sec
+        .map_or_else(|| "-".to_owned(), |r| format!("{r:.0}"));
+    let beat = shard.heartbeat_unix_ms.map_or_else(
+        || "-".to_owned(),
+        |ms| format!("{}s", now_ms.saturating_sub(ms) / 1000),
+    );
+    format!(
+        "{:<5} {:<11} {:<14} {:<17} {:>12} {:>6} {:>8}",
+        shard.index,
+        shard.state.label(),
+        cut(shard.host.as_deref().unwrap_or("-"), 14),
+        cut(&owner, 17),
+        done,
+        rate,
+        beat
+    )
 }
 
 #[cfg(test)]
