@@ -6,7 +6,7 @@
 
 use std::fmt::Write as _;
 
-use super::state::{Phase, RunStatus, SourceStatus, VerdictLine};
+use super::state::{Phase, RunStatus, ServerStatus, SourceStatus, VerdictLine};
 
 /// The width when there is no terminal to ask, and the least one rendered for.
 pub const WIDTH: usize = 80;
@@ -295,68 +295,10 @@ pub fn render(status: &RunStatus, now_ms: u64, width: usize) -> String {
         .iter()
         .all(|s| s.down_since_unix_ms.is_some());
     for server in &status.servers {
-        let (head, detail) = match server.down_since_unix_ms {
-            Some(since) => (
-                format!(
-                    "server {} DOWN since {}",
-                    server.url,
-                    ago(now_ms.saturating_sub(since))
-                ),
-                if all_down {
-                    "every server down: dispatch paused, nothing lost".to_owned()
-                } else {
-                    "its requests went to the other servers, nothing lost".to_owned()
-                },
-            ),
-            None => {
-                let tuned = server
-                    .ceiling
-                    .map_or_else(String::new, |c| format!(" (auto, ceiling {c})"));
-                // A finished run has nothing in flight or queued, whatever its last reading
-                // of the server said.
-                let live = !status.finished;
-                let in_flight = server
-                    .in_flight
-                    .filter(|_| live)
-                    .map_or_else(String::new, |n| format!(", {n} in flight"));
-                let queued = server
-                    .queued
-                    .filter(|_| live)
-                    .map_or_else(String::new, |q| format!(", {q} queued"));
-                let rate = server
-                    .tokens_per_sec
-                    .map_or_else(String::new, |r| format!(", {r:.0} tok/s"));
-                (
-                    format!("server {} ({})", server.url, server.model),
-                    format!(
-                        "concurrency {}{tuned}{in_flight}{queued}{rate}",
-                        server.concurrency
-                    ),
-                )
-            }
-        };
-        line(&mut out, &head, width);
-        out.extend(
-            wrap(&detail, width, "       ", "       ")
-                .into_iter()
-                .map(|l| l + "\n"),
-        );
-        if let (Some(_), Some(reason)) = (server.down_since_unix_ms, &server.down_reason) {
-            out.extend(
-                wrap(reason, width, "       why: ", "            ")
-                    .into_iter()
-                    .map(|l| l + "\n"),
-            );
-        }
-        if let Some(decision) = &server.decision
-            && server.down_since_unix_ms.is_none()
-        {
-            out.extend(
-                wrap(decision, width, "tuning ", "       ")
-                    .into_iter()
-                    .map(|l| l + "\n"),
-            );
-        }
+        // A finished run has nothing in flight or queued, whatever its last reading of the
+        // server said.
+        let live = !status.finished;
+        server_lines(&mut out, server, live, all_down, now_ms, width);
     }
     if let Some(machine) = &status.machine {
         let peak = machine
@@ -372,6 +314,81 @@ pub fn render(status: &RunStatus, now_ms: u64, width: usize) -> String {
     out.push('\n');
     out.push_str(&source_table(&status.sources, width));
     out
+}
+
+/// A server's lines: its URL and model, what it is doing (or since when and why it is down),
+/// and the tuner's last decision.
+fn server_lines(
+    out: &mut String,
+    server: &ServerStatus,
+    live: bool,
+    all_down: bool,
+    now_ms: u64,
+    width: usize,
+) {
+    let (head, detail) = match server.down_since_unix_ms {
+        Some(since) => (
+            format!(
+                "server {} DOWN since {}",
+                server.url,
+                ago(now_ms.saturating_sub(since))
+            ),
+            if all_down {
+                "every server down: dispatch paused, nothing lost".to_owned()
+            } else {
+                "its requests went to the other servers, nothing lost".to_owned()
+            },
+        ),
+        None => (
+            format!("server {} ({})", server.url, server.model),
+            serving(server, live),
+        ),
+    };
+    line(out, &head, width);
+    out.extend(
+        wrap(&detail, width, "       ", "       ")
+            .into_iter()
+            .map(|l| l + "\n"),
+    );
+    if let (Some(_), Some(reason)) = (server.down_since_unix_ms, &server.down_reason) {
+        out.extend(
+            wrap(reason, width, "       why: ", "            ")
+                .into_iter()
+                .map(|l| l + "\n"),
+        );
+    }
+    if let Some(decision) = &server.decision
+        && server.down_since_unix_ms.is_none()
+    {
+        out.extend(
+            wrap(decision, width, "tuning ", "       ")
+                .into_iter()
+                .map(|l| l + "\n"),
+        );
+    }
+}
+
+/// What an up server is doing: its concurrency, and while the run is `live` the requests in
+/// flight and queued, then its rate.
+fn serving(server: &ServerStatus, live: bool) -> String {
+    let tuned = server
+        .ceiling
+        .map_or_else(String::new, |c| format!(" (auto, ceiling {c})"));
+    let in_flight = server
+        .in_flight
+        .filter(|_| live)
+        .map_or_else(String::new, |n| format!(", {n} in flight"));
+    let queued = server
+        .queued
+        .filter(|_| live)
+        .map_or_else(String::new, |q| format!(", {q} queued"));
+    let rate = server
+        .tokens_per_sec
+        .map_or_else(String::new, |r| format!(", {r:.0} tok/s"));
+    format!(
+        "concurrency {}{tuned}{in_flight}{queued}{rate}",
+        server.concurrency
+    )
 }
 
 /// The per-source table with its total line (also used for a sharded job's sum).
