@@ -91,18 +91,49 @@ pub fn script(job: &SlurmJob, array: &str) -> anyhow::Result<String> {
             "`{option}` is not an sbatch option (they start with `-`, e.g. `--partition=gpu`)"
         );
     }
-    let logs = job.root.join("slurm");
-    let mut run = vec![
-        quote(&job.gen_bin.display().to_string()),
-        "run".to_owned(),
-        quote(&job.config.display().to_string()),
-        "--shard auto".to_owned(),
-        format!("--shards {}", job.shards),
-        format!("--run-dir {}", quote(&job.root.display().to_string())),
-    ];
-    if let Some(launch) = &job.server_launch {
-        run.push(format!("--server-launch {}", quote(launch)));
+    let mut s = script_header(job, array);
+    writeln!(s).ok();
+    write!(
+        s,
+        r#"export GEN_SHARDS={shards}
+# Slurm kills the task KillWait (30 s by default) after SIGTERM: in-flight requests get 15 s,
+# so gen has stored everything and let its shard go before then.
+export GEN_SHUTDOWN_GRACE_SECS="${{GEN_SHUTDOWN_GRACE_SECS:-15}}"
+stop_signal=""
+# Slurm sends SIGTERM to every process of the task itself; the shell only has to outlive it.
+trap 'true' TERM
+# SIGUSR1 (time limit ahead) reaches this shell only: pass it on.
+trap 'stop_signal=USR1; kill -USR1 "$gen_pid" 2>/dev/null' USR1
+echo "gen slurm: task ${{SLURM_ARRAY_TASK_ID}} of job ${{SLURM_ARRAY_JOB_ID}} on $(hostname) (restart ${{SLURM_RESTART_COUNT:-0}})"
+{run} &
+gen_pid=$!
+# `wait` returns early when a trapped signal arrives; wait again until gen itself has exited.
+while :; do
+  wait "$gen_pid"
+  status=$?
+  kill -0 "$gen_pid" 2>/dev/null || break
+done
+"#,
+        shards = job.shards,
+        run = run_line(job),
+    )
+    .ok();
+    if job.requeue {
+        s.push_str(
+            r#"if [ "$stop_signal" = USR1 ] && [ "$status" -ne 0 ]; then
+  echo "gen slurm: stopped before the time limit; requeueing this task"
+  scontrol requeue "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"
+fi
+"#,
+        );
     }
+    s.push_str("exit \"$status\"\n");
+    Ok(s)
+}
+
+/// The script's first lines: what wrote it, then the `#SBATCH` options.
+fn script_header(job: &SlurmJob, array: &str) -> String {
+    let logs = job.root.join("slurm");
     let mut s = String::new();
     writeln!(s, "#!/bin/bash").ok();
     writeln!(
@@ -129,43 +160,23 @@ pub fn script(job: &SlurmJob, array: &str) -> anyhow::Result<String> {
     for option in &job.sbatch_options {
         writeln!(s, "#SBATCH {option}").ok();
     }
-    writeln!(s).ok();
-    write!(
-        s,
-        r#"export GEN_SHARDS={shards}
-# Slurm kills the task KillWait (30 s by default) after SIGTERM: in-flight requests get 15 s,
-# so gen has stored everything and let its shard go before then.
-export GEN_SHUTDOWN_GRACE_SECS="${{GEN_SHUTDOWN_GRACE_SECS:-15}}"
-stop_signal=""
-# Slurm sends SIGTERM to every process of the task itself; the shell only has to outlive it.
-trap 'true' TERM
-# SIGUSR1 (time limit ahead) reaches this shell only: pass it on.
-trap 'stop_signal=USR1; kill -USR1 "$gen_pid" 2>/dev/null' USR1
-echo "gen slurm: task ${{SLURM_ARRAY_TASK_ID}} of job ${{SLURM_ARRAY_JOB_ID}} on $(hostname) (restart ${{SLURM_RESTART_COUNT:-0}})"
-{run} &
-gen_pid=$!
-# `wait` returns early when a trapped signal arrives; wait again until gen itself has exited.
-while :; do
-  wait "$gen_pid"
-  status=$?
-  kill -0 "$gen_pid" 2>/dev/null || break
-done
-"#,
-        shards = job.shards,
-        run = run.join(" "),
-    )
-    .ok();
-    if job.requeue {
-        s.push_str(
-            r#"if [ "$stop_signal" = USR1 ] && [ "$status" -ne 0 ]; then
-  echo "gen slurm: stopped before the time limit; requeueing this task"
-  scontrol requeue "${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID}"
-fi
-"#,
-        );
+    s
+}
+
+/// The `gen run` command line each array task runs, quoted for the shell.
+fn run_line(job: &SlurmJob) -> String {
+    let mut run = vec![
+        quote(&job.gen_bin.display().to_string()),
+        "run".to_owned(),
+        quote(&job.config.display().to_string()),
+        "--shard auto".to_owned(),
+        format!("--shards {}", job.shards),
+        format!("--run-dir {}", quote(&job.root.display().to_string())),
+    ];
+    if let Some(launch) = &job.server_launch {
+        run.push(format!("--server-launch {}", quote(launch)));
     }
-    s.push_str("exit \"$status\"\n");
-    Ok(s)
+    run.join(" ")
 }
 
 /// A shard that is not finished and why it is (or is not) resubmitted.
@@ -255,38 +266,10 @@ pub fn slurm(job: &SlurmJob, submit: bool, only_failed: bool) -> anyhow::Result<
     root::private_dir(&root.slurm_dir())
         .with_context(|| format!("failed to create `{}`", root.slurm_dir().display()))?;
     let array = if only_failed {
-        let queued = queued_tasks(&root).unwrap_or_else(|| {
-            crate::report::plain(
-                "gen: warning: `squeue` did not answer; judging shards by their owners only",
-            );
-            BTreeSet::new()
-        });
-        let unfinished = unfinished(&root, &queued, owner::Timing::from_env().lease)?;
-        for shard in &unfinished {
-            if let Some(why) = &shard.busy {
-                crate::report::plain(&format!(
-                    "gen: shard {} is not done but {why}: not resubmitted",
-                    shard.index
-                ));
-            }
+        match array_to_resubmit(&root)? {
+            Some(array) => array,
+            None => return Ok(ExitCode::SUCCESS),
         }
-        let again: Vec<u32> = unfinished
-            .iter()
-            .filter(|s| s.busy.is_none())
-            .map(|s| s.index)
-            .collect();
-        if again.is_empty() {
-            if unfinished.is_empty() {
-                crate::report::plain("gen: every shard is done: nothing to resubmit");
-                super::task::merge_if_complete(&root)?;
-            } else {
-                crate::report::plain(
-                    "gen: nothing to resubmit: the shards left are running or queued",
-                );
-            }
-            return Ok(ExitCode::SUCCESS);
-        }
-        array_spec(&again)
     } else {
         format!("0-{}", job.shards - 1)
     };
@@ -308,9 +291,57 @@ pub fn slurm(job: &SlurmJob, submit: bool, only_failed: bool) -> anyhow::Result<
         ));
         return Ok(ExitCode::SUCCESS);
     }
+    let job_id = sbatch(&root, &path, &array)?;
+    println!("{job_id}");
+    crate::report::plain(&format!(
+        "gen: submitted job {job_id} (array {array}); follow it with `gen status {}`",
+        job.root.display()
+    ));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--only-failed`: the array of the shards that are not done and that no task is running or
+/// Slurm still has queued, each of those named; `None` when there is none (said why, and
+/// merged when every shard is done).
+fn array_to_resubmit(root: &RunRoot) -> anyhow::Result<Option<String>> {
+    let queued = queued_tasks(root).unwrap_or_else(|| {
+        crate::report::plain(
+            "gen: warning: `squeue` did not answer; judging shards by their owners only",
+        );
+        BTreeSet::new()
+    });
+    let unfinished = unfinished(root, &queued, owner::Timing::from_env().lease)?;
+    for shard in &unfinished {
+        if let Some(why) = &shard.busy {
+            crate::report::plain(&format!(
+                "gen: shard {} is not done but {why}: not resubmitted",
+                shard.index
+            ));
+        }
+    }
+    let again: Vec<u32> = unfinished
+        .iter()
+        .filter(|s| s.busy.is_none())
+        .map(|s| s.index)
+        .collect();
+    if !again.is_empty() {
+        return Ok(Some(array_spec(&again)));
+    }
+    if unfinished.is_empty() {
+        crate::report::plain("gen: every shard is done: nothing to resubmit");
+        super::task::merge_if_complete(root)?;
+    } else {
+        crate::report::plain("gen: nothing to resubmit: the shards left are running or queued");
+    }
+    Ok(None)
+}
+
+/// Submits the script at `path` with `sbatch` and records the submission in the root's
+/// `slurm/jobs.jsonl`; returns the job id.
+fn sbatch(root: &RunRoot, path: &Path, array: &str) -> anyhow::Result<String> {
     let output = Command::new("sbatch")
         .arg("--parsable")
-        .arg(&path)
+        .arg(path)
         .output()
         .context("failed to run `sbatch` (is Slurm's client installed and on PATH?)")?;
     if !output.status.success() {
@@ -332,21 +363,16 @@ pub fn slurm(job: &SlurmJob, submit: bool, only_failed: bool) -> anyhow::Result<
     anyhow::ensure!(!job_id.is_empty(), "`sbatch` printed no job id: {stdout:?}");
     let submission = Submission {
         job_id: job_id.clone(),
-        array: array.clone(),
+        array: array.to_owned(),
         script: path.display().to_string(),
         submitted_unix_ms: sys::unix_ms(),
     };
     let mut line = serde_json::to_vec(&submission)?;
     line.push(b'\n');
-    crate::store::frames::open_private(&submissions_path(&root))
+    crate::store::frames::open_private(&submissions_path(root))
         .and_then(|mut f| std::io::Write::write_all(&mut f, &line))
-        .with_context(|| format!("failed to write `{}`", submissions_path(&root).display()))?;
-    println!("{job_id}");
-    crate::report::plain(&format!(
-        "gen: submitted job {job_id} (array {array}); follow it with `gen status {}`",
-        job.root.display()
-    ));
-    Ok(ExitCode::SUCCESS)
+        .with_context(|| format!("failed to write `{}`", submissions_path(root).display()))?;
+    Ok(job_id)
 }
 
 /// Resolves `gen slurm`'s command line into a [`SlurmJob`].
