@@ -144,8 +144,36 @@ pub fn detect(
     var: impl Fn(&str) -> Option<String>,
     shards: Option<u32>,
 ) -> Result<AutoShard, AutoShardError> {
-    let number = |name: &'static str| -> Result<Option<u32>, AutoShardError> {
-        match var(name) {
+    if shards == Some(0) {
+        return Err(AutoShardError::ZeroShards {
+            what: "--shards".to_owned(),
+        });
+    }
+    let env = LauncherEnv { var, shards };
+    if let Some(task_id) = env.number("SLURM_ARRAY_TASK_ID")? {
+        return env.slurm_array(task_id);
+    }
+    if let Some(index) = env.number("JOB_COMPLETION_INDEX")? {
+        return env.indexed_job(index);
+    }
+    if let (Some(rank), Some(world_size)) = (env.number("RANK")?, env.number("WORLD_SIZE")?) {
+        return env.rank(rank, world_size);
+    }
+    Err(AutoShardError::NoLauncher {
+        in_slurm_job: (env.var)("SLURM_JOB_ID"),
+    })
+}
+
+/// The launcher's variables (read through `var`) and `--shards`, which [`detect`] reads.
+struct LauncherEnv<V> {
+    var: V,
+    shards: Option<u32>,
+}
+
+impl<V: Fn(&str) -> Option<String>> LauncherEnv<V> {
+    /// Variable `name` as a whole number; `None` when unset or blank.
+    fn number(&self, name: &'static str) -> Result<Option<u32>, AutoShardError> {
+        match (self.var)(name) {
             None => Ok(None),
             Some(value) if value.trim().is_empty() => Ok(None),
             Some(value) => value
@@ -154,30 +182,18 @@ pub fn detect(
                 .map(Some)
                 .map_err(|_| AutoShardError::NotANumber { name, value }),
         }
-    };
-    if shards == Some(0) {
-        return Err(AutoShardError::ZeroShards {
-            what: "--shards".to_owned(),
-        });
     }
-    let shard = |index: u32, count: u32, what: String| {
-        if count == 0 {
-            return Err(AutoShardError::ZeroShards { what });
-        }
-        if index >= count {
-            return Err(AutoShardError::OutOfRange { what, index, count });
-        }
-        Ok(Shard { index, count })
-    };
-    if let Some(task_id) = number("SLURM_ARRAY_TASK_ID")? {
-        let min = number("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0);
-        let max = number("SLURM_ARRAY_TASK_MAX")?;
-        let count = number("SLURM_ARRAY_TASK_COUNT")?;
-        let job_id = var("SLURM_ARRAY_JOB_ID")
-            .or_else(|| var("SLURM_JOB_ID"))
+
+    /// Array task `task_id` of a Slurm job array.
+    fn slurm_array(&self, task_id: u32) -> Result<AutoShard, AutoShardError> {
+        let min = self.number("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0);
+        let max = self.number("SLURM_ARRAY_TASK_MAX")?;
+        let count = self.number("SLURM_ARRAY_TASK_COUNT")?;
+        let job_id = (self.var)("SLURM_ARRAY_JOB_ID")
+            .or_else(|| (self.var)("SLURM_JOB_ID"))
             .unwrap_or_default();
         let job = Some(format!("{job_id}_{task_id}"));
-        let shard = match shards {
+        let shard = match self.shards {
             Some(n) => shard(task_id, n, "SLURM_ARRAY_TASK_ID".to_owned())?,
             None => {
                 let count = count.unwrap_or(1);
@@ -194,7 +210,7 @@ pub fn detect(
                 )?
             }
         };
-        return Ok(AutoShard {
+        Ok(AutoShard {
             shard,
             launcher: Launcher::SlurmArray {
                 job_id,
@@ -203,22 +219,26 @@ pub fn detect(
                 count: count.unwrap_or(0),
             },
             job,
-        });
+        })
     }
-    if let Some(index) = number("JOB_COMPLETION_INDEX")? {
-        let count = shards.ok_or(AutoShardError::NoCount { index })?;
-        let pod = var("HOSTNAME");
-        return Ok(AutoShard {
+
+    /// Pod `index` of a Kubernetes Indexed Job, which does not say how many shards there are.
+    fn indexed_job(&self, index: u32) -> Result<AutoShard, AutoShardError> {
+        let count = self.shards.ok_or(AutoShardError::NoCount { index })?;
+        let pod = (self.var)("HOSTNAME");
+        Ok(AutoShard {
             shard: shard(index, count, "JOB_COMPLETION_INDEX".to_owned())?,
             launcher: Launcher::KubernetesIndexedJob {
                 index,
                 pod: pod.clone(),
             },
             job: pod,
-        });
+        })
     }
-    if let (Some(rank), Some(world_size)) = (number("RANK")?, number("WORLD_SIZE")?) {
-        if let Some(given) = shards
+
+    /// Rank `rank` of `world_size` (torchrun, a PyTorchJob).
+    fn rank(&self, rank: u32, world_size: u32) -> Result<AutoShard, AutoShardError> {
+        if let Some(given) = self.shards
             && given != world_size
         {
             return Err(AutoShardError::CountDisagrees {
@@ -227,15 +247,23 @@ pub fn detect(
                 actual: world_size,
             });
         }
-        return Ok(AutoShard {
+        Ok(AutoShard {
             shard: shard(rank, world_size, "RANK".to_owned())?,
             launcher: Launcher::Rank { rank, world_size },
-            job: var("SLURM_JOB_ID").or_else(|| var("HOSTNAME")),
-        });
+            job: (self.var)("SLURM_JOB_ID").or_else(|| (self.var)("HOSTNAME")),
+        })
     }
-    Err(AutoShardError::NoLauncher {
-        in_slurm_job: var("SLURM_JOB_ID"),
-    })
+}
+
+/// Shard `index` of `count`; `what` names where `index` came from.
+fn shard(index: u32, count: u32, what: String) -> Result<Shard, AutoShardError> {
+    if count == 0 {
+        return Err(AutoShardError::ZeroShards { what });
+    }
+    if index >= count {
+        return Err(AutoShardError::OutOfRange { what, index, count });
+    }
+    Ok(Shard { index, count })
 }
 
 #[cfg(test)]
