@@ -240,51 +240,15 @@ fn host(machine: &Machine) -> Check {
 }
 
 fn memory(plan: &Plan, machine: &Machine) -> Check {
-    let workers = plan.max_parallel_prep.get().min(plan.sources.len());
-    // The largest per-source demand, with where it comes from.
-    let largest = plan
-        .sources
-        .iter()
-        .zip(&plan.workers)
-        .map(|(spec, worker)| {
-            let name = spec.name();
-            match (worker.memory_limit, machine.peak_rss.get(name)) {
-                (Some(limit), _) => (limit, Basis::Limit, name),
-                (None, Some(peak)) => (*peak, Basis::Measured, name),
-                (None, None) => (DEFAULT_WORKER_MEMORY, Basis::Assumed, name),
-            }
-        })
-        .max_by_key(|(bytes, _, _)| *bytes);
-    let mut parts = Vec::new();
-    let mut demand = 0u64;
-    if let Some((bytes, basis, name)) = largest
-        && workers > 0
-    {
-        let count = if workers == 1 {
-            "1 worker".to_owned()
-        } else {
-            format!("{workers} workers")
-        };
-        let what = match basis {
-            Basis::Limit => "memory-limit".to_owned(),
-            Basis::Measured => format!("peak RSS measured for `{name}`"),
-            Basis::Assumed => "assumed per worker (no memory-limit, no earlier run)".to_owned(),
-        };
-        parts.push(format!("{count} × {} {what}", human(bytes)));
-        demand = demand.saturating_add(bytes.saturating_mul(workers as u64));
-    }
-    if let Some(server) = plan.server_host_memory {
-        parts.push(format!("{} server host-memory", human(server)));
-        demand = demand.saturating_add(server);
-    }
-    let parts = parts.join(" + ");
+    let demand = MemoryDemand::of(plan, machine);
+    let (bytes, parts) = (demand.bytes, demand.parts.join(" + "));
     let Some((available, cgroup_binds)) = available(machine) else {
         return Check::new(
             "memory",
             Level::Warn,
             format!(
                 "needs {} host RAM, available RAM unknown: {parts}",
-                human(demand)
+                human(bytes)
             ),
         );
     };
@@ -292,23 +256,23 @@ fn memory(plan: &Plan, machine: &Machine) -> Check {
     if cgroup_binds {
         available_text.push_str(" (under the cgroup limit)");
     }
-    if demand > available {
+    if bytes > available {
         Check::new(
             "memory",
             Level::Fail,
             format!(
                 "needs {} host RAM, {available_text} available: {parts}",
-                human(demand)
+                human(bytes)
             ),
         )
-    } else if demand as f64 > WARN_FRACTION * available as f64 {
+    } else if bytes as f64 > WARN_FRACTION * available as f64 {
         Check::new(
             "memory",
             Level::Warn,
             format!(
                 "needs {} host RAM, {}% of the {available_text} available: {parts}",
-                human(demand),
-                percent(demand, available)
+                human(bytes),
+                percent(bytes, available)
             ),
         )
     } else {
@@ -317,9 +281,68 @@ fn memory(plan: &Plan, machine: &Machine) -> Check {
             Level::Ok,
             format!(
                 "needs {} host RAM of {available_text} available: {parts}",
-                human(demand)
+                human(bytes)
             ),
         )
+    }
+}
+
+/// The host RAM a run needs at most: the preparation workers running at once, each counted at
+/// the largest source's demand, and the server's `host-memory`.
+struct MemoryDemand {
+    bytes: u64,
+    /// What it is made of, in words (`2 workers × 1.0 GiB memory-limit`, …).
+    parts: Vec<String>,
+}
+
+impl MemoryDemand {
+    fn of(plan: &Plan, machine: &Machine) -> MemoryDemand {
+        let workers = plan.max_parallel_prep.get().min(plan.sources.len());
+        // The largest per-source demand, with where it comes from.
+        let largest = plan
+            .sources
+            .iter()
+            .zip(&plan.workers)
+            .map(|(spec, worker)| {
+                let name = spec.name();
+                match (worker.memory_limit, machine.peak_rss.get(name)) {
+                    (Some(limit), _) => (limit, Basis::Limit, name),
+                    (None, Some(peak)) => (*peak, Basis::Measured, name),
+                    (None, None) => (DEFAULT_WORKER_MEMORY, Basis::Assumed, name),
+                }
+            })
+            .max_by_key(|(bytes, _, _)| *bytes);
+        let mut demand = MemoryDemand {
+            bytes: 0,
+            parts: Vec::new(),
+        };
+        if let Some((bytes, basis, name)) = largest
+            && workers > 0
+        {
+            let count = if workers == 1 {
+                "1 worker".to_owned()
+            } else {
+                format!("{workers} workers")
+            };
+            let what = match basis {
+                Basis::Limit => "memory-limit".to_owned(),
+                Basis::Measured => format!("peak RSS measured for `{name}`"),
+                Basis::Assumed => "assumed per worker (no memory-limit, no earlier run)".to_owned(),
+            };
+            demand
+                .parts
+                .push(format!("{count} × {} {what}", human(bytes)));
+            demand.bytes = demand
+                .bytes
+                .saturating_add(bytes.saturating_mul(workers as u64));
+        }
+        if let Some(server) = plan.server_host_memory {
+            demand
+                .parts
+                .push(format!("{} server host-memory", human(server)));
+            demand.bytes = demand.bytes.saturating_add(server);
+        }
+        demand
     }
 }
 
