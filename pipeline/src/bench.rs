@@ -54,37 +54,8 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     let plan = Plan::load(&args.config)?;
     let prompts = prompts::load(&plan, args.requests * levels.max_rounds(args.requests))?;
     let runtime = tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
-    let (servers, prompts_reused_from) = runtime.block_on(async {
-        let launched = match (&plan.server.launch, args.urls.is_empty()) {
-            (Some(launch), true) => Some(launch_server(&plan, launch).await?),
-            _ => None,
-        };
-        let urls = match (&launched, args.urls.is_empty()) {
-            (Some(server), _) => vec![server.url.clone()],
-            (None, true) => plan.server.urls.clone(),
-            (None, false) => args
-                .urls
-                .iter()
-                .map(|url| url.trim_end_matches('/').to_owned())
-                .collect(),
-        };
-        let measured = async {
-            let mut contenders = Vec::new();
-            for (index, url) in urls.iter().enumerate() {
-                contenders
-                    .push(Contender::connect(&plan, &levels, args.requests, index, url).await?);
-            }
-            let reused_from = sweep_in_rounds(&mut contenders, &prompts, args.requests).await?;
-            let servers: Vec<ServerReport> =
-                contenders.into_iter().map(Contender::report).collect();
-            anyhow::Ok((servers, reused_from))
-        }
-        .await;
-        if let Some(server) = launched {
-            server.stop().await;
-        }
-        measured
-    })?;
+    let (servers, prompts_reused_from) =
+        runtime.block_on(measure_servers(&plan, &levels, args, &prompts))?;
     let any_failed = servers
         .iter()
         .any(|s| s.levels.iter().any(|l| l.failed > 0));
@@ -112,6 +83,44 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     } else {
         crate::exit::OK
     }))
+}
+
+/// Sweeps every server to bench — the config's (launched for the bench when it has `launch`
+/// and no `--url` is given) or the `--url`s — through `levels`; returns their reports and
+/// the sweep's prompt reuse ([`sweep_in_rounds`]).
+async fn measure_servers(
+    plan: &Plan,
+    levels: &Levels,
+    args: &BenchArgs,
+    prompts: &BenchPrompts,
+) -> anyhow::Result<(Vec<ServerReport>, Option<usize>)> {
+    let launched = match (&plan.server.launch, args.urls.is_empty()) {
+        (Some(launch), true) => Some(launch_server(plan, launch).await?),
+        _ => None,
+    };
+    let urls = match (&launched, args.urls.is_empty()) {
+        (Some(server), _) => vec![server.url.clone()],
+        (None, true) => plan.server.urls.clone(),
+        (None, false) => args
+            .urls
+            .iter()
+            .map(|url| url.trim_end_matches('/').to_owned())
+            .collect(),
+    };
+    let measured = async {
+        let mut contenders = Vec::new();
+        for (index, url) in urls.iter().enumerate() {
+            contenders.push(Contender::connect(plan, levels, args.requests, index, url).await?);
+        }
+        let reused_from = sweep_in_rounds(&mut contenders, prompts, args.requests).await?;
+        let servers: Vec<ServerReport> = contenders.into_iter().map(Contender::report).collect();
+        anyhow::Ok((servers, reused_from))
+    }
+    .await;
+    if let Some(server) = launched {
+        server.stop().await;
+    }
+    measured
 }
 
 /// Starts the config's server as `gen run` does; its log goes to the temporary directory, as
