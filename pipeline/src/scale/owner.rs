@@ -253,7 +253,21 @@ pub fn acquire(dir: &RunDir, claimant: &Claimant, timing: Timing) -> Result<Owne
         heartbeat_unix_ms: now,
         released_unix_ms: None,
     };
+    write_claim(dir, &record)?;
+    atomic::write_json(&owner_path(dir), &record).map_err(io_error(&owner_path(dir)))?;
+    say_taken(dir, taking_over.as_deref(), epoch);
+    Ok(Ownership::start(dir.clone(), record, timing))
+}
+
+/// Creates the claim file of `record`'s epoch: only one claimant of an epoch gets it, any
+/// other is told it raced.
+fn write_claim(dir: &RunDir, record: &OwnerRecord) -> Result<(), OwnerError> {
+    let epoch = record.epoch;
     let claim = claim_path(dir, epoch);
+    let io_error = |source| OwnerError::Io {
+        path: claim.clone(),
+        source,
+    };
     let created = fs_err::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -261,34 +275,31 @@ pub fn acquire(dir: &RunDir, claimant: &Claimant, timing: Timing) -> Result<Owne
     match created {
         Ok(mut file) => {
             use std::io::Write as _;
-            let text = serde_json::to_vec(&record).map_err(io::Error::other);
-            text.and_then(|t| file.write_all(&t))
-                .map_err(io_error(&claim))?;
+            let text = serde_json::to_vec(record).map_err(io::Error::other);
+            text.and_then(|t| file.write_all(&t)).map_err(io_error)
         }
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            return Err(OwnerError::Raced {
-                dir: dir.root().to_path_buf(),
-                epoch,
-            });
-        }
-        Err(e) => return Err(io_error(&claim)(e)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(OwnerError::Raced {
+            dir: dir.root().to_path_buf(),
+            epoch,
+        }),
+        Err(e) => Err(io_error(e)),
     }
-    atomic::write_json(&owner_path(dir), &record).map_err(io_error(&owner_path(dir)))?;
-    match &taking_over {
-        Some(old) => crate::report::plain(&format!(
+}
+
+/// Says on stderr that this process took shard `dir`, and from whom.
+fn say_taken(dir: &RunDir, taking_over: Option<&str>, epoch: u64) {
+    let message = match taking_over {
+        Some(old) => format!(
             "gen: took over `{}` from {old}; epoch {epoch}",
             dir.root().display()
-        )),
-        None if epoch > 1 => crate::report::plain(&format!(
+        ),
+        None if epoch > 1 => format!(
             "gen: took `{}` (released by its last owner); epoch {epoch}",
             dir.root().display()
-        )),
-        None => crate::report::plain(&format!(
-            "gen: took `{}`; epoch {epoch}",
-            dir.root().display()
-        )),
-    }
-    Ok(Ownership::start(dir.clone(), record, timing))
+        ),
+        None => format!("gen: took `{}`; epoch {epoch}", dir.root().display()),
+    };
+    crate::report::plain(&message);
 }
 
 /// Watches a heartbeat from another host: moved means alive; still for a lease (or for
