@@ -267,25 +267,14 @@ fn survey_stretch<T: Send>(
         let outcomes: Vec<io::Result<Checked<T>>> = units
             .par_iter()
             .map_init(FrameDecoder::new, |decoder, unit| {
-                let data = &pending[unit.data.clone()];
-                if is_skippable(data) {
-                    return Ok(Checked::Skippable);
-                }
-                if let Some(entry) = &unit.entry
-                    && let Some(vouched) = index::vouched(&pending[entry.clone()], data)
-                    && (vouched.checked || checked + entry.end as u64 <= legacy_checked_until)
-                {
-                    let records = vouched.ids.len() as u64;
-                    return Ok(Checked::Data(
-                        on_frame(FrameBody::Ids(vouched.ids))?,
-                        records,
-                    ));
-                }
-                let Some(text) = decoder.decode(data)? else {
-                    return Ok(Checked::Invalid);
-                };
-                let records = count_lines(text);
-                Ok(Checked::Data(on_frame(FrameBody::Text(text))?, records))
+                check_unit(
+                    decoder,
+                    &pending,
+                    checked,
+                    unit,
+                    legacy_checked_until,
+                    on_frame,
+                )
             })
             .collect();
         for (unit, outcome) in units.iter().zip(outcomes) {
@@ -307,6 +296,39 @@ fn survey_stretch<T: Send>(
         checked += consumed as u64;
         want = batch_bytes;
     }
+}
+
+/// Checks one unit of `pending` (which starts at file offset `start`): a skippable frame, a
+/// data frame whose id index entry vouches for its records (checked when written, or before
+/// `legacy_checked_until`, up to which an older `gen` checked them), or a data frame decoded
+/// here.
+fn check_unit<T>(
+    decoder: &mut FrameDecoder,
+    pending: &[u8],
+    start: u64,
+    unit: &Unit,
+    legacy_checked_until: u64,
+    on_frame: &impl Fn(FrameBody<'_>) -> io::Result<T>,
+) -> io::Result<Checked<T>> {
+    let data = &pending[unit.data.clone()];
+    if is_skippable(data) {
+        return Ok(Checked::Skippable);
+    }
+    if let Some(entry) = &unit.entry
+        && let Some(vouched) = index::vouched(&pending[entry.clone()], data)
+        && (vouched.checked || start + entry.end as u64 <= legacy_checked_until)
+    {
+        let records = vouched.ids.len() as u64;
+        return Ok(Checked::Data(
+            on_frame(FrameBody::Ids(vouched.ids))?,
+            records,
+        ));
+    }
+    let Some(text) = decoder.decode(data)? else {
+        return Ok(Checked::Invalid);
+    };
+    let records = count_lines(text);
+    Ok(Checked::Data(on_frame(FrameBody::Text(text))?, records))
 }
 
 /// What checking one [`Unit`] found.
