@@ -105,8 +105,12 @@ impl Controller {
             return;
         }
         let ceiling = self.ceiling();
-        // Grow only a limit the job fills: a larger one would say nothing.
-        if self.limit < ceiling && obs.in_flight.saturating_add(headroom) >= self.limit {
+        // Grow only a limit the job fills and the server runs: a larger one would say nothing,
+        // and one the server queues behind (the queue above) only makes the queue longer.
+        if self.limit < ceiling
+            && obs.in_flight.saturating_add(headroom) >= self.limit
+            && self.ramp.queue_ticks == 0
+        {
             let from = self.limit;
             let grown = (f64::from(self.limit) * s.ramp_growth).ceil() as u32;
             self.limit = grown.min(ceiling).max(from + 1);

@@ -293,6 +293,38 @@ fn a_queue_that_stays_makes_the_running_count_the_cap() {
 }
 
 #[test]
+fn the_ramp_does_not_grow_while_the_server_queues() {
+    // vLLM with 5M KV tokens and an unreported cap of 128: the start (408) already queues 280
+    // there. The first short answers raise the KV ceiling to ~800, but a limit the server
+    // queues behind says nothing: the ramp must not grow it (it went 408 → 789 with 280
+    // waiting, then to 135), and it ends at the running count.
+    let mut c = Controller::new(
+        Settings::default(),
+        caps(None, Some(5_000_000), None),
+        MAX_TOKENS,
+        None,
+    );
+    assert_eq!(c.limit(), 408);
+    let queueing = |l: u32| TickObservation {
+        server_running: Some(128),
+        server_queued: Some(l.saturating_sub(128)),
+        kv_usage: Some(0.12),
+        ..finishing(l, 20, 0.12)
+    };
+    let mut limits = vec![c.limit()];
+    for _ in 0..3 {
+        limits.push(c.observe(&queueing(c.limit())).limit);
+    }
+    assert_eq!(limits, [408, 408, 408, 135], "{}", c.decision().reason);
+    assert!(
+        c.summary()
+            .starts_with("ramped 408 → 135 in 3 s; holding at 135"),
+        "{}",
+        c.summary()
+    );
+}
+
+#[test]
 fn the_ramp_does_not_grow_a_limit_the_job_does_not_fill() {
     let mut c = Controller::new(
         Settings::default(),
