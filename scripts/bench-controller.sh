@@ -12,7 +12,8 @@
 #     HTTP; 800 prompts per job (GEN_BENCH_HTTP_PROMPTS), about 15 minutes.
 #
 # Prints the markdown tables recorded in BENCHMARKS.md. TABLES="steady jobs http" picks tables;
-# GEN_BENCH_JOB_SIZES="800 2000" picks the whole-job sizes.
+# GEN_BENCH_JOB_SIZES="800 2000" picks the whole-job sizes, GEN_BENCH_JOB_SERVERS="vLLM" the
+# servers whose name contains it; GEN_BENCH_HTTP_ONLY the same for the end-to-end table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TABLES=${TABLES:-steady jobs http}

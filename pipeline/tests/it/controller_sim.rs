@@ -871,7 +871,11 @@ fn bench_whole_jobs() {
         "| server | prompts | seed | best fixed L | its makespan | auto makespan | **auto / best** | auto at the end |"
     );
     println!("|---|---|---|---|---|---|---|---|");
+    let only = std::env::var("GEN_BENCH_JOB_SERVERS").unwrap_or_default();
     for (name, server, flavour) in job_servers() {
+        if !name.contains(&only) {
+            continue;
+        }
         for &prompts in &sizes {
             for seed in [42, 7] {
                 let mut scenario = Scenario::job(server.clone(), flavour, prompts);
