@@ -270,10 +270,7 @@ async fn a_launched_server_that_dies_mid_run_is_restarted_and_the_run_completes(
     let servers = children_of(gen_pid);
     assert_eq!(servers.len(), 1, "one llama-server child: {servers:?}");
     // kill -9 the server gen launched (our own process tree).
-    std::process::Command::new("kill")
-        .args(["-9", &servers[0].to_string()])
-        .status()
-        .expect("kill");
+    support::signal(servers[0], "KILL");
     let output = run.finish(Duration::from_secs(600)).await;
     let stderr = output.stderr;
     assert_eq!(output.code, Some(0), "{stderr}");
