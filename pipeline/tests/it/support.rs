@@ -567,6 +567,13 @@ pub fn signal(pid: u32, signal: &str) {
     assert!(status.success(), "kill -{signal} {pid}: {status}");
 }
 
+/// The state letter of process `pid` in `/proc/PID/stat` (`T`: stopped by a signal).
+pub fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the parenthesised command name: state, ppid, ...
+    stat.rsplit_once(") ")?.1.chars().next()
+}
+
 /// A wait on observed state: polled every `every` (10 ms unless set) until it holds; after
 /// `within`, a panic naming `what` and what was last seen.
 pub struct Wait<'a> {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 
 use super::{config, rows};
-use crate::support::{Project, Running, completion_ids, done, read_json, wait_for};
+use crate::support::{Project, Running, completion_ids, done, process_state, read_json, wait_for};
 
 /// The variables Slurm sets in array task `task` of `sbatch --array=0-(count-1)`.
 fn slurm_task(project: &mut Project, job: u32, task: u32, count: u32) {
@@ -170,6 +170,11 @@ async fn a_task_frozen_past_its_lease_never_writes_again_and_is_taken_over() {
         .await;
     // Frozen (a stalled node, a suspended VM) for longer than half its lease.
     child.signal("STOP");
+    // `kill` returns once the signal is sent; the files are read once it has taken effect.
+    let pid = child.pid();
+    wait_for("gen stopped by SIGSTOP", Duration::from_secs(10))
+        .until(|| process_state(pid) == Some('T'))
+        .await;
     let completions = stale.path(&format!("{shard}/sources/alpha/completions.jsonl.zst"));
     let status_path = stale.path(&format!("{shard}/status.json"));
     let frozen = (
