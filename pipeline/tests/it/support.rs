@@ -35,9 +35,10 @@ impl Output {
     }
 }
 
-/// A config file built from its tables: `[run]`, `[server]`, `[generation]`, the sources, and
-/// raw TOML appended as is. Written with [`Project::config`], which also makes it the config
-/// whose run directory [`Project::run_dir`] names.
+/// A config file built from its tables: `[run]`, `[server]`, `[generation]` and the sources.
+/// Written with [`Project::config`], which also makes it the config whose run directory
+/// [`Project::run_dir`] names. A config that must be broken on purpose (a typo, a bad value at
+/// a given line) is written as raw text with [`Project::write`] instead.
 #[derive(Clone)]
 pub struct Config {
     file: String,
@@ -45,7 +46,6 @@ pub struct Config {
     server: String,
     generation: String,
     sources: String,
-    raw: String,
 }
 
 impl Config {
@@ -62,7 +62,6 @@ impl Config {
             server: server.to_owned(),
             generation: "max-tokens = 16\nconcurrency = 3".to_owned(),
             sources: String::new(),
-            raw: String::new(),
         }
     }
 
@@ -79,7 +78,11 @@ impl Config {
             port.to_owned(),
         ];
         launch.extend(args.iter().map(|a| (*a).to_owned()));
-        let launch: Vec<String> = launch.iter().map(|a| format!("{a:?}")).collect();
+        // A JSON string is a valid TOML basic string.
+        let launch: Vec<String> = launch
+            .iter()
+            .map(|a| serde_json::to_string(a).expect("string"))
+            .collect();
         Config::with_server(&format!(
             "url = \"http://127.0.0.1:{port}\"\nlaunch = [{}]",
             launch.join(", ")
@@ -138,12 +141,6 @@ impl Config {
         self
     }
 
-    /// TOML appended as is, after everything else.
-    pub fn raw(mut self, toml: &str) -> Config {
-        self.raw.push_str(toml);
-        self
-    }
-
     /// The file's text.
     pub fn text(&self) -> String {
         let mut text = String::new();
@@ -155,7 +152,6 @@ impl Config {
             self.server, self.generation
         ));
         text.push_str(&self.sources);
-        text.push_str(&self.raw);
         text
     }
 }
