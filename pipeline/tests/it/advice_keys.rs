@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 use gen_diagnostics::{Class, Exit, KernelLog, Observation, RssSample, Subtype, Verdict};
 use gen_pipeline::config::{ConfigError, Plan};
 
+use crate::support::Config;
+
 const MIB: u64 = 1024 * 1024;
 
 fn fixtures() -> Vec<(PathBuf, String)> {
@@ -172,14 +174,17 @@ fn named_keys(text: &str) -> Vec<(String, Option<String>)> {
 /// Whether `gen check` accepts `key` in some table of `datasets.toml`.
 fn accepted(key: &str, value: Option<&str>) -> Result<(), String> {
     let value = value.unwrap_or("\"1\"");
-    let base = "[server]\nurl = \"http://127.0.0.1:8080\"\n\n[generation]\nmax-tokens = 64\n\n[[source]]\nname = \"a\"\npath = \"a.jsonl\"\n";
-    let line = format!("{key} = {value}\n");
+    let base = Config::new("http://127.0.0.1:8080").generation("max-tokens = 64");
+    let line = format!("{key} = {value}");
     let variants = [
-        format!("{base}{line}"),
-        base.replace("[server]\n", &format!("[server]\n{line}")),
-        base.replace("[generation]\n", &format!("[generation]\n{line}")),
-        format!("[run]\n{line}\n{base}"),
-    ];
+        base.clone().source_with("a", "a.jsonl", &line),
+        base.clone().server(&line).source("a", "a.jsonl"),
+        base.clone()
+            .generation(&format!("max-tokens = 64\n{line}"))
+            .source("a", "a.jsonl"),
+        base.clone().run(&line).source("a", "a.jsonl"),
+    ]
+    .map(|config| config.text());
     let mut reasons = Vec::new();
     for text in variants {
         match Plan::from_text(Path::new("datasets.toml"), &text) {

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs, Received};
-use support::{Gen, write_config};
+use support::{Config, Gen};
 
 fn slow_server(delay_ms: u64) -> Knobs {
     Knobs {
@@ -28,13 +28,13 @@ async fn prepared(url: &str) -> (Gen, String) {
         "data/b.jsonl",
         "{\"prompt\": \"four\"}\n{\"prompt\": \"five\"}\n{\"prompt\": \"six\"}\n",
     );
-    let config = write_config(
-        &gen_,
-        url,
-        &[("alpha", "data/a.jsonl"), ("beta", "data/b.jsonl")],
+    let config = gen_.config(
+        &Config::new(url)
+            .source("alpha", "data/a.jsonl")
+            .source("beta", "data/b.jsonl"),
     );
     let run = gen_.run(&["run", &config]).await;
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
     (gen_, config)
 }
 
@@ -79,7 +79,7 @@ async fn sweeps_two_servers_side_by_side_and_plots_them() {
             "out.svg",
         ])
         .await;
-    assert_eq!(bench.code, 0, "{}", bench.stderr);
+    assert_eq!(bench.code, Some(0), "{}", bench.stderr);
     let table = &bench.stdout;
     assert!(
         table.contains(&fast_url) && table.contains(&slow_url),
@@ -137,7 +137,7 @@ async fn each_level_gets_new_prompts_and_servers_take_turns() {
             &b_url,
         ])
         .await;
-    assert_eq!(bench.code, 0, "{}", bench.stderr);
+    assert_eq!(bench.code, Some(0), "{}", bench.stderr);
 
     // 6 prepared prompts, 3 per level: L=1 and L=2 get disjoint halves, L=4 must reuse.
     let a_levels = prompts_per_level(&a.received(), 3);
@@ -206,7 +206,7 @@ async fn json_reports_every_level_of_the_config_server() {
             "--json",
         ])
         .await;
-    assert_eq!(bench.code, 0, "{}", bench.stderr);
+    assert_eq!(bench.code, Some(0), "{}", bench.stderr);
     let report: serde_json::Value = serde_json::from_str(&bench.stdout).expect("--json parses");
     assert_eq!(report["requests_per_level"], 4);
     assert_eq!(report["prompts"], 6);
@@ -238,7 +238,7 @@ async fn auto_doubles_until_a_level_could_not_fill() {
     let bench = gen_
         .run(&["bench", &config, "--requests", "8", "--json"])
         .await;
-    assert_eq!(bench.code, 0, "{}", bench.stderr);
+    assert_eq!(bench.code, Some(0), "{}", bench.stderr);
     let report: serde_json::Value = serde_json::from_str(&bench.stdout).expect("--json parses");
     let server_report = &report["servers"][0];
     let levels: Vec<u64> = server_report["levels"]
@@ -261,9 +261,9 @@ async fn without_prepared_prompts_it_says_to_run_gen_prepare_first() {
     let server = FakeOpenAi::start(Knobs::default()).await;
     let gen_ = Gen::new();
     gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
-    let config = write_config(&gen_, &server.url(), &[("alpha", "data/a.jsonl")]);
+    let config = gen_.config(&Config::new(&server.url()).source("alpha", "data/a.jsonl"));
     let bench = gen_.run(&["bench", &config, "--concurrency", "1"]).await;
-    assert_eq!(bench.code, 1, "{}", bench.stderr);
+    assert_eq!(bench.code, Some(1), "{}", bench.stderr);
     assert!(
         bench.stderr.contains("no prepared prompts")
             && bench
@@ -277,7 +277,7 @@ async fn without_prepared_prompts_it_says_to_run_gen_prepare_first() {
     let usage = gen_
         .run(&["bench", &config, "--concurrency", "1,zero"])
         .await;
-    assert_eq!(usage.code, 2, "{}", usage.stderr);
+    assert_eq!(usage.code, Some(2), "{}", usage.stderr);
     assert!(
         usage.stderr.contains("`zero` is not a positive integer"),
         "{}",
@@ -295,7 +295,7 @@ async fn a_config_that_launches_its_server_is_benched_on_the_server_it_launches(
     let gen_ = Gen::new();
     support::llama_fruit_project(&gen_, &bin, &model, 4, "max-tokens = 8");
     let prepared = gen_.run(&["prepare", "cfg.toml"]).await;
-    assert_eq!(prepared.code, 0, "{}", prepared.stderr);
+    assert_eq!(prepared.code, Some(0), "{}", prepared.stderr);
     let bench = gen_
         .run(&[
             "bench",
@@ -306,7 +306,7 @@ async fn a_config_that_launches_its_server_is_benched_on_the_server_it_launches(
             "2",
         ])
         .await;
-    assert_eq!(bench.code, 0, "{}{}", bench.stdout, bench.stderr);
+    assert_eq!(bench.code, Some(0), "{}{}", bench.stdout, bench.stderr);
     assert!(
         bench
             .stderr

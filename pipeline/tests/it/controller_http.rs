@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs, SimKnobs};
 use gen_tests::sim::{Flavour, ServerConfig};
-use support::Gen;
+use support::{Config, Gen};
 
 /// Virtual seconds of the engine per real second: a job that takes the simulated engine 45
 /// minutes takes 27 s.
@@ -43,32 +43,18 @@ async fn job(
         .map(|i| format!("{{\"prompt\": \"Tell me about item {i}.\"}}\n"))
         .collect();
     gen_.write("data/job.jsonl", &rows);
-    gen_.write(
-        "cfg.toml",
-        format!(
-            "[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = 30000\nconcurrency = {concurrency}\n\n[[source]]\nname = \"job\"\npath = \"data/job.jsonl\"\n",
-            fake.url()
-        ),
+    gen_.config(
+        &Config::new(&fake.url())
+            .generation(&format!("max-tokens = 30000\nconcurrency = {concurrency}"))
+            .source("job", "data/job.jsonl"),
     );
-    let out = match std::env::var("GEN_BENCH_GEN") {
-        // Another build of `gen` (an older one, to measure what changed).
-        Ok(binary) => {
-            let out = tokio::process::Command::new(binary)
-                .args(["run", "cfg.toml"])
-                .current_dir(gen_.path(""))
-                .env("NO_COLOR", "1")
-                .output()
-                .await
-                .expect("spawn GEN_BENCH_GEN");
-            support::Output {
-                code: out.status.code().unwrap_or(-1),
-                stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-                stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            }
-        }
-        Err(_) => gen_.run(&["run", "cfg.toml"]).await,
-    };
-    assert_eq!(out.code, 0, "{}", out.stderr);
+    let mut run = gen_.command(&["run", "cfg.toml"]);
+    // Another build of `gen` (an older one, to measure what changed).
+    if let Ok(binary) = std::env::var("GEN_BENCH_GEN") {
+        run = run.binary(&binary);
+    }
+    let out = run.output().await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
     let makespan = fake.sim_makespan().expect("the job ran");
     (makespan, out.stderr, gen_)
 }
@@ -97,7 +83,7 @@ async fn the_tuner_reads_each_servers_caps_over_http_and_starts_there() {
         let (_, stderr, gen_) = job(flavour, server, 24, "\"auto\"").await;
         assert!(stderr.contains(says), "{flavour:?}: {stderr}");
         let status: serde_json::Value =
-            serde_json::from_str(&gen_.read("runs/cfg/status.json")).expect("status");
+            serde_json::from_str(&gen_.read_run("status.json")).expect("status");
         let line = status["servers"][0]["decision"]
             .as_str()
             .expect("decision")
@@ -106,7 +92,7 @@ async fn the_tuner_reads_each_servers_caps_over_http_and_starts_there() {
             assert!(!line.contains(symbol), "{line}");
         }
         let saved: serde_json::Value =
-            serde_json::from_str(&gen_.read("runs/cfg/controller.json")).expect("saved");
+            serde_json::from_str(&gen_.read_run("controller.json")).expect("saved");
         assert!(saved["reached"]["limit"].as_u64().is_some(), "{saved}");
     }
 }

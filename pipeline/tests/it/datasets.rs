@@ -62,6 +62,7 @@ async fn the_real_datasets_toml_runs_through_gen_against_the_fake_hub() {
         "datasets.toml",
         real.replace(local_server, &format!("url = \"{}\"", server.url())),
     );
+    gen_.use_config("datasets.toml");
     let cache = tempfile::tempdir().expect("tempdir");
     let cache_dir = cache.path().to_string_lossy().into_owned();
     let out = gen_
@@ -74,15 +75,14 @@ async fn the_real_datasets_toml_runs_through_gen_against_the_fake_hub() {
             ],
         )
         .await;
-    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
 
-    let status: Value =
-        serde_json::from_str(&gen_.read("runs/datasets/status.json")).expect("status.json");
+    let status: Value = serde_json::from_str(&gen_.read_run("status.json")).expect("status.json");
     let mut earlier: HashSet<Turns> = HashSet::new();
     let mut answered = 0;
     for (i, fixture) in fixtures.iter().enumerate() {
         let name = fixture.expected.source;
-        let dir = gen_.path(&format!("runs/datasets/sources/{name}"));
+        let dir = gen_.run_path(&format!("sources/{name}"));
         // Exactly the prompts the fixture must give, in order, through the worker process.
         let prompts: Vec<Turns> = completions(&dir.join("prompts.jsonl.zst"))
             .iter()

@@ -3,7 +3,7 @@
 
 use crate::support;
 
-use support::Gen;
+use support::{Config, Gen};
 
 fn fixture(relative: &str) -> String {
     let path = format!(
@@ -19,7 +19,7 @@ async fn diagnose_json(gen_: &Gen, args: &[&str]) -> serde_json::Value {
     all.extend_from_slice(args);
     all.push("--json");
     let out = gen_.run(&all).await;
-    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
     serde_json::from_str(&out.stdout).expect("verdict json")
 }
 
@@ -157,15 +157,15 @@ async fn wrong_flags_are_usage_errors_that_say_what_to_give() {
             "yesterday",
         ])
         .await;
-    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
     assert!(out.stderr.contains("is not a time"), "{}", out.stderr);
     let out = gen_
         .run(&["diagnose", "--stderr", "stderr.txt", "--signal", "SIGFOO"])
         .await;
-    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
     assert!(out.stderr.contains("is not a signal"), "{}", out.stderr);
     let out = gen_.run(&["diagnose", "--stderr", "missing.txt"]).await;
-    assert_ne!(out.code, 0);
+    assert_ne!(out.code, Some(0));
     assert!(out.stderr.contains("missing.txt"), "{}", out.stderr);
 }
 
@@ -173,7 +173,7 @@ async fn wrong_flags_are_usage_errors_that_say_what_to_give() {
 async fn help_documents_every_offline_flag_with_examples() {
     let gen_ = Gen::new();
     let out = gen_.run(&["diagnose", "--help"]).await;
-    assert_eq!(out.code, 0);
+    assert_eq!(out.code, Some(0));
     for needle in [
         "--started-at",
         "--exited-at",
@@ -199,7 +199,7 @@ async fn help_documents_every_offline_flag_with_examples() {
 async fn a_source_without_a_config_names_the_default_or_asks_for_one() {
     let gen_ = Gen::new();
     let out = gen_.run(&["diagnose", "wildchat"]).await;
-    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
     assert!(
         out.stderr.contains(
             "say which config `wildchat` belongs to: `gen diagnose wildchat --config CONFIG`"
@@ -207,9 +207,11 @@ async fn a_source_without_a_config_names_the_default_or_asks_for_one() {
         "{}",
         out.stderr
     );
-    gen_.write(
-        "datasets.toml",
-        "[server]\nurl = \"http://127.0.0.1:9\"\n\n[generation]\nmax-tokens = 8\n\n[[source]]\nname = \"wildchat\"\npath = \"a.jsonl\"\n",
+    gen_.config(
+        &Config::new("http://127.0.0.1:9")
+            .named("datasets.toml")
+            .generation("max-tokens = 8")
+            .source("wildchat", "a.jsonl"),
     );
     let out = gen_.run(&["diagnose", "wildchat"]).await;
     assert!(

@@ -6,16 +6,11 @@
 use crate::support;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
-use support::{Gen, completions};
+use support::{Config, Gen};
 
-fn config(url: &str, sources: &str) -> String {
-    format!("[server]\nurl = \"{url}\"\n\n[generation]\nmax-tokens = 8\n{sources}")
-}
-
-fn custom_source(name: &str, script: &str, extra: &str) -> String {
-    // A JSON string is a valid TOML basic string.
-    let script = serde_json::to_string(script).expect("string");
-    format!("\n[[source]]\nname = \"{name}\"\ncommand = [\"python3\", \"-c\", {script}]\n{extra}\n")
+/// The config against `url`, answers of up to 8 tokens.
+fn config(url: &str) -> Config {
+    Config::new(url).generation("max-tokens = 8")
 }
 
 async fn status(gen_: &Gen) -> serde_json::Value {
@@ -24,7 +19,7 @@ async fn status(gen_: &Gen) -> serde_json::Value {
 }
 
 fn worker(gen_: &Gen, name: &str) -> serde_json::Value {
-    serde_json::from_str(&gen_.read(&format!("runs/cfg/sources/{name}/worker.json")))
+    serde_json::from_str(&gen_.read_run(&format!("sources/{name}/worker.json")))
         .expect("worker.json")
 }
 
@@ -66,11 +61,13 @@ async fn a_worker_over_its_memory_limit_is_oom_killed_and_classified_from_the_ke
     let gen_ = Gen::new();
     gen_.write("data/ok.jsonl", "{\"prompt\": \"fine\"}\n");
     let hog = "import time\nchunks = []\nwhile True:\n    chunks.append(bytearray(8 << 20))\n    time.sleep(0.01)\n";
-    let sources = custom_source("hog", hog, "memory-limit = \"64M\"")
-        + "\n[[source]]\nname = \"ok\"\npath = \"data/ok.jsonl\"\n";
-    gen_.write("cfg.toml", config(&server.url(), &sources));
+    gen_.config(
+        &config(&server.url())
+            .python_source("hog", hog, "memory-limit = \"64M\"")
+            .source("ok", "data/ok.jsonl"),
+    );
     let out = gen_.run(&["run", "cfg.toml"]).await;
-    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
 
     let record = worker(&gen_, "hog");
     let verdict = &record["verdict"];
@@ -91,7 +88,7 @@ async fn a_worker_over_its_memory_limit_is_oom_killed_and_classified_from_the_ke
     assert_eq!(status["sources"][1]["phase"], "done");
 
     let explained = gen_.run(&["diagnose", "hog", "--config", "cfg.toml"]).await;
-    assert_eq!(explained.code, 0, "{}", explained.stderr);
+    assert_eq!(explained.code, Some(0), "{}", explained.stderr);
     assert!(
         explained
             .stdout
@@ -106,12 +103,9 @@ async fn a_python_traceback_is_reported_with_type_and_message() {
     let server = FakeOpenAi::start(Knobs::default()).await;
     let gen_ = Gen::new();
     let script = "import sys\nrows = {}\nprint('loading', flush=True)\nrows['prompt']\n";
-    gen_.write(
-        "cfg.toml",
-        config(&server.url(), &custom_source("broken", script, "")),
-    );
+    gen_.config(&config(&server.url()).python_source("broken", script, ""));
     let out = gen_.run(&["run", "cfg.toml"]).await;
-    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
     let verdict = &worker(&gen_, "broken")["verdict"];
     assert_eq!(verdict["class"], "traceback", "{verdict:#}");
     assert_eq!(
@@ -140,18 +134,12 @@ async fn a_crash_after_complete_output_keeps_the_output_and_generates() {
         "open(os.environ['GEN_DONE'], 'w').close()\n",
         "os.abort()\n",
     );
-    gen_.write(
-        "cfg.toml",
-        config(
-            &server.url(),
-            &custom_source("teardown", script, "expected-prompts = 5"),
-        ),
-    );
+    gen_.config(&config(&server.url()).python_source("teardown", script, "expected-prompts = 5"));
     let out = gen_.run(&["run", "cfg.toml"]).await;
-    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
     let verdict = &worker(&gen_, "teardown")["verdict"];
     assert_eq!(verdict["class"], "cleanup_after_completion", "{verdict:#}");
-    let records = completions(&gen_.path("runs/cfg/sources/teardown/completions.jsonl.zst"));
+    let records = gen_.completions_of("teardown");
     assert_eq!(records.len(), 5);
     let status = status(&gen_).await;
     assert_eq!(status["sources"][0]["phase"], "done");
@@ -175,7 +163,7 @@ async fn offline_diagnosis_of_captured_logs() {
             "--json",
         ])
         .await;
-    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
     let verdict: serde_json::Value = serde_json::from_str(&out.stdout).expect("json");
     assert_eq!(verdict["class"], "traceback");
     assert_eq!(verdict["error"]["exception"]["message"], "bad row");
@@ -186,11 +174,11 @@ async fn offline_diagnosis_of_captured_logs() {
 [2026-11-30 00:00:05 TP0] Capture cuda graph failed: CUDA out of memory. Tried to allocate 2.00 GiB.\n",
     );
     let out = gen_.run(&["diagnose", "--server-log", "sglang.log"]).await;
-    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(out.stdout.contains("mem-fraction-static"), "{}", out.stdout);
 
     let missing = gen_.run(&["diagnose"]).await;
-    assert_eq!(missing.code, 2);
+    assert_eq!(missing.code, Some(2));
 }
 
 #[tokio::test]
@@ -202,20 +190,14 @@ async fn without_dev_kmsg_the_kernel_line_comes_from_dmesg_after_the_fact() {
     let server = FakeOpenAi::start(Knobs::default()).await;
     let gen_ = Gen::new();
     let hog = "chunks = []\nwhile True:\n    chunks.append(bytearray(8 << 20))\n";
-    gen_.write(
-        "cfg.toml",
-        config(
-            &server.url(),
-            &custom_source("hog", hog, "memory-limit = \"48M\""),
-        ),
-    );
+    gen_.config(&config(&server.url()).python_source("hog", hog, "memory-limit = \"48M\""));
     let out = gen_
         .run_with_env(
             &["run", "cfg.toml"],
             &[("GEN_TEST_KMSG", "/nonexistent/kmsg")],
         )
         .await;
-    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
     let record = worker(&gen_, "hog");
     let verdict = &record["verdict"];
     assert_eq!(verdict["class"], "oom", "{record:#}");
@@ -231,12 +213,14 @@ async fn a_worker_that_makes_no_progress_is_stopped_by_the_watchdog_and_called_a
     let server = FakeOpenAi::start(Knobs::default()).await;
     let gen_ = Gen::new();
     let hang = "import time\nprint('started', flush=True)\ntime.sleep(3600)\n";
-    let text = config(&server.url(), &custom_source("stuck", hang, ""))
-        .replace("[server]", "[run]\nstall-timeout-secs = 2\n\n[server]");
-    gen_.write("cfg.toml", &text);
+    gen_.config(
+        &config(&server.url())
+            .run("stall-timeout-secs = 2")
+            .python_source("stuck", hang, ""),
+    );
     let started = std::time::Instant::now();
     let out = gen_.run(&["run", "cfg.toml"]).await;
-    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
     assert!(
         started.elapsed() < std::time::Duration::from_secs(60),
         "the watchdog fired"
@@ -268,12 +252,15 @@ async fn keeping_every_row_of_a_source_larger_than_the_memory_limit_succeeds() {
     }
     gen_.write("data/big.jsonl", &data);
     drop(data);
-    let sources = "\n[[source]]\nname = \"big\"\npath = \"data/big.jsonl\"\nlimit = 100000000\nmemory-limit = \"64M\"\n";
-    gen_.write("cfg.toml", config(&server.url(), sources));
+    gen_.config(&config(&server.url()).source_with(
+        "big",
+        "data/big.jsonl",
+        "limit = 100000000\nmemory-limit = \"64M\"",
+    ));
     let out = gen_.run(&["run", "cfg.toml"]).await;
-    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
     let manifest: serde_json::Value =
-        serde_json::from_str(&gen_.read("runs/cfg/sources/big/manifest.json")).expect("manifest");
+        serde_json::from_str(&gen_.read_run("sources/big/manifest.json")).expect("manifest");
     assert_eq!(manifest["prompts"], rows, "{manifest:#}");
     let record = worker(&gen_, "big");
     let peak = record["report"]["peak_rss_bytes"]
@@ -283,7 +270,7 @@ async fn keeping_every_row_of_a_source_larger_than_the_memory_limit_succeeds() {
         peak < 64 << 20,
         "peak RSS {peak} under the limit: {record:#}"
     );
-    let records = completions(&gen_.path("runs/cfg/sources/big/completions.jsonl.zst"));
+    let records = gen_.completions_of("big");
     assert_eq!(records.len(), rows);
 }
 
@@ -304,11 +291,13 @@ async fn an_oom_on_a_huge_row_advises_a_limit_sized_from_that_row() {
         format!("{{\"prompt\": \"small\"}}\n{{\"prompt\": \"{huge}\"}}\n"),
     );
     drop(huge);
-    let sources =
-        "\n[[source]]\nname = \"huge\"\npath = \"data/huge.jsonl\"\nmemory-limit = \"64M\"\n";
-    gen_.write("cfg.toml", config(&server.url(), sources));
+    gen_.config(&config(&server.url()).source_with(
+        "huge",
+        "data/huge.jsonl",
+        "memory-limit = \"64M\"",
+    ));
     let out = gen_.run(&["run", "cfg.toml"]).await;
-    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
 
     let record = worker(&gen_, "huge");
     let verdict = &record["verdict"];

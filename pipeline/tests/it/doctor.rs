@@ -5,15 +5,15 @@
 use crate::support;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
-use support::{Gen, Output};
+use support::{Config, Gen, Output};
 
-fn config(url: &str) -> String {
-    format!(
-        "[run]\nmax-parallel-prep = 2\n\n[server]\nurl = \"{url}\"\nhost-memory = \"1G\"\n\n\
-         [generation]\nmax-tokens = 16\n\n\
-         [[source]]\nname = \"alpha\"\npath = \"data/a.jsonl\"\nmemory-limit = \"512M\"\n\n\
-         [[source]]\nname = \"beta\"\npath = \"data/b.jsonl\"\nmemory-limit = \"256M\"\n"
-    )
+fn config(url: &str) -> Config {
+    Config::new(url)
+        .run("max-parallel-prep = 2")
+        .server("host-memory = \"1G\"")
+        .generation("max-tokens = 16")
+        .source_with("alpha", "data/a.jsonl", "memory-limit = \"512M\"")
+        .source_with("beta", "data/b.jsonl", "memory-limit = \"256M\"")
 }
 
 /// The sources' files: a missing one is a FAIL line of its own.
@@ -41,11 +41,17 @@ fn line<'a>(out: &'a Output, check: &str) -> &'a str {
 async fn a_plan_over_a_small_memory_budget_is_refused_with_the_numbers() {
     let server = FakeOpenAi::start(Knobs::default()).await;
     let gen_ = Gen::new();
-    gen_.write("cfg.toml", config(&server.url()));
+    gen_.config(&config(&server.url()));
     write_data(&gen_);
 
     let refused = doctor(&gen_, "1073741824").await;
-    assert_eq!(refused.code, 1, "{}\n{}", refused.stdout, refused.stderr);
+    assert_eq!(
+        refused.code,
+        Some(1),
+        "{}\n{}",
+        refused.stdout,
+        refused.stderr
+    );
     let memory = line(&refused, "memory");
     assert!(
         memory.starts_with("FAIL  memory  needs 2 GiB host RAM, 1 GiB"),
@@ -68,7 +74,7 @@ async fn a_plan_over_a_small_memory_budget_is_refused_with_the_numbers() {
     );
 
     let fits = doctor(&gen_, "1T").await;
-    assert_eq!(fits.code, 0, "{}\n{}", fits.stdout, fits.stderr);
+    assert_eq!(fits.code, Some(0), "{}\n{}", fits.stdout, fits.stderr);
     assert!(
         line(&fits, "memory").starts_with("ok    memory  needs 2 GiB host RAM of 1 TiB available"),
         "{}",
@@ -90,10 +96,10 @@ async fn a_server_that_does_not_answer_is_a_warning_not_a_failure() {
         .port();
     let gen_ = Gen::new();
     let url = format!("http://127.0.0.1:{port}");
-    gen_.write("cfg.toml", config(&url));
+    gen_.config(&config(&url));
     write_data(&gen_);
     let out = doctor(&gen_, "1T").await;
-    assert_eq!(out.code, 0, "{}\n{}", out.stdout, out.stderr);
+    assert_eq!(out.code, Some(0), "{}\n{}", out.stdout, out.stderr);
     let server = line(&out, "server");
     assert!(
         server.starts_with(&format!(

@@ -6,7 +6,7 @@
 use crate::support;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
-use support::{Gen, write_config};
+use support::{Config, Gen};
 
 const COLUMNS: [&str; 9] = [
     "id",
@@ -75,25 +75,28 @@ async fn an_export_loads_with_the_python_datasets_package_in_both_formats() {
         "data/b.jsonl",
         "{\"prompt\": \"five\"}\n{\"prompt\": \"six\"}\n",
     );
-    let config = write_config(
-        &gen_,
-        &server.url(),
-        &[("alpha", "data/a.jsonl"), ("beta", "data/b.jsonl")],
+    let config = gen_.config(
+        &Config::new(&server.url())
+            .source("alpha", "data/a.jsonl")
+            .source("beta", "data/b.jsonl"),
     );
     let run = gen_.run(&["run", &config]).await;
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
 
     let jsonl = gen_.run(&["export", &config]).await;
-    assert_eq!(jsonl.code, 0, "{}", jsonl.stderr);
+    assert_eq!(jsonl.code, Some(0), "{}", jsonl.stderr);
     assert!(
         jsonl
             .stdout
             .starts_with("exported 6 completions (alpha 4, beta 2) to `")
-            && jsonl.stdout.trim_end().ends_with("runs/cfg/export.jsonl`"),
+            && jsonl
+                .stdout
+                .trim_end()
+                .ends_with(&format!("{}/export.jsonl`", gen_.run_dir())),
         "{}",
         jsonl.stdout
     );
-    let text = gen_.read("runs/cfg/export.jsonl");
+    let text = gen_.read_run("export.jsonl");
     let rows: Vec<serde_json::Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).expect("json row"))
@@ -114,14 +117,14 @@ async fn an_export_loads_with_the_python_datasets_package_in_both_formats() {
     let parquet = gen_
         .run(&[
             "export",
-            "runs/cfg",
+            &gen_.run_dir(),
             "--format",
             "parquet",
             "--output",
             "out/train.parquet",
         ])
         .await;
-    assert_eq!(parquet.code, 0, "{}", parquet.stderr);
+    assert_eq!(parquet.code, Some(0), "{}", parquet.stderr);
     assert_eq!(
         parquet.stdout,
         "exported 6 completions (alpha 4, beta 2) to `out/train.parquet`\n"
@@ -133,13 +136,13 @@ async fn an_export_loads_with_the_python_datasets_package_in_both_formats() {
     assert_eq!(leftovers, ["train.parquet"], "no temporary file is left");
 
     let nothing = gen_.run(&["export", "no-such-dir"]).await;
-    assert_eq!(nothing.code, 2, "{}", nothing.stderr);
+    assert_eq!(nothing.code, Some(2), "{}", nothing.stderr);
 
     let Some(python) = gen_tests::python::with_datasets() else {
         return;
     };
     assert_loaded(
-        &load_with_datasets(&python, "json", &gen_.path("runs/cfg/export.jsonl")),
+        &load_with_datasets(&python, "json", &gen_.run_path("export.jsonl")),
         "jsonl",
     );
     assert_loaded(
@@ -160,15 +163,14 @@ fn alpha_and_a_failing_beta(gen_: &Gen, url: &str) -> String {
             "{\"id\": \"row-4\", \"prompt\": \"four\"}\n",
         ),
     );
-    gen_.write(
-        "cfg.toml",
-        format!(
-            "[server]\nurl = \"{url}\"\n\n[generation]\nmax-tokens = 16\nconcurrency = 3\n\n\
-             [[source]]\nname = \"alpha\"\npath = \"data/a.jsonl\"\nid-field = \"id\"\n\n\
-             [[source]]\nname = \"beta\"\ncommand = [\"sh\", \"-c\", \"echo broken >&2; exit 3\"]\n"
-        ),
-    );
-    "cfg.toml".to_owned()
+    gen_.config(
+        &Config::new(url)
+            .source_with("alpha", "data/a.jsonl", "id-field = \"id\"")
+            .source_table(
+                "beta",
+                "command = [\"sh\", \"-c\", \"echo broken >&2; exit 3\"]",
+            ),
+    )
 }
 
 #[tokio::test]
@@ -177,11 +179,11 @@ async fn a_run_with_a_failed_source_fails_status_export_and_verify_unless_allowe
     let gen_ = Gen::new();
     let config = alpha_and_a_failing_beta(&gen_, &server.url());
     let run = gen_.run(&["run", &config]).await;
-    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
 
     // `gen status` says the run failed, and exits so; `--watch` on a finished run at once.
     let status = gen_.run(&["status", &config]).await;
-    assert_eq!(status.code, 1, "{}{}", status.stdout, status.stderr);
+    assert_eq!(status.code, Some(1), "{}{}", status.stdout, status.stderr);
     assert!(
         status.stdout.contains("with 1 failed source of 2")
             && status.stdout.contains("\nbeta ")
@@ -190,11 +192,11 @@ async fn a_run_with_a_failed_source_fails_status_export_and_verify_unless_allowe
         status.stdout
     );
     let watched = gen_.run(&["status", &config, "--watch"]).await;
-    assert_eq!(watched.code, 1, "{}", watched.stderr);
+    assert_eq!(watched.code, Some(1), "{}", watched.stderr);
     assert_eq!(watched.stdout, status.stdout);
 
     let export = gen_.run(&["export", &config]).await;
-    assert_eq!(export.code, 1, "{}{}", export.stdout, export.stderr);
+    assert_eq!(export.code, Some(1), "{}{}", export.stdout, export.stderr);
     assert!(
         export
             .stderr
@@ -204,10 +206,10 @@ async fn a_run_with_a_failed_source_fails_status_export_and_verify_unless_allowe
         "{}",
         export.stderr
     );
-    assert!(!gen_.path("runs/cfg/export.jsonl").exists());
+    assert!(!gen_.run_path("export.jsonl").exists());
 
     let verify = gen_.run(&["verify", &config]).await;
-    assert_eq!(verify.code, 1, "{}", verify.stdout);
+    assert_eq!(verify.code, Some(1), "{}", verify.stdout);
     assert!(
         verify
             .stdout
@@ -219,17 +221,17 @@ async fn a_run_with_a_failed_source_fails_status_export_and_verify_unless_allowe
         verify.stdout
     );
     let allowed = gen_.run(&["verify", &config, "--allow-incomplete"]).await;
-    assert_eq!(allowed.code, 0, "{}", allowed.stdout);
+    assert_eq!(allowed.code, Some(0), "{}", allowed.stdout);
 
     let export = gen_.run(&["export", &config, "--allow-incomplete"]).await;
-    assert_eq!(export.code, 0, "{}", export.stderr);
+    assert_eq!(export.code, Some(0), "{}", export.stderr);
     assert!(
         export.stderr.contains("`beta`: its preparation failed"),
         "{}",
         export.stderr
     );
     let mut keys: Vec<(String, String)> = gen_
-        .read("runs/cfg/export.jsonl")
+        .read_run("export.jsonl")
         .lines()
         .map(|l| {
             let row: serde_json::Value = serde_json::from_str(l).expect("json row");
@@ -262,18 +264,21 @@ async fn a_rerun_keeps_the_truncation_count_of_a_source_it_did_not_generate_for(
     let config = alpha_and_a_failing_beta(&gen_, &server.url());
     let truncated = |gen_: &Gen| -> serde_json::Value {
         let status: serde_json::Value =
-            serde_json::from_str(&gen_.read("runs/cfg/status.json")).expect("status");
+            serde_json::from_str(&gen_.read_run("status.json")).expect("status");
         status["sources"][0]["truncated"].clone()
     };
-    assert_eq!(gen_.run(&["run", &config]).await.code, 1);
+    assert_eq!(gen_.run(&["run", &config]).await.code, Some(1));
     assert_eq!(truncated(&gen_), 1);
     // Every source again: alpha has nothing to send; then only the failed one.
-    assert_eq!(gen_.run(&["run", &config]).await.code, 1);
+    assert_eq!(gen_.run(&["run", &config]).await.code, Some(1));
     assert_eq!(truncated(&gen_), 1);
-    assert_eq!(gen_.run(&["run", &config, "--only-failed"]).await.code, 1);
+    assert_eq!(
+        gen_.run(&["run", &config, "--only-failed"]).await.code,
+        Some(1)
+    );
     assert_eq!(truncated(&gen_), 1);
     // The cache next to the file is a shortcut, not the truth.
-    std::fs::remove_file(gen_.path("runs/cfg/sources/alpha/tally.json")).expect("rm tally");
-    assert_eq!(gen_.run(&["run", &config]).await.code, 1);
+    std::fs::remove_file(gen_.source_path("alpha", "tally.json")).expect("rm tally");
+    assert_eq!(gen_.run(&["run", &config]).await.code, Some(1));
     assert_eq!(truncated(&gen_), 1);
 }

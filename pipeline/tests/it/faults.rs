@@ -23,8 +23,6 @@ mod configs;
 mod corpus;
 #[path = "faults/disk.rs"]
 mod disk;
-#[path = "faults/harness.rs"]
-mod harness;
 #[path = "faults/llama.rs"]
 mod llama;
 #[path = "faults/outcomes.rs"]
@@ -36,24 +34,23 @@ mod shards;
 
 use std::time::Duration;
 
+use crate::support::{Config, Project, Rng, completion_ids, done, phase_of, wait_for, walk};
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
-use harness::{Project, Rng, completion_ids, done, phase_of, wait_for_status};
 use serde_json::Value;
 
-const RUN: &str = "runs/cfg";
 const SOURCES: [&str; 3] = ["alpha", "beta", "gamma"];
 
-/// `cfg.toml` for `sources` (name, path, extra lines) against `url`.
-fn write_config(project: &Project, url: &str, run: &str, sources: &[(&str, &str, &str)]) {
-    let mut text = format!(
-        "[run]\n{run}\n\n[server]\nurl = \"{url}\"\n\n[generation]\nmax-tokens = 16\nconcurrency = 4\n"
-    );
-    for (name, path, extra) in sources {
-        text.push_str(&format!(
-            "\n[[source]]\nname = \"{name}\"\npath = \"{path}\"\n{extra}\n"
-        ));
-    }
-    project.write("cfg.toml", text);
+/// The scenarios' config against `url`: answers of up to 16 tokens, 4 at a time.
+fn config(url: &str) -> Config {
+    Config::new(url).generation("max-tokens = 16\nconcurrency = 4")
+}
+
+/// A project with one source, `alpha`, of `rows` (JSONL text), against the server at `url`.
+fn alpha_project(url: &str, rows: String) -> Project {
+    let project = Project::new();
+    project.write("data/alpha.jsonl", rows);
+    project.config(&config(url).source("alpha", "data/alpha.jsonl"));
+    project
 }
 
 /// `rows` distinct prompt rows.
@@ -120,41 +117,32 @@ async fn kill_scenario(
         project.write(&format!("data/{name}.jsonl"), rows(name, rows_per_source));
     }
     let extra = format!("limit = {limit}");
-    write_config(
-        &project,
-        &server.url(),
-        "max-parallel-prep = 1",
-        &SOURCES
-            .map(|name| (name, format!("data/{name}.jsonl")))
-            .iter()
-            .map(|(n, p)| (*n, p.as_str(), extra.as_str()))
-            .collect::<Vec<_>>(),
-    );
+    let mut config = config(&server.url()).run("max-parallel-prep = 1");
+    for name in SOURCES {
+        config = config.source_with(name, &format!("data/{name}.jsonl"), &extra);
+    }
+    project.config(&config);
     let total = (SOURCES.len() * limit) as u64;
     let stored = |project: &Project| -> usize {
         SOURCES
             .iter()
-            .map(|s| {
-                completion_ids(&project.path(&format!("{RUN}/sources/{s}/completions.jsonl.zst")))
-                    .len()
-            })
+            .map(|s| completion_ids(&project.source_path(s, "completions.jsonl.zst")).len())
             .sum()
     };
     let mut kills = Vec::new();
     for k in 0..prep_kills + gen_kills {
         // A fresh status per run: the last run's file would satisfy the wait at once.
-        std::fs::remove_file(project.path(&format!("{RUN}/status.json"))).ok();
-        let mut child = project.spawn(&["run", "cfg.toml"]);
+        std::fs::remove_file(project.run_path("status.json")).ok();
+        let mut child = project.start(&["run", "cfg.toml"]);
         let status = if k < prep_kills {
-            let status = wait_for_status(
-                &project,
-                RUN,
-                &mut child,
-                "a source in preparation",
-                Duration::from_secs(60),
-                |s| SOURCES.iter().any(|n| phase_of(s, n) == "preparing"),
-            )
-            .await;
+            let status = child
+                .until_run_status(
+                    &project,
+                    "a source in preparation",
+                    Duration::from_secs(60),
+                    |s| SOURCES.iter().any(|n| phase_of(s, n) == "preparing"),
+                )
+                .await;
             // The seeded delay picks the point inside the preparation.
             tokio::time::sleep(Duration::from_millis(rng.range(0, 120))).await;
             status
@@ -163,18 +151,14 @@ async fn kill_scenario(
             let left = total.saturating_sub(stored(&project) as u64) as usize;
             let step = (left / (prep_kills + gen_kills - k + 1)).max(2);
             let target = before + rng.range(1, step as u64) as usize;
-            let until = std::time::Instant::now() + Duration::from_secs(60);
-            while server.chat_requests() < target {
-                if let Some(exit) = child.try_wait().expect("try_wait") {
-                    panic!("gen exited ({exit}) before request {target}");
-                }
-                assert!(
-                    std::time::Instant::now() < until,
-                    "timed out at request {target}"
-                );
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            project.status(RUN).unwrap_or_default()
+            child
+                .until(
+                    &format!("request {target}"),
+                    Duration::from_secs(60),
+                    || server.chat_requests() >= target,
+                )
+                .await;
+            project.status().unwrap_or_default()
         };
         let any = |phase: &str| SOURCES.iter().any(|n| phase_of(&status, n) == phase);
         let during = match (any("preparing"), any("generating")) {
@@ -184,18 +168,17 @@ async fn kill_scenario(
         };
         let requests = server.chat_requests();
         assert!(
-            child.try_wait().expect("try_wait").is_none(),
+            child.exited().is_none(),
             "kill {k} must hit a running `gen run`"
         );
-        child.start_kill().expect("kill -9");
-        let exit = child.wait().await.expect("wait");
+        let exit = child.kill9().await;
         assert_eq!(
             std::os::unix::process::ExitStatusExt::signal(&exit),
             Some(9),
             "{exit}"
         );
         // A killed run directory is consistent: pending work, never a duplicate.
-        let (code, audit) = project.verify(RUN).await;
+        let (code, audit) = project.verify().await;
         assert_eq!(code, Some(0), "after kill {k}: {audit:#}");
         assert_eq!(audit["totals"]["duplicated"], 0, "{audit:#}");
         kills.push(Kill {
@@ -204,21 +187,20 @@ async fn kill_scenario(
             stored: stored(&project),
         });
     }
-    let last = project.run_gen(&["run", "cfg.toml"]).await;
+    let last = project.run(&["run", "cfg.toml"]).await;
     assert_eq!(last.code, Some(0), "{}", last.stderr);
-    let (code, audit) = project.verify(RUN).await;
+    let (code, audit) = project.verify().await;
     assert_eq!(code, Some(0), "{audit:#}");
     assert_complete(&audit, total);
     // Independently of `gen verify`: each file holds each prompt exactly once.
     for name in SOURCES {
-        let mut ids =
-            completion_ids(&project.path(&format!("{RUN}/sources/{name}/completions.jsonl.zst")));
+        let mut ids = completion_ids(&project.source_path(name, "completions.jsonl.zst"));
         let count = ids.len();
         ids.sort();
         ids.dedup();
         assert_eq!((ids.len(), count), (limit, limit), "{name}");
     }
-    let again = project.run_gen(&["run", "cfg.toml"]).await;
+    let again = project.run(&["run", "cfg.toml"]).await;
     assert!(again.stderr.contains("nothing to do"), "{}", again.stderr);
     KillReport {
         seed,
@@ -296,15 +278,8 @@ async fn soak_twenty_kills() {
 
 /// A finished run with `n` prompts in source `alpha` (several completion frames).
 async fn finished_run(server: &FakeOpenAi, n: usize) -> Project {
-    let project = Project::new();
-    project.write("data/alpha.jsonl", rows("alpha", n));
-    write_config(
-        &project,
-        &server.url(),
-        "",
-        &[("alpha", "data/alpha.jsonl", "")],
-    );
-    let out = project.run_gen(&["run", "cfg.toml"]).await;
+    let project = alpha_project(&server.url(), rows("alpha", n));
+    let out = project.run(&["run", "cfg.toml"]).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     project
 }
@@ -313,31 +288,31 @@ async fn finished_run(server: &FakeOpenAi, n: usize) -> Project {
 async fn garbage_after_the_last_frame_is_a_torn_tail_cut_by_the_next_run() {
     let server = FakeOpenAi::start(Knobs::default()).await;
     let project = finished_run(&server, 10).await;
-    let path = project.path(&format!("{RUN}/sources/alpha/completions.jsonl.zst"));
+    let path = project.source_path("alpha", "completions.jsonl.zst");
     let mut bytes = std::fs::read(&path).expect("read");
     let whole = bytes.len();
     bytes.extend_from_slice(b"\x28\xb5\x2f\xfd garbage from a crash");
     std::fs::write(&path, &bytes).expect("write");
 
-    let before = project.run_gen(&["verify", RUN]).await;
+    let before = project.run(&["verify", &project.run_dir()]).await;
     assert_eq!(before.code, Some(0), "{}", before.stdout);
     assert!(
         before.stdout.contains("torn tail of 25 bytes"),
         "{}",
         before.stdout
     );
-    let (_, audit) = project.verify(RUN).await;
+    let (_, audit) = project.verify().await;
     assert_eq!(
         audit["sources"][0]["notes"][0],
         "`completions.jsonl.zst`: torn tail of 25 bytes (repaired on the next run)"
     );
-    let out = project.run_gen(&["run", "cfg.toml"]).await;
+    let out = project.run(&["run", "cfg.toml"]).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(
         std::fs::metadata(&path).expect("meta").len() as usize,
         whole
     );
-    let (code, audit) = project.verify(RUN).await;
+    let (code, audit) = project.verify().await;
     assert_eq!(code, Some(0));
     assert_complete(&audit, 10);
     assert!(
@@ -354,7 +329,7 @@ async fn a_frame_cut_in_the_middle_is_repaired_and_its_prompts_generated_again()
     let server = FakeOpenAi::start(Knobs::default()).await;
     // 100 prompts: a first frame of 64 records, then the rest.
     let project = finished_run(&server, 100).await;
-    let path = project.path(&format!("{RUN}/sources/alpha/completions.jsonl.zst"));
+    let path = project.source_path("alpha", "completions.jsonl.zst");
     let bytes = std::fs::read(&path).expect("read");
     let first = zstd::zstd_safe::find_frame_compressed_size(&bytes).expect("first frame");
     assert!(first < bytes.len(), "expected at least two frames");
@@ -364,7 +339,7 @@ async fn a_frame_cut_in_the_middle_is_repaired_and_its_prompts_generated_again()
     assert!(kept < 100);
 
     // Before the rerun the audit sees the torn tail and the prompts it lost.
-    let (code, audit) = project.verify(RUN).await;
+    let (code, audit) = project.verify().await;
     assert_eq!(
         code,
         Some(1),
@@ -374,10 +349,10 @@ async fn a_frame_cut_in_the_middle_is_repaired_and_its_prompts_generated_again()
     let notes = audit["sources"][0]["notes"].to_string();
     assert!(notes.contains("torn tail of"), "{notes}");
 
-    let out = project.run_gen(&["run", "cfg.toml"]).await;
+    let out = project.run(&["run", "cfg.toml"]).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(server.chat_requests(), 100 + (100 - kept));
-    let (code, audit) = project.verify(RUN).await;
+    let (code, audit) = project.verify().await;
     assert_eq!(code, Some(0), "{audit:#}");
     assert_complete(&audit, 100);
 }
@@ -386,7 +361,7 @@ async fn a_frame_cut_in_the_middle_is_repaired_and_its_prompts_generated_again()
 async fn damage_in_the_middle_of_a_file_fails_the_audit() {
     let server = FakeOpenAi::start(Knobs::default()).await;
     let project = finished_run(&server, 100).await;
-    let path = project.path(&format!("{RUN}/sources/alpha/completions.jsonl.zst"));
+    let path = project.source_path("alpha", "completions.jsonl.zst");
     let mut bytes = std::fs::read(&path).expect("read");
     let first = zstd::zstd_safe::find_frame_compressed_size(&bytes).expect("first frame");
     // Flip bytes inside the first frame: the checksum no longer matches.
@@ -394,7 +369,7 @@ async fn damage_in_the_middle_of_a_file_fails_the_audit() {
         *b ^= 0xff;
     }
     std::fs::write(&path, &bytes).expect("write");
-    let out = project.run_gen(&["verify", RUN]).await;
+    let out = project.run(&["verify", &project.run_dir()]).await;
     assert_eq!(out.code, Some(1), "{}", out.stdout);
     assert!(
         out.stdout
@@ -422,48 +397,32 @@ async fn sigterm_mid_generation_exits_cleanly_and_a_rerun_completes_the_rest() {
         ..Knobs::default()
     })
     .await;
-    let project = Project::new();
-    project.write("data/alpha.jsonl", rows("alpha", 120));
-    write_config(
-        &project,
-        &server.url(),
-        "",
-        &[("alpha", "data/alpha.jsonl", "")],
-    );
-    let mut child = project.spawn(&["run", "cfg.toml"]);
-    let until = std::time::Instant::now() + Duration::from_secs(60);
-    while server.chat_requests() < 20 {
-        assert!(
-            child.try_wait().expect("try_wait").is_none(),
-            "gen ended early"
-        );
-        assert!(std::time::Instant::now() < until, "no progress");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    let pid = child.id().expect("pid").to_string();
-    let kill = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .expect("kill");
-    assert!(kill.success());
-    let out = child.wait_with_output().await.expect("wait");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let project = alpha_project(&server.url(), rows("alpha", 120));
+    let mut child = project.start(&["run", "cfg.toml"]);
+    child
+        .until("20 requests", Duration::from_secs(60), || {
+            server.chat_requests() >= 20
+        })
+        .await;
+    child.signal("TERM");
+    let out = child.finish(Duration::from_secs(120)).await;
+    let stderr = out.stderr;
+    assert_eq!(out.code, Some(1), "{stderr}");
     assert!(stderr.contains("interrupted"), "{stderr}");
-    let status = project.status(RUN).expect("status.json");
+    let status = project.status().expect("status.json");
     assert_eq!(status["finished"], true, "{status:#}");
     let stored = done(&status);
     assert!(stored < 120, "interrupted before the end: {status:#}");
-    let (code, audit) = project.verify(RUN).await;
+    let (code, audit) = project.verify().await;
     assert_eq!(code, Some(0), "{audit:#}");
     assert_eq!(
         audit["totals"]["pending"],
         120 - audit["totals"]["completed"].as_u64().unwrap_or(0)
     );
 
-    let rerun = project.run_gen(&["run", "cfg.toml"]).await;
+    let rerun = project.run(&["run", "cfg.toml"]).await;
     assert_eq!(rerun.code, Some(0), "{}", rerun.stderr);
-    let (code, audit) = project.verify(RUN).await;
+    let (code, audit) = project.verify().await;
     assert_eq!(code, Some(0), "{audit:#}");
     assert_complete(&audit, 120);
 }
@@ -473,7 +432,7 @@ async fn the_run_lock_is_released_when_its_holder_is_killed() {
     use gen_pipeline::run::lock::{LockError, RunLock};
     use gen_pipeline::store::RunDir;
     let project = Project::new();
-    let run_dir = RunDir::new(project.path(RUN));
+    let run_dir = RunDir::new(project.path("held"));
     std::fs::create_dir_all(run_dir.root()).expect("mkdir");
     let lock_path = run_dir.root().join("lock");
     std::fs::write(
@@ -490,25 +449,23 @@ async fn the_run_lock_is_released_when_its_holder_is_killed() {
         .kill_on_drop(true)
         .spawn()
         .expect("spawn sh");
-    let until = std::time::Instant::now() + Duration::from_secs(10);
-    let error = loop {
-        match RunLock::acquire(&run_dir) {
-            Err(error) => break error,
+    let error = wait_for("the holder to take the lock", Duration::from_secs(10))
+        .every(Duration::from_millis(5))
+        .until_some(|| match RunLock::acquire(&run_dir) {
+            Err(error) => Some(error),
             // `flock` has not taken it yet.
-            Ok(lock) => drop(lock),
-        }
-        assert!(
-            std::time::Instant::now() < until,
-            "the holder never took the lock"
-        );
-        // The probe above may have rewritten the file; put the holder's record back.
-        std::fs::write(
-            &lock_path,
-            "{\"pid\": 4242, \"host\": \"gpu-node-7\", \"started\": 0}\n",
-        )
-        .expect("write");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
+            Ok(lock) => {
+                drop(lock);
+                // The probe may have rewritten the file; put the holder's record back.
+                std::fs::write(
+                    &lock_path,
+                    "{\"pid\": 4242, \"host\": \"gpu-node-7\", \"started\": 0}\n",
+                )
+                .expect("write");
+                None
+            }
+        })
+        .await;
     assert!(
         matches!(&error, LockError::Held { pid: 4242, host, .. } if host == "gpu-node-7"),
         "{error:?}"
@@ -531,16 +488,9 @@ async fn a_second_gen_run_on_the_same_run_dir_is_refused_naming_the_holder() {
     use gen_pipeline::run::lock::RunLock;
     use gen_pipeline::store::RunDir;
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let project = Project::new();
-    project.write("data/alpha.jsonl", rows("alpha", 3));
-    write_config(
-        &project,
-        &server.url(),
-        "",
-        &[("alpha", "data/alpha.jsonl", "")],
-    );
-    let lock = RunLock::acquire(&RunDir::new(project.path(RUN))).expect("lock");
-    let out = project.run_gen(&["run", "cfg.toml"]).await;
+    let project = alpha_project(&server.url(), rows("alpha", 3));
+    let lock = RunLock::acquire(&RunDir::new(project.run_path(""))).expect("lock");
+    let out = project.run(&["run", "cfg.toml"]).await;
     assert_eq!(out.code, Some(1), "{}", out.stderr);
     assert!(
         out.stderr.contains(&format!(
@@ -559,31 +509,24 @@ async fn a_second_gen_run_on_the_same_run_dir_is_refused_naming_the_holder() {
         ..Knobs::default()
     })
     .await;
-    let project = Project::new();
-    project.write("data/alpha.jsonl", rows("alpha", 40));
-    write_config(
-        &project,
-        &slow.url(),
-        "",
-        &[("alpha", "data/alpha.jsonl", "")],
-    );
-    let mut first = project.spawn(&["run", "cfg.toml"]);
-    let until = std::time::Instant::now() + Duration::from_secs(30);
-    while slow.chat_requests() == 0 {
-        assert!(std::time::Instant::now() < until);
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let second = project.run_gen(&["run", "cfg.toml"]).await;
-    let pid = first.id().expect("pid");
+    let project = alpha_project(&slow.url(), rows("alpha", 40));
+    let mut first = project.start(&["run", "cfg.toml"]);
+    first
+        .until("a first request", Duration::from_secs(30), || {
+            slow.chat_requests() > 0
+        })
+        .await;
+    let second = project.run(&["run", "cfg.toml"]).await;
+    let pid = first.pid();
     assert_eq!(second.code, Some(1), "{}", second.stderr);
     assert!(
         second.stderr.contains(&format!("pid {pid} on host")),
         "{}",
         second.stderr
     );
-    let first_exit = first.wait().await.expect("wait");
-    assert!(first_exit.success());
-    let (code, audit) = project.verify(RUN).await;
+    let first_exit = first.finish(Duration::from_secs(120)).await;
+    assert_eq!(first_exit.code, Some(0), "{}", first_exit.stderr);
+    let (code, audit) = project.verify().await;
     assert_eq!(code, Some(0));
     assert_complete(&audit, 40);
 }
@@ -613,24 +556,25 @@ async fn secrets_never_reach_the_run_directory_or_any_output_and_files_are_priva
     );
     // A source whose preparation fails (an HTML error page saved as the data file).
     project.write("data/broken.json", "<html>502 Bad Gateway</html>");
-    project.write("cfg.toml", format!(
-        "[server]\nurl = \"{}\"\napi-key-env = \"GEN_FAULTS_API_KEY\"\n\n[generation]\nmax-tokens = 16\n\n\
-         [[source]]\nname = \"alpha\"\npath = \"data/alpha.jsonl\"\n\n\
-         [[source]]\nname = \"broken\"\npath = \"data/broken.json\"\n",
-        server.url()
-    ));
+    project.config(
+        &Config::new(&server.url())
+            .server("api-key-env = \"GEN_FAULTS_API_KEY\"")
+            .source("alpha", "data/alpha.jsonl")
+            .source("broken", "data/broken.json"),
+    );
+    let run_dir = project.run_dir();
     let mut outputs = Vec::new();
     for args in [
         &["run", "cfg.toml"][..],
         &["status", "cfg.toml"],
         &["status", "cfg.toml", "--json"],
-        &["status", RUN],
+        &["status", &run_dir],
         &["diagnose", "alpha", "--config", "cfg.toml"],
         &["diagnose", "broken", "--config", "cfg.toml", "--json"],
-        &["verify", RUN],
+        &["verify", &run_dir],
         &["check", "cfg.toml"],
     ] {
-        let out = project.run_gen(args).await;
+        let out = project.run(args).await;
         assert_ne!(out.code, Some(101), "{args:?} panicked: {}", out.stderr);
         outputs.push((args.join(" "), out));
     }
@@ -653,7 +597,7 @@ async fn secrets_never_reach_the_run_directory_or_any_output_and_files_are_priva
             "stderr of `gen {args}`"
         );
     }
-    let files = harness::walk(&project.path("runs"));
+    let files = walk(&project.path("runs"));
     assert!(files.len() > 10, "{files:?}");
     for path in &files {
         if path.is_file() {
@@ -680,7 +624,7 @@ async fn secrets_never_reach_the_run_directory_or_any_output_and_files_are_priva
     }
     // Modes: every directory 0700; files holding prompts or outputs 0600.
     let mut checked = 0;
-    for path in files.iter().chain([&project.path(RUN)]) {
+    for path in files.iter().chain([&project.run_path("")]) {
         let mode = std::fs::metadata(path).expect("meta").permissions().mode() & 0o777;
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
         if path.is_dir() {
@@ -706,13 +650,13 @@ async fn credentials_in_the_server_url_are_redacted() {
     let project = Project::new();
     project.write("data/alpha.jsonl", "{\"prompt\": \"one\"}\n");
     let url = server.url().replace("http://", "http://user:urlpass-Qx7@");
-    write_config(&project, &url, "", &[("alpha", "data/alpha.jsonl", "")]);
-    let run = project.run_gen(&["run", "cfg.toml"]).await;
-    let status = project.run_gen(&["status", "cfg.toml", "--json"]).await;
+    project.config(&config(&url).source("alpha", "data/alpha.jsonl"));
+    let run = project.run(&["run", "cfg.toml"]).await;
+    let status = project.run(&["status", "cfg.toml", "--json"]).await;
     for text in [&run.stdout, &run.stderr, &status.stdout, &status.stderr] {
         assert!(!text.contains("urlpass-Qx7"), "{text}");
     }
-    for path in harness::walk(&project.path("runs")) {
+    for path in walk(&project.path("runs")) {
         if path.is_file() {
             let text = String::from_utf8_lossy(&std::fs::read(&path).expect("read")).into_owned();
             assert!(!text.contains("urlpass-Qx7"), "{}", path.display());

@@ -6,7 +6,9 @@
 
 use crate::support;
 use gen_tests::llama::{self, LlamaServer};
-use support::{Gen, completions, copy_examples, llama_project, llama_skip_reason};
+use std::time::Duration;
+
+use support::{Config, Gen, copy_examples, llama_project, llama_skip_reason};
 
 #[tokio::test]
 async fn quickstart_completes_every_prompt_and_reruns_as_a_no_op() {
@@ -17,7 +19,7 @@ async fn quickstart_completes_every_prompt_and_reruns_as_a_no_op() {
     let gen_ = Gen::new();
     copy_examples(&gen_);
     let first = gen_.run(&["run", "examples/quickstart.toml"]).await;
-    assert_eq!(first.code, 0, "stderr:\n{}", first.stderr);
+    assert_eq!(first.code, Some(0), "stderr:\n{}", first.stderr);
 
     let status = gen_
         .run(&["status", "examples/quickstart.toml", "--json"])
@@ -29,9 +31,7 @@ async fn quickstart_completes_every_prompt_and_reruns_as_a_no_op() {
         assert_eq!(source["phase"], "done", "{source}");
         let prepared = source["prepared"].as_u64().expect("prepared");
         assert!(prepared >= 18, "{name}: {prepared} prompts");
-        let records = completions(&gen_.path(&format!(
-            "runs/quickstart/sources/{name}/completions.jsonl.zst"
-        )));
+        let records = gen_.completions_of(name);
         assert_eq!(
             records.len() as u64,
             prepared,
@@ -58,14 +58,14 @@ async fn quickstart_completes_every_prompt_and_reruns_as_a_no_op() {
     assert!(total >= 55, "{total}");
 
     // Second run: nothing left, so the server is not even started.
-    let log_before = std::fs::metadata(gen_.path("runs/quickstart/server.log"))
+    let log_before = std::fs::metadata(gen_.run_path("server.log"))
         .expect("server log")
         .len();
     let second = gen_.run(&["run", "examples/quickstart.toml"]).await;
-    assert_eq!(second.code, 0, "{}", second.stderr);
+    assert_eq!(second.code, Some(0), "{}", second.stderr);
     assert!(second.stderr.contains("nothing to do"), "{}", second.stderr);
     assert_eq!(
-        std::fs::metadata(gen_.path("runs/quickstart/server.log"))
+        std::fs::metadata(gen_.run_path("server.log"))
             .expect("log")
             .len(),
         log_before
@@ -96,15 +96,13 @@ async fn resume_sends_no_request_according_to_the_server() {
         .map(|i| format!("{{\"prompt\": \"Name a colour. ({i})\"}}\n"))
         .collect();
     gen_.write("data/a.jsonl", &rows);
-    gen_.write(
-        "cfg.toml",
-        format!(
-            "[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = 8\nconcurrency = 2\n\n[[source]]\nname = \"colours\"\npath = \"data/a.jsonl\"\n",
-            server.url()
-        ),
+    gen_.config(
+        &Config::new(&server.url())
+            .generation("max-tokens = 8\nconcurrency = 2")
+            .source("colours", "data/a.jsonl"),
     );
     let first = gen_.run(&["run", "cfg.toml"]).await;
-    assert_eq!(first.code, 0, "{}", first.stderr);
+    assert_eq!(first.code, Some(0), "{}", first.stderr);
     let predicted = server
         .metric("llamacpp:tokens_predicted_total")
         .await
@@ -116,7 +114,7 @@ async fn resume_sends_no_request_according_to_the_server() {
     assert!(predicted > 0.0);
 
     let second = gen_.run(&["run", "cfg.toml"]).await;
-    assert_eq!(second.code, 0, "{}", second.stderr);
+    assert_eq!(second.code, Some(0), "{}", second.stderr);
     assert_eq!(
         server
             .metric("llamacpp:tokens_predicted_total")
@@ -131,32 +129,7 @@ async fn resume_sends_no_request_according_to_the_server() {
             .expect("metric"),
         prompt_tokens
     );
-    assert_eq!(
-        completions(&gen_.path("runs/cfg/sources/colours/completions.jsonl.zst")).len(),
-        6
-    );
-}
-
-/// Reads `status.json` until `done(status)` holds, failing after `limit`.
-async fn wait_for_status(
-    gen_: &Gen,
-    limit: std::time::Duration,
-    done: impl Fn(&serde_json::Value) -> bool,
-) -> serde_json::Value {
-    let deadline = std::time::Instant::now() + limit;
-    loop {
-        if let Ok(text) = std::fs::read_to_string(gen_.path("runs/cfg/status.json"))
-            && let Ok(status) = serde_json::from_str::<serde_json::Value>(&text)
-            && done(&status)
-        {
-            return status;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "status condition not reached in {limit:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+    assert_eq!(gen_.completions_of("colours").len(), 6);
 }
 
 #[tokio::test]
@@ -169,30 +142,27 @@ async fn a_killed_server_pauses_the_run_and_a_restart_resumes_it_with_nothing_lo
         .map(|i| format!("{{\"prompt\": \"Count from {i} to {}.\"}}\n", i + 5))
         .collect();
     gen_.write("data/a.jsonl", &rows);
-    gen_.write(
-        "cfg.toml",
-        format!(
-            "[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = 24\nconcurrency = 2\n\n[[source]]\nname = \"counting\"\npath = \"data/a.jsonl\"\n",
-            server.url()
-        ),
+    gen_.config(
+        &Config::new(&server.url())
+            .generation("max-tokens = 24\nconcurrency = 2")
+            .source("counting", "data/a.jsonl"),
     );
-    let run = tokio::process::Command::new(env!("CARGO_BIN_EXE_gen"))
-        .args(["run", "cfg.toml"])
-        .current_dir(gen_.path(""))
-        .kill_on_drop(true)
-        .output();
-    let run = tokio::spawn(run);
+    let mut run = gen_.start(&["run", "cfg.toml"]);
     let done_count = |s: &serde_json::Value| s["sources"][0]["done"].as_u64().unwrap_or(0);
-    wait_for_status(&gen_, std::time::Duration::from_secs(120), |s| {
+    run.until_run_status(&gen_, "3 answers", Duration::from_secs(120), |s| {
         done_count(s) >= 3
     })
     .await;
 
     server.kill().expect("kill -9 llama-server");
-    let paused = wait_for_status(&gen_, std::time::Duration::from_secs(30), |s| {
-        s["servers"][0]["down_since_unix_ms"].is_u64()
-    })
-    .await;
+    let paused = run
+        .until_run_status(
+            &gen_,
+            "the killed server shown down",
+            Duration::from_secs(30),
+            |s| s["servers"][0]["down_since_unix_ms"].is_u64(),
+        )
+        .await;
     assert_eq!(
         paused["sources"][0]["failed"], 0,
         "an outage fails no prompt: {paused:#}"
@@ -203,22 +173,18 @@ async fn a_killed_server_pauses_the_run_and_a_restart_resumes_it_with_nothing_lo
     let _restarted = LlamaServer::start_on(&gen_.path(""), 2, port)
         .await
         .expect("restart llama-server");
-    let output = run.await.expect("join").expect("gen run");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let output = run.finish(Duration::from_secs(600)).await;
+    let stderr = output.stderr;
+    assert_eq!(output.code, Some(0), "{stderr}");
     assert!(stderr.contains("is back after"), "{stderr}");
-    let records = completions(&gen_.path("runs/cfg/sources/counting/completions.jsonl.zst"));
+    let records = gen_.completions_of("counting");
     let ids: std::collections::HashSet<&str> = records
         .iter()
         .map(|r| r["id"].as_str().expect("id"))
         .collect();
     assert_eq!(records.len(), 16, "every prompt completed");
     assert_eq!(ids.len(), 16, "exactly once");
-    assert!(
-        !gen_
-            .path("runs/cfg/sources/counting/rejected.jsonl")
-            .exists()
-    );
+    assert!(!gen_.source_path("counting", "rejected.jsonl").exists());
 }
 
 #[tokio::test]
@@ -231,12 +197,13 @@ async fn auto_concurrency_settles_within_the_servers_slots() {
         .collect();
     gen_.write("data/a.jsonl", &rows);
     // No `concurrency`: auto is the default.
-    gen_.write(
-        "cfg.toml",
-        format!("[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = 12\n\n[[source]]\nname = \"hello\"\npath = \"data/a.jsonl\"\n", server.url()),
+    gen_.config(
+        &Config::new(&server.url())
+            .generation("max-tokens = 12")
+            .source("hello", "data/a.jsonl"),
     );
     let out = gen_.run(&["run", "cfg.toml"]).await;
-    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(
         out.stderr.contains("concurrency auto: starting at 6")
             && out.stderr.contains("read from llama.cpp: /props")
@@ -245,7 +212,7 @@ async fn auto_concurrency_settles_within_the_servers_slots() {
         out.stderr
     );
     let status: serde_json::Value =
-        serde_json::from_str(&gen_.read("runs/cfg/status.json")).expect("status");
+        serde_json::from_str(&gen_.read_run("status.json")).expect("status");
     let limit = status["servers"][0]["concurrency"].as_u64().expect("limit");
     let ceiling = status["servers"][0]["ceiling"].as_u64().expect("ceiling");
     // The ceiling is the 4 slots plus a queue headroom of 2 (a finished slot is refilled at once).
@@ -253,15 +220,12 @@ async fn auto_concurrency_settles_within_the_servers_slots() {
     // Never under the slots: llama.cpp's per-slot context is no shared KV pool to plan against.
     assert!((4..=ceiling).contains(&limit), "{status:#}");
     let saved: serde_json::Value =
-        serde_json::from_str(&gen_.read("runs/cfg/controller.json")).expect("controller.json");
+        serde_json::from_str(&gen_.read_run("controller.json")).expect("controller.json");
     assert!(
         saved["stats"].is_object(),
         "length statistics persisted: {saved}"
     );
-    assert_eq!(
-        completions(&gen_.path("runs/cfg/sources/hello/completions.jsonl.zst")).len(),
-        12
-    );
+    assert_eq!(gen_.completions_of("hello").len(), 12);
 }
 
 /// Children of `parent` (from `/proc/*/stat`).
@@ -297,29 +261,19 @@ async fn a_launched_server_that_dies_mid_run_is_restarted_and_the_run_completes(
     let (bin, model) = llama::installed().expect("installed");
     let gen_ = Gen::new();
     support::llama_fruit_project(&gen_, &bin, &model, 10, "max-tokens = 16\nconcurrency = 2");
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_gen"))
-        .args(["run", "cfg.toml"])
-        .current_dir(gen_.path(""))
-        .kill_on_drop(true)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn gen");
-    let gen_pid = child.id().expect("pid");
-    let run = tokio::spawn(child.wait_with_output());
-    wait_for_status(&gen_, std::time::Duration::from_secs(120), |s| {
+    let mut run = gen_.start(&["run", "cfg.toml"]);
+    let gen_pid = run.pid();
+    run.until_run_status(&gen_, "2 answers", Duration::from_secs(120), |s| {
         s["sources"][0]["done"].as_u64().unwrap_or(0) >= 2
     })
     .await;
     let servers = children_of(gen_pid);
     assert_eq!(servers.len(), 1, "one llama-server child: {servers:?}");
     // kill -9 the server gen launched (our own process tree).
-    std::process::Command::new("kill")
-        .args(["-9", &servers[0].to_string()])
-        .status()
-        .expect("kill");
-    let output = run.await.expect("join").expect("gen run");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    support::signal(servers[0], "KILL");
+    let output = run.finish(Duration::from_secs(600)).await;
+    let stderr = output.stderr;
+    assert_eq!(output.code, Some(0), "{stderr}");
     assert!(
         stderr.contains("restarting the inference server (1 of 3)"),
         "{stderr}"
@@ -328,7 +282,7 @@ async fn a_launched_server_that_dies_mid_run_is_restarted_and_the_run_completes(
         stderr.contains("the inference server is back (restart 1)"),
         "{stderr}"
     );
-    let records = completions(&gen_.path("runs/cfg/sources/fruit/completions.jsonl.zst"));
+    let records = gen_.completions_of("fruit");
     let ids: std::collections::HashSet<&str> = records
         .iter()
         .map(|r| r["id"].as_str().expect("id"))

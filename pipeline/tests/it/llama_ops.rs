@@ -12,7 +12,7 @@
 use crate::support;
 
 use gen_tests::llama::LlamaServer;
-use support::{Gen, completions, llama_project};
+use support::{Config, Gen, llama_project};
 
 /// The custom worker as first written: it fails on its second row, a Python traceback.
 const BROKEN_WORKER: &str = r#"import json, os
@@ -40,13 +40,13 @@ with open(os.environ["GEN_OUTPUT"], "w") as out:
 open(os.environ["GEN_DONE"], "w").close()
 "#;
 
-fn completions_file(name: &str) -> String {
-    format!("runs/cfg/sources/{name}/completions.jsonl.zst")
+fn completions_file(gen_: &Gen, name: &str) -> std::path::PathBuf {
+    gen_.source_path(name, "completions.jsonl.zst")
 }
 
 /// The output tokens recorded in a source's completions file.
 fn completion_tokens(gen_: &Gen, name: &str) -> u64 {
-    completions(&gen_.path(&completions_file(name)))
+    gen_.completions_of(name)
         .iter()
         .map(|r| r["usage"]["completion_tokens"].as_u64().expect("usage"))
         .sum()
@@ -74,20 +74,19 @@ async fn a_traceback_fails_one_source_and_only_failed_regenerates_just_that_sour
     );
     gen_.write("prep.py", BROKEN_WORKER);
     let worker = gen_.path("prep.py");
-    gen_.write(
-        "cfg.toml",
-        format!(
-            "[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = 8\nconcurrency = 2\n\n\
-             [[source]]\nname = \"colours\"\npath = \"data/colours.jsonl\"\n\n\
-             [[source]]\nname = \"fruits\"\ncommand = [\"python3\", \"{}\"]\n\n\
-             [[source]]\nname = \"animals\"\npath = \"data/animals.jsonl\"\n",
-            server.url(),
-            worker.display()
-        ),
+    gen_.config(
+        &Config::new(&server.url())
+            .generation("max-tokens = 8\nconcurrency = 2")
+            .source("colours", "data/colours.jsonl")
+            .source_table(
+                "fruits",
+                &format!("command = [\"python3\", \"{}\"]", worker.display()),
+            )
+            .source("animals", "data/animals.jsonl"),
     );
 
     let first = gen_.run(&["run", "cfg.toml"]).await;
-    assert_eq!(first.code, 1, "one source failed:\n{}", first.stderr);
+    assert_eq!(first.code, Some(1), "one source failed:\n{}", first.stderr);
     // The counter check below only proves something if it adds up on a full run too.
     let after_first = predicted(&server).await;
     let finished: u64 = ["colours", "animals"]
@@ -102,7 +101,7 @@ async fn a_traceback_fails_one_source_and_only_failed_regenerates_just_that_sour
 
     let table = gen_.run(&["status", "cfg.toml"]).await;
     // A run that finished with a failed source: `gen status` says so with its exit code.
-    assert_eq!(table.code, 1, "{}", table.stderr);
+    assert_eq!(table.code, Some(1), "{}", table.stderr);
     let lines: Vec<&str> = table.stdout.lines().collect();
     assert!(
         lines.iter().all(|l| l.chars().count() <= 80),
@@ -130,11 +129,11 @@ async fn a_traceback_fails_one_source_and_only_failed_regenerates_just_that_sour
         table.stdout
     );
 
-    let colours_before = std::fs::read(gen_.path(&completions_file("colours"))).expect("read");
-    let animals_before = std::fs::read(gen_.path(&completions_file("animals"))).expect("read");
+    let colours_before = std::fs::read(completions_file(&gen_, "colours")).expect("read");
+    let animals_before = std::fs::read(completions_file(&gen_, "animals")).expect("read");
     gen_.write("prep.py", FIXED_WORKER);
     let second = gen_.run(&["run", "cfg.toml", "--only-failed"]).await;
-    assert_eq!(second.code, 0, "{}", second.stderr);
+    assert_eq!(second.code, Some(0), "{}", second.stderr);
     assert!(
         second.stderr.contains("preparing `fruits`")
             && !second.stderr.contains("preparing `colours`")
@@ -144,14 +143,14 @@ async fn a_traceback_fails_one_source_and_only_failed_regenerates_just_that_sour
     );
 
     assert_eq!(
-        std::fs::read(gen_.path(&completions_file("colours"))).expect("read"),
+        std::fs::read(completions_file(&gen_, "colours")).expect("read"),
         colours_before
     );
     assert_eq!(
-        std::fs::read(gen_.path(&completions_file("animals"))).expect("read"),
+        std::fs::read(completions_file(&gen_, "animals")).expect("read"),
         animals_before
     );
-    let fruit_records = completions(&gen_.path(&completions_file("fruits")));
+    let fruit_records = gen_.completions_of("fruits");
     assert_eq!(fruit_records.len(), 3);
     // The server predicted exactly the fruits' answers: re-sending any other source's prompt
     // would add its tokens here.

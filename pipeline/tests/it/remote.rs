@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
-use support::{Gen, Output, write_config};
+use support::{Config, GEN_BIN, Gen, Output};
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 
 const SSHD: &str = "/usr/sbin/sshd";
@@ -150,24 +150,16 @@ async fn start_sshd() -> Option<Sshd> {
     })
 }
 
-/// Runs `gen ARGS` in the project directory with `env` added.
+/// Runs `gen ARGS` in the project directory with only `env`'s remote settings.
 async fn gen_with_env(gen_: &Gen, args: &[&str], env: &[(&str, &str)]) -> Output {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_gen"));
-    command
-        .args(args)
-        .current_dir(gen_.path(""))
-        .env("NO_COLOR", "1")
+    let mut command = gen_
+        .command(args)
         .env_remove("GEN_SSH_OPTS")
         .env_remove("GEN_REMOTE_GEN");
     for (key, value) in env {
-        command.env(key, value);
+        command = command.env(key, value);
     }
-    let out = command.output().await.expect("spawn gen");
-    Output {
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
+    command.output().await
 }
 
 /// `finished 3s ago` and `finished 4s ago` are the same table a second apart.
@@ -198,29 +190,29 @@ async fn remote_status_over_a_real_sshd_matches_local_status_and_failures_are_na
         "data/a.jsonl",
         "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n",
     );
-    let config = write_config(&gen_, &server.url(), &[("alpha", "data/a.jsonl")]);
+    let config = gen_.config(&Config::new(&server.url()).source("alpha", "data/a.jsonl"));
     let run = gen_.run(&["run", &config]).await;
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
 
-    let run_dir = gen_.path("runs/cfg");
+    let run_dir = gen_.run_path("");
     let target = format!("{}@127.0.0.1:{}", sshd.user, run_dir.display());
     let opts = sshd.opts(&sshd.key(), sshd.port);
-    let gen_bin = env!("CARGO_BIN_EXE_gen");
+    let gen_bin = GEN_BIN;
     let env = [("GEN_SSH_OPTS", opts.as_str()), ("GEN_REMOTE_GEN", gen_bin)];
 
-    let local = gen_.run(&["status", "runs/cfg"]).await;
-    assert_eq!(local.code, 0, "{}", local.stderr);
+    let local = gen_.run(&["status", &gen_.run_dir()]).await;
+    assert_eq!(local.code, Some(0), "{}", local.stderr);
     let remote = gen_with_env(&gen_, &["status", "--remote", &target], &env).await;
-    assert_eq!(remote.code, 0, "{}", remote.stderr);
+    assert_eq!(remote.code, Some(0), "{}", remote.stderr);
     assert!(remote.stdout.contains("alpha"), "{}", remote.stdout);
     assert_eq!(
         without_seconds(&remote.stdout),
         without_seconds(&local.stdout)
     );
 
-    let local_json = gen_.run(&["status", "runs/cfg", "--json"]).await;
+    let local_json = gen_.run(&["status", &gen_.run_dir(), "--json"]).await;
     let remote_json = gen_with_env(&gen_, &["status", "--remote", &target, "--json"], &env).await;
-    assert_eq!(remote_json.code, 0, "{}", remote_json.stderr);
+    assert_eq!(remote_json.code, Some(0), "{}", remote_json.stderr);
     assert_eq!(remote_json.stdout, local_json.stdout);
 
     // The ssh:// form with the port in the URL.
@@ -240,7 +232,7 @@ async fn remote_status_over_a_real_sshd_matches_local_status_and_failures_are_na
         ],
     )
     .await;
-    assert_eq!(by_url.code, 0, "{}", by_url.stderr);
+    assert_eq!(by_url.code, Some(0), "{}", by_url.stderr);
     assert_eq!(
         without_seconds(&by_url.stdout),
         without_seconds(&local.stdout)
@@ -258,7 +250,7 @@ async fn remote_status_over_a_real_sshd_matches_local_status_and_failures_are_na
         &env,
     )
     .await;
-    assert_eq!(no_run.code, 1, "{}", no_run.stderr);
+    assert_eq!(no_run.code, Some(1), "{}", no_run.stderr);
     assert!(
         no_run.stderr.contains(&format!(
             "status` on `127.0.0.1` failed (exit code 1): no run found at `{}` (no `status.json`)",
@@ -278,7 +270,7 @@ async fn remote_status_over_a_real_sshd_matches_local_status_and_failures_are_na
         ],
     )
     .await;
-    assert_eq!(missing.code, 1, "{}", missing.stderr);
+    assert_eq!(missing.code, Some(1), "{}", missing.stderr);
     assert!(
         missing.stderr.contains(
             "error: `/nonexistent/bin/gen` (GEN_REMOTE_GEN) was not found on `127.0.0.1`"
@@ -296,7 +288,7 @@ async fn remote_status_over_a_real_sshd_matches_local_status_and_failures_are_na
             &[("GEN_SSH_OPTS", opts.as_str())],
         )
         .await;
-        assert_eq!(default.code, 1, "{}", default.stderr);
+        assert_eq!(default.code, Some(1), "{}", default.stderr);
         assert!(
             default.stderr.contains(
                 "error: gen is not installed on `127.0.0.1` (or not on PATH for non-interactive shells); set GEN_REMOTE_GEN"
@@ -318,7 +310,7 @@ async fn remote_status_over_a_real_sshd_matches_local_status_and_failures_are_na
         ],
     )
     .await;
-    assert_eq!(unreachable.code, 1, "{}", unreachable.stderr);
+    assert_eq!(unreachable.code, Some(1), "{}", unreachable.stderr);
     assert!(
         unreachable.stderr.contains(&format!(
             "error: cannot reach `{}@127.0.0.1` over ssh (host unreachable or authentication refused): ssh: connect to host 127.0.0.1 port {closed}: Connection refused",
@@ -339,7 +331,7 @@ async fn remote_status_over_a_real_sshd_matches_local_status_and_failures_are_na
         ],
     )
     .await;
-    assert_eq!(refused.code, 1, "{}", refused.stderr);
+    assert_eq!(refused.code, Some(1), "{}", refused.stderr);
     assert!(
         refused
             .stderr

@@ -5,7 +5,9 @@
 use crate::support;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
-use support::{Gen, completions, write_config};
+use std::time::Duration;
+
+use support::{Config, Gen, Running, completions, wait_for};
 
 const ROWS: &str = r#"{"prompt": "one"}
 {"prompt": "two"}
@@ -24,15 +26,15 @@ async fn completes_every_prompt_once_and_a_second_run_sends_nothing() {
         "data/b.jsonl",
         "{\"prompt\": \"five\"}\n{\"prompt\": \"six\"}\n",
     );
-    let config = write_config(
-        &gen_,
-        &server.url(),
-        &[("alpha", "data/a.jsonl"), ("beta", "data/b.jsonl")],
+    let config = gen_.config(
+        &Config::new(&server.url())
+            .source("alpha", "data/a.jsonl")
+            .source("beta", "data/b.jsonl"),
     );
 
     let first = gen_.run(&["run", &config]).await;
-    assert_eq!(first.code, 0, "{}", first.stderr);
-    let alpha = completions(&gen_.path("runs/cfg/sources/alpha/completions.jsonl.zst"));
+    assert_eq!(first.code, Some(0), "{}", first.stderr);
+    let alpha = gen_.completions_of("alpha");
     // Stored in completion order; each prompt exactly once.
     let mut contents: Vec<&str> = alpha
         .iter()
@@ -58,13 +60,10 @@ async fn completes_every_prompt_once_and_a_second_run_sends_nothing() {
             .all(|r| r["usage"]["completion_tokens"].as_u64() == Some(2))
     );
     assert_eq!(three["messages"][0]["role"], "system");
-    assert_eq!(
-        completions(&gen_.path("runs/cfg/sources/beta/completions.jsonl.zst")).len(),
-        2
-    );
+    assert_eq!(gen_.completions_of("beta").len(), 2);
     assert_eq!(server.chat_requests(), 6);
     let events: Vec<serde_json::Value> = gen_
-        .read("runs/cfg/events.jsonl")
+        .read_run("events.jsonl")
         .lines()
         .map(|l| serde_json::from_str(l).expect("event line"))
         .collect();
@@ -86,7 +85,7 @@ async fn completes_every_prompt_once_and_a_second_run_sends_nothing() {
     );
 
     let second = gen_.run(&["run", &config]).await;
-    assert_eq!(second.code, 0, "{}", second.stderr);
+    assert_eq!(second.code, Some(0), "{}", second.stderr);
     assert!(second.stderr.contains("nothing to do"), "{}", second.stderr);
     assert_eq!(
         server.chat_requests(),
@@ -95,7 +94,7 @@ async fn completes_every_prompt_once_and_a_second_run_sends_nothing() {
     );
 
     let status = gen_.run(&["status", &config]).await;
-    assert_eq!(status.code, 0, "{}", status.stderr);
+    assert_eq!(status.code, Some(0), "{}", status.stderr);
     let rows: Vec<&str> = status
         .stdout
         .lines()
@@ -122,10 +121,10 @@ async fn server_errors_are_retried_and_a_loading_server_is_waited_for() {
         let server = FakeOpenAi::start(knobs).await;
         let gen_ = Gen::new();
         gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
-        let config = write_config(&gen_, &server.url(), &[("alpha", "data/a.jsonl")]);
+        let config = gen_.config(&Config::new(&server.url()).source("alpha", "data/a.jsonl"));
         let out = gen_.run(&["run", &config]).await;
-        assert_eq!(out.code, 0, "{}", out.stderr);
-        let records = completions(&gen_.path("runs/cfg/sources/alpha/completions.jsonl.zst"));
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+        let records = gen_.completions_of("alpha");
         assert_eq!(records.len(), 1);
         // A 500 costs an attempt; a 503 (loading) is an outage: waited out, costing none.
         assert_eq!(records[0]["attempts"], attempts, "HTTP {status}");
@@ -144,32 +143,26 @@ async fn rejected_prompts_fail_their_source_only_and_a_broken_source_does_not_st
     gen_.write("data/b.jsonl", "{\"prompt\": \"ok\"}\n");
     // There, but not Parquet: found by the preflight, broken only when read.
     gen_.write("data/g.parquet", "not parquet at all");
-    let config = write_config(
-        &gen_,
-        &server.url(),
-        &[
-            ("alpha", "data/a.jsonl"),
-            ("beta", "data/b.jsonl"),
-            ("gamma", "data/g.parquet"),
-        ],
+    let config = gen_.config(
+        &Config::new(&server.url())
+            .source("alpha", "data/a.jsonl")
+            .source("beta", "data/b.jsonl")
+            .source("gamma", "data/g.parquet"),
     );
     let out = gen_.run(&["run", &config]).await;
-    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
     assert!(
         out.stderr.contains("1 source(s) not finished: gamma"),
         "{}",
         out.stderr
     );
-    let rejected = gen_.read("runs/cfg/sources/alpha/rejected.jsonl");
+    let rejected = gen_.read_run("sources/alpha/rejected.jsonl");
     assert!(
         rejected.contains("\"kind\":\"rejected\"")
             && rejected.contains("HTTP 400: prompt too long"),
         "{rejected}"
     );
-    assert_eq!(
-        completions(&gen_.path("runs/cfg/sources/beta/completions.jsonl.zst")).len(),
-        1
-    );
+    assert_eq!(gen_.completions_of("beta").len(), 1);
     let status = gen_.run(&["status", &config, "--json"]).await;
     let status: serde_json::Value = serde_json::from_str(&status.stdout).expect("status json");
     let phases: Vec<&str> = status["sources"]
@@ -186,17 +179,8 @@ async fn rejected_prompts_fail_their_source_only_and_a_broken_source_does_not_st
         status["sources"][2]["verdict"]["class"], "traceback",
         "{status:#}"
     );
-    let worker = gen_.read("runs/cfg/sources/gamma/worker.json");
+    let worker = gen_.read_run("sources/gamma/worker.json");
     assert!(worker.contains("Corrupt footer"), "{worker}");
-}
-
-/// Sets `[server] startup-timeout-secs` in the config written by `write_config`.
-fn with_startup_timeout(gen_: &Gen, config: &str, secs: u64) {
-    let text = gen_.read(config).replace(
-        "[server]\n",
-        &format!("[server]\nstartup-timeout-secs = {secs}\n"),
-    );
-    gen_.write(config, &text);
 }
 
 #[tokio::test]
@@ -213,16 +197,13 @@ async fn a_server_that_starts_listening_late_is_waited_for_and_sources_are_prepa
         "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n",
     );
     let url = format!("http://{addr}");
-    let config = write_config(&gen_, &url, &[("alpha", "data/a.jsonl")]);
-    with_startup_timeout(&gen_, &config, 120);
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_gen"))
-        .args(["run", &config])
-        .current_dir(gen_.path(""))
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn gen");
-    let mut lines = tokio::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let config = gen_.config(
+        &Config::new(&url)
+            .server("startup-timeout-secs = 120")
+            .source("alpha", "data/a.jsonl"),
+    );
+    let mut child = gen_.start(&["run", &config]);
+    let mut lines = tokio::io::BufReader::new(child.child.stderr.take().expect("stderr")).lines();
     let mut seen = String::new();
     loop {
         let line = lines
@@ -238,26 +219,23 @@ async fn a_server_that_starts_listening_late_is_waited_for_and_sources_are_prepa
     }
     // Preparation needs no server: it is done while gen waits (the worker's manifest is
     // written when its source is prepared).
-    let manifest = gen_.path("runs/cfg/sources/alpha/manifest.json");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !manifest.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "not prepared while waiting for the server:\n{seen}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let manifest = gen_.source_path("alpha", "manifest.json");
+    wait_for(
+        "the source prepared while gen waits for the server",
+        Duration::from_secs(60),
+    )
+    .every(Duration::from_millis(50))
+    .context(|| seen.clone())
+    .until(|| manifest.exists())
+    .await;
     let _server = FakeOpenAi::start_at(addr, Knobs::default()).await;
     while let Some(line) = lines.next_line().await.expect("read stderr") {
         seen.push_str(&line);
         seen.push('\n');
     }
-    let status = child.wait().await.expect("wait");
+    let status = child.exit(Duration::from_secs(120)).await;
     assert_eq!(status.code(), Some(0), "{seen}");
-    assert_eq!(
-        completions(&gen_.path("runs/cfg/sources/alpha/completions.jsonl.zst")).len(),
-        2
-    );
+    assert_eq!(gen_.completions_of("alpha").len(), 2);
 }
 
 #[tokio::test]
@@ -270,12 +248,15 @@ async fn unreachable_server_is_named_and_no_source_is_marked_failed() {
     let gen_ = Gen::new();
     gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
     let url = format!("http://127.0.0.1:{port}");
-    let config = write_config(&gen_, &url, &[("alpha", "data/a.jsonl")]);
-    with_startup_timeout(&gen_, &config, 3);
+    let config = gen_.config(
+        &Config::new(&url)
+            .server("startup-timeout-secs = 3")
+            .source("alpha", "data/a.jsonl"),
+    );
     let started = std::time::Instant::now();
     let out = gen_.run(&["run", &config]).await;
     assert!(started.elapsed() < std::time::Duration::from_secs(15));
-    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
     assert!(
         out.stderr.contains(&format!(
             "gen: waiting for {url} to answer (a server loading its model takes minutes): "
@@ -288,7 +269,7 @@ async fn unreachable_server_is_named_and_no_source_is_marked_failed() {
         out.stderr
     );
     let status: serde_json::Value =
-        serde_json::from_str(&gen_.read("runs/cfg/status.json")).expect("json");
+        serde_json::from_str(&gen_.read_run("status.json")).expect("json");
     // Prepared while gen waited (or still pending when the machine was slow): never failed.
     let phase = &status["sources"][0]["phase"];
     assert!(phase == "prepared" || phase == "pending", "{status}");
@@ -298,22 +279,16 @@ async fn unreachable_server_is_named_and_no_source_is_marked_failed() {
 async fn a_launched_server_that_dies_is_reported_with_its_log() {
     let gen_ = Gen::new();
     gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
-    gen_.write(
-        "cfg.toml",
-        r#"[server]
-url = "http://127.0.0.1:{port}"
-launch = ["/bin/sh", "-c", "echo 'llama_model_load: error loading model: failed to open x.gguf' >&2; exit 1"]
-
-[generation]
-max-tokens = 8
-
-[[source]]
-name = "alpha"
-path = "data/a.jsonl"
-"#,
+    gen_.config(
+        &Config::with_server(
+            r#"url = "http://127.0.0.1:{port}"
+launch = ["/bin/sh", "-c", "echo 'llama_model_load: error loading model: failed to open x.gguf' >&2; exit 1"]"#,
+        )
+        .generation("max-tokens = 8")
+        .source("alpha", "data/a.jsonl"),
     );
     let out = gen_.run(&["run", "cfg.toml"]).await;
-    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
     assert!(
         out.stderr
             .contains("error: the inference server exited during start-up (exit code 1)"),
@@ -335,7 +310,7 @@ async fn config_errors_name_file_line_and_column_and_exit_2() {
         "[server]\nurl = \"http://127.0.0.1:1\"\ncolour = 1\n\n[generation]\nmax-tokens = 0\n\n[[source]]\nname = \"a b\"\npath = \"x\"\n",
     );
     let out = gen_.run(&["check", "bad.toml"]).await;
-    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert_eq!(out.code, Some(2), "{}", out.stderr);
     assert_eq!(
         out.stderr.lines().take(4).collect::<Vec<_>>(),
         [
@@ -346,7 +321,7 @@ async fn config_errors_name_file_line_and_column_and_exit_2() {
         ]
     );
     let missing = gen_.run(&["run", "nope.toml"]).await;
-    assert_eq!(missing.code, 2);
+    assert_eq!(missing.code, Some(2));
     assert!(
         missing
             .stderr
@@ -366,21 +341,21 @@ async fn only_failed_restarts_just_the_failed_source() {
     );
     // An error page saved instead of the data: the source fails when it is read.
     gen_.write("data/b.json", "<html>502 Bad Gateway</html>");
-    let config = write_config(
-        &gen_,
-        &server.url(),
-        &[("alpha", "data/a.jsonl"), ("beta", "data/b.json")],
+    let config = gen_.config(
+        &Config::new(&server.url())
+            .source("alpha", "data/a.jsonl")
+            .source("beta", "data/b.json"),
     );
     let first = gen_.run(&["run", &config]).await;
-    assert_eq!(first.code, 1, "{}", first.stderr);
+    assert_eq!(first.code, Some(1), "{}", first.stderr);
     assert_eq!(server.chat_requests(), 2);
-    let alpha_file = gen_.path("runs/cfg/sources/alpha/completions.jsonl.zst");
+    let alpha_file = gen_.source_path("alpha", "completions.jsonl.zst");
     let alpha_before = std::fs::read(&alpha_file).expect("alpha completions");
 
     // The user fixes the source, then restarts only what failed.
     gen_.write("data/b.json", "[{\"prompt\": \"three\"}]");
     let second = gen_.run(&["run", &config, "--only-failed"]).await;
-    assert_eq!(second.code, 0, "{}", second.stderr);
+    assert_eq!(second.code, Some(0), "{}", second.stderr);
     assert!(
         !second.stderr.contains("preparing `alpha`"),
         "{}",
@@ -394,14 +369,14 @@ async fn only_failed_restarts_just_the_failed_source() {
     assert_eq!(status["sources"][1]["phase"], "done");
 
     let nothing = gen_.run(&["run", &config, "--only-failed"]).await;
-    assert_eq!(nothing.code, 0);
+    assert_eq!(nothing.code, Some(0));
     assert!(
         nothing.stderr.contains("no source failed"),
         "{}",
         nothing.stderr
     );
     let unknown = gen_.run(&["run", &config, "--source", "gamma"]).await;
-    assert_eq!(unknown.code, 2);
+    assert_eq!(unknown.code, Some(2));
     assert!(
         unknown
             .stderr
@@ -419,13 +394,14 @@ async fn multi_turn_prompts_are_answered_turn_by_turn_on_the_models_own_answers(
         "data/a.jsonl",
         "{\"messages\": [{\"role\": \"user\", \"content\": \"q1\"}, {\"role\": \"assistant\", \"content\": \"dataset answer\"}, {\"role\": \"user\", \"content\": \"q2\"}]}\n",
     );
-    gen_.write(
-        "cfg.toml",
-        format!("[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = 16\n\n[[source]]\nname = \"chat\"\npath = \"data/a.jsonl\"\nturns = \"all\"\n", server.url()),
+    gen_.config(
+        &Config::new(&server.url())
+            .generation("max-tokens = 16")
+            .source_with("chat", "data/a.jsonl", "turns = \"all\""),
     );
     let out = gen_.run(&["run", "cfg.toml"]).await;
-    assert_eq!(out.code, 0, "{}", out.stderr);
-    let records = completions(&gen_.path("runs/cfg/sources/chat/completions.jsonl.zst"));
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let records = gen_.completions_of("chat");
     assert_eq!(records.len(), 1, "one record per conversation");
     let turns: Vec<&str> = records[0]["turns"]
         .as_array()
@@ -450,32 +426,31 @@ async fn truncated_answers_follow_the_sources_length_policy() {
         "data/a.jsonl",
         "{\"prompt\": \"LONG one\"}\n{\"prompt\": \"short\"}\n",
     );
-    let mut text = format!(
-        "[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = 60\n",
-        server.url()
-    );
+    let mut config = Config::new(&server.url()).generation("max-tokens = 60");
     for (name, policy) in [("kept", "keep"), ("dropped", "drop"), ("retried", "retry")] {
-        text.push_str(&format!(
-            // Same prompts in every source: without `dedup = false`, later sources would
-            // leave them to the first.
-            "\n[[source]]\nname = \"{name}\"\npath = \"data/a.jsonl\"\non-length = \"{policy}\"\ndedup = false\n"
-        ));
+        // Same prompts in every source: without `dedup = false`, later sources would leave
+        // them to the first.
+        config = config.source_with(
+            name,
+            "data/a.jsonl",
+            &format!("on-length = \"{policy}\"\ndedup = false"),
+        );
     }
-    gen_.write("cfg.toml", &text);
+    gen_.config(&config);
     let out = gen_.run(&["run", "cfg.toml"]).await;
-    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
     let finish = |name: &str| -> Vec<String> {
-        let mut reasons: Vec<String> =
-            completions(&gen_.path(&format!("runs/cfg/sources/{name}/completions.jsonl.zst")))
-                .iter()
-                .map(|r| {
-                    format!(
-                        "{}:{}",
-                        r["content"].as_str().unwrap_or(""),
-                        r["finish_reason"].as_str().unwrap_or("")
-                    )
-                })
-                .collect();
+        let mut reasons: Vec<String> = gen_
+            .completions_of(name)
+            .iter()
+            .map(|r| {
+                format!(
+                    "{}:{}",
+                    r["content"].as_str().unwrap_or(""),
+                    r["finish_reason"].as_str().unwrap_or("")
+                )
+            })
+            .collect();
         reasons.sort();
         reasons
     };
@@ -485,7 +460,7 @@ async fn truncated_answers_follow_the_sources_length_policy() {
     );
     assert_eq!(finish("dropped"), ["echo: short:stop"]);
     assert!(
-        gen_.read("runs/cfg/sources/dropped/rejected.jsonl")
+        gen_.read_run("sources/dropped/rejected.jsonl")
             .contains("\"kind\":\"truncated\"")
     );
     assert_eq!(
@@ -505,20 +480,18 @@ async fn resuming_under_changed_generation_settings_is_refused_unless_allowed() 
     let server = FakeOpenAi::start(Knobs::default()).await;
     let gen_ = Gen::new();
     gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
-    let config = write_config(&gen_, &server.url(), &[("alpha", "data/a.jsonl")]);
-    assert_eq!(gen_.run(&["run", &config]).await.code, 0);
+    let settings = Config::new(&server.url()).source("alpha", "data/a.jsonl");
+    let config = gen_.config(&settings);
+    assert_eq!(gen_.run(&["run", &config]).await.code, Some(0));
     gen_.write(
         "data/a.jsonl",
         "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n",
     );
     // Prepared again (its answer to "one" stays): new settings would mix two datasets.
-    std::fs::remove_file(gen_.path("runs/cfg/sources/alpha/manifest.json")).ok();
-    let changed = gen_
-        .read("cfg.toml")
-        .replace("max-tokens = 16", "max-tokens = 32");
-    gen_.write("cfg.toml", &changed);
+    std::fs::remove_file(gen_.source_path("alpha", "manifest.json")).ok();
+    gen_.config(&settings.generation("max-tokens = 32\nconcurrency = 3"));
     let refused = gen_.run(&["run", &config]).await;
-    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert_eq!(refused.code, Some(2), "{}", refused.stderr);
     assert!(
         refused
             .stderr
@@ -532,7 +505,7 @@ async fn resuming_under_changed_generation_settings_is_refused_unless_allowed() 
         refused.stderr
     );
     let allowed = gen_.run(&["run", &config, "--allow-config-change"]).await;
-    assert_eq!(allowed.code, 0, "{}", allowed.stderr);
+    assert_eq!(allowed.code, Some(0), "{}", allowed.stderr);
 }
 
 #[tokio::test]
@@ -543,14 +516,14 @@ async fn shards_split_the_prompts_and_merge_puts_them_back_together() {
         .map(|i| format!("{{\"prompt\": \"p{i}\"}}\n"))
         .collect();
     gen_.write("data/a.jsonl", &rows);
-    let config = write_config(&gen_, &server.url(), &[("alpha", "data/a.jsonl")]);
+    let config = gen_.config(&Config::new(&server.url()).source("alpha", "data/a.jsonl"));
     let mut counts = Vec::new();
     for shard in ["1/2", "2/2"] {
         let dir = format!("host-{}", &shard[..1]);
         let out = gen_
             .run(&["run", &config, "--shard", shard, "--run-dir", &dir])
             .await;
-        assert_eq!(out.code, 0, "{}", out.stderr);
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
         counts.push(
             completions(&gen_.path(&format!("{dir}/sources/alpha/completions.jsonl.zst"))).len(),
         );
@@ -565,7 +538,7 @@ async fn shards_split_the_prompts_and_merge_puts_them_back_together() {
     let merged = gen_
         .run(&["merge", "--output", "merged", "host-1", "host-2"])
         .await;
-    assert_eq!(merged.code, 0, "{}{}", merged.stdout, merged.stderr);
+    assert_eq!(merged.code, Some(0), "{}{}", merged.stdout, merged.stderr);
     assert!(
         merged.stdout.contains("0 gaps, 0 duplicates"),
         "{}",
@@ -579,7 +552,7 @@ async fn shards_split_the_prompts_and_merge_puts_them_back_together() {
     assert_eq!((records.len(), ids.len()), (40, 40));
 
     let partial = gen_.run(&["merge", "--output", "partial", "host-1"]).await;
-    assert_eq!(partial.code, 1);
+    assert_eq!(partial.code, Some(1));
     assert!(
         partial
             .stdout
@@ -590,7 +563,7 @@ async fn shards_split_the_prompts_and_merge_puts_them_back_together() {
     let twice = gen_
         .run(&["merge", "--output", "twice", "host-1", "host-1", "host-2"])
         .await;
-    assert_eq!(twice.code, 1);
+    assert_eq!(twice.code, Some(1));
     assert!(
         twice
             .stdout
@@ -602,7 +575,7 @@ async fn shards_split_the_prompts_and_merge_puts_them_back_together() {
     let changed = gen_
         .run(&["run", &config, "--shard", "2/3", "--run-dir", "host-1"])
         .await;
-    assert_eq!(changed.code, 2, "{}", changed.stderr);
+    assert_eq!(changed.code, Some(2), "{}", changed.stderr);
     assert!(
         changed.stderr.contains("shard: was 1/2, now 2/3"),
         "{}",
@@ -615,12 +588,11 @@ async fn a_plan_that_cannot_fit_the_machine_is_refused_before_anything_starts() 
     let server = FakeOpenAi::start(Knobs::default()).await;
     let gen_ = Gen::new();
     gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
-    let config = write_config(&gen_, &server.url(), &[("alpha", "data/a.jsonl")]);
-    let text = gen_.read(&config).replace(
-        "path = \"data/a.jsonl\"",
-        "path = \"data/a.jsonl\"\nmemory-limit = \"8G\"",
-    );
-    gen_.write(&config, &text);
+    let config = gen_.config(&Config::new(&server.url()).source_with(
+        "alpha",
+        "data/a.jsonl",
+        "memory-limit = \"8G\"",
+    ));
     // 1 GiB available, one worker capped at 8 GiB.
     let out = gen_
         .run_with_env(
@@ -628,7 +600,7 @@ async fn a_plan_that_cannot_fit_the_machine_is_refused_before_anything_starts() 
             &[("GEN_TEST_MEM_AVAILABLE", "1073741824")],
         )
         .await;
-    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
     assert!(
         out.stderr
             .contains("error: the plan does not fit this machine: needs"),
@@ -643,34 +615,19 @@ async fn a_plan_that_cannot_fit_the_machine_is_refused_before_anything_starts() 
     );
     assert_eq!(server.chat_requests(), 0);
     assert!(
-        !gen_
-            .path("runs/cfg/sources/alpha/prompts.jsonl.zst")
-            .exists(),
+        !gen_.source_path("alpha", "prompts.jsonl.zst").exists(),
         "nothing was prepared"
     );
 }
 
 /// `gen run CONFIG` in the background, once it has sent its first request.
-async fn run_until_it_sends(
-    gen_: &Gen,
-    config: &str,
-    server: &FakeOpenAi,
-) -> tokio::process::Child {
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_gen"))
-        .args(["run", config])
-        .current_dir(gen_.path(""))
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn gen");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while server.chat_requests() == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "gen never sent a request"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+async fn run_until_it_sends(gen_: &Gen, config: &str, server: &FakeOpenAi) -> Running {
+    let mut child = gen_.start(&["run", config]);
+    child
+        .until("a first request", Duration::from_secs(30), || {
+            server.chat_requests() > 0
+        })
+        .await;
     child
 }
 
@@ -686,20 +643,20 @@ async fn after_gen_run_is_killed_status_says_it_is_not_running() {
         .map(|i| format!("{{\"prompt\": \"p{i}\"}}\n"))
         .collect();
     gen_.write("data/a.jsonl", &rows);
-    let config = write_config(&gen_, &server.url(), &[("alpha", "data/a.jsonl")]);
+    let config = gen_.config(&Config::new(&server.url()).source("alpha", "data/a.jsonl"));
     let mut child = run_until_it_sends(&gen_, &config, &server).await;
-    child.kill().await.expect("kill -9 gen run");
+    child.kill9().await;
     // Age the heartbeat instead of waiting 15 s: what a later `gen status` would find.
-    let path = gen_.path("runs/cfg/status.json");
+    let path = gen_.run_path("status.json");
     let mut status: serde_json::Value =
-        serde_json::from_str(&gen_.read("runs/cfg/status.json")).expect("json");
+        serde_json::from_str(&gen_.read_run("status.json")).expect("json");
     assert_eq!(status["finished"], false);
     let beat = status["heartbeat_unix_ms"].as_u64().expect("heartbeat");
     status["heartbeat_unix_ms"] = (beat - 5 * 60_000).into();
     std::fs::write(&path, serde_json::to_vec(&status).expect("json")).expect("write");
     // Not running although it did not finish: exit 1, and `--watch` has nothing to wait for.
     let out = gen_.run(&["status", &config]).await;
-    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
     assert!(
         out.stdout
             .contains("state  not running: last heartbeat 5 min ago (pid "),
@@ -707,7 +664,7 @@ async fn after_gen_run_is_killed_status_says_it_is_not_running() {
         out.stdout
     );
     let watched = gen_.run(&["status", &config, "--watch", "1"]).await;
-    assert_eq!(watched.code, 1, "{}", watched.stderr);
+    assert_eq!(watched.code, Some(1), "{}", watched.stderr);
     assert_eq!(watched.stdout, out.stdout, "one view, then exit");
 }
 
@@ -723,18 +680,18 @@ async fn status_watch_follows_a_running_run_and_exits_with_its_code_when_it_ends
         .map(|i| format!("{{\"prompt\": \"p{i}\"}}\n"))
         .collect();
     gen_.write("data/a.jsonl", &rows);
-    let config = write_config(&gen_, &server.url(), &[("alpha", "data/a.jsonl")]);
-    let text = gen_
-        .read(&config)
-        .replace("concurrency = 3", "concurrency = 1");
-    gen_.write(&config, &text);
+    let config = gen_.config(
+        &Config::new(&server.url())
+            .generation("max-tokens = 16\nconcurrency = 1")
+            .source("alpha", "data/a.jsonl"),
+    );
     let mut run = run_until_it_sends(&gen_, &config, &server).await;
     // Started while the run generates (20 answers one at a time take 2 s or more).
     let watched = gen_.run(&["status", &config, "--watch", "1"]).await;
     let status: serde_json::Value =
-        serde_json::from_str(&gen_.read("runs/cfg/status.json")).expect("json");
+        serde_json::from_str(&gen_.read_run("status.json")).expect("json");
     assert_eq!(status["finished"], true, "--watch returned before the end");
-    assert_eq!(watched.code, 0, "{}", watched.stderr);
+    assert_eq!(watched.code, Some(0), "{}", watched.stderr);
     assert!(
         watched.stdout.matches("\nstate  ").count() + 1 >= 2
             && watched.stdout.contains("state  running (pid")
@@ -746,12 +703,12 @@ async fn status_watch_follows_a_running_run_and_exits_with_its_code_when_it_ends
         !watched.stdout.contains('\x1b'),
         "no cursor movement when piped"
     );
-    assert_eq!(run.wait().await.expect("wait").code(), Some(0));
+    assert_eq!(run.exit(Duration::from_secs(120)).await.code(), Some(0));
 }
 
 #[tokio::test]
 async fn thinking_without_a_reasoning_parser_is_refused_before_generating() {
-    for (inline, code) in [(false, 0), (true, 1)] {
+    for (inline, code) in [(false, Some(0)), (true, Some(1))] {
         let server = FakeOpenAi::start(Knobs {
             inline_reasoning: inline,
             ..Knobs::default()
@@ -759,12 +716,13 @@ async fn thinking_without_a_reasoning_parser_is_refused_before_generating() {
         .await;
         let gen_ = Gen::new();
         gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
-        let config = write_config(&gen_, &server.url(), &[("alpha", "data/a.jsonl")]);
-        let text = gen_.read(&config).replace(
-            "max-tokens = 16",
-            "max-tokens = 16\nchat-template-kwargs = { enable_thinking = true }",
+        let config = gen_.config(
+            &Config::new(&server.url())
+                .generation(
+                    "max-tokens = 16\nchat-template-kwargs = { enable_thinking = true }\nconcurrency = 3",
+                )
+                .source("alpha", "data/a.jsonl"),
         );
-        gen_.write(&config, &text);
         let out = gen_.run(&["run", &config]).await;
         assert_eq!(out.code, code, "{}", out.stderr);
         if inline {
@@ -785,7 +743,7 @@ async fn the_real_datasets_toml_checks() {
     let gen_ = Gen::new();
     let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets.toml");
     let out = gen_.run(&["check", &config.to_string_lossy()]).await;
-    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
     assert!(
         out.stdout.contains("is valid: 10 sources"),
         "{}",
@@ -802,14 +760,14 @@ async fn a_rerun_says_it_resumes_and_the_plain_progress_line_says_where_the_run_
         "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n",
     );
     gen_.write("data/b.jsonl", "{\"prompt\": \"three\"}\n");
-    let config = write_config(
-        &gen_,
-        &server.url(),
-        &[("alpha", "data/a.jsonl"), ("beta", "data/b.jsonl")],
+    let config = gen_.config(
+        &Config::new(&server.url())
+            .source("alpha", "data/a.jsonl")
+            .source("beta", "data/b.jsonl"),
     );
     // stderr is a pipe here: plain lines, no bars; the last progress line is the run's total.
     let first = gen_.run(&["run", &config, "--source", "alpha"]).await;
-    assert_eq!(first.code, 0, "{}", first.stderr);
+    assert_eq!(first.code, Some(0), "{}", first.stderr);
     assert!(!first.stderr.contains("resuming"), "{}", first.stderr);
     let last = |stderr: &str| {
         stderr
@@ -825,7 +783,7 @@ async fn a_rerun_says_it_resumes_and_the_plain_progress_line_says_where_the_run_
     );
 
     let second = gen_.run(&["run", &config]).await;
-    assert_eq!(second.code, 0, "{}", second.stderr);
+    assert_eq!(second.code, Some(0), "{}", second.stderr);
     assert!(
         second
             .stderr
@@ -846,9 +804,9 @@ async fn prepare_needs_no_server_and_run_then_generates_from_its_prompts() {
     let gen_ = Gen::new();
     gen_.write("data/a.jsonl", ROWS);
     // Nothing listens on port 9 (discard): preparing must not need the server.
-    let config = write_config(&gen_, "http://127.0.0.1:9", &[("alpha", "data/a.jsonl")]);
+    let config = gen_.config(&Config::new("http://127.0.0.1:9").source("alpha", "data/a.jsonl"));
     let prepared = gen_.run(&["prepare", &config]).await;
-    assert_eq!(prepared.code, 0, "{}", prepared.stderr);
+    assert_eq!(prepared.code, Some(0), "{}", prepared.stderr);
     assert!(
         prepared
             .stderr
@@ -856,19 +814,16 @@ async fn prepare_needs_no_server_and_run_then_generates_from_its_prompts() {
         "{}",
         prepared.stderr
     );
-    assert!(gen_.path("runs/cfg/sources/alpha/manifest.json").exists());
+    assert!(gen_.source_path("alpha", "manifest.json").exists());
     let again = gen_.run(&["prepare", &config, "--source", "alpha"]).await;
-    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
     let unknown = gen_.run(&["prepare", &config, "--source", "nope"]).await;
-    assert_eq!(unknown.code, 2, "{}", unknown.stderr);
+    assert_eq!(unknown.code, Some(2), "{}", unknown.stderr);
 
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let config = write_config(&gen_, &server.url(), &[("alpha", "data/a.jsonl")]);
+    let config = gen_.config(&Config::new(&server.url()).source("alpha", "data/a.jsonl"));
     let run = gen_.run(&["run", &config]).await;
-    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.code, Some(0), "{}", run.stderr);
     assert!(!run.stderr.contains("preparing `alpha`"), "{}", run.stderr);
-    assert_eq!(
-        completions(&gen_.path("runs/cfg/sources/alpha/completions.jsonl.zst")).len(),
-        4
-    );
+    assert_eq!(gen_.completions_of("alpha").len(), 4);
 }

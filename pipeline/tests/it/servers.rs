@@ -10,17 +10,16 @@ use std::time::Duration;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 use serde_json::Value;
-use support::{Gen, completions};
+use support::{Config, Gen, wait_for};
 
 /// Waits (polling, bounded) until `server` has received `n` chat requests.
 async fn received(server: &FakeOpenAi, n: usize) {
-    tokio::time::timeout(Duration::from_secs(60), async {
-        while server.chat_requests() < n {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the server received the requests in time");
+    wait_for(
+        &format!("{n} requests at the server"),
+        Duration::from_secs(60),
+    )
+    .until(|| server.chat_requests() >= n)
+    .await;
 }
 
 fn prompts(n: usize) -> String {
@@ -29,16 +28,12 @@ fn prompts(n: usize) -> String {
         .collect()
 }
 
-fn config(server: &str, generation: &str, sources: &str) -> String {
-    format!("[server]\n{server}\n\n[generation]\nmax-tokens = 16\n{generation}\n{sources}")
-}
-
 fn contents(gen_: &Gen, source: &str) -> Vec<String> {
-    let mut contents: Vec<String> =
-        completions(&gen_.path(&format!("runs/cfg/sources/{source}/completions.jsonl.zst")))
-            .iter()
-            .map(|r| r["content"].as_str().unwrap_or("").to_owned())
-            .collect();
+    let mut contents: Vec<String> = gen_
+        .completions_of(source)
+        .iter()
+        .map(|r| r["content"].as_str().unwrap_or("").to_owned())
+        .collect();
     contents.sort();
     contents
 }
@@ -50,7 +45,7 @@ fn expected(n: usize) -> Vec<String> {
 }
 
 fn status(gen_: &Gen) -> Value {
-    serde_json::from_str(&gen_.read("runs/cfg/status.json")).expect("status.json")
+    serde_json::from_str(&gen_.read_run("status.json")).expect("status.json")
 }
 
 #[tokio::test]
@@ -63,16 +58,13 @@ async fn two_servers_share_one_queue_and_every_prompt_is_answered_once() {
     let b = FakeOpenAi::start(slow()).await;
     let gen_ = Gen::new();
     gen_.write("data/a.jsonl", prompts(24));
-    gen_.write(
-        "cfg.toml",
-        config(
-            &format!("urls = [\"{}\", \"{}\"]", a.url(), b.url()),
-            "concurrency = 2",
-            "[[source]]\nname = \"alpha\"\npath = \"data/a.jsonl\"\n",
-        ),
+    gen_.config(
+        &Config::with_server(&format!("urls = [\"{}\", \"{}\"]", a.url(), b.url()))
+            .generation("max-tokens = 16\nconcurrency = 2")
+            .source("alpha", "data/a.jsonl"),
     );
     let out = gen_.run(&["run", "cfg.toml"]).await;
-    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(contents(&gen_, "alpha"), expected(24));
     // Both servers worked, and nothing was sent twice.
     assert_eq!(a.chat_requests() + b.chat_requests(), 24);
@@ -105,16 +97,13 @@ async fn a_server_down_from_the_start_gets_nothing_and_the_others_do_the_work() 
     };
     let gen_ = Gen::new();
     gen_.write("data/a.jsonl", prompts(6));
-    gen_.write(
-        "cfg.toml",
-        config(
-            &format!("urls = [\"{dead}\", \"{}\"]", a.url()),
-            "concurrency = 2",
-            "[[source]]\nname = \"alpha\"\npath = \"data/a.jsonl\"\n",
-        ),
+    gen_.config(
+        &Config::with_server(&format!("urls = [\"{dead}\", \"{}\"]", a.url()))
+            .generation("max-tokens = 16\nconcurrency = 2")
+            .source("alpha", "data/a.jsonl"),
     );
     let out = gen_.run(&["run", "cfg.toml"]).await;
-    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(contents(&gen_, "alpha"), expected(6));
     assert!(
         out.stderr.contains(&format!("server {dead} is down")),
@@ -151,13 +140,14 @@ async fn a_server_that_stalls_and_dies_hands_its_requests_to_the_other() {
     .await;
     let gen_ = Gen::new();
     gen_.write("data/a.jsonl", prompts(10));
-    gen_.write(
-        "cfg.toml",
-        config(
-            &format!("urls = [\"{}\", \"{}\"]\nstall-secs = 2", a.url(), b.url()),
-            "concurrency = 2",
-            "[[source]]\nname = \"alpha\"\npath = \"data/a.jsonl\"\n",
-        ),
+    gen_.config(
+        &Config::with_server(&format!(
+            "urls = [\"{}\", \"{}\"]\nstall-secs = 2",
+            a.url(),
+            b.url()
+        ))
+        .generation("max-tokens = 16\nconcurrency = 2")
+        .source("alpha", "data/a.jsonl"),
     );
     let kill_b = async {
         received(&b, 2).await;
@@ -169,7 +159,7 @@ async fn a_server_that_stalls_and_dies_hands_its_requests_to_the_other() {
     })
     .await
     .expect("the run does not wait on a dead server");
-    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(contents(&gen_, "alpha"), expected(10));
     assert_eq!(a.chat_requests(), 10, "b's two requests moved to a");
     assert!(
@@ -177,7 +167,7 @@ async fn a_server_that_stalls_and_dies_hands_its_requests_to_the_other() {
         "{}",
         out.stderr
     );
-    let records = completions(&gen_.path("runs/cfg/sources/alpha/completions.jsonl.zst"));
+    let records = gen_.completions_of("alpha");
     assert!(
         records.iter().all(|r| r["attempts"] == 1),
         "moving to another server costs no attempt"
@@ -194,20 +184,18 @@ async fn with_every_server_down_gen_gives_up_after_max_outage_secs_and_a_rerun_r
     let addr = server.addr;
     let gen_ = Gen::new();
     gen_.write("data/a.jsonl", prompts(8));
-    gen_.write(
-        "cfg.toml",
-        config(
-            &format!("url = \"{}\"\nmax-outage-secs = 1", server.url()),
-            "concurrency = 1",
-            "[[source]]\nname = \"alpha\"\npath = \"data/a.jsonl\"\n",
-        ),
+    gen_.config(
+        &Config::new(&server.url())
+            .server("max-outage-secs = 1")
+            .generation("max-tokens = 16\nconcurrency = 1")
+            .source("alpha", "data/a.jsonl"),
     );
     let stop = async {
         received(&server, 3).await;
         drop(server);
     };
     let (out, ()) = tokio::join!(gen_.run(&["run", "cfg.toml"]), stop);
-    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
     assert!(
         out.stderr
             .contains("giving up: no server has answered for 1 s (`max-outage-secs`)"),
@@ -221,13 +209,13 @@ async fn with_every_server_down_gen_gives_up_after_max_outage_secs_and_a_rerun_r
     let done_before = source["done"].as_u64().expect("done");
     assert!((2..8).contains(&done_before), "{done_before}");
     assert!(
-        !gen_.path("runs/cfg/sources/alpha/rejected.jsonl").exists(),
+        !gen_.source_path("alpha", "rejected.jsonl").exists(),
         "no prompt was set aside"
     );
 
     let _back = FakeOpenAi::start_at(addr, knobs()).await;
     let again = gen_.run(&["run", "cfg.toml"]).await;
-    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
     assert_eq!(contents(&gen_, "alpha"), expected(8));
 }
 
@@ -242,16 +230,13 @@ async fn longest_first_sends_the_longest_prompts_first() {
         .map(|(i, n)| format!("{{\"prompt\": \"{i}{}\"}}\n", "x".repeat(*n)))
         .collect();
     gen_.write("data/a.jsonl", &rows);
-    gen_.write(
-        "cfg.toml",
-        config(
-            &format!("url = \"{}\"", server.url()),
-            "concurrency = 1",
-            "[[source]]\nname = \"alpha\"\npath = \"data/a.jsonl\"\norder = \"longest-first\"\n",
-        ),
+    gen_.config(
+        &Config::new(&server.url())
+            .generation("max-tokens = 16\nconcurrency = 1")
+            .source_with("alpha", "data/a.jsonl", "order = \"longest-first\""),
     );
     let out = gen_.run(&["run", "cfg.toml"]).await;
-    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
     let sent: Vec<usize> = server
         .received()
         .iter()
@@ -273,16 +258,18 @@ async fn a_prompt_in_two_sources_is_answered_once_by_the_earlier_source() {
         "data/b.jsonl",
         "{\"question\": \"b1\"}\n{\"question\": \"shared\"}\n{\"question\": \"b2\"}\n{\"question\": \"b3\"}\n{\"question\": \"b4\"}\n{\"question\": \"b5\"}\n",
     );
-    gen_.write(
-        "cfg.toml",
-        config(
-            &format!("url = \"{}\"", server.url()),
-            "concurrency = 2",
-            "[[source]]\nname = \"alpha\"\npath = \"data/a.jsonl\"\n\n[[source]]\nname = \"beta\"\npath = \"data/b.jsonl\"\nprompt-field = \"question\"\nlimit = 5\n",
-        ),
+    gen_.config(
+        &Config::new(&server.url())
+            .generation("max-tokens = 16\nconcurrency = 2")
+            .source("alpha", "data/a.jsonl")
+            .source_with(
+                "beta",
+                "data/b.jsonl",
+                "prompt-field = \"question\"\nlimit = 5",
+            ),
     );
     let out = gen_.run(&["run", "cfg.toml"]).await;
-    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert_eq!(contents(&gen_, "alpha"), ["echo: only a", "echo: shared"]);
     // Prepared again without alpha's prompts: still `limit` prompts of its own.
     assert!(
@@ -297,7 +284,7 @@ async fn a_prompt_in_two_sources_is_answered_once_by_the_earlier_source() {
     );
     assert_eq!(server.chat_requests(), 7);
     let manifest: Value =
-        serde_json::from_str(&gen_.read("runs/cfg/sources/beta/manifest.json")).expect("json");
+        serde_json::from_str(&gen_.read_run("sources/beta/manifest.json")).expect("json");
     assert_eq!(
         (
             manifest["kept"].as_u64(),
@@ -305,14 +292,10 @@ async fn a_prompt_in_two_sources_is_answered_once_by_the_earlier_source() {
         ),
         (Some(5), Some(1))
     );
-    assert!(!gen_.path("runs/cfg/sources/beta/rejected.jsonl").exists());
+    assert!(!gen_.source_path("beta", "rejected.jsonl").exists());
     // The first sample, set aside while the second was drawn, is gone.
     for first in ["prompts.first.jsonl.zst", "manifest.first.json"] {
-        assert!(
-            !gen_
-                .path(&format!("runs/cfg/sources/beta/{first}"))
-                .exists()
-        );
+        assert!(!gen_.source_path("beta", first).exists());
     }
     let beta = &status(&gen_)["sources"][1];
     assert_eq!(
@@ -325,20 +308,20 @@ async fn a_prompt_in_two_sources_is_answered_once_by_the_earlier_source() {
         (Some("done"), Some(5), Some(0), Some(1))
     );
     let verify = gen_.run(&["verify", "cfg.toml"]).await;
-    assert_eq!(verify.code, 0, "{}{}", verify.stdout, verify.stderr);
+    assert_eq!(verify.code, Some(0), "{}{}", verify.stdout, verify.stderr);
     let again = gen_.run(&["run", "cfg.toml"]).await;
-    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
     assert_eq!(server.chat_requests(), 7, "a rerun sends nothing");
     assert_eq!(
         status(&gen_)["sources"][1]["duplicates"],
         1,
         "counted once across runs"
     );
-    let ids: HashSet<String> =
-        completions(&gen_.path("runs/cfg/sources/beta/completions.jsonl.zst"))
-            .iter()
-            .map(|r| r["id"].as_str().unwrap_or("").to_owned())
-            .collect();
+    let ids: HashSet<String> = gen_
+        .completions_of("beta")
+        .iter()
+        .map(|r| r["id"].as_str().unwrap_or("").to_owned())
+        .collect();
     assert_eq!(ids.len(), 5);
 }
 
@@ -353,16 +336,14 @@ async fn an_earlier_source_prepared_late_does_not_answer_again_what_a_later_sour
         "data/b.jsonl",
         "{\"question\": \"only b\"}\n{\"question\": \"shared\"}\n",
     );
-    gen_.write(
-        "cfg.toml",
-        config(
-            &format!("url = \"{}\"", server.url()),
-            "concurrency = 2",
-            "[[source]]\nname = \"alpha\"\npath = \"data/a.jsonl\"\n\n[[source]]\nname = \"beta\"\npath = \"data/b.jsonl\"\nprompt-field = \"question\"\n",
-        ),
+    gen_.config(
+        &Config::new(&server.url())
+            .generation("max-tokens = 16\nconcurrency = 2")
+            .source("alpha", "data/a.jsonl")
+            .source_with("beta", "data/b.jsonl", "prompt-field = \"question\""),
     );
     let first = gen_.run(&["run", "cfg.toml"]).await;
-    assert_eq!(first.code, 1, "alpha failed: {}", first.stderr);
+    assert_eq!(first.code, Some(1), "alpha failed: {}", first.stderr);
     assert_eq!(contents(&gen_, "beta"), ["echo: only b", "echo: shared"]);
     assert_eq!(server.chat_requests(), 2);
 
@@ -371,7 +352,7 @@ async fn an_earlier_source_prepared_late_does_not_answer_again_what_a_later_sour
         "{\"prompt\": \"shared\"}\n{\"prompt\": \"only a\"}\n",
     );
     let second = gen_.run(&["run", "cfg.toml"]).await;
-    assert_eq!(second.code, 0, "{}", second.stderr);
+    assert_eq!(second.code, Some(0), "{}", second.stderr);
     assert_eq!(contents(&gen_, "alpha"), ["echo: only a"]);
     assert_eq!(contents(&gen_, "beta"), ["echo: only b", "echo: shared"]);
     assert_eq!(server.chat_requests(), 3, "`shared` is not generated twice");
@@ -382,11 +363,9 @@ async fn an_earlier_source_prepared_late_does_not_answer_again_what_a_later_sour
         "{}",
         second.stderr
     );
-    let rejected: Value = serde_json::from_str(
-        gen_.read("runs/cfg/sources/alpha/rejected.jsonl")
-            .trim_end(),
-    )
-    .expect("one record");
+    let rejected: Value =
+        serde_json::from_str(gen_.read_run("sources/alpha/rejected.jsonl").trim_end())
+            .expect("one record");
     assert_eq!(rejected["kind"], "duplicate");
     assert_eq!(
         rejected["reason"],
@@ -403,5 +382,5 @@ async fn an_earlier_source_prepared_late_does_not_answer_again_what_a_later_sour
         (Some("done"), Some(1), Some(1), Some(1))
     );
     let verify = gen_.run(&["verify", "cfg.toml"]).await;
-    assert_eq!(verify.code, 0, "{}{}", verify.stdout, verify.stderr);
+    assert_eq!(verify.code, Some(0), "{}{}", verify.stdout, verify.stderr);
 }

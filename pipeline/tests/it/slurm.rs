@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::{Gen, completions, copy_examples, llama_skip_reason};
+use support::{Gen, completions, copy_examples, llama_skip_reason, read_json, wait_for};
 
 /// The longest a wait on the array may take: on 2 CPUs shared with the rest of the suite the
 /// two tests' llama-servers run at a few tokens per second (one wait took over 600 s at a load
@@ -74,19 +74,34 @@ fn squeue(job: &str) -> Vec<String> {
 
 /// Polls `squeue` until none of `jobs`' tasks is left, within [`JOB_DEADLINE`].
 async fn wait_gone(jobs: &[&str], root: &Path) {
-    let deadline = Instant::now() + JOB_DEADLINE;
-    loop {
-        let left: Vec<String> = jobs.iter().flat_map(|j| squeue(j)).collect();
-        if left.is_empty() {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "jobs still in the queue after {JOB_DEADLINE:?}: {left:?}\nlogs:\n{}",
-            logs(root)
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    wait_for(&format!("jobs {jobs:?} to leave the queue"), JOB_DEADLINE)
+        .every(Duration::from_millis(500))
+        .context(|| format!("logs:\n{}", logs(root)))
+        .until_ok(|| {
+            let left: Vec<String> = jobs.iter().flat_map(|j| squeue(j)).collect();
+            if left.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("still in the queue: {left:?}"))
+            }
+        })
+        .await;
+}
+
+/// Polls `squeue` until `ready` holds for the lines of `job`, within [`JOB_DEADLINE`].
+async fn wait_queue(job: &str, root: &Path, what: &str, ready: impl Fn(&[String]) -> bool) {
+    wait_for(what, JOB_DEADLINE)
+        .every(Duration::from_millis(300))
+        .context(|| format!("logs:\n{}", logs(root)))
+        .until_ok(|| {
+            let state = squeue(job);
+            if ready(&state) {
+                Ok(())
+            } else {
+                Err(format!("squeue: {state:?}"))
+            }
+        })
+        .await;
 }
 
 /// Every task log under `RUN_ROOT/slurm/`, for failure messages.
@@ -105,26 +120,18 @@ fn logs(root: &Path) -> String {
     text
 }
 
-fn status_json(path: &Path) -> Option<serde_json::Value> {
-    let text = std::fs::read_to_string(path).ok()?;
-    serde_json::from_str(&text).ok()
-}
-
 /// Polls shard `dir`'s `status.json` until `ready` holds.
-async fn wait_for(dir: &Path, root: &Path, what: &str, ready: impl Fn(&serde_json::Value) -> bool) {
-    let deadline = Instant::now() + JOB_DEADLINE;
-    loop {
-        if status_json(&dir.join("status.json")).is_some_and(|s| ready(&s)) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what} never happened in {}\nlogs:\n{}",
-            dir.display(),
-            logs(root)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+async fn wait_for_shard(
+    dir: &Path,
+    root: &Path,
+    what: &str,
+    ready: impl Fn(&serde_json::Value) -> bool,
+) {
+    wait_for(&format!("{what} in {}", dir.display()), JOB_DEADLINE)
+        .every(Duration::from_millis(200))
+        .context(|| format!("logs:\n{}", logs(root)))
+        .until(|| read_json(&dir.join("status.json")).is_some_and(|s| ready(&s)))
+        .await;
 }
 
 fn done_count(status: &serde_json::Value) -> u64 {
@@ -167,7 +174,7 @@ async fn a_slurm_array_runs_every_shard_survives_a_cancel_and_refuses_a_duplicat
         return;
     }
     let gen_ = project(96);
-    let root: PathBuf = gen_.path("runs/quickstart");
+    let root: PathBuf = gen_.run_path("");
     let started = Instant::now();
     let step = |what: &str| eprintln!("[{:>5.1}s] {what}", started.elapsed().as_secs_f64());
     let submitted = gen_
@@ -183,7 +190,7 @@ async fn a_slurm_array_runs_every_shard_survives_a_cancel_and_refuses_a_duplicat
             "--cpus-per-task=1",
         ])
         .await;
-    assert_eq!(submitted.code, 0, "{}", submitted.stderr);
+    assert_eq!(submitted.code, Some(0), "{}", submitted.stderr);
     let job = submitted.stdout.trim().to_owned();
     assert!(job.parse::<u64>().is_ok(), "job id: {job:?}");
     let script = std::fs::read_to_string(root.join("slurm/gen.sbatch")).expect("script");
@@ -193,8 +200,8 @@ async fn a_slurm_array_runs_every_shard_survives_a_cancel_and_refuses_a_duplicat
     step(&format!("submitted job {job}"));
     // Both tasks generate.
     let (shard0, shard1) = (root.join("shard-000"), root.join("shard-001"));
-    wait_for(&shard0, &root, "shard 0 generating", |s| done_count(s) > 0).await;
-    wait_for(&shard1, &root, "shard 1 generating", |s| done_count(s) > 0).await;
+    wait_for_shard(&shard0, &root, "shard 0 generating", |s| done_count(s) > 0).await;
+    wait_for_shard(&shard1, &root, "shard 1 generating", |s| done_count(s) > 0).await;
     step("both shards generating");
     // At once: task 1 is cancelled mid-run, and a duplicate of task 0 is submitted while the
     // original owns shard 0.
@@ -203,7 +210,7 @@ async fn a_slurm_array_runs_every_shard_survives_a_cancel_and_refuses_a_duplicat
         .status()
         .expect("scancel");
     assert!(cancel.success());
-    let owner_before = status_json(&shard0.join("owner.json")).expect("owner");
+    let owner_before = read_json(&shard0.join("owner.json")).expect("owner");
     let duplicate = sbatch(&[
         "--array=0",
         root.join("slurm/gen.sbatch").to_str().expect("utf-8"),
@@ -212,16 +219,12 @@ async fn a_slurm_array_runs_every_shard_survives_a_cancel_and_refuses_a_duplicat
         "cancelled task 1, submitted duplicate {duplicate}"
     ));
 
-    let deadline = Instant::now() + JOB_DEADLINE;
-    while squeue(&job)
-        .iter()
-        .any(|t| t.starts_with(&format!("{job}_1 ")))
-    {
-        assert!(Instant::now() < deadline, "task 1 never left");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    wait_queue(&job, &root, "task 1 to leave", |state| {
+        !state.iter().any(|t| t.starts_with(&format!("{job}_1 ")))
+    })
+    .await;
     step("task 1 gone");
-    let cancelled = status_json(&shard1.join("status.json")).expect("shard 1 status");
+    let cancelled = read_json(&shard1.join("status.json")).expect("shard 1 status");
     assert_eq!(
         cancelled["finished"], true,
         "gen stopped gracefully: {cancelled}"
@@ -244,7 +247,7 @@ async fn a_slurm_array_runs_every_shard_survives_a_cancel_and_refuses_a_duplicat
             && duplicate_log.contains(&format!("job {job}_0")),
         "{duplicate_log}"
     );
-    let owner_after = status_json(&shard0.join("owner.json")).expect("owner");
+    let owner_after = read_json(&shard0.join("owner.json")).expect("owner");
     assert_eq!(owner_after["epoch"], owner_before["epoch"], "{owner_after}");
     assert_eq!(owner_after["job"], format!("{job}_0"));
     step("duplicate refused");
@@ -258,7 +261,7 @@ async fn a_slurm_array_runs_every_shard_survives_a_cancel_and_refuses_a_duplicat
             "--submit",
         ])
         .await;
-    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
     let rerun = again.stdout.trim().to_owned();
     let script =
         std::fs::read_to_string(root.join("slurm/gen-only-failed.sbatch")).expect("script");
@@ -278,7 +281,7 @@ async fn a_slurm_array_runs_every_shard_survives_a_cancel_and_refuses_a_duplicat
     step(&format!("resubmitted shard 1 as {rerun}"));
     wait_gone(&[&job, &rerun], &root).await;
     step("every task gone");
-    let taken = status_json(&shard1.join("owner.json")).expect("owner");
+    let taken = read_json(&shard1.join("owner.json")).expect("owner");
     assert_eq!(taken["job"], format!("{rerun}_1"), "{taken}");
     assert_eq!(taken["epoch"], 2, "the rerun took the shard over: {taken}");
 
@@ -286,7 +289,7 @@ async fn a_slurm_array_runs_every_shard_survives_a_cancel_and_refuses_a_duplicat
     let status = gen_
         .run(&["status", root.to_str().expect("utf-8"), "--json"])
         .await;
-    assert_eq!(status.code, 0, "{}", status.stderr);
+    assert_eq!(status.code, Some(0), "{}", status.stderr);
     let view: serde_json::Value = serde_json::from_str(&status.stdout).expect("json");
     let shards = view["shards"].as_array().expect("shards");
     assert_eq!(shards.len(), 2, "{view}");
@@ -323,7 +326,7 @@ async fn a_slurm_array_runs_every_shard_survives_a_cancel_and_refuses_a_duplicat
     }
     assert!(total >= 55, "{total}");
     let verify = gen_.run(&["verify", merged.to_str().expect("utf-8")]).await;
-    assert_eq!(verify.code, 0, "{}{}", verify.stdout, verify.stderr);
+    assert_eq!(verify.code, Some(0), "{}{}", verify.stdout, verify.stderr);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -333,7 +336,7 @@ async fn a_task_told_its_time_is_up_stops_requeues_itself_and_takes_its_shard_ba
         return;
     }
     let gen_ = project(48);
-    let root: PathBuf = gen_.path("runs/quickstart");
+    let root: PathBuf = gen_.run_path("");
     let started = Instant::now();
     let step = |what: &str| eprintln!("[{:>5.1}s] {what}", started.elapsed().as_secs_f64());
     let submitted = gen_
@@ -350,11 +353,11 @@ async fn a_task_told_its_time_is_up_stops_requeues_itself_and_takes_its_shard_ba
             "--cpus-per-task=1",
         ])
         .await;
-    assert_eq!(submitted.code, 0, "{}", submitted.stderr);
+    assert_eq!(submitted.code, Some(0), "{}", submitted.stderr);
     let job = submitted.stdout.trim().to_owned();
     let task = format!("{job}_0");
     let shard = root.join("shard-000");
-    wait_for(&shard, &root, "shard 0 generating", |s| done_count(s) > 0).await;
+    wait_for_shard(&shard, &root, "shard 0 generating", |s| done_count(s) > 0).await;
     step("generating; SIGUSR1 to the batch shell, as ahead of the time limit");
     let signal = Command::new("scancel")
         .args(["--batch", "--signal=USR1", &task])
@@ -363,21 +366,12 @@ async fn a_task_told_its_time_is_up_stops_requeues_itself_and_takes_its_shard_ba
     assert!(signal.success());
     // The script requeues the task once gen has stopped; the requeued task waits out the
     // credential lifetime (10 s on the test cluster), then starts again.
-    let deadline = Instant::now() + JOB_DEADLINE;
-    loop {
-        let state = squeue(&job);
-        if state.iter().any(|t| t.ends_with("PENDING")) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "never requeued: {state:?}\n{}",
-            logs(&root)
-        );
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    }
+    wait_queue(&job, &root, "the task requeued", |state| {
+        state.iter().any(|t| t.ends_with("PENDING"))
+    })
+    .await;
     step("requeued");
-    let stopped = status_json(&shard.join("status.json")).expect("status");
+    let stopped = read_json(&shard.join("status.json")).expect("status");
     assert_eq!(stopped["finished"], true, "stopped gracefully: {stopped}");
     wait_gone(&[&job], &root).await;
     step("done");
@@ -388,7 +382,7 @@ async fn a_task_told_its_time_is_up_stops_requeues_itself_and_takes_its_shard_ba
             && log.contains("(restart 1)"),
         "{log}"
     );
-    let owner = status_json(&shard.join("owner.json")).expect("owner");
+    let owner = read_json(&shard.join("owner.json")).expect("owner");
     assert_eq!(owner["job"], task, "{owner}");
     assert_eq!(
         owner["epoch"], 2,
@@ -398,7 +392,7 @@ async fn a_task_told_its_time_is_up_stops_requeues_itself_and_takes_its_shard_ba
     let verify = gen_
         .run(&["verify", merged.to_str().expect("utf-8"), "--json"])
         .await;
-    assert_eq!(verify.code, 0, "{}{}", verify.stdout, verify.stderr);
+    assert_eq!(verify.code, Some(0), "{}{}", verify.stdout, verify.stderr);
     let audit: serde_json::Value = serde_json::from_str(&verify.stdout).expect("json");
     assert_eq!(audit["totals"]["pending"], 0, "{audit}");
     assert_eq!(audit["totals"]["duplicated"], 0, "{audit}");

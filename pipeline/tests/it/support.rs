@@ -1,35 +1,204 @@
-//! What the integration tests share: one temporary project directory in which `gen` runs
-//! (awaited, or spawned to be signalled or killed), progress read from `status.json` and
-//! waited on by polling, the `gen verify` audit, completions files read back, the real
-//! llama-server fixture's skip rules, and a seeded PRNG.
+//! What the integration tests share: one temporary project directory in which `gen` runs, the
+//! one config builder ([`Config`]) and the run directory derived from the config written, one
+//! way to run `gen` ([`GenCommand`]: awaited, or started in the background as a [`Running`]
+//! to be signalled, killed or waited on), one way to wait for observed state ([`wait_for`]:
+//! polling with a deadline that names what it waited for, never a sleep as synchronisation),
+//! the `gen verify` audit, completions files read back, the real llama-server fixture's skip
+//! rules, and a seeded PRNG.
 
 #![allow(dead_code, unreachable_pub)]
 
-use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::cell::RefCell;
+use std::path::{Component, Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// What `gen` printed and how it exited (`-1` when a signal ended it).
-pub struct Output {
-    pub code: i32,
-    pub stdout: String,
-    pub stderr: String,
-}
+/// The `gen` binary under test.
+pub const GEN_BIN: &str = env!("CARGO_BIN_EXE_gen");
 
-/// The same, with the exit code as the OS gave it (`None`: ended by a signal).
-pub struct Exit {
+/// What `gen` printed and how it exited (`code` is `None` when a signal ended it).
+pub struct Output {
     pub code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
 }
 
+impl Output {
+    fn of(out: std::process::Output) -> Output {
+        Output {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+/// A config file built from its tables: `[run]`, `[server]`, `[generation]` and the sources.
+/// Written with [`Project::config`], which also makes it the config whose run directory
+/// [`Project::run_dir`] names. A config that must be broken on purpose (a typo, a bad value at
+/// a given line) is written as raw text with [`Project::write`] instead.
+#[derive(Clone)]
+pub struct Config {
+    file: String,
+    run: String,
+    server: String,
+    generation: String,
+    sources: String,
+}
+
+impl Config {
+    /// `cfg.toml` against the server at `url`: answers of up to 16 tokens, 3 at a time.
+    pub fn new(url: &str) -> Config {
+        Config::with_server(&format!("url = \"{url}\""))
+    }
+
+    /// `cfg.toml` whose `[server]` table's body is `server` (several `urls`, a `launch`...).
+    pub fn with_server(server: &str) -> Config {
+        Config {
+            file: "cfg.toml".to_owned(),
+            run: String::new(),
+            server: server.to_owned(),
+            generation: "max-tokens = 16\nconcurrency = 3".to_owned(),
+            sources: String::new(),
+        }
+    }
+
+    /// A config launching the real llama-server `bin` with `model` on `port` (a number, or
+    /// `{port}` for a free one); `args` are llama-server's further arguments.
+    pub fn launching(bin: &Path, model: &Path, port: &str, args: &[&str]) -> Config {
+        let mut launch = vec![
+            bin.display().to_string(),
+            "-m".to_owned(),
+            model.display().to_string(),
+            "--host".to_owned(),
+            "127.0.0.1".to_owned(),
+            "--port".to_owned(),
+            port.to_owned(),
+        ];
+        launch.extend(args.iter().map(|a| (*a).to_owned()));
+        // A JSON string is a valid TOML basic string.
+        let launch: Vec<String> = launch
+            .iter()
+            .map(|a| serde_json::to_string(a).expect("string"))
+            .collect();
+        Config::with_server(&format!(
+            "url = \"http://127.0.0.1:{port}\"\nlaunch = [{}]",
+            launch.join(", ")
+        ))
+    }
+
+    /// The file name, relative to the project (`cfg.toml` unless set).
+    pub fn named(mut self, file: &str) -> Config {
+        file.clone_into(&mut self.file);
+        self
+    }
+
+    /// Lines added to the `[run]` table.
+    pub fn run(mut self, lines: &str) -> Config {
+        push_lines(&mut self.run, lines);
+        self
+    }
+
+    /// Lines added to the `[server]` table.
+    pub fn server(mut self, lines: &str) -> Config {
+        push_lines(&mut self.server, lines);
+        self
+    }
+
+    /// The `[generation]` table's whole body (`max-tokens = 16`, `concurrency = 3` unless set).
+    pub fn generation(mut self, body: &str) -> Config {
+        body.clone_into(&mut self.generation);
+        self
+    }
+
+    /// A `[[source]]` reading `path`.
+    pub fn source(self, name: &str, path: &str) -> Config {
+        self.source_with(name, path, "")
+    }
+
+    /// A `[[source]]` reading `path`, with `lines` added to its table.
+    pub fn source_with(self, name: &str, path: &str, lines: &str) -> Config {
+        self.source_table(name, &format!("path = \"{path}\"\n{lines}"))
+    }
+
+    /// A `[[source]]` whose rows a Python `script` prints (`command = ["python3", "-c", …]`),
+    /// with `lines` added to its table.
+    pub fn python_source(self, name: &str, script: &str, lines: &str) -> Config {
+        // A JSON string is a valid TOML basic string.
+        let script = serde_json::to_string(script).expect("string");
+        self.source_table(
+            name,
+            &format!("command = [\"python3\", \"-c\", {script}]\n{lines}"),
+        )
+    }
+
+    /// A `[[source]]` named `name` whose other keys are `body`.
+    pub fn source_table(mut self, name: &str, body: &str) -> Config {
+        self.sources
+            .push_str(&format!("\n[[source]]\nname = \"{name}\"\n{body}\n"));
+        self
+    }
+
+    /// The file's text.
+    pub fn text(&self) -> String {
+        let mut text = String::new();
+        if !self.run.is_empty() {
+            text.push_str(&format!("[run]\n{}\n\n", self.run));
+        }
+        text.push_str(&format!(
+            "[server]\n{}\n\n[generation]\n{}\n",
+            self.server, self.generation
+        ));
+        text.push_str(&self.sources);
+        text
+    }
+}
+
+fn push_lines(table: &mut String, lines: &str) {
+    if !table.is_empty() && !lines.is_empty() {
+        table.push('\n');
+    }
+    table.push_str(lines);
+}
+
+/// The run directory `gen` derives for the config `file` of `text`, relative to the project:
+/// `[run] dir` from the config's directory, else `runs/STEM` there.
+fn run_dir_of(file: &str, text: &str) -> String {
+    let base = Path::new(file).parent().unwrap_or(Path::new(""));
+    let dir = toml::from_str::<toml::Table>(text)
+        .ok()
+        .and_then(|t| t.get("run")?.get("dir")?.as_str().map(str::to_owned));
+    let joined = match dir {
+        Some(dir) => base.join(dir),
+        None => {
+            let stem = Path::new(file)
+                .file_stem()
+                .map_or_else(|| "run".to_owned(), |s| s.to_string_lossy().into_owned());
+            base.join("runs").join(stem)
+        }
+    };
+    // `examples/../runs/quickstart` is `runs/quickstart`.
+    let mut normal = PathBuf::new();
+    for part in joined.components() {
+        match part {
+            Component::ParentDir => {
+                normal.pop();
+            }
+            Component::CurDir => {}
+            other => normal.push(other),
+        }
+    }
+    normal.to_string_lossy().into_owned()
+}
+
 /// A temporary project directory in which `gen` runs, with the environment every `gen` it
-/// starts gets.
+/// starts gets, and the config whose run directory the tests read.
 pub struct Project {
     dir: tempfile::TempDir,
     envs: Vec<(String, String)>,
+    config: RefCell<Option<String>>,
 }
 
 /// The name the end-to-end modules use for a [`Project`].
@@ -40,6 +209,7 @@ impl Project {
         Project {
             dir: tempfile::tempdir().expect("tempdir"),
             envs: Vec::new(),
+            config: RefCell::new(None),
         }
     }
 
@@ -63,66 +233,98 @@ impl Project {
             .unwrap_or_else(|e| panic!("read {relative}: {e}"))
     }
 
-    fn command(&self, args: &[&str]) -> tokio::process::Command {
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_gen"));
-        command
-            .args(args)
-            .current_dir(self.dir.path())
-            .env("NO_COLOR", "1")
-            .envs(self.envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
-        command
+    /// Writes `config` and makes it the project's config; returns its file name.
+    pub fn config(&self, config: &Config) -> String {
+        self.write(&config.file, config.text());
+        self.use_config(&config.file);
+        config.file.clone()
+    }
+
+    /// Makes `file`, written as raw text (a copied example, a config broken on purpose), the
+    /// project's config.
+    pub fn use_config(&self, file: &str) {
+        *self.config.borrow_mut() = Some(file.to_owned());
+    }
+
+    /// The run directory of the project's config, relative to the project (`runs/cfg` for
+    /// `cfg.toml`), as `gen` derives it from the file's name and `[run] dir`.
+    pub fn run_dir(&self) -> String {
+        let file = self
+            .config
+            .borrow()
+            .clone()
+            .expect("no config: write one with `Project::config`");
+        let text = std::fs::read_to_string(self.path(&file)).unwrap_or_default();
+        run_dir_of(&file, &text)
+    }
+
+    /// `relative` inside the run directory (`""`: the run directory itself).
+    pub fn run_path(&self, relative: &str) -> PathBuf {
+        let root = self.path(&self.run_dir());
+        if relative.is_empty() {
+            root
+        } else {
+            root.join(relative)
+        }
+    }
+
+    /// The text of `relative` inside the run directory.
+    pub fn read_run(&self, relative: &str) -> String {
+        self.read(&format!("{}/{relative}", self.run_dir()))
+    }
+
+    /// `file` in the run directory of `source`.
+    pub fn source_path(&self, source: &str, file: &str) -> PathBuf {
+        self.run_path(&format!("sources/{source}/{file}"))
+    }
+
+    /// The records of `source`'s completions file.
+    pub fn completions_of(&self, source: &str) -> Vec<Value> {
+        completions(&self.source_path(source, "completions.jsonl.zst"))
+    }
+
+    /// `gen ARGS` in the project directory, to be set up, then awaited or started.
+    pub fn command(&self, args: &[&str]) -> GenCommand<'_> {
+        GenCommand {
+            project: self,
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            envs: Vec::new(),
+            removed: Vec::new(),
+            wrapper: None,
+            binary: None,
+        }
     }
 
     /// Runs `gen ARGS` in the project directory and waits for it.
     pub async fn run(&self, args: &[&str]) -> Output {
-        self.run_with_env(args, &[]).await
+        self.command(args).output().await
     }
 
     /// Runs `gen ARGS` with extra environment variables.
     pub async fn run_with_env(&self, args: &[&str], envs: &[(&str, &str)]) -> Output {
-        let out = self.exit_of(args, envs).await;
-        Output {
-            code: out.code.unwrap_or(-1),
-            stdout: out.stdout,
-            stderr: out.stderr,
+        let mut command = self.command(args);
+        for (name, value) in envs {
+            command = command.env(name, value);
         }
+        command.output().await
     }
 
-    /// Runs `gen ARGS` and waits for it, keeping "ended by a signal" apart from an exit code.
-    pub async fn run_gen(&self, args: &[&str]) -> Exit {
-        self.exit_of(args, &[]).await
+    /// Starts `gen ARGS` in the background (stdout discarded, stderr piped).
+    pub fn start(&self, args: &[&str]) -> Running {
+        self.command(args).start()
     }
 
-    async fn exit_of(&self, args: &[&str], envs: &[(&str, &str)]) -> Exit {
+    /// `gen verify` of the run directory, `--json --allow-incomplete`, parsed; also returns
+    /// the exit code (1 only for an inconsistent run: the fault scenarios audit runs stopped
+    /// midway).
+    pub async fn verify(&self) -> (Option<i32>, Value) {
+        self.verify_at(&self.run_dir()).await
+    }
+
+    /// The same for `run_dir` (a shard of the run, a merged output).
+    pub async fn verify_at(&self, run_dir: &str) -> (Option<i32>, Value) {
         let out = self
-            .command(args)
-            .envs(envs.iter().copied())
-            .output()
-            .await
-            .expect("spawn gen");
-        Exit {
-            code: out.status.code(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
-    }
-
-    /// Starts `gen ARGS` without waiting (its output is discarded).
-    pub fn spawn(&self, args: &[&str]) -> tokio::process::Child {
-        self.command(args)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn gen")
-    }
-
-    /// `gen verify RUN_DIR --json --allow-incomplete`, parsed; also returns the exit code
-    /// (1 only for an inconsistent run: the fault scenarios audit runs stopped midway).
-    pub async fn verify(&self, run_dir: &str) -> (Option<i32>, Value) {
-        let out = self
-            .run_gen(&["verify", run_dir, "--json", "--allow-incomplete"])
+            .run(&["verify", run_dir, "--json", "--allow-incomplete"])
             .await;
         let audit = serde_json::from_str(&out.stdout).unwrap_or_else(|e| {
             panic!(
@@ -133,46 +335,301 @@ impl Project {
         (out.code, audit)
     }
 
+    /// `status.json` of the run directory, when it exists and is whole.
+    pub fn status(&self) -> Option<Value> {
+        self.status_at(&self.run_dir())
+    }
+
     /// `status.json` of `run_dir`, when it exists and is whole.
-    pub fn status(&self, run_dir: &str) -> Option<Value> {
-        let text = std::fs::read(self.path(run_dir).join("status.json")).ok()?;
-        serde_json::from_slice(&text).ok()
+    pub fn status_at(&self, run_dir: &str) -> Option<Value> {
+        read_json(&self.path(run_dir).join("status.json"))
     }
 }
 
-/// Polls `status.json` until `ready` holds for it, or panics at `deadline`. The child must stay
-/// alive meanwhile: a run that ended early is reported, not waited on.
-pub async fn wait_for_status(
-    project: &Project,
-    run_dir: &str,
-    child: &mut tokio::process::Child,
-    what: &str,
-    deadline: Duration,
-    mut ready: impl FnMut(&Value) -> bool,
-) -> Value {
-    let until = Instant::now() + deadline;
-    let mut seen = Vec::new();
-    loop {
-        if let Some(status) = project.status(run_dir) {
-            if ready(&status) {
-                return status;
+/// A parsed JSON file (`status.json`, `owner.json`), when it exists and is whole.
+pub fn read_json(path: &Path) -> Option<Value> {
+    let text = std::fs::read(path).ok()?;
+    serde_json::from_slice(&text).ok()
+}
+
+/// `gen ARGS` being set up: its environment, a wrapper program, another build of `gen`. It
+/// runs in the project directory with an empty stdin and `NO_COLOR=1`, and is killed when
+/// dropped.
+pub struct GenCommand<'a> {
+    project: &'a Project,
+    args: Vec<String>,
+    envs: Vec<(String, String)>,
+    removed: Vec<String>,
+    wrapper: Option<String>,
+    binary: Option<String>,
+}
+
+impl GenCommand<'_> {
+    pub fn env(mut self, name: &str, value: &str) -> Self {
+        self.envs.push((name.to_owned(), value.to_owned()));
+        self
+    }
+
+    /// Leaves `name` out of the environment `gen` inherits.
+    pub fn env_remove(mut self, name: &str) -> Self {
+        self.removed.push(name.to_owned());
+        self
+    }
+
+    /// Runs `PROGRAM gen ARGS` (`nohup`, which execs `gen` under the same pid).
+    pub fn under(mut self, program: &str) -> Self {
+        self.wrapper = Some(program.to_owned());
+        self
+    }
+
+    /// Runs another build of `gen` (an older one, to measure what changed).
+    pub fn binary(mut self, path: &str) -> Self {
+        self.binary = Some(path.to_owned());
+        self
+    }
+
+    fn build(&self) -> tokio::process::Command {
+        let gen_bin = self.binary.as_deref().unwrap_or(GEN_BIN);
+        let mut command = match &self.wrapper {
+            Some(program) => {
+                let mut command = tokio::process::Command::new(program);
+                command.arg(gen_bin);
+                command
             }
-            let phases: Vec<Value> = sources(&status)
-                .iter()
-                .map(|s| s["phase"].clone())
-                .collect();
-            if seen.last() != Some(&phases) {
-                seen.push(phases);
+            None => tokio::process::Command::new(gen_bin),
+        };
+        command
+            .args(&self.args)
+            .current_dir(self.project.dir.path())
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        for name in &self.removed {
+            command.env_remove(name);
+        }
+        command
+            .env("NO_COLOR", "1")
+            .envs(
+                self.project
+                    .envs
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str())),
+            )
+            .envs(self.envs.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        command
+    }
+
+    /// Spawns it with its stdout to `stdout` and its stderr piped.
+    fn spawn(self, stdout: Stdio) -> tokio::process::Child {
+        self.build()
+            .stdout(stdout)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn gen")
+    }
+
+    /// Runs it and waits for it.
+    pub async fn output(self) -> Output {
+        let child = self.spawn(Stdio::piped());
+        Output::of(child.wait_with_output().await.expect("wait for gen"))
+    }
+
+    /// Starts it in the background: stdout discarded, stderr piped (read it with
+    /// [`Running::finish`], or take it from [`Running::child`]).
+    pub fn start(self) -> Running {
+        Running {
+            child: self.spawn(Stdio::null()),
+        }
+    }
+}
+
+/// A process started in the background (`gen`, or a script running it); killed when dropped.
+pub struct Running {
+    pub child: tokio::process::Child,
+}
+
+impl From<tokio::process::Child> for Running {
+    fn from(child: tokio::process::Child) -> Running {
+        Running { child }
+    }
+}
+
+impl Running {
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("pid of a running process")
+    }
+
+    /// `kill -NAME PID` (`TERM`, `HUP`, `USR1`...).
+    pub fn signal(&self, name: &str) {
+        signal(self.pid(), name);
+    }
+
+    /// `kill -9`, then its exit status.
+    pub async fn kill9(&mut self) -> ExitStatus {
+        self.child.start_kill().expect("kill -9");
+        self.child.wait().await.expect("wait")
+    }
+
+    /// How it ended, if it has.
+    pub fn exited(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().expect("try_wait")
+    }
+
+    /// Polls `ready` until it holds, panicking if the process ends first or after `within`.
+    pub async fn until(&mut self, what: &str, within: Duration, mut ready: impl FnMut() -> bool) {
+        wait_for(what, within)
+            .every(Duration::from_millis(1))
+            .until_ok(|| {
+                if ready() {
+                    return Ok(());
+                }
+                if let Some(exit) = self.exited() {
+                    panic!("it exited ({exit}) before {what}");
+                }
+                Err(String::new())
+            })
+            .await;
+    }
+
+    /// Polls `status.json` of `run_dir` until `ready` holds for it; panics if the process ends
+    /// first, or after `within` with the phases it saw.
+    pub async fn until_status(
+        &mut self,
+        project: &Project,
+        run_dir: &str,
+        what: &str,
+        within: Duration,
+        mut ready: impl FnMut(&Value) -> bool,
+    ) -> Value {
+        let mut seen: Vec<Vec<Value>> = Vec::new();
+        wait_for(what, within)
+            .every(Duration::from_millis(1))
+            .until_ok(|| {
+                if let Some(status) = project.status_at(run_dir) {
+                    if ready(&status) {
+                        return Ok(status);
+                    }
+                    let phases: Vec<Value> = sources(&status)
+                        .iter()
+                        .map(|s| s["phase"].clone())
+                        .collect();
+                    if seen.last() != Some(&phases) {
+                        seen.push(phases);
+                    }
+                }
+                if let Some(exit) = self.exited() {
+                    panic!("gen exited ({exit}) before {what}; phases seen: {seen:?}");
+                }
+                Err(format!("phases seen: {seen:?}"))
+            })
+            .await
+    }
+
+    /// The same for the project's run directory.
+    pub async fn until_run_status(
+        &mut self,
+        project: &Project,
+        what: &str,
+        within: Duration,
+        ready: impl FnMut(&Value) -> bool,
+    ) -> Value {
+        self.until_status(project, &project.run_dir(), what, within, ready)
+            .await
+    }
+
+    /// Waits for it to end (within `within`), leaving its output unread.
+    pub async fn exit(&mut self, within: Duration) -> ExitStatus {
+        tokio::time::timeout(within, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("it did not end within {within:?}"))
+            .expect("wait")
+    }
+
+    /// Waits for it to end (within `within`); its stderr, unless taken.
+    pub async fn finish(self, within: Duration) -> Output {
+        let out = tokio::time::timeout(within, self.child.wait_with_output())
+            .await
+            .unwrap_or_else(|_| panic!("it did not end within {within:?}"))
+            .expect("wait");
+        Output::of(out)
+    }
+}
+
+/// `kill -SIGNAL PID` (the workspace forbids `unsafe`, so no direct `kill(2)`).
+pub fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} {pid}: {status}");
+}
+
+/// The state letter of process `pid` in `/proc/PID/stat` (`T`: stopped by a signal).
+pub fn process_state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the parenthesised command name: state, ppid, ...
+    stat.rsplit_once(") ")?.1.chars().next()
+}
+
+/// A wait on observed state: polled every `every` (10 ms unless set) until it holds; after
+/// `within`, a panic naming `what` and what was last seen.
+pub struct Wait<'a> {
+    what: String,
+    within: Duration,
+    every: Duration,
+    context: Option<Box<dyn Fn() -> String + 'a>>,
+}
+
+/// Waits for `what`, for at most `within`.
+pub fn wait_for<'a>(what: &str, within: Duration) -> Wait<'a> {
+    Wait {
+        what: what.to_owned(),
+        within,
+        every: Duration::from_millis(10),
+        context: None,
+    }
+}
+
+impl<'a> Wait<'a> {
+    /// How often to look (a check that forks a program wants a slower pace).
+    pub fn every(mut self, every: Duration) -> Self {
+        self.every = every;
+        self
+    }
+
+    /// What a timeout's message adds (logs of the processes waited on).
+    pub fn context(mut self, context: impl Fn() -> String + 'a) -> Self {
+        self.context = Some(Box::new(context));
+        self
+    }
+
+    /// Until `ready` holds.
+    pub async fn until(self, mut ready: impl FnMut() -> bool) {
+        self.until_ok(|| if ready() { Ok(()) } else { Err(String::new()) })
+            .await;
+    }
+
+    /// Until `check` gives a value.
+    pub async fn until_some<T>(self, mut check: impl FnMut() -> Option<T>) -> T {
+        self.until_ok(|| check().ok_or_else(String::new)).await
+    }
+
+    /// Until `check` gives `Ok`; its last `Err` (what it saw) goes into a timeout's message.
+    pub async fn until_ok<T>(self, mut check: impl FnMut() -> Result<T, String>) -> T {
+        let until = Instant::now() + self.within;
+        loop {
+            let seen = match check() {
+                Ok(value) => return value,
+                Err(seen) => seen,
+            };
+            if Instant::now() >= until {
+                let context = self.context.as_ref().map(|c| c()).unwrap_or_default();
+                panic!(
+                    "timed out after {:?} waiting for {}; {seen}\n{context}",
+                    self.within, self.what
+                );
             }
+            tokio::time::sleep(self.every).await;
         }
-        if let Some(exit) = child.try_wait().expect("try_wait") {
-            panic!("gen exited ({exit}) before {what}; phases seen: {seen:?}");
-        }
-        assert!(
-            Instant::now() < until,
-            "timed out waiting for {what}; phases seen: {seen:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
 
@@ -275,19 +732,7 @@ pub fn copy_examples(gen_: &Gen) {
             std::fs::read_to_string(entry.path()).expect("data"),
         );
     }
-}
-
-/// Writes `cfg.toml` for `sources` (name, path) against `url`; returns its name.
-pub fn write_config(gen_: &Gen, url: &str, sources: &[(&str, &str)]) -> String {
-    let mut text =
-        format!("[server]\nurl = \"{url}\"\n\n[generation]\nmax-tokens = 16\nconcurrency = 3\n");
-    for (name, path) in sources {
-        text.push_str(&format!(
-            "\n[[source]]\nname = \"{name}\"\npath = \"{path}\"\n"
-        ));
-    }
-    gen_.write("cfg.toml", &text);
-    "cfg.toml".to_owned()
+    gen_.use_config("examples/quickstart.toml");
 }
 
 /// The records of a completions file, in file order.
@@ -335,12 +780,14 @@ pub fn llama_fruit_project(gen_: &Gen, bin: &Path, model: &Path, prompts: usize,
         .map(|i| format!("{{\"prompt\": \"Name a fruit ({i}).\"}}\n"))
         .collect();
     gen_.write("data/a.jsonl", rows);
-    gen_.write(
-        "cfg.toml",
-        format!(
-            "[server]\nurl = \"http://127.0.0.1:{{port}}\"\nlaunch = [\"{}\", \"-m\", \"{}\", \"--host\", \"127.0.0.1\", \"--port\", \"{{port}}\", \"-np\", \"2\", \"-c\", \"2048\", \"-t\", \"2\", \"--poll\", \"0\"]\n\n[generation]\n{generation}\n\n[[source]]\nname = \"fruit\"\npath = \"data/a.jsonl\"\n",
-            bin.display(),
-            model.display()
-        ),
+    gen_.config(
+        &Config::launching(
+            bin,
+            model,
+            "{port}",
+            &["-np", "2", "-c", "2048", "-t", "2", "--poll", "0"],
+        )
+        .generation(generation)
+        .source("fruit", "data/a.jsonl"),
     );
 }

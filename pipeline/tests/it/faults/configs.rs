@@ -1,7 +1,7 @@
 //! Bad configs: every one is refused with exit 2 and each problem located at
 //! `file:line:column`; the first lines of several are pinned exactly.
 
-use crate::faults::harness::Project;
+use crate::support::Project;
 
 const SOURCE: &str = "\n[[source]]\nname = \"a\"\npath = \"a.jsonl\"\n";
 
@@ -151,7 +151,7 @@ async fn every_problem_is_reported_in_one_pass() {
         "many.toml",
         "[server]\nurl = \"http://127.0.0.1:9\"\nstall-secs = \"long\"\n\n[generation]\nmax-tokens = 16\ntemperatur = 0.5\n\n[[source]]\nname = \"a\"\npath = \"a.jsonl\"\nlimt = 5\nlimit = 0\nturns = \"some\"\nmemory_limit = \"8G\"\n",
     );
-    let out = project.run_gen(&["check", "many.toml"]).await;
+    let out = project.run(&["check", "many.toml"]).await;
     assert_eq!(out.code, Some(2), "{}", out.stderr);
     let lines: Vec<&str> = out.stderr.lines().collect();
     assert_eq!(
@@ -197,7 +197,7 @@ async fn a_file_that_is_not_toml_stops_after_a_few_errors() {
         .map(|i| format!("{{\"prompt\": \"question {i}\"}}\n"))
         .collect();
     project.write("data.jsonl", &rows);
-    let out = project.run_gen(&["check", "data.jsonl"]).await;
+    let out = project.run(&["check", "data.jsonl"]).await;
     assert_eq!(out.code, Some(2), "{}", out.stderr);
     let lines: Vec<&str> = out.stderr.lines().collect();
     assert!(lines.len() <= 6, "{}", out.stderr);
@@ -219,13 +219,14 @@ async fn preflight_finds_unset_variables_missing_programs_and_paths_matching_not
     project.write("a.jsonl", "{\"prompt\": \"hi\"}\n");
     let text = "[server]\nurl = \"http://127.0.0.1:{port}\"\nlaunch = [\"./no-such-server\", \"-m\", \"${GEN_TEST_UNSET_MODEL}\", \"--port\", \"{port}\"]\n\n[generation]\nmax-tokens = 16\n\n[[source]]\nname = \"a\"\npath = \"a.jsonl\"\n\n[[source]]\nname = \"b\"\npath = \"data/*.jsonl\"\n";
     project.write("pre.toml", text);
+    project.use_config("pre.toml");
     let expected = [
         "pre.toml:3:11  `launch` program `./no-such-server` does not exist",
         "pre.toml:3:37  `launch` uses `${GEN_TEST_UNSET_MODEL}`, which is not set here",
         "pre.toml:14:8  source `b`: `",
     ];
     for command in ["check", "run"] {
-        let out = project.run_gen(&[command, "pre.toml"]).await;
+        let out = project.run(&[command, "pre.toml"]).await;
         assert_eq!(out.code, Some(2), "{command}: {}", out.stderr);
         for line in expected {
             assert!(
@@ -239,12 +240,9 @@ async fn preflight_finds_unset_variables_missing_programs_and_paths_matching_not
             "{}",
             out.stderr
         );
-        assert!(
-            !project.path("runs/pre").exists(),
-            "{command} started a run"
-        );
+        assert!(!project.run_path("").exists(), "{command} started a run");
     }
-    let out = project.run_gen(&["doctor", "pre.toml"]).await;
+    let out = project.run(&["doctor", "pre.toml"]).await;
     for line in expected {
         assert!(out.stdout.contains(line), "doctor: {line}\n{}", out.stdout);
     }
@@ -262,7 +260,7 @@ async fn bad_configs_exit_2_with_file_line_column() {
     for (name, text, pinned) in &cases {
         let file = format!("{name}.toml");
         project.write(&file, text);
-        let out = project.run_gen(&["check", &file]).await;
+        let out = project.run(&["check", &file]).await;
         let lines: Vec<&str> = out.stderr.lines().collect();
         seen.push_str(&format!("{name}: {:?}\n", &lines[..lines.len().min(3)]));
         let located = lines.iter().skip(1).any(|l| {

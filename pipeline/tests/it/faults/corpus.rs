@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use crate::faults::harness::{Project, phase_of};
+use crate::support::{Config, Project, phase_of};
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 
 /// What a malformed input must lead to.
@@ -363,32 +363,26 @@ async fn every_malformed_input_has_its_expected_outcome_and_nothing_panics() {
     let project = Project::new();
     let cases = cases();
     assert!(cases.len() >= 30);
-    let mut config = format!(
-        "[run]\nmax-parallel-prep = 6\n\n[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = 8\n",
-        server.url()
-    );
+    let mut config = Config::new(&server.url())
+        .run("max-parallel-prep = 6")
+        .generation("max-tokens = 8");
     for case in &cases {
         let file = format!("data/{}/{}", case.name, case.file);
         project.write(&file, &case.bytes);
         // The directory case points at the directory, not the file inside it.
         let path = file.trim_end_matches("/inner.txt");
-        writeln!(
-            config,
-            "\n[[source]]\nname = \"{}\"\npath = \"{path}\"\n{}",
-            case.name, case.extra
-        )
-        .expect("fmt");
+        config = config.source_with(case.name, path, case.extra);
     }
-    project.write("cfg.toml", &config);
-    let out = project.run_gen(&["run", "cfg.toml"]).await;
+    project.config(&config);
+    let out = project.run(&["run", "cfg.toml"]).await;
     assert_eq!(out.code, Some(1), "some sources fail: {}", out.stderr);
     assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
-    let status = project.status("runs/cfg").expect("status.json");
+    let status = project.status().expect("status.json");
 
     let mut report = String::new();
     let mut mismatches = Vec::new();
     for case in &cases {
-        let dir = project.path(&format!("runs/cfg/sources/{}", case.name));
+        let dir = project.run_path(&format!("sources/{}", case.name));
         let log = std::fs::read_to_string(dir.join("prep.log")).unwrap_or_default();
         let worker: Value = std::fs::read(dir.join("worker.json"))
             .ok()
@@ -469,9 +463,10 @@ async fn every_malformed_input_has_its_expected_outcome_and_nothing_panics() {
     assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
 
     // A field no row has is a setting the data does not fit: the error points at it.
-    let log = std::fs::read_to_string(project.path("runs/cfg/sources/wrong_schema/prep.log"))
-        .expect("prep.log");
+    let log =
+        std::fs::read_to_string(project.source_path("wrong_schema", "prep.log")).expect("prep.log");
     let at = config
+        .text()
         .lines()
         .position(|l| l == "prompt-field = \"question\"")
         .expect("the case's line")
@@ -499,7 +494,7 @@ async fn every_malformed_input_has_its_expected_outcome_and_nothing_panics() {
         "2 of 3 rows (66%) dropped as `wrong_type` (reasons and examples in manifest.json)",
         "{source:#}"
     );
-    let shown = project.run_gen(&["status", "runs/cfg"]).await;
+    let shown = project.run(&["status", &project.run_dir()]).await;
     assert!(
         shown
             .stdout
@@ -509,6 +504,6 @@ async fn every_malformed_input_has_its_expected_outcome_and_nothing_panics() {
     );
 
     // The audit agrees: failed sources are pending, nothing is inconsistent.
-    let (code, audit) = project.verify("runs/cfg").await;
+    let (code, audit) = project.verify().await;
     assert_eq!(code, Some(0), "{audit:#}");
 }

@@ -11,8 +11,8 @@ use std::process::Command;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 
-use super::harness::{Project, completion_ids};
-use super::{assert_complete, rows, write_config};
+use super::{alpha_project, assert_complete, rows};
+use crate::support::completion_ids;
 
 /// A tmpfs mounted on a fresh temporary directory, unmounted when dropped (even when the test
 /// panics), before the directory itself is removed.
@@ -107,20 +107,13 @@ async fn disk_full_while_writing_output_stops_with_a_clear_error_and_resumes_onc
         ..Knobs::default()
     })
     .await;
-    let project = Project::new();
-    project.write("data/alpha.jsonl", rows("alpha", PROMPTS));
-    write_config(
-        &project,
-        &server.url(),
-        "",
-        &[("alpha", "data/alpha.jsonl", "")],
-    );
+    let project = alpha_project(&server.url(), rows("alpha", PROMPTS));
     let run_dir = fs.path().to_str().expect("utf-8 path").to_owned();
     let completions = fs.path().join("sources/alpha/completions.jsonl.zst");
 
     // 1. The disk fills up: a clear error naming the file and the cause, exit 1, no panic.
     let full = project
-        .run_gen(&["run", "cfg.toml", "--run-dir", &run_dir])
+        .run(&["run", "cfg.toml", "--run-dir", &run_dir])
         .await;
     eprintln!("full run: exit {:?}\n{}", full.code, full.stderr);
     assert_ne!(full.code, Some(101), "gen panicked: {}", full.stderr);
@@ -151,7 +144,7 @@ async fn disk_full_while_writing_output_stops_with_a_clear_error_and_resumes_onc
     unique.dedup();
     assert_eq!(unique.len(), stored.len(), "a duplicate on the full disk");
     assert!(stored.len() < PROMPTS, "the disk was full before the end");
-    let (code, audit) = project.verify(&run_dir).await;
+    let (code, audit) = project.verify_at(&run_dir).await;
     eprintln!(
         "verify on the full disk: exit {code:?}, totals {}, notes {}",
         audit["totals"], audit["sources"][0]["notes"]
@@ -164,10 +157,10 @@ async fn disk_full_while_writing_output_stops_with_a_clear_error_and_resumes_onc
     // 3. Space freed: the rerun finishes every prompt, each stored exactly once.
     fs.resize("64m");
     let rerun = project
-        .run_gen(&["run", "cfg.toml", "--run-dir", &run_dir])
+        .run(&["run", "cfg.toml", "--run-dir", &run_dir])
         .await;
     assert_eq!(rerun.code, Some(0), "{}", rerun.stderr);
-    let (code, audit) = project.verify(&run_dir).await;
+    let (code, audit) = project.verify_at(&run_dir).await;
     assert_eq!(code, Some(0), "{audit:#}");
     assert_complete(&audit, PROMPTS as u64);
     assert!(

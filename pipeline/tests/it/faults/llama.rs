@@ -7,11 +7,11 @@
 
 use std::time::{Duration, Instant};
 
-use gen_tests::llama::{self, LlamaServer};
+use gen_tests::llama::LlamaServer;
 use serde_json::Value;
 
-use super::harness::{Project, completion_ids, wait_for_status};
-use super::{RUN, assert_complete};
+use super::assert_complete;
+use crate::support::{Config, Project, completion_ids, llama_skip_reason, signal};
 
 /// How long the server stays frozen: the one deliberate sleep of the test.
 const STOP: Duration = Duration::from_secs(4);
@@ -19,33 +19,13 @@ const STOP: Duration = Duration::from_secs(4);
 /// enough that the first completion comes long before the last.
 const PROMPTS: u64 = 12;
 
-/// `Some(reason)` when the test must be skipped.
-pub(crate) fn skip_reason() -> Option<String> {
-    match llama::installed() {
-        Ok(_) => None,
-        Err(reason) if std::env::var_os("GEN_REQUIRE_LLAMA").is_some() => {
-            panic!("GEN_REQUIRE_LLAMA is set but {reason}")
-        }
-        Err(reason) => Some(reason),
-    }
-}
-
-/// `kill -SIGNAL PID` (the workspace forbids `unsafe`, so no direct `kill(2)`).
-pub(crate) fn signal(pid: u32, signal: &str) {
-    let status = std::process::Command::new("kill")
-        .args([&format!("-{signal}"), &pid.to_string()])
-        .status()
-        .expect("run kill");
-    assert!(status.success(), "kill -{signal} {pid}: {status}");
-}
-
 fn source(status: &Value) -> &Value {
     &status["sources"][0]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sigstopped_llama_server_resumes_after_sigcont_with_nothing_failed_or_lost() {
-    if let Some(reason) = skip_reason() {
+    if let Some(reason) = llama_skip_reason() {
         eprintln!("skipped: {reason}");
         return;
     }
@@ -57,25 +37,21 @@ async fn a_sigstopped_llama_server_resumes_after_sigcont_with_nothing_failed_or_
         .map(|i| format!("{{\"prompt\": \"Count from {i} to {}.\"}}\n", i + 5))
         .collect();
     project.write("data/a.jsonl", rows);
-    project.write(
-        "cfg.toml",
-        format!(
-            "[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = 12\nconcurrency = 2\n\n\
-             [[source]]\nname = \"counting\"\npath = \"data/a.jsonl\"\n",
-            server.url()
-        ),
+    project.config(
+        &Config::new(&server.url())
+            .generation("max-tokens = 12\nconcurrency = 2")
+            .source("counting", "data/a.jsonl"),
     );
     let started = Instant::now();
-    let mut child = project.spawn(&["run", "cfg.toml"]);
-    let before = wait_for_status(
-        &project,
-        RUN,
-        &mut child,
-        "a first completion",
-        Duration::from_secs(120),
-        |s| source(s)["done"].as_u64().unwrap_or(0) >= 1,
-    )
-    .await;
+    let mut child = project.start(&["run", "cfg.toml"]);
+    let before = child
+        .until_run_status(
+            &project,
+            "a first completion",
+            Duration::from_secs(120),
+            |s| source(s)["done"].as_u64().unwrap_or(0) >= 1,
+        )
+        .await;
     let done_at_stop = source(&before)["done"].as_u64().unwrap_or(0);
     assert!(done_at_stop < PROMPTS, "stopped mid-run: {before:#}");
 
@@ -85,29 +61,26 @@ async fn a_sigstopped_llama_server_resumes_after_sigcont_with_nothing_failed_or_
     let mut saw_down = false;
     let mut max_failed = 0;
     while stopped.elapsed() < STOP {
-        if let Some(status) = project.status(RUN) {
+        if let Some(status) = project.status() {
             saw_down |= status["servers"][0]["down_since_unix_ms"].is_u64();
             max_failed = max_failed.max(source(&status)["failed"].as_u64().unwrap_or(0));
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let frozen = project.status(RUN).expect("status.json");
+    let frozen = project.status().expect("status.json");
     assert!(
         frozen["servers"][0]["in_flight"].as_u64().unwrap_or(0) > 0,
         "requests were in flight on the frozen server: {frozen:#}"
     );
     assert!(
-        child.try_wait().expect("try_wait").is_none(),
+        child.exited().is_none(),
         "gen must still be running while the server is stopped"
     );
     signal(server.pid(), "CONT");
     let resumed = Instant::now();
 
-    let output = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
-        .await
-        .expect("gen finished within 120 s of SIGCONT")
-        .expect("wait");
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let output = child.finish(Duration::from_secs(120)).await;
+    let stderr = output.stderr;
     eprintln!(
         "SIGSTOP at {done_at_stop} done, {:?} after start; frozen {:?}: done {}, in flight {}, \
          server shown down: {saw_down}; finished {:?} after SIGCONT\n{stderr}",
@@ -117,26 +90,23 @@ async fn a_sigstopped_llama_server_resumes_after_sigcont_with_nothing_failed_or_
         frozen["servers"][0]["in_flight"],
         resumed.elapsed()
     );
-    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(output.code, Some(0), "{stderr}");
     assert_eq!(max_failed, 0, "no prompt failed during the stop");
 
-    let status = project.status(RUN).expect("status.json");
+    let status = project.status().expect("status.json");
     assert_eq!(status["finished"], true, "{status:#}");
     assert_eq!(source(&status)["phase"], "done", "{status:#}");
     assert_eq!(source(&status)["done"], PROMPTS, "{status:#}");
     assert_eq!(source(&status)["failed"], 0, "{status:#}");
     assert_eq!(source(&status)["rejected"], 0, "{status:#}");
     assert!(
-        !project
-            .path(&format!("{RUN}/sources/counting/rejected.jsonl"))
-            .exists(),
+        !project.source_path("counting", "rejected.jsonl").exists(),
         "nothing rejected"
     );
-    let (code, audit) = project.verify(RUN).await;
+    let (code, audit) = project.verify().await;
     assert_eq!(code, Some(0), "{audit:#}");
     assert_complete(&audit, PROMPTS);
-    let mut ids =
-        completion_ids(&project.path(&format!("{RUN}/sources/counting/completions.jsonl.zst")));
+    let mut ids = completion_ids(&project.source_path("counting", "completions.jsonl.zst"));
     let count = ids.len();
     ids.sort();
     ids.dedup();

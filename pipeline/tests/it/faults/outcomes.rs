@@ -17,11 +17,11 @@ use std::time::Duration;
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 use serde_json::Value;
 
-use super::harness::{Project, completion_ids, wait_for_status};
-use super::{RUN, assert_complete, finished_run, rows, write_config};
+use super::{alpha_project, assert_complete, finished_run, rows};
+use crate::support::{Config, Project, completion_ids};
 
 fn completions_path(project: &Project) -> PathBuf {
-    project.path(&format!("{RUN}/sources/alpha/completions.jsonl.zst"))
+    project.source_path("alpha", "completions.jsonl.zst")
 }
 
 /// Every record of a completions file's whole data frames, in order (entries skipped).
@@ -37,7 +37,7 @@ fn records(path: &Path) -> Vec<Value> {
 
 /// Names of the files in `alpha`'s source directory that start with `prefix`.
 fn files_starting(project: &Project, prefix: &str) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(project.path(&format!("{RUN}/sources/alpha")))
+    let mut files: Vec<PathBuf> = std::fs::read_dir(project.run_path("sources/alpha"))
         .expect("read_dir")
         .map(|e| e.expect("entry").path())
         .filter(|p| {
@@ -51,7 +51,7 @@ fn files_starting(project: &Project, prefix: &str) -> Vec<PathBuf> {
 }
 
 fn rejected(project: &Project) -> Vec<Value> {
-    std::fs::read_to_string(project.path(&format!("{RUN}/sources/alpha/rejected.jsonl")))
+    std::fs::read_to_string(project.source_path("alpha", "rejected.jsonl"))
         .unwrap_or_default()
         .lines()
         .map(|l| serde_json::from_str(l).expect("json"))
@@ -59,16 +59,16 @@ fn rejected(project: &Project) -> Vec<Value> {
 }
 
 /// `cfg.toml` of one source `alpha` against `server`.
-fn config(server: &FakeOpenAi, max_tokens: u32, concurrency: u32) -> String {
-    format!(
-        "[server]\nurl = \"{}\"\n\n[generation]\nmax-tokens = {max_tokens}\nconcurrency = {concurrency}\n\n\
-         [[source]]\nname = \"alpha\"\npath = \"data/alpha.jsonl\"\n",
-        server.url()
-    )
+fn config(server: &FakeOpenAi, max_tokens: u32, concurrency: u32) -> Config {
+    Config::new(&server.url())
+        .generation(&format!(
+            "max-tokens = {max_tokens}\nconcurrency = {concurrency}"
+        ))
+        .source("alpha", "data/alpha.jsonl")
 }
 
 fn events(project: &Project) -> String {
-    std::fs::read_to_string(project.path(&format!("{RUN}/events.jsonl"))).unwrap_or_default()
+    std::fs::read_to_string(project.run_path("events.jsonl")).unwrap_or_default()
 }
 
 /// One flipped region inside the first frame of a finished run's completions: `gen verify`
@@ -98,7 +98,7 @@ async fn a_damaged_frame_early_in_the_file_costs_only_its_own_records() {
     std::fs::write(&path, &bytes).expect("write");
     let damaged = bytes[..first + entry].to_vec();
 
-    let (code, audit) = project.verify(RUN).await;
+    let (code, audit) = project.verify().await;
     assert_eq!(code, Some(1), "{audit:#}");
     let source = &audit["sources"][0];
     assert_eq!(source["completed"], 200 - lost as u64, "{audit:#}");
@@ -113,7 +113,7 @@ async fn a_damaged_frame_early_in_the_file_costs_only_its_own_records() {
         "{problem}"
     );
 
-    let out = project.run_gen(&["run", "cfg.toml"]).await;
+    let out = project.run(&["run", "cfg.toml"]).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(
         out.stderr.contains(&format!(
@@ -132,7 +132,7 @@ async fn a_damaged_frame_early_in_the_file_costs_only_its_own_records() {
     let aside = files_starting(&project, "completions.damaged-");
     assert_eq!(aside.len(), 1, "{aside:?}");
     assert_eq!(std::fs::read(&aside[0]).expect("read"), damaged);
-    let status = project.status(RUN).expect("status");
+    let status = project.status().expect("status");
     let warning = status["sources"][0]["warnings"][0]
         .as_str()
         .unwrap_or_default();
@@ -143,7 +143,7 @@ async fn a_damaged_frame_early_in_the_file_costs_only_its_own_records() {
     ids.dedup();
     assert_eq!(ids.len(), 200);
 
-    let (code, audit) = project.verify(RUN).await;
+    let (code, audit) = project.verify().await;
     assert_eq!(code, Some(0), "{audit:#}");
     assert_complete(&audit, 200);
     let notes = audit["sources"][0]["notes"].to_string();
@@ -178,7 +178,7 @@ async fn stored_records_that_are_not_answers_are_not_done_and_are_generated_agai
     )
     .expect("write");
 
-    let (code, audit) = project.verify(RUN).await;
+    let (code, audit) = project.verify().await;
     assert_eq!(code, Some(1), "{audit:#}");
     let source = &audit["sources"][0];
     assert_eq!(
@@ -197,7 +197,13 @@ async fn stored_records_that_are_not_answers_are_not_done_and_are_generated_agai
         "{problems}"
     );
     let export = project
-        .run_gen(&["export", RUN, "-o", "out.jsonl", "--allow-incomplete"])
+        .run(&[
+            "export",
+            &project.run_dir(),
+            "-o",
+            "out.jsonl",
+            "--allow-incomplete",
+        ])
         .await;
     assert_eq!(export.code, Some(0), "{}", export.stderr);
     assert!(
@@ -209,7 +215,7 @@ async fn stored_records_that_are_not_answers_are_not_done_and_are_generated_agai
         export.stdout
     );
 
-    let out = project.run_gen(&["run", "cfg.toml"]).await;
+    let out = project.run(&["run", "cfg.toml"]).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(
         out.stderr
@@ -226,7 +232,7 @@ async fn stored_records_that_are_not_answers_are_not_done_and_are_generated_agai
         .map(|l| serde_json::from_str(l).expect("json"))
         .collect();
     assert_eq!(moved, [stored[2].clone(), stored[5].clone()]);
-    let (code, audit) = project.verify(RUN).await;
+    let (code, audit) = project.verify().await;
     assert_eq!(code, Some(0), "{audit:#}");
     assert_complete(&audit, 10);
     assert!(
@@ -248,17 +254,10 @@ async fn aborted_and_empty_answers_are_retried_and_never_stored() {
         ..Knobs::default()
     })
     .await;
-    let project = Project::new();
     let mut data = rows("alpha", 6);
     data.push_str("{\"prompt\": \"ABORT every time\"}\n{\"prompt\": \"EMPTY every time\"}\n");
-    project.write("data/alpha.jsonl", data);
-    write_config(
-        &project,
-        &server.url(),
-        "",
-        &[("alpha", "data/alpha.jsonl", "")],
-    );
-    let out = project.run_gen(&["run", "cfg.toml"]).await;
+    let project = alpha_project(&server.url(), data);
+    let out = project.run(&["run", "cfg.toml"]).await;
     assert_eq!(out.code, Some(1), "{}", out.stderr);
     let stored = records(&completions_path(&project));
     assert_eq!(stored.len(), 6, "{stored:#?}");
@@ -290,7 +289,7 @@ async fn aborted_and_empty_answers_are_retried_and_never_stored() {
         )),
         "{reasons:#?}"
     );
-    let (code, audit) = project.verify(RUN).await;
+    let (code, audit) = project.verify().await;
     assert_eq!(code, Some(0), "{audit:#}");
     assert_eq!(audit["totals"]["pending"], 2, "{audit:#}");
     assert_eq!(audit["totals"]["completed"], 6, "{audit:#}");
@@ -301,17 +300,10 @@ async fn aborted_and_empty_answers_are_retried_and_never_stored() {
 #[tokio::test]
 async fn a_cut_or_malformed_stream_is_recorded_as_such() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let project = Project::new();
     let mut data = rows("alpha", 4);
     data.push_str("{\"prompt\": \"CUT every time\"}\n{\"prompt\": \"MALFORMED every time\"}\n");
-    project.write("data/alpha.jsonl", data);
-    write_config(
-        &project,
-        &server.url(),
-        "",
-        &[("alpha", "data/alpha.jsonl", "")],
-    );
-    let out = project.run_gen(&["run", "cfg.toml"]).await;
+    let project = alpha_project(&server.url(), data);
+    let out = project.run(&["run", "cfg.toml"]).await;
     assert_eq!(out.code, Some(1), "{}", out.stderr);
     let mut reasons: Vec<String> = rejected(&project)
         .iter()
@@ -349,17 +341,16 @@ async fn an_engine_failing_every_request_while_health_is_up_is_an_outage_not_fai
         server.set_failing(Some((500, ENGINE_DEAD)));
         let project = Project::new();
         project.write("data/alpha.jsonl", rows("alpha", 12));
-        project.write("cfg.toml", config(&server, 16, concurrency));
-        let mut child = project.spawn(&["run", "cfg.toml"]);
-        let status = wait_for_status(
-            &project,
-            RUN,
-            &mut child,
-            "the failing server marked down",
-            Duration::from_secs(60),
-            |s| s["servers"][0]["down_since_unix_ms"].is_u64(),
-        )
-        .await;
+        project.config(&config(&server, 16, concurrency));
+        let mut child = project.start(&["run", "cfg.toml"]);
+        let status = child
+            .until_run_status(
+                &project,
+                "the failing server marked down",
+                Duration::from_secs(60),
+                |s| s["servers"][0]["down_since_unix_ms"].is_u64(),
+            )
+            .await;
         let why = status["servers"][0]["down_reason"]
             .as_str()
             .unwrap_or_default();
@@ -371,8 +362,8 @@ async fn an_engine_failing_every_request_while_health_is_up_is_an_outage_not_fai
         assert_eq!(status["sources"][0]["failed"], 0, "{status:#}");
         assert!(rejected(&project).is_empty(), "no prompt was blamed");
         server.set_failing(None);
-        let exit = child.wait().await.expect("wait");
-        assert_eq!(exit.code(), Some(0), "concurrency {concurrency}");
+        let exit = child.finish(Duration::from_secs(300)).await;
+        assert_eq!(exit.code, Some(0), "concurrency {concurrency}");
         let stored = records(&completions_path(&project));
         assert_eq!(stored.len(), 12);
         assert!(
@@ -386,7 +377,7 @@ async fn an_engine_failing_every_request_while_health_is_up_is_an_outage_not_fai
             events.contains("\"event\":\"server_down\"") && events.contains("requests fail"),
             "{events}"
         );
-        let (code, audit) = project.verify(RUN).await;
+        let (code, audit) = project.verify().await;
         assert_eq!(code, Some(0), "{audit:#}");
         assert_complete(&audit, 12);
     }
@@ -406,8 +397,8 @@ async fn a_refusal_every_request_gets_stops_the_run_with_the_prompts_pending() {
     .await;
     let project = Project::new();
     project.write("data/alpha.jsonl", rows("alpha", 10));
-    project.write("cfg.toml", config(&server, 200, 4));
-    let out = project.run_gen(&["run", "cfg.toml"]).await;
+    project.config(&config(&server, 200, 4));
+    let out = project.run(&["run", "cfg.toml"]).await;
     assert_eq!(out.code, Some(1), "{}", out.stderr);
     assert!(
         out.stderr.contains(
@@ -419,10 +410,10 @@ async fn a_refusal_every_request_gets_stops_the_run_with_the_prompts_pending() {
         out.stderr
     );
     assert!(rejected(&project).is_empty(), "no prompt was blamed");
-    let (code, audit) = project.verify(RUN).await;
+    let (code, audit) = project.verify().await;
     assert_eq!(code, Some(0), "{audit:#}");
     assert_eq!(audit["totals"]["pending"], 10, "{audit:#}");
-    let status = project.status(RUN).expect("status");
+    let status = project.status().expect("status");
     assert!(
         status["stopped_by"]
             .as_str()
@@ -430,10 +421,10 @@ async fn a_refusal_every_request_gets_stops_the_run_with_the_prompts_pending() {
         "{status:#}"
     );
 
-    project.write("cfg.toml", config(&server, 16, 4));
-    let out = project.run_gen(&["run", "cfg.toml"]).await;
+    project.config(&config(&server, 16, 4));
+    let out = project.run(&["run", "cfg.toml"]).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    let (code, audit) = project.verify(RUN).await;
+    let (code, audit) = project.verify().await;
     assert_eq!(code, Some(0), "{audit:#}");
     assert_complete(&audit, 10);
 }
@@ -464,8 +455,8 @@ async fn a_prompts_own_refusal_is_recorded_exits_1_and_is_sent_again_on_request(
     data.push_str(&long(1));
     data.push_str(&long(2));
     project.write("data/alpha.jsonl", data);
-    project.write("cfg.toml", config(&server, 40, 4));
-    let out = project.run_gen(&["run", "cfg.toml"]).await;
+    project.config(&config(&server, 40, 4));
+    let out = project.run(&["run", "cfg.toml"]).await;
     assert_eq!(out.code, Some(1), "{}", out.stderr);
     assert!(
         out.stderr
@@ -490,14 +481,12 @@ async fn a_prompts_own_refusal_is_recorded_exits_1_and_is_sent_again_on_request(
     assert_eq!(records(&completions_path(&project)).len(), 6);
 
     let sent = server.chat_requests();
-    let again = project.run_gen(&["run", "cfg.toml"]).await;
+    let again = project.run(&["run", "cfg.toml"]).await;
     assert_eq!(again.code, Some(1), "{}", again.stderr);
     assert!(again.stderr.contains("nothing to send"), "{}", again.stderr);
     assert_eq!(server.chat_requests(), sent, "a plain rerun sends nothing");
 
-    let retried = project
-        .run_gen(&["run", "cfg.toml", "--retry-rejected"])
-        .await;
+    let retried = project.run(&["run", "cfg.toml", "--retry-rejected"]).await;
     assert_eq!(retried.code, Some(1), "{}", retried.stderr);
     // The two refused prompts, and once per run the one-line test prompt that tells the
     // prompts' fault from the settings'.
@@ -513,12 +502,12 @@ async fn a_prompts_own_refusal_is_recorded_exits_1_and_is_sent_again_on_request(
         "{resent:?}"
     );
 
-    project.write("cfg.toml", config(&server, 16, 4));
+    project.config(&config(&server, 16, 4));
     let fixed = project
-        .run_gen(&["run", "cfg.toml", "--allow-config-change"])
+        .run(&["run", "cfg.toml", "--allow-config-change"])
         .await;
     assert_eq!(fixed.code, Some(0), "{}", fixed.stderr);
-    let (code, audit) = project.verify(RUN).await;
+    let (code, audit) = project.verify().await;
     assert_eq!(code, Some(0), "{audit:#}");
     assert_complete(&audit, 8);
 }

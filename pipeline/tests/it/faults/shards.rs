@@ -7,10 +7,8 @@ use std::time::Duration;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 
-use super::harness::{Project, completion_ids, done, wait_for_status};
-use super::{rows, write_config};
-
-const ROOT: &str = "runs/job";
+use super::{config, rows};
+use crate::support::{Project, Running, completion_ids, done, process_state, read_json, wait_for};
 
 /// The variables Slurm sets in array task `task` of `sbatch --array=0-(count-1)`.
 fn slurm_task(project: &mut Project, job: u32, task: u32, count: u32) {
@@ -30,11 +28,10 @@ fn slurm_task(project: &mut Project, job: u32, task: u32, count: u32) {
 fn project(url: &str, prompts: usize) -> Project {
     let project = Project::new();
     project.write("data/alpha.jsonl", rows("alpha", prompts));
-    write_config(
-        &project,
-        url,
-        &format!("dir = \"{ROOT}\""),
-        &[("alpha", "data/alpha.jsonl", "")],
+    project.config(
+        &config(url)
+            .run("dir = \"runs/job\"")
+            .source("alpha", "data/alpha.jsonl"),
     );
     project
 }
@@ -43,9 +40,7 @@ fn project(url: &str, prompts: usize) -> Project {
 async fn shard_auto_without_a_launcher_is_refused_with_what_to_do() {
     let server = FakeOpenAi::start(Knobs::default()).await;
     let project = project(&server.url(), 4);
-    let out = project
-        .run_gen(&["run", "cfg.toml", "--shard", "auto"])
-        .await;
+    let out = project.run(&["run", "cfg.toml", "--shard", "auto"]).await;
     assert_eq!(out.code, Some(1), "{}", out.stderr);
     assert!(
         out.stderr
@@ -55,7 +50,7 @@ async fn shard_auto_without_a_launcher_is_refused_with_what_to_do() {
         out.stderr
     );
     assert_eq!(server.chat_requests(), 0);
-    assert!(!project.path(ROOT).exists(), "nothing written");
+    assert!(!project.run_path("").exists(), "nothing written");
 }
 
 #[tokio::test]
@@ -63,7 +58,7 @@ async fn two_array_tasks_fill_their_shards_and_the_last_one_merges() {
     let server = FakeOpenAi::start(Knobs::default()).await;
     let mut first = project(&server.url(), 40);
     slurm_task(&mut first, 90, 0, 2);
-    let out = first.run_gen(&["run", "cfg.toml", "--shard", "auto"]).await;
+    let out = first.run(&["run", "cfg.toml", "--shard", "auto"]).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(
         out.stderr
@@ -72,26 +67,23 @@ async fn two_array_tasks_fill_their_shards_and_the_last_one_merges() {
         out.stderr
     );
     assert!(out.stderr.contains("1 of 2 shards done"), "{}", out.stderr);
-    assert!(!first.path(&format!("{ROOT}/merged")).exists());
+    assert!(!first.run_path("merged").exists());
 
     // The second task: same project, its own variables.
     let mut second = first;
     slurm_task(&mut second, 90, 1, 2);
-    let out = second
-        .run_gen(&["run", "cfg.toml", "--shard", "auto"])
-        .await;
+    let out = second.run(&["run", "cfg.toml", "--shard", "auto"]).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(out.stderr.contains("merged 2 shards"), "{}", out.stderr);
-    let (code, audit) = second.verify(&format!("{ROOT}/merged")).await;
+    let merged = format!("{}/merged", second.run_dir());
+    let (code, audit) = second.verify_at(&merged).await;
     assert_eq!(code, Some(0), "{audit:#}");
-    let ids = completion_ids(&second.path(&format!(
-        "{ROOT}/merged/sources/alpha/completions.jsonl.zst"
-    )));
+    let ids = completion_ids(&second.run_path("merged/sources/alpha/completions.jsonl.zst"));
     let unique: std::collections::HashSet<&String> = ids.iter().collect();
     assert_eq!((ids.len(), unique.len()), (40, 40), "every prompt once");
     assert_eq!(server.chat_requests(), 40, "no prompt sent twice");
 
-    let status = second.run_gen(&["status", ROOT, "--json"]).await;
+    let status = second.run(&["status", &second.run_dir(), "--json"]).await;
     let view: serde_json::Value = serde_json::from_str(&status.stdout).expect("json");
     assert_eq!(view["merged"], true, "{view:#}");
     for shard in view["shards"].as_array().expect("shards") {
@@ -101,9 +93,7 @@ async fn two_array_tasks_fill_their_shards_and_the_last_one_merges() {
     assert_eq!(view["sources"][0]["done"], 40, "{view:#}");
 
     // A rerun of a finished task takes its released shard back and has nothing to do.
-    let out = second
-        .run_gen(&["run", "cfg.toml", "--shard", "auto"])
-        .await;
+    let out = second.run(&["run", "cfg.toml", "--shard", "auto"]).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(
         out.stderr.contains("released by its last owner"),
@@ -123,24 +113,22 @@ async fn a_duplicate_task_for_a_live_shard_is_refused_and_the_owner_finishes() {
     // 400 prompts, 4 at a time, 50 ms each: the owner is still at it when the duplicate starts.
     let mut owner = project(&server.url(), 400);
     slurm_task(&mut owner, 91, 0, 1);
-    let mut child = owner.spawn(&["run", "cfg.toml", "--shard", "auto"]);
-    let shard = format!("{ROOT}/shard-000");
-    wait_for_status(
-        &owner,
-        &shard,
-        &mut child,
-        "the first answers",
-        Duration::from_secs(60),
-        |s| done(s) > 0,
-    )
-    .await;
+    let mut child = owner.start(&["run", "cfg.toml", "--shard", "auto"]);
+    let shard = format!("{}/shard-000", owner.run_dir());
+    child
+        .until_status(
+            &owner,
+            &shard,
+            "the first answers",
+            Duration::from_secs(60),
+            |s| done(s) > 0,
+        )
+        .await;
 
     // The scheduler starts the same task again (another job's copy of array task 0).
     let mut duplicate = owner;
     slurm_task(&mut duplicate, 92, 0, 1);
-    let out = duplicate
-        .run_gen(&["run", "cfg.toml", "--shard", "auto"])
-        .await;
+    let out = duplicate.run(&["run", "cfg.toml", "--shard", "auto"]).await;
     assert_eq!(out.code, Some(1), "{}", out.stderr);
     assert!(
         out.stderr
@@ -150,14 +138,9 @@ async fn a_duplicate_task_for_a_live_shard_is_refused_and_the_owner_finishes() {
         out.stderr
     );
 
-    let exit = child.wait_with_output().await.expect("wait");
-    assert_eq!(
-        exit.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&exit.stderr)
-    );
-    let (code, audit) = duplicate.verify(&shard).await;
+    let exit = child.finish(Duration::from_secs(300)).await;
+    assert_eq!(exit.code, Some(0), "{}", exit.stderr);
+    let (code, audit) = duplicate.verify_at(&shard).await;
     assert_eq!(code, Some(0), "{audit:#}");
     assert_eq!(audit["totals"]["completed"], 400, "{audit:#}");
     assert_eq!(server.chat_requests(), 400, "the duplicate sent nothing");
@@ -174,27 +157,24 @@ async fn a_task_frozen_past_its_lease_never_writes_again_and_is_taken_over() {
     // A 4 s lease: renewed every 0.67 s, expired after 2 s without a renewal.
     stale.env("GEN_SHARD_LEASE_SECS", "4");
     slurm_task(&mut stale, 93, 0, 1);
-    let mut child = stale.spawn(&["run", "cfg.toml", "--shard", "auto"]);
-    let shard = format!("{ROOT}/shard-000");
-    wait_for_status(
-        &stale,
-        &shard,
-        &mut child,
-        "the first answers",
-        Duration::from_secs(60),
-        |s| done(s) >= 10,
-    )
-    .await;
-    let pid = child.id().expect("pid").to_string();
-    let signal = |name: &str| {
-        let status = std::process::Command::new("kill")
-            .args([name, &pid])
-            .status()
-            .expect("kill");
-        assert!(status.success());
-    };
+    let mut child = stale.start(&["run", "cfg.toml", "--shard", "auto"]);
+    let shard = format!("{}/shard-000", stale.run_dir());
+    child
+        .until_status(
+            &stale,
+            &shard,
+            "the first answers",
+            Duration::from_secs(60),
+            |s| done(s) >= 10,
+        )
+        .await;
     // Frozen (a stalled node, a suspended VM) for longer than half its lease.
-    signal("-STOP");
+    child.signal("STOP");
+    // `kill` returns once the signal is sent; the files are read once it has taken effect.
+    let pid = child.pid();
+    wait_for("gen stopped by SIGSTOP", Duration::from_secs(10))
+        .until(|| process_state(pid) == Some('T'))
+        .await;
     let completions = stale.path(&format!("{shard}/sources/alpha/completions.jsonl.zst"));
     let status_path = stale.path(&format!("{shard}/status.json"));
     let frozen = (
@@ -202,28 +182,22 @@ async fn a_task_frozen_past_its_lease_never_writes_again_and_is_taken_over() {
         std::fs::read(&status_path).expect("status"),
     );
     let owner_path = stale.path(&format!("{shard}/owner.json"));
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let owner: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(&owner_path).expect("owner")).expect("json");
-        let beat = owner["heartbeat_unix_ms"].as_u64().expect("heartbeat");
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("clock")
-            .as_millis() as u64;
-        if now.saturating_sub(beat) > 3_000 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the heartbeat never aged"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    signal("-CONT");
-    let out = child.wait_with_output().await.expect("wait");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    wait_for("the heartbeat to age past 3 s", Duration::from_secs(30))
+        .every(Duration::from_millis(50))
+        .until(|| {
+            let owner = read_json(&owner_path).expect("owner.json");
+            let beat = owner["heartbeat_unix_ms"].as_u64().expect("heartbeat");
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock")
+                .as_millis() as u64;
+            now.saturating_sub(beat) > 3_000
+        })
+        .await;
+    child.signal("CONT");
+    let out = child.finish(Duration::from_secs(300)).await;
+    let stderr = out.stderr;
+    assert_eq!(out.code, Some(1), "{stderr}");
     assert!(stderr.contains("was not renewed for"), "{stderr}");
     assert_eq!(
         std::fs::read(&completions).unwrap_or_default(),
@@ -239,14 +213,14 @@ async fn a_task_frozen_past_its_lease_never_writes_again_and_is_taken_over() {
     // Its replacement takes the shard over (the old process is gone) and finishes it.
     let mut taker = stale;
     slurm_task(&mut taker, 94, 0, 1);
-    let out = taker.run_gen(&["run", "cfg.toml", "--shard", "auto"]).await;
+    let out = taker.run(&["run", "cfg.toml", "--shard", "auto"]).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     assert!(
         out.stderr.contains("took over") && out.stderr.contains("epoch 2"),
         "{}",
         out.stderr
     );
-    let (code, audit) = taker.verify(&shard).await;
+    let (code, audit) = taker.verify_at(&shard).await;
     assert_eq!(code, Some(0), "{audit:#}");
     assert_eq!(audit["totals"]["completed"], 120, "{audit:#}");
     assert_eq!(
@@ -264,16 +238,17 @@ async fn the_batch_script_passes_sigusr1_on_and_gen_stops_gracefully() {
     })
     .await;
     let project = project(&server.url(), 400);
-    let written = project
-        .run_gen(&["slurm", "cfg.toml", "--shards", "1"])
-        .await;
+    let written = project.run(&["slurm", "cfg.toml", "--shards", "1"]).await;
     assert_eq!(written.code, Some(0), "{}", written.stderr);
     let script = written.stdout.trim().to_owned();
-    assert!(script.ends_with("runs/job/slurm/gen.sbatch"), "{script}");
+    assert!(
+        script.ends_with(&format!("{}/slurm/gen.sbatch", project.run_dir())),
+        "{script}"
+    );
 
     // The batch shell as Slurm starts it for array task 0 (Slurm itself is not needed here:
     // the real cluster runs the same script in tests/slurm.rs).
-    let mut shell = tokio::process::Command::new("bash")
+    let mut shell: Running = tokio::process::Command::new("bash")
         .arg(&script)
         .current_dir(project.path(""))
         .envs([
@@ -289,36 +264,25 @@ async fn the_batch_script_passes_sigusr1_on_and_gen_stops_gracefully() {
         .stderr(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
-        .expect("bash");
-    let shard = format!("{ROOT}/shard-000");
-    wait_for_status(
-        &project,
-        &shard,
-        &mut shell,
-        "answers",
-        Duration::from_secs(60),
-        |s| done(s) >= 10,
-    )
-    .await;
+        .expect("bash")
+        .into();
+    let shard = format!("{}/shard-000", project.run_dir());
+    shell
+        .until_status(&project, &shard, "answers", Duration::from_secs(60), |s| {
+            done(s) >= 10
+        })
+        .await;
     // What `--signal=B:USR1@SECS` does ahead of the time limit: SIGUSR1 to the shell only.
-    let pid = shell.id().expect("pid").to_string();
-    let sent = std::process::Command::new("kill")
-        .args(["-USR1", &pid])
-        .status()
-        .expect("kill");
-    assert!(sent.success());
-    let out = shell.wait_with_output().await.expect("wait");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    shell.signal("USR1");
+    let out = shell.finish(Duration::from_secs(300)).await;
+    let stderr = out.stderr;
+    assert_eq!(out.code, Some(1), "{stderr}");
     assert!(stderr.contains("gen: interrupted"), "{stderr}");
-    let status = project.status(&shard).expect("status");
+    let status = project.status_at(&shard).expect("status");
     assert_eq!(status["finished"], true, "stopped gracefully: {status:#}");
     assert!(done(&status) < 400, "stopped mid-run: {status:#}");
-    let owner: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(project.path(&format!("{shard}/owner.json"))).expect("owner"),
-    )
-    .expect("json");
+    let owner = read_json(&project.path(&format!("{shard}/owner.json"))).expect("owner");
     assert!(owner["released_unix_ms"].is_u64(), "let go: {owner:#}");
-    let (code, audit) = project.verify(&shard).await;
+    let (code, audit) = project.verify_at(&shard).await;
     assert_eq!(code, Some(0), "{audit:#}");
 }

@@ -11,32 +11,24 @@ use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 use gen_tests::llama;
 
 use super::count;
-use crate::faults::harness::{Project, wait_for_status};
-use crate::faults::llama::{signal, skip_reason};
-use crate::faults::{RUN, rows};
+use crate::faults::rows;
+use crate::support::{Config, Project, llama_skip_reason, signal};
 
 /// `cfg.toml` launching the real llama-server on `port` (a number, or `{port}`).
 fn write_launch_config(project: &Project, port: &str, prompts: usize) {
     let (bin, model) = llama::installed().expect("installed");
     project.write("data/alpha.jsonl", rows("alpha", prompts));
-    project.write(
-        "cfg.toml",
-        format!(
-            "[server]\nurl = \"http://127.0.0.1:{port}\"\n\
-             launch = [\"{}\", \"-m\", \"{}\", \"--host\", \"127.0.0.1\", \"--port\", \"{port}\", \
-             \"-c\", \"1024\", \"-np\", \"1\", \"-t\", \"2\"]\n\
-             health-timeout-secs = 120\nmax-restarts = 3\n\n\
-             [generation]\nmax-tokens = 24\nconcurrency = 1\n\n\
-             [[source]]\nname = \"alpha\"\npath = \"data/alpha.jsonl\"\n",
-            bin.display(),
-            model.display()
-        ),
+    project.config(
+        &Config::launching(&bin, &model, port, &["-c", "1024", "-np", "1", "-t", "2"])
+            .server("health-timeout-secs = 120\nmax-restarts = 3")
+            .generation("max-tokens = 24\nconcurrency = 1")
+            .source("alpha", "data/alpha.jsonl"),
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_launch_on_a_port_another_server_holds_is_one_error_and_sends_it_nothing() {
-    if let Some(reason) = skip_reason() {
+    if let Some(reason) = llama_skip_reason() {
         eprintln!("skipped: {reason}");
         return;
     }
@@ -44,7 +36,7 @@ async fn a_launch_on_a_port_another_server_holds_is_one_error_and_sends_it_nothi
     let port = other.addr.port();
     let project = Project::new();
     write_launch_config(&project, &port.to_string(), 3);
-    let out = project.run_gen(&["run", "cfg.toml"]).await;
+    let out = project.run(&["run", "cfg.toml"]).await;
     eprintln!("{}", out.stderr);
     assert_eq!(out.code, Some(1), "{}", out.stderr);
     assert_eq!(other.chat_requests(), 0, "the other process got the run");
@@ -56,7 +48,7 @@ async fn a_launch_on_a_port_another_server_holds_is_one_error_and_sends_it_nothi
         out.stderr
     );
     assert!(!out.stderr.contains("restarting"), "{}", out.stderr);
-    let status = project.status(RUN).expect("status.json");
+    let status = project.status().expect("status.json");
     assert_eq!(status["finished"], true, "{status:#}");
     assert!(
         status["stopped_by"]
@@ -86,22 +78,21 @@ fn llama_pid(port: u16) -> Option<u32> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_onto_a_port_taken_meanwhile_stops_once_and_sends_it_nothing() {
-    if let Some(reason) = skip_reason() {
+    if let Some(reason) = llama_skip_reason() {
         eprintln!("skipped: {reason}");
         return;
     }
     let project = Project::new();
     write_launch_config(&project, "{port}", 40);
-    let mut child = project.spawn(&["run", "cfg.toml"]);
-    let status = wait_for_status(
-        &project,
-        RUN,
-        &mut child,
-        "a first completion",
-        Duration::from_secs(180),
-        |s| s["sources"][0]["done"].as_u64().unwrap_or(0) >= 1,
-    )
-    .await;
+    let mut child = project.start(&["run", "cfg.toml"]);
+    let status = child
+        .until_run_status(
+            &project,
+            "a first completion",
+            Duration::from_secs(180),
+            |s| s["sources"][0]["done"].as_u64().unwrap_or(0) >= 1,
+        )
+        .await;
     let url = status["servers"][0]["url"]
         .as_str()
         .expect("url")
@@ -125,13 +116,10 @@ async fn a_restart_onto_a_port_taken_meanwhile_stops_once_and_sends_it_nothing()
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     };
-    let out = tokio::time::timeout(Duration::from_secs(120), child.wait_with_output())
-        .await
-        .expect("gen stops")
-        .expect("wait");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let out = child.finish(Duration::from_secs(120)).await;
+    let stderr = out.stderr;
     eprintln!("{stderr}");
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(out.code, Some(1), "{stderr}");
     assert_eq!(other.chat_requests(), 0, "the other process got requests");
     let said = format!("port {port} is already in use by another process");
     assert_eq!(count(&stderr, &said), 1, "said once: {stderr}");

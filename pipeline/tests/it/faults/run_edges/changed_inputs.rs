@@ -5,9 +5,8 @@
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 
-use super::alpha_project;
-use crate::faults::harness::Project;
-use crate::faults::{RUN, rows, write_config};
+use crate::faults::{alpha_project, config, rows};
+use crate::support::Project;
 
 #[tokio::test]
 async fn a_changed_limit_or_input_file_after_generation_is_refused_until_kept() {
@@ -15,22 +14,21 @@ async fn a_changed_limit_or_input_file_after_generation_is_refused_until_kept() 
     let project = Project::new();
     project.write("data/alpha.jsonl", rows("alpha", 10));
     let config = |limit: usize| {
-        write_config(
-            &project,
-            &server.url(),
-            "",
-            &[("alpha", "data/alpha.jsonl", &format!("limit = {limit}"))],
-        );
+        project.config(&config(&server.url()).source_with(
+            "alpha",
+            "data/alpha.jsonl",
+            &format!("limit = {limit}"),
+        ));
     };
     config(4);
-    let first = project.run_gen(&["run", "cfg.toml"]).await;
+    let first = project.run(&["run", "cfg.toml"]).await;
     assert_eq!(first.code, Some(0), "{}", first.stderr);
     let requests = server.chat_requests();
     assert_eq!(requests, 4);
 
     // More prompts wanted: the old preparation has answers, so nothing is silently kept.
     config(6);
-    let refused = project.run_gen(&["run", "cfg.toml"]).await;
+    let refused = project.run(&["run", "cfg.toml"]).await;
     assert_eq!(refused.code, Some(2), "{}", refused.stderr);
     assert!(
         refused.stderr.contains(
@@ -55,7 +53,7 @@ async fn a_changed_limit_or_input_file_after_generation_is_refused_until_kept() 
     let mut replaced = rows("alpha", 10);
     replaced = replaced.replacen("question 0:", "question zero:", 1);
     project.write("data/alpha.jsonl", replaced);
-    let refused = project.run_gen(&["run", "cfg.toml"]).await;
+    let refused = project.run(&["run", "cfg.toml"]).await;
     assert_eq!(refused.code, Some(2), "{}", refused.stderr);
     assert!(
         refused.stderr.contains(
@@ -68,7 +66,7 @@ async fn a_changed_limit_or_input_file_after_generation_is_refused_until_kept() 
 
     // Going on with the old prompts, said once and remembered.
     let kept = project
-        .run_gen(&["run", "cfg.toml", "--keep-preparation"])
+        .run(&["run", "cfg.toml", "--keep-preparation"])
         .await;
     assert_eq!(kept.code, Some(0), "{}", kept.stderr);
     assert!(
@@ -76,7 +74,7 @@ async fn a_changed_limit_or_input_file_after_generation_is_refused_until_kept() 
         "{}",
         kept.stderr
     );
-    let again = project.run_gen(&["run", "cfg.toml"]).await;
+    let again = project.run(&["run", "cfg.toml"]).await;
     assert_eq!(again.code, Some(0), "{}", again.stderr);
     assert!(again.stderr.contains("nothing to do"), "{}", again.stderr);
     assert_eq!(
@@ -96,25 +94,15 @@ async fn a_replaced_input_with_nothing_generated_is_prepared_again() {
     })
     .await;
     let project = alpha_project(&refusing.url(), rows("old", 3));
-    let refused = project.run_gen(&["run", "cfg.toml"]).await;
+    let refused = project.run(&["run", "cfg.toml"]).await;
     assert_eq!(refused.code, Some(1), "{}", refused.stderr);
-    assert!(
-        project
-            .path(RUN)
-            .join("sources/alpha/manifest.json")
-            .exists()
-    );
+    assert!(project.source_path("alpha", "manifest.json").exists());
 
     // The file is replaced before anything was answered: the new rows are what is sent.
     project.write("data/alpha.jsonl", rows("new", 3));
     let server = FakeOpenAi::start(Knobs::default()).await;
-    write_config(
-        &project,
-        &server.url(),
-        "",
-        &[("alpha", "data/alpha.jsonl", "")],
-    );
-    let out = project.run_gen(&["run", "cfg.toml"]).await;
+    project.config(&config(&server.url()).source("alpha", "data/alpha.jsonl"));
+    let out = project.run(&["run", "cfg.toml"]).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let sent: Vec<String> = server.received().into_iter().map(|r| r.prompt).collect();
     assert_eq!(sent.len(), 3, "{sent:?}");

@@ -8,10 +8,9 @@
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 
-use super::alpha_project;
-use crate::faults::assert_complete;
 use crate::faults::disk::Tmpfs;
-use crate::faults::harness::{Rng, phase_of, walk};
+use crate::faults::{alpha_project, assert_complete};
+use crate::support::{Rng, phase_of, walk};
 
 const PROMPTS: usize = 500;
 
@@ -41,7 +40,7 @@ async fn disk_full_in_preparation_fails_the_source_naming_its_file_and_only_fail
     let prompts_file = format!("{run_dir}/sources/alpha/prompts.jsonl.zst");
 
     let full = project
-        .run_gen(&["run", "cfg.toml", "--run-dir", &run_dir])
+        .run(&["run", "cfg.toml", "--run-dir", &run_dir])
         .await;
     eprintln!("full run: exit {:?}\n{}", full.code, full.stderr);
     assert_ne!(full.code, Some(101), "gen panicked: {}", full.stderr);
@@ -64,7 +63,7 @@ async fn disk_full_in_preparation_fails_the_source_naming_its_file_and_only_fail
         "{}",
         full.stderr
     );
-    let status = project.status(&run_dir).expect("status.json");
+    let status = project.status_at(&run_dir).expect("status.json");
     assert_eq!(phase_of(&status, "alpha"), "failed", "{status:#}");
     let note = status["sources"][0]["note"].as_str().unwrap_or("");
     assert!(note.contains(&prompts_file), "{note}");
@@ -80,7 +79,7 @@ async fn disk_full_in_preparation_fails_the_source_naming_its_file_and_only_fail
     std::fs::write(&stale, "{\"layout\": 1, \"conf").expect("write");
     fs.resize("64m");
     let rerun = project
-        .run_gen(&["run", "cfg.toml", "--run-dir", &run_dir, "--only-failed"])
+        .run(&["run", "cfg.toml", "--run-dir", &run_dir, "--only-failed"])
         .await;
     assert_eq!(rerun.code, Some(0), "{}", rerun.stderr);
     assert!(
@@ -89,7 +88,7 @@ async fn disk_full_in_preparation_fails_the_source_naming_its_file_and_only_fail
         rerun.stderr
     );
     assert!(!stale.exists(), "the stale temporary file is removed");
-    let (code, audit) = project.verify(&run_dir).await;
+    let (code, audit) = project.verify_at(&run_dir).await;
     assert_eq!(code, Some(0), "{audit:#}");
     assert_complete(&audit, PROMPTS as u64);
 }

@@ -5,8 +5,7 @@
 use gen_tests::key_echo::KeyEcho;
 
 use super::count;
-use crate::faults::RUN;
-use crate::faults::harness::{Project, walk};
+use crate::support::{Config, Project, walk};
 
 const KEY: &str = "sk-echoed-Hq4vZ81mTx";
 const HF_TOKEN: &str = "hf_echoedTk2Pw7Lq9Zr";
@@ -25,34 +24,28 @@ async fn an_api_key_quoted_by_the_server_is_masked_in_every_output() {
         "data/beta.jsonl",
         "{\"prompt\": \"four\"}\n{\"prompt\": \"five\"}\n",
     );
-    project.write(
-        "cfg.toml",
-        format!(
-            "[server]\nurl = \"{}\"\napi-key-env = \"GEN_ECHO_KEY\"\n\n\
-             [generation]\nmax-tokens = 16\nconcurrency = 1\n\n\
-             [[source]]\nname = \"alpha\"\npath = \"data/alpha.jsonl\"\n\n\
-             [[source]]\nname = \"beta\"\npath = \"data/beta.jsonl\"\n",
-            gateway.url()
-        ),
+    project.config(
+        &Config::new(&gateway.url())
+            .server("api-key-env = \"GEN_ECHO_KEY\"")
+            .generation("max-tokens = 16\nconcurrency = 1")
+            .source("alpha", "data/alpha.jsonl")
+            .source("beta", "data/beta.jsonl"),
     );
+    let run_dir = project.run_dir();
     let mut outputs = Vec::new();
     // The 400 quoting the key: a rejection with its reason.
-    outputs.push(
-        project
-            .run_gen(&["run", "cfg.toml", "--source", "alpha"])
-            .await,
-    );
+    outputs.push(project.run(&["run", "cfg.toml", "--source", "alpha"]).await);
     // The 401 quoting the key: the run stops with the server's words.
     gateway.unauthorized();
-    outputs.push(project.run_gen(&["run", "cfg.toml"]).await);
+    outputs.push(project.run(&["run", "cfg.toml"]).await);
     assert_eq!(outputs[1].code, Some(1), "{}", outputs[1].stderr);
     for args in [
         &["status", "cfg.toml"][..],
         &["status", "cfg.toml", "--json"],
-        &["verify", RUN],
+        &["verify", &run_dir],
         &["diagnose", "alpha", "--config", "cfg.toml"],
     ] {
-        outputs.push(project.run_gen(args).await);
+        outputs.push(project.run(args).await);
     }
     assert!(gateway.chat_requests() >= 4, "{}", gateway.chat_requests());
     for out in &outputs {
@@ -69,14 +62,15 @@ async fn an_api_key_quoted_by_the_server_is_masked_in_every_output() {
         "{}",
         outputs[1].stderr
     );
-    let rejected = std::fs::read_to_string(project.path(RUN).join("sources/alpha/rejected.jsonl"))
-        .expect("rejected.jsonl");
+    let rejected =
+        std::fs::read_to_string(project.run_path("").join("sources/alpha/rejected.jsonl"))
+            .expect("rejected.jsonl");
     assert_eq!(
         count(&rejected, "Invalid request from key ***"),
         1,
         "{rejected}"
     );
-    let files = walk(&project.path(RUN));
+    let files = walk(&project.run_path(""));
     assert!(files.len() > 10, "{files:?}");
     for path in files.iter().filter(|p| p.is_file()) {
         let bytes = std::fs::read(path).expect("read");

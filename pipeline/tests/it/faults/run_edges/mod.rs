@@ -16,14 +16,6 @@ mod echoed_key;
 mod signals;
 mod wrong_model;
 
-/// A project with one source, `alpha`, of `rows` (JSONL text), against the server at `url`.
-fn alpha_project(url: &str, rows: String) -> crate::faults::harness::Project {
-    let project = crate::faults::harness::Project::new();
-    project.write("data/alpha.jsonl", rows);
-    crate::faults::write_config(&project, url, "", &[("alpha", "data/alpha.jsonl", "")]);
-    project
-}
-
 /// How many times `needle` occurs in `text`.
 fn count(text: &str, needle: &str) -> usize {
     text.matches(needle).count()

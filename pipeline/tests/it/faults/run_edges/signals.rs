@@ -4,28 +4,17 @@
 //! not say the run is still running.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 use tokio::io::AsyncReadExt as _;
 
-use super::alpha_project;
-use crate::faults::harness::{Project, completion_ids, sources};
-use crate::faults::llama::signal;
-use crate::faults::{RUN, assert_complete, rows};
-
-/// Polls `ready` every few milliseconds until it holds, or panics after `secs` seconds.
-async fn wait_until(what: &str, secs: u64, mut ready: impl FnMut() -> bool) {
-    let until = Instant::now() + Duration::from_secs(secs);
-    while !ready() {
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-}
+use crate::faults::{alpha_project, assert_complete, rows};
+use crate::support::{Project, completion_ids, sources};
 
 /// What a stopped run's status must say: finished, why, and no source still at work.
 fn assert_stopped(project: &Project, reason: &str) {
-    let status = project.status(RUN).expect("status.json");
+    let status = project.status().expect("status.json");
     assert_eq!(status["finished"], true, "{status:#}");
     assert!(
         status["stopped_by"]
@@ -50,32 +39,28 @@ async fn sighup_with_the_terminal_gone_stops_gracefully_and_keeps_every_answer()
     })
     .await;
     let project = alpha_project(&server.url(), rows("alpha", PROMPTS));
-    let mut child = project.spawn(&["run", "cfg.toml"]);
-    wait_until("requests", 60, || server.chat_requests() >= 8).await;
+    let mut child = project.start(&["run", "cfg.toml"]);
+    child
+        .until("8 requests", Duration::from_secs(60), || {
+            server.chat_requests() >= 8
+        })
+        .await;
     // The session closes: its terminal goes (writes fail with EPIPE here, EIO on a real one),
     // then the hangup arrives.
-    drop(child.stderr.take());
-    let pid = child.id().expect("pid");
-    signal(pid, "HUP");
-    let exit = tokio::time::timeout(Duration::from_secs(60), child.wait())
-        .await
-        .expect("gen stops within the grace period")
-        .expect("wait");
+    drop(child.child.stderr.take());
+    child.signal("HUP");
+    let exit = child.exit(Duration::from_secs(60)).await;
     assert_eq!(exit.code(), Some(1), "a graceful stop, not a kill: {exit}");
     assert_stopped(&project, "SIGHUP");
     // Every request the server answered is stored: none is asked for twice.
-    let stored = completion_ids(
-        &project
-            .path(RUN)
-            .join("sources/alpha/completions.jsonl.zst"),
-    );
+    let stored = completion_ids(&project.source_path("alpha", "completions.jsonl.zst"));
     let answered = server.chat_requests();
     assert!(stored.len() < PROMPTS, "stopped mid-run");
     assert_eq!(stored.len(), answered, "answers lost on the hangup");
-    let rerun = project.run_gen(&["run", "cfg.toml"]).await;
+    let rerun = project.run(&["run", "cfg.toml"]).await;
     assert_eq!(rerun.code, Some(0), "{}", rerun.stderr);
     assert_eq!(server.chat_requests() - answered, PROMPTS - stored.len());
-    let (code, audit) = project.verify(RUN).await;
+    let (code, audit) = project.verify().await;
     assert_eq!(code, Some(0), "{audit:#}");
     assert_complete(&audit, PROMPTS as u64);
 }
@@ -89,9 +74,9 @@ async fn after_two_quick_sigterms_status_says_stopped_not_running() {
     })
     .await;
     let project = alpha_project(&server.url(), rows("alpha", 20));
-    let mut child = project.spawn(&["run", "cfg.toml"]);
+    let mut child = project.start(&["run", "cfg.toml"]);
     let stderr = Arc::new(Mutex::new(String::new()));
-    let mut pipe = child.stderr.take().expect("stderr");
+    let mut pipe = child.child.stderr.take().expect("stderr");
     let reader = tokio::spawn({
         let stderr = stderr.clone();
         async move {
@@ -102,24 +87,25 @@ async fn after_two_quick_sigterms_status_says_stopped_not_running() {
             }
         }
     });
-    wait_until("requests in flight", 60, || server.chat_requests() >= 4).await;
-    let pid = child.id().expect("pid");
-    signal(pid, "TERM");
-    wait_until("the first signal handled", 30, || {
-        stderr.lock().expect("lock").contains("no new requests")
-    })
-    .await;
-    signal(pid, "TERM");
-    let exit = tokio::time::timeout(Duration::from_secs(30), child.wait())
-        .await
-        .expect("gen stops at once")
-        .expect("wait");
+    child
+        .until("requests in flight", Duration::from_secs(60), || {
+            server.chat_requests() >= 4
+        })
+        .await;
+    child.signal("TERM");
+    child
+        .until("the first signal handled", Duration::from_secs(30), || {
+            stderr.lock().expect("lock").contains("no new requests")
+        })
+        .await;
+    child.signal("TERM");
+    let exit = child.exit(Duration::from_secs(30)).await;
     reader.await.expect("reader");
     let stderr = stderr.lock().expect("lock").clone();
     assert_eq!(exit.code(), Some(130), "{stderr}");
     assert!(stderr.contains("second signal"), "{stderr}");
     assert_stopped(&project, "second signal");
-    let shown = project.run_gen(&["status", "cfg.toml"]).await;
+    let shown = project.run(&["status", "cfg.toml"]).await;
     assert!(!shown.stdout.contains("running"), "{}", shown.stdout);
     assert!(shown.stdout.contains("stopped"), "{}", shown.stdout);
 }
@@ -133,25 +119,17 @@ async fn under_nohup_a_hangup_is_still_ignored_and_the_run_finishes() {
     })
     .await;
     let project = alpha_project(&server.url(), rows("alpha", PROMPTS));
-    let mut child = tokio::process::Command::new("nohup")
-        .arg(env!("CARGO_BIN_EXE_gen"))
-        .args(["run", "cfg.toml"])
-        .current_dir(project.path(""))
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn nohup gen");
-    wait_until("requests", 60, || server.chat_requests() >= 4).await;
+    let mut child = project.command(&["run", "cfg.toml"]).under("nohup").start();
+    child
+        .until("4 requests", Duration::from_secs(60), || {
+            server.chat_requests() >= 4
+        })
+        .await;
     // `nohup` execs `gen`: the same pid.
-    signal(child.id().expect("pid"), "HUP");
-    let exit = tokio::time::timeout(Duration::from_secs(120), child.wait())
-        .await
-        .expect("gen finishes")
-        .expect("wait");
+    child.signal("HUP");
+    let exit = child.exit(Duration::from_secs(120)).await;
     assert_eq!(exit.code(), Some(0), "{exit}");
-    let (code, audit) = project.verify(RUN).await;
+    let (code, audit) = project.verify().await;
     assert_eq!(code, Some(0), "{audit:#}");
     assert_complete(&audit, PROMPTS as u64);
 }

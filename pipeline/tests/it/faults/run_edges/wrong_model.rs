@@ -3,8 +3,8 @@
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 
-use crate::faults::harness::Project;
-use crate::faults::{RUN, rows, write_config};
+use crate::faults::{config, rows};
+use crate::support::Project;
 
 #[tokio::test]
 async fn a_model_the_server_does_not_list_is_refused_naming_what_it_serves() {
@@ -12,20 +12,16 @@ async fn a_model_the_server_does_not_list_is_refused_naming_what_it_serves() {
     let project = Project::new();
     project.write("data/alpha.jsonl", rows("alpha", 4));
     let config = |model: &str| {
-        write_config(
-            &project,
-            &server.url(),
-            "",
-            &[("alpha", "data/alpha.jsonl", "")],
+        project.config(
+            &config(&server.url())
+                .server(model)
+                .source("alpha", "data/alpha.jsonl"),
         );
-        let text = std::fs::read_to_string(project.path("cfg.toml")).expect("read");
-        let text = text.replacen("[server]\n", &format!("[server]\n{model}"), 1);
-        project.write("cfg.toml", text);
     };
 
     // The server lists only `fake-model`.
-    config("model = \"Qwen/Qwen3-8B\"\n");
-    let out = project.run_gen(&["run", "cfg.toml"]).await;
+    config("model = \"Qwen/Qwen3-8B\"");
+    let out = project.run(&["run", "cfg.toml"]).await;
     assert_eq!(out.code, Some(2), "{}", out.stderr);
     assert!(
         out.stderr.contains(&format!(
@@ -37,14 +33,14 @@ async fn a_model_the_server_does_not_list_is_refused_naming_what_it_serves() {
         out.stderr
     );
     assert_eq!(server.chat_requests(), 0, "nothing was sent");
-    assert!(!project.path(RUN).join("run.json").exists());
+    assert!(!project.run_path("").join("run.json").exists());
 
     // Named as the server lists it: accepted and recorded.
-    config("model = \"fake-model\"\n");
-    let out = project.run_gen(&["run", "cfg.toml"]).await;
+    config("model = \"fake-model\"");
+    let out = project.run(&["run", "cfg.toml"]).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let pin: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(project.path(RUN).join("run.json")).expect("run.json"),
+        &std::fs::read(project.run_path("").join("run.json")).expect("run.json"),
     )
     .expect("json");
     assert_eq!(pin["model"], "fake-model", "{pin:#}");
