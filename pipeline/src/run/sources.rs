@@ -17,6 +17,8 @@ use crate::report::{EventKind, Notice, RunReporter};
 use crate::status::state::{Phase, SourceStatus};
 use crate::store::frames::FrameWriter;
 use crate::store::ids::IdSet;
+use crate::store::manifest::{PrepManifest, read_manifest};
+use crate::store::prompts::{content_hashes, for_each_prompt};
 use crate::store::records::{self as record, CompletionRecord, RejectKind, RejectedRecord};
 use crate::store::{RunDir, atomic};
 
@@ -217,7 +219,7 @@ impl<'p> Sources<'p> {
         reporter: &RunReporter,
     ) -> anyhow::Result<Option<Vec<String>>> {
         let name = self.list[i].status.name.clone();
-        let Some(mut manifest) = prep::read_manifest(&self.run_dir, &name)? else {
+        let Some(mut manifest) = read_manifest(&self.run_dir, &name)? else {
             return Ok(None);
         };
         let dir = self.run_dir.source(&name);
@@ -337,7 +339,7 @@ impl<'p> Sources<'p> {
     fn open_source(&mut self, i: usize, reporter: &RunReporter) -> anyhow::Result<Opened> {
         let name = self.list[i].status.name.clone();
         let dir = self.run_dir.source(&name);
-        let mut manifest = prep::read_manifest(&self.run_dir, &name)?;
+        let mut manifest = read_manifest(&self.run_dir, &name)?;
         let counters = manifest.as_ref().map(|m| &m.counters);
         // Earlier sources' prompts its worker left out of the sample.
         let left_out = counters.map_or(0, |c| c.duplicates_across);
@@ -505,11 +507,11 @@ impl<'p> Sources<'p> {
         for j in 0..i {
             let name = self.list[j].status.name.clone();
             if self.list[j].hashes.is_none() {
-                if prep::read_manifest(&self.run_dir, &name)?.is_none() {
+                if read_manifest(&self.run_dir, &name)?.is_none() {
                     continue;
                 }
                 let path = self.run_dir.source(&name).prompts();
-                let hashes = super::feed::content_hashes(&path)?;
+                let hashes = content_hashes(&path)?;
                 self.list[j].hashes = Some(Arc::new(hashes));
             }
             if let Some(hashes) = &self.list[j].hashes {
@@ -528,13 +530,13 @@ impl<'p> Sources<'p> {
             }
             if later.answered_hashes.is_none() {
                 let name = later.status.name.clone();
-                if prep::read_manifest(&self.run_dir, &name)?.is_none() {
+                if read_manifest(&self.run_dir, &name)?.is_none() {
                     continue;
                 }
                 let path = self.run_dir.source(&name).prompts();
                 let mut answered = HashSet::new();
                 let done = &self.list[j].done_ids;
-                super::feed::for_each_prompt(&path, |prompt| {
+                for_each_prompt(&path, |prompt| {
                     if done.contains(&prompt.id) {
                         answered.insert(gen_sources::prompt::content_hash(&prompt.messages));
                     }
@@ -749,7 +751,7 @@ impl SourceState {
             fs_err::remove_file(&partial_prompts)?;
         }
         super::preparation::settle_first_sample(&dir)?;
-        let manifest = prep::read_manifest(run_dir, name)?;
+        let manifest = read_manifest(run_dir, name)?;
         let settled = record::settled_ids(&dir.rejected(), resend)
             .with_context(|| format!("failed to read `{}`", dir.rejected().display()))?;
         let stored = crate::store::done::load(&dir.completions())
@@ -786,7 +788,7 @@ impl SourceState {
             // The preparation's own warning first, then what this start repaired.
             warnings: manifest
                 .as_ref()
-                .and_then(prep::PrepManifest::warning)
+                .and_then(PrepManifest::warning)
                 .into_iter()
                 .chain(repaired)
                 .collect(),
