@@ -119,3 +119,40 @@ pub fn read_prompts(path: &Path) -> anyhow::Result<Vec<Prompt>> {
     for_each_prompt(path, |prompt| prompts.push(prompt))?;
     Ok(prompts)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(line: &str) -> Record<'_> {
+        Record {
+            line: line.as_bytes(),
+            row: 3,
+            path: Path::new("prompts.jsonl.zst"),
+        }
+    }
+
+    #[test]
+    fn an_id_is_peeked_only_from_a_compact_unescaped_start() {
+        let peeked = |line| record(line).peek_id().map(str::to_owned);
+        assert_eq!(
+            peeked(r#"{"id":"abc","source":"s"}"#).as_deref(),
+            Some("abc")
+        );
+        assert_eq!(peeked(r#"{"id":"a\"b","source":"s"}"#), None);
+        assert_eq!(peeked(r#"{ "id": "abc", "source":"s"}"#), None);
+        assert_eq!(peeked(r#"{"source":"s","id":"abc"}"#), None);
+    }
+
+    #[test]
+    fn an_unreadable_prompt_is_named_by_row_and_file_with_what_to_do() {
+        let error = record(r#"{"id":"abc""#).parse().expect_err("cut line");
+        let text = format!("{error:#}");
+        assert!(
+            text.starts_with(
+                "prompt 3 of `prompts.jsonl.zst` is unreadable; delete the source's directory"
+            ),
+            "{text}"
+        );
+    }
+}
