@@ -249,31 +249,11 @@ impl<'p> Sources<'p> {
             return Ok(None);
         }
         let changes = comparison.changes.join("; ");
-        let state = &mut self.list[i];
+        let state = &self.list[i];
         let generated =
             !state.done_ids.is_empty() || state.settled_ids.len() as u64 > state.settled_duplicates;
         if !generated {
-            // Nothing was answered: its duplicates and failed attempts are re-decided
-            // from the new prompts.
-            fs_err::remove_file(dir.manifest())?;
-            if dir.rejected().exists() {
-                fs_err::remove_file(dir.rejected())?;
-            }
-            state.settled_ids = IdSet::default();
-            state.settled_duplicates = 0;
-            let status = &mut state.status;
-            status.prepared = None;
-            status.phase = Phase::Pending;
-            status.rejected = 0;
-            status.duplicates = 0;
-            status.note = format!("inputs changed ({changes}); preparing again");
-            reporter.notice(
-                Notice::recorded(EventKind::InputsChanged, Some(&name), status.note.clone())
-                    .and_said(format!(
-                        "gen: `{name}`: changed since it was prepared: {changes}; nothing of it \
-                         was generated yet: preparing it again"
-                    )),
-            );
+            self.prepare_changed_again(i, &changes, reporter)?;
             Ok(None)
         } else if keep {
             manifest.kept_for = Some(comparison.now);
@@ -291,6 +271,40 @@ impl<'p> Sources<'p> {
         } else {
             Ok(Some(comparison.changes))
         }
+    }
+
+    /// Source `i`'s inputs changed (`changes`) and nothing of it was answered: it is prepared
+    /// again, and its duplicates and failed attempts are re-decided from the new prompts.
+    fn prepare_changed_again(
+        &mut self,
+        i: usize,
+        changes: &str,
+        reporter: &RunReporter,
+    ) -> anyhow::Result<()> {
+        let state = &mut self.list[i];
+        let name = state.status.name.clone();
+        let dir = self.run_dir.source(&name);
+        fs_err::remove_file(dir.manifest())?;
+        if dir.rejected().exists() {
+            fs_err::remove_file(dir.rejected())?;
+        }
+        state.settled_ids = IdSet::default();
+        state.settled_duplicates = 0;
+        let status = &mut state.status;
+        status.prepared = None;
+        status.phase = Phase::Pending;
+        status.rejected = 0;
+        status.duplicates = 0;
+        status.note = format!("inputs changed ({changes}); preparing again");
+        reporter.notice(
+            Notice::recorded(EventKind::InputsChanged, Some(&name), status.note.clone()).and_said(
+                format!(
+                    "gen: `{name}`: changed since it was prepared: {changes}; nothing of it \
+                     was generated yet: preparing it again"
+                ),
+            ),
+        );
+        Ok(())
     }
 
     /// Counts the prompts of every selected, prepared source not counted yet whose earlier
