@@ -378,7 +378,7 @@ impl Dispatcher {
                 Step::Again => continue,
                 Step::Charge(reason) => reason,
             };
-            if let Some(outcome) = self.charge(&backend, id, reason, &mut charges).await {
+            if let Some(outcome) = self.after_failure(&backend, id, reason, &mut charges).await {
                 return outcome;
             }
         }
@@ -482,7 +482,7 @@ impl Dispatcher {
     /// A failure that may be this prompt's: reported to the server's [`Liveness`], charged
     /// unless the server turns out failing, then waited out with backoff. `Some` when the turn
     /// ends (attempts spent, or cancelled); `None` to ask again.
-    async fn charge(
+    async fn after_failure(
         &self,
         backend: &Arc<Backend>,
         id: &str,
