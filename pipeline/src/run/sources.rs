@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 
-use super::feed::{Feed, Skip};
+use super::feed::{Census, Feed, Skip};
 use crate::config::Plan;
 use crate::prep;
 use crate::report::{EventKind, Notice, RunReporter};
@@ -20,7 +20,7 @@ use crate::store::ids::IdSet;
 use crate::store::manifest::{PrepManifest, read_manifest};
 use crate::store::prompts::{content_hashes, for_each_prompt};
 use crate::store::records::{self as record, CompletionRecord, RejectKind, RejectedRecord};
-use crate::store::{RunDir, atomic};
+use crate::store::{RunDir, SourceDir, atomic};
 
 /// Completions buffered before a frame is written (a frame is also written every tick).
 const FRAME_RECORDS: usize = 64;
@@ -369,12 +369,7 @@ impl<'p> Sources<'p> {
         let recorded = manifest.as_ref().and_then(|m| m.prompt_ids.as_ref());
         if let Some(census) = super::feed::finished(&dir.prompts(), recorded, &skip) {
             // Nothing to send: neither its prompts nor the other sources' need reading.
-            state.opened = true;
-            state.status.prepared = Some(census.prepared);
-            state.status.done = census.done;
-            state.status.rejected = census.settled;
-            state.status.duplicates = state.settled_duplicates + left_out;
-            state.status.phase = Phase::Done;
+            state.finished_unread(&census, left_out);
             return Ok(Opened::Counted);
         }
         if self.plan.sources[i].dedup() {
@@ -749,6 +744,18 @@ impl<'p> Sources<'p> {
 }
 
 impl SourceState {
+    /// Counted without reading its prompts: every one is done or settled (`census`, from
+    /// [`super::feed::finished`]), `left_out` of them left out of its sample as an earlier
+    /// source's.
+    fn finished_unread(&mut self, census: &Census, left_out: u64) {
+        self.opened = true;
+        self.status.prepared = Some(census.prepared);
+        self.status.done = census.done;
+        self.status.rejected = census.settled;
+        self.status.duplicates = self.settled_duplicates + left_out;
+        self.status.phase = Phase::Done;
+    }
+
     /// What the run directory holds for source `name`, putting right what an interrupted run
     /// left: a partial prompts file, a first sample set aside, a torn completions tail.
     fn load(
@@ -758,13 +765,7 @@ impl SourceState {
         reporter: &RunReporter,
     ) -> anyhow::Result<SourceState> {
         let dir = run_dir.source(name);
-        create_private_dir(dir.root())?;
-        remove_stale_temps(dir.root())?;
-        let partial_prompts = dir.prompts().with_extension("zst.tmp");
-        if partial_prompts.exists() {
-            fs_err::remove_file(&partial_prompts)?;
-        }
-        super::preparation::settle_first_sample(&dir)?;
+        put_right(&dir)?;
         let manifest = read_manifest(run_dir, name)?;
         let settled = record::settled_ids(&dir.rejected(), resend)
             .with_context(|| format!("failed to read `{}`", dir.rejected().display()))?;
@@ -827,6 +828,19 @@ impl SourceState {
             prep_failed,
         })
     }
+}
+
+/// Removes what an interrupted run left in a source's directory (temp files, a partial prompts
+/// file) and settles a first sample set aside (see `preparation::settle_first_sample`).
+fn put_right(dir: &SourceDir) -> anyhow::Result<()> {
+    create_private_dir(dir.root())?;
+    remove_stale_temps(dir.root())?;
+    let partial_prompts = dir.prompts().with_extension("zst.tmp");
+    if partial_prompts.exists() {
+        fs_err::remove_file(&partial_prompts)?;
+    }
+    super::preparation::settle_first_sample(dir)?;
+    Ok(())
 }
 
 /// Says what [`crate::store::done::load`] put right in source `name`'s completions: a torn
