@@ -182,20 +182,23 @@ fn finish(source_dir: &Path) -> anyhow::Result<()> {
     let mut words = Words::new(42);
     let mut count = 0u64;
     let mut failed = None;
-    gen_pipeline::run::feed::for_each_prompt(&source_dir.join("prompts.jsonl.zst"), |prompt| {
-        if failed.is_some() {
-            return;
-        }
-        let record = completion(&mut words, prompt.id, prompt.messages, count);
-        count += 1;
-        let stored = writer.push(&record).and_then(|()| {
-            if writer.pending() >= FRAME_RECORDS {
-                writer.flush()?;
+    gen_pipeline::store::prompts::for_each_prompt(
+        &source_dir.join("prompts.jsonl.zst"),
+        |prompt| {
+            if failed.is_some() {
+                return;
             }
-            Ok(())
-        });
-        failed = stored.err();
-    })?;
+            let record = completion(&mut words, prompt.id, prompt.messages, count);
+            count += 1;
+            let stored = writer.push(&record).and_then(|()| {
+                if writer.pending() >= FRAME_RECORDS {
+                    writer.flush()?;
+                }
+                Ok(())
+            });
+            failed = stored.err();
+        },
+    )?;
     if let Some(e) = failed {
         return Err(e.into());
     }

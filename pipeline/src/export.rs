@@ -378,7 +378,7 @@ fn source_keys(prompts: &Path) -> anyhow::Result<HashMap<String, String>> {
     if !prompts.exists() {
         return Ok(keys);
     }
-    crate::run::feed::for_each_prompt(prompts, |prompt| {
+    crate::store::prompts::for_each_prompt(prompts, |prompt| {
         if let Some(key) = prompt.source_key {
             keys.insert(prompt.id, key);
         }

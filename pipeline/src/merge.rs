@@ -51,7 +51,7 @@ fn merge_source(name: &str, shards: &[RunDir], out: &RunDir) -> anyhow::Result<M
         .map(|s| s.source(name))
         .find(|d| d.prompts().exists())
     {
-        crate::run::feed::for_each_prompt(&first.prompts(), |prompt| {
+        crate::store::prompts::for_each_prompt(&first.prompts(), |prompt| {
             prompt_keys.push(ids::key(&prompt.id));
         })?;
         fs_err::copy(first.prompts(), target.prompts())?;

@@ -7,11 +7,13 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use crate::config::Plan;
+use crate::store::manifest::FileStat;
 use anyhow::Context as _;
 use gen_sources::hub::DownloadProgress;
-use serde::{Deserialize, Serialize};
-
-use crate::config::Plan;
+// `gen run` and the commands read what the worker writes through `store`; these stay
+// reachable here, where the worker writes them.
+pub use crate::store::manifest::{PrepManifest, read_manifest};
 use crate::store::{RunDir, atomic, frames::FrameWriter};
 
 /// Prompts per zstd frame of the prompts file, at most.
@@ -19,48 +21,6 @@ const FRAME_PROMPTS: usize = 1000;
 /// Uncompressed bytes per frame, at most (about): a frame is buffered whole, here and in every
 /// reader, so a thousand 40 KB prompts must not make one.
 const FRAME_BYTES: usize = 4 << 20;
-
-/// `manifest.json`: the sources crate's counters plus what the pipeline needs.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct PrepManifest {
-    pub layout: u32,
-    /// Number of prompts in `prompts.jsonl.zst`.
-    pub prompts: u64,
-    /// The settings the prompts were prepared with ([`gen_sources::SourceSpec::settings`]),
-    /// so a rerun can name the one that changed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub settings: Option<serde_json::Value>,
-    /// Size and modification time of each local input (by its name in `checksums`) when it was
-    /// read: a rerun hashes a file again only when they differ.
-    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub input_stats: std::collections::BTreeMap<String, crate::run::inputs::FileStat>,
-    /// The inputs this preparation was kept for after they changed (`--keep-preparation`):
-    /// later runs compare with these instead.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kept_for: Option<crate::run::inputs::InputState>,
-    /// The ids of `prompts.jsonl.zst`, recorded by the first counting pass of `gen run`, so a
-    /// restart can tell that every prompt is done or settled without reading them.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub prompt_ids: Option<crate::run::feed::PromptIds>,
-    #[serde(flatten)]
-    pub counters: gen_sources::Manifest,
-}
-
-impl PrepManifest {
-    /// A warning when one reason dropped more than half the rows read: a setting that does
-    /// not fit the data (a filter, a field) more likely than a few bad rows.
-    pub fn warning(&self) -> Option<String> {
-        let counters = &self.counters;
-        let (reason, &count) = counters.dropped.iter().max_by_key(|(_, n)| **n)?;
-        (count.saturating_mul(2) > counters.rows_read).then(|| {
-            format!(
-                "{count} of {} rows ({}%) dropped as `{reason}` (reasons and examples in manifest.json)",
-                counters.rows_read,
-                count * 100 / counters.rows_read.max(1)
-            )
-        })
-    }
-}
 
 /// Prepares `source` of `plan` into the run directory, leaving out the prompts whose content
 /// hashes `exclude` lists (the earlier sources' prompts; counted as `duplicates_across`).
@@ -244,7 +204,7 @@ fn sample_memory(memory_limit: Option<u64>) -> usize {
 fn local_stats(
     spec: &gen_sources::SourceSpec,
     base_dir: &Path,
-) -> std::collections::BTreeMap<String, crate::run::inputs::FileStat> {
+) -> std::collections::BTreeMap<String, FileStat> {
     if spec.repo.is_some() {
         return std::collections::BTreeMap::new();
     }
@@ -252,7 +212,7 @@ fn local_stats(
         .unwrap_or_default()
         .into_iter()
         .filter_map(|file| {
-            let stat = crate::run::inputs::FileStat::of(&file).ok()?;
+            let stat = FileStat::of(&file).ok()?;
             Some((file.to_string_lossy().into_owned(), stat))
         })
         .collect()
@@ -344,21 +304,6 @@ fn download_line(logged: &mut HashMap<String, u64>, p: &DownloadProgress) -> Opt
 
 /// Percent of a file between two download lines in the worker's log.
 const DOWNLOAD_LOG_PERCENT: u64 = 5;
-
-/// Reads a source's manifest: `Some` only when its preparation completed.
-pub fn read_manifest(run_dir: &RunDir, source: &str) -> anyhow::Result<Option<PrepManifest>> {
-    let dir = run_dir.source(source);
-    let manifest: Option<PrepManifest> = atomic::read_json(&dir.manifest())?;
-    Ok(manifest.filter(|_| dir.prompts().exists()))
-}
-
-/// Loads the prepared prompts of a source (for `gen merge` and `gen bench`; `gen run` streams
-/// them, see [`crate::run::feed`]).
-pub fn read_prompts(path: &Path) -> anyhow::Result<Vec<gen_sources::Prompt>> {
-    let mut prompts = Vec::new();
-    crate::run::feed::for_each_prompt(path, |prompt| prompts.push(prompt))?;
-    Ok(prompts)
-}
 
 #[cfg(test)]
 mod tests {

@@ -23,10 +23,10 @@ use anyhow::Context as _;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::prep::PrepManifest;
 use crate::status::Phase;
 use crate::store::frames;
 use crate::store::ids::{self, IdSet};
+use crate::store::manifest::PrepManifest;
 use crate::store::records::{self as record, RejectKind, RejectedRecord};
 use crate::store::{RunDir, SourceDir, atomic};
 

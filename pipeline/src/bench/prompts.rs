@@ -60,7 +60,7 @@ pub fn load(plan: &Plan, limit: usize) -> anyhow::Result<BenchPrompts> {
         if !dir.manifest().is_file() || !dir.prompts().is_file() {
             continue;
         }
-        let prompts = crate::prep::read_prompts(&dir.prompts())?;
+        let prompts = crate::store::prompts::read_prompts(&dir.prompts())?;
         if !prompts.is_empty() {
             sources.push(spec.name().to_owned());
             per_source.push(prompts);

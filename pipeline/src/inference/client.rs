@@ -195,7 +195,31 @@ impl ChatClient {
         max_tokens: u32,
     ) -> Result<TimedCompletion, RequestError> {
         let started = std::time::Instant::now();
-        let mut first_token = None;
+        let response = self.send(messages, max_tokens).await?;
+        let (mut completion, reasoning, first_token) = self.read_stream(response, started).await?;
+        if !reasoning.is_empty() {
+            completion.reasoning_content = Some(reasoning);
+        }
+        if let Some(defect) = answer_defect(
+            &completion.content,
+            completion.reasoning_content.as_deref(),
+            completion.finish_reason.as_deref(),
+        ) {
+            return Err(RequestError::Transient(defect.to_string()));
+        }
+        Ok(TimedCompletion {
+            completion,
+            first_token,
+            total: started.elapsed(),
+        })
+    }
+
+    /// Posts the request; the response once its headers say success.
+    async fn send(
+        &self,
+        messages: &[Message],
+        max_tokens: u32,
+    ) -> Result<reqwest::Response, RequestError> {
         let request = match &self.parsed_url {
             Some(url) => self.http.post(url.clone()),
             None => self.http.post(&self.url),
@@ -219,9 +243,20 @@ impl ChatClient {
             let body = response.text().await.unwrap_or_default();
             return Err(classify_status(status.as_u16(), &body));
         }
+        Ok(response)
+    }
+
+    /// Reads the answer's event stream to `[DONE]`: the completion, its reasoning, and when
+    /// (after `started`) the first generated text came.
+    async fn read_stream(
+        &self,
+        response: reqwest::Response,
+        started: std::time::Instant,
+    ) -> Result<(Completion, String, Option<Duration>), RequestError> {
         let mut events = response.bytes_stream().eventsource();
         let mut completion = Completion::default();
         let mut reasoning = String::new();
+        let mut first_token = None;
         let mut first = true;
         loop {
             let limit = if first {
@@ -251,7 +286,7 @@ impl ChatClient {
                 activity.store(crate::sys::unix_ms(), Ordering::Relaxed);
             }
             if event.data.trim() == "[DONE]" {
-                break;
+                return Ok((completion, reasoning, first_token));
             }
             if event.data.trim().is_empty() {
                 continue;
@@ -264,21 +299,6 @@ impl ChatClient {
                 first_token = Some(started.elapsed());
             }
         }
-        if !reasoning.is_empty() {
-            completion.reasoning_content = Some(reasoning);
-        }
-        if let Some(defect) = answer_defect(
-            &completion.content,
-            completion.reasoning_content.as_deref(),
-            completion.finish_reason.as_deref(),
-        ) {
-            return Err(RequestError::Transient(defect.to_string()));
-        }
-        Ok(TimedCompletion {
-            completion,
-            first_token,
-            total: started.elapsed(),
-        })
     }
 }
 

@@ -130,6 +130,103 @@ pub struct ManagedServer {
     pub restarts: u32,
 }
 
+/// How a launched server's start-up ended.
+enum Startup {
+    Healthy,
+    Exited,
+    TimedOut,
+}
+
+/// Starts the server's process (`args[0]` with the rest) in its own process group, its output
+/// piped (to reach `log` through [`copy_redacted`]), killed with `gen`.
+fn spawn_server(args: &[String], log: &Path) -> Result<tokio::process::Child, LaunchError> {
+    use std::os::unix::process::CommandExt as _;
+    let program = args.first().cloned().unwrap_or_default();
+    // Created (owner-only) before the server starts, so a launch that fails has a log.
+    drop(crate::store::frames::open_private(log)?);
+    let mut command = std::process::Command::new(&program);
+    command
+        .args(&args[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    sys::kill_with_parent(&mut command);
+    tokio::process::Command::from(command)
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|source| LaunchError::Spawn { program, source })
+}
+
+/// Copies the output of server process `pid` into `log`, and waits on it: the receiver says
+/// how it exited, once it has (closing `gate` for it).
+fn follow(
+    mut child: tokio::process::Child,
+    pid: u32,
+    gate: &ProcessGate,
+    log: &Path,
+) -> (
+    watch::Receiver<Option<String>>,
+    AbortOnDropHandle<()>,
+    Vec<tokio::task::JoinHandle<()>>,
+) {
+    let mut copying = Vec::new();
+    if let Some(out) = child.stdout.take() {
+        copying.push(tokio::spawn(copy_redacted(out, log.to_path_buf())));
+    }
+    if let Some(err) = child.stderr.take() {
+        copying.push(tokio::spawn(copy_redacted(err, log.to_path_buf())));
+    }
+    let (exit_tx, exit) = watch::channel(None);
+    let waiter = AbortOnDropHandle::new(tokio::spawn({
+        let gate = gate.clone();
+        async move {
+            let status = child.wait().await;
+            gate.exited(pid);
+            exit_tx.send_replace(Some(status.map_or_else(|e| e.to_string(), describe_status)));
+        }
+    }));
+    (exit, waiter, copying)
+}
+
+/// Waits until `/health` at `url` answers, the process exits, or `health_timeout` passes.
+/// Healthy counts only if process `pid` is still there to have given the answer; the gate
+/// then opens for it.
+async fn until_healthy(
+    url: &str,
+    exit: &watch::Receiver<Option<String>>,
+    gate: &ProcessGate,
+    pid: u32,
+    health_timeout: Duration,
+) -> Startup {
+    let healthy = async {
+        loop {
+            if let Ok(true) = super::probe::health(url).await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    };
+    let mut exiting = exit.clone();
+    let exited = async move {
+        exiting.wait_for(Option::is_some).await.ok();
+    };
+    tokio::select! {
+        () = exited => Startup::Exited,
+        () = healthy => {
+            if exit.borrow().is_none() {
+                gate.0.send_replace(pid);
+                if exit.borrow().is_none() {
+                    return Startup::Healthy;
+                }
+                gate.exited(pid);
+            }
+            Startup::Exited
+        }
+        () = tokio::time::sleep(health_timeout) => Startup::TimedOut,
+    }
+}
+
 fn free_port() -> std::io::Result<u16> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(listener.local_addr()?.port())
@@ -202,7 +299,6 @@ impl ManagedServer {
         restarts: u32,
         gate: ProcessGate,
     ) -> Result<ManagedServer, LaunchError> {
-        use std::os::unix::process::CommandExt as _;
         if let Some(port) = answering_port(&url).await {
             return Err(LaunchError::PortInUse {
                 port,
@@ -211,76 +307,40 @@ impl ManagedServer {
             });
         }
         let log = log.as_path();
-        let program = args.first().cloned().unwrap_or_default();
-        // Created (owner-only) before the server starts, so a launch that fails has a log.
-        drop(crate::store::frames::open_private(log)?);
-        let mut command = std::process::Command::new(&program);
-        command
-            .args(&args[1..])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
-        sys::kill_with_parent(&mut command);
-        let mut child = tokio::process::Command::from(command)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|source| LaunchError::Spawn {
-                program: program.clone(),
-                source,
-            })?;
+        let child = spawn_server(&args, log)?;
         let pid = child.id().unwrap_or(0);
         let pgid = i32::try_from(pid).unwrap_or(0);
-        let mut copying = Vec::new();
-        if let Some(out) = child.stdout.take() {
-            copying.push(tokio::spawn(copy_redacted(out, log.to_path_buf())));
-        }
-        if let Some(err) = child.stderr.take() {
-            copying.push(tokio::spawn(copy_redacted(err, log.to_path_buf())));
-        }
-        let (exit_tx, exit) = watch::channel(None);
-        let waiter = AbortOnDropHandle::new(tokio::spawn({
-            let gate = gate.clone();
-            async move {
-                let status = child.wait().await;
-                gate.exited(pid);
-                exit_tx.send_replace(Some(status.map_or_else(|e| e.to_string(), describe_status)));
-            }
-        }));
+        let (exit, waiter, copying) = follow(child, pid, &gate, log);
         tracing::info!(url = %super::probe::redact(&url), log = %log.display(), "started inference server (pid {pid})");
-        let healthy = async {
-            loop {
-                if let Ok(true) = super::probe::health(&url).await {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-        };
-        let mut exiting = exit.clone();
-        let exited = async move {
-            exiting.wait_for(Option::is_some).await.ok();
-        };
-        tokio::select! {
-            () = exited => {}
-            () = healthy => {
-                // The answer counts only if this process is still there to have given it.
-                if exit.borrow().is_none() {
-                    gate.0.send_replace(pid);
-                    if exit.borrow().is_none() {
-                        return Ok(ManagedServer { exit, _waiter: waiter, gate, copying, pgid, url, log: log.to_path_buf(), args, health_timeout, restarts });
-                    }
-                    gate.exited(pid);
-                }
-            }
-            () = tokio::time::sleep(health_timeout) => {
+        match until_healthy(&url, &exit, &gate, pid, health_timeout).await {
+            Startup::Healthy => Ok(ManagedServer {
+                exit,
+                _waiter: waiter,
+                gate,
+                copying,
+                pgid,
+                url,
+                log: log.to_path_buf(),
+                args,
+                health_timeout,
+                restarts,
+            }),
+            Startup::TimedOut => {
                 sys::kill_group(pgid, libc::SIGKILL).ok();
                 logged(copying).await;
-                return Err(LaunchError::NotHealthy { timeout: health_timeout, log: log.to_path_buf(), tail: tail(log, TAIL_LINES), diagnosis: diagnosis(log) });
+                Err(LaunchError::NotHealthy {
+                    timeout: health_timeout,
+                    log: log.to_path_buf(),
+                    tail: tail(log, TAIL_LINES),
+                    diagnosis: diagnosis(log),
+                })
+            }
+            Startup::Exited => {
+                logged(copying).await;
+                let status = exit.borrow().clone().unwrap_or_default();
+                Err(exited_error(&url, log, status))
             }
         }
-        logged(copying).await;
-        let status = exit.borrow().clone().unwrap_or_default();
-        Err(exited_error(&url, log, status))
     }
 
     /// Waits (briefly) until what the exited server wrote is in its log.

@@ -95,12 +95,78 @@ pub struct Dispatcher {
     pub settings: Arc<str>,
 }
 
-/// How one request for one turn ended, after retries.
+/// How one request for one turn ended, after retries (with the attempts it spent).
 enum TurnOutcome {
     Answered(Completion, u32),
     GaveUp(RejectKind, String, u32),
     Fatal(String),
     Cancelled,
+}
+
+/// Why a user turn went unanswered (its conversation ends there).
+enum Unanswered {
+    GaveUp(RejectKind, String),
+    Fatal(String),
+    Cancelled,
+}
+
+/// What one failed request of a turn leads to.
+enum Step {
+    /// The turn ends.
+    Done(TurnOutcome),
+    /// Ask again without charging the prompt.
+    Again,
+    /// A failure that may be the prompt's, said this way.
+    Charge(String),
+}
+
+/// What one turn's failures cost its prompt so far.
+#[derive(Default)]
+struct Charges {
+    /// Failed requests charged to this prompt.
+    attempt: u32,
+    /// Outages this prompt's own requests found (a prompt that keeps crashing the server).
+    crashes: u32,
+    /// The server of this prompt's first charged failure, and how many requests it had
+    /// answered by then: whether it answered others since tells whose fault the failures
+    /// are.
+    since: Option<(Arc<Backend>, u64)>,
+}
+
+impl Charges {
+    /// Charges a failure on `backend`.
+    fn charge(&mut self, backend: &Arc<Backend>) {
+        self.attempt += 1;
+        if self
+            .since
+            .as_ref()
+            .is_none_or(|(server, _)| !Arc::ptr_eq(server, backend))
+        {
+            self.since = Some((backend.clone(), backend.liveness.answers_so_far()));
+        }
+    }
+
+    /// Requests the server of the first charged failure had answered by then.
+    fn answered_before(&self) -> u64 {
+        self.since.as_ref().map_or(0, |(_, answered)| *answered)
+    }
+
+    /// The server turned out failing (or down) after this prompt's failures: those were its
+    /// fault. When it answered nothing since this prompt's first charged failure, all of them
+    /// are forgiven; otherwise only the last, when it was charged (`charged_now`).
+    fn forgive(&mut self, charged_now: bool) {
+        match &self.since {
+            Some((server, answered)) if server.liveness.answers_so_far() > *answered => {
+                if charged_now {
+                    self.attempt = self.attempt.saturating_sub(1);
+                }
+            }
+            _ => {
+                self.attempt = 0;
+                self.since = None;
+            }
+        }
+    }
 }
 
 impl Dispatcher {
@@ -172,59 +238,81 @@ impl Dispatcher {
             if message.role != Role::User || (with_history && Some(index) != last_user) {
                 continue;
             }
-            let mut budget = self.max_tokens;
-            // The answer cut by `max-tokens`, while a larger budget is tried.
-            let mut cut: Option<Completion> = None;
-            let completion = loop {
-                match self.turn(&mut lease, &prompt.id, &history, budget).await {
-                    TurnOutcome::Answered(completion, used) => {
-                        attempts += used;
-                        let truncated = completion.finish_reason.as_deref() == Some("length");
-                        match length {
-                            LengthPolicy::Retry if truncated && cut.is_none() => {
-                                cut = Some(completion);
-                                budget = budget.saturating_mul(2);
-                            }
-                            LengthPolicy::Drop if truncated => {
-                                let reason = format!(
-                                    "answer cut at {budget} tokens (finish_reason = length)"
-                                );
-                                return Some(self.give_up(
-                                    source,
-                                    prompt.id,
-                                    RejectKind::Truncated,
-                                    reason,
-                                    attempts,
-                                ));
-                            }
-                            _ => break completion,
-                        }
-                    }
-                    // The larger budget is refused (beyond the context): keep the cut answer.
-                    TurnOutcome::GaveUp(RejectKind::Rejected, _, used) if cut.is_some() => {
-                        attempts += used;
-                        break cut.take().expect("checked by the guard");
-                    }
-                    TurnOutcome::GaveUp(kind, reason, used) => {
-                        return Some(self.give_up(
-                            source,
-                            prompt.id,
-                            kind,
-                            reason,
-                            attempts + used,
-                        ));
-                    }
-                    TurnOutcome::Fatal(message) => return Some(DispatchEvent::Fatal(message)),
-                    TurnOutcome::Cancelled => return None,
+            let answer = self.answer_turn(&mut lease, &prompt.id, &history, length, &mut attempts);
+            let completion = match answer.await {
+                Ok(completion) => completion,
+                Err(Unanswered::GaveUp(kind, reason)) => {
+                    return Some(self.give_up(source, prompt.id, kind, reason, attempts));
                 }
+                Err(Unanswered::Fatal(message)) => return Some(DispatchEvent::Fatal(message)),
+                Err(Unanswered::Cancelled) => return None,
             };
             // The model's own answer becomes history; its reasoning does not.
             history.push(Message::new(Role::Assistant, completion.content.clone()));
             turns.push(TurnRecord::from(completion));
         }
+        Some(self.completed(source, prompt, turns, attempts, started))
+    }
+
+    /// Answers the last message of `history` under the source's [`LengthPolicy`]: a cut
+    /// answer is asked again with twice the budget (`Retry`; kept when the larger budget is
+    /// refused) or sets the prompt aside (`Drop`). Adds the attempts spent to `attempts`.
+    async fn answer_turn(
+        &self,
+        lease: &mut Option<Lease>,
+        id: &str,
+        history: &[Message],
+        length: LengthPolicy,
+        attempts: &mut u32,
+    ) -> Result<Completion, Unanswered> {
+        let mut budget = self.max_tokens;
+        // The answer cut by `max-tokens`, while a larger budget is tried.
+        let mut cut: Option<Completion> = None;
+        loop {
+            match self.turn(lease, id, history, budget).await {
+                TurnOutcome::Answered(completion, used) => {
+                    *attempts += used;
+                    let truncated = completion.finish_reason.as_deref() == Some("length");
+                    match length {
+                        LengthPolicy::Retry if truncated && cut.is_none() => {
+                            cut = Some(completion);
+                            budget = budget.saturating_mul(2);
+                        }
+                        LengthPolicy::Drop if truncated => {
+                            let reason =
+                                format!("answer cut at {budget} tokens (finish_reason = length)");
+                            return Err(Unanswered::GaveUp(RejectKind::Truncated, reason));
+                        }
+                        _ => return Ok(completion),
+                    }
+                }
+                // The larger budget is refused (beyond the context): keep the cut answer.
+                TurnOutcome::GaveUp(RejectKind::Rejected, _, used) if cut.is_some() => {
+                    *attempts += used;
+                    return Ok(cut.take().expect("checked by the guard"));
+                }
+                TurnOutcome::GaveUp(kind, reason, used) => {
+                    *attempts += used;
+                    return Err(Unanswered::GaveUp(kind, reason));
+                }
+                TurnOutcome::Fatal(message) => return Err(Unanswered::Fatal(message)),
+                TurnOutcome::Cancelled => return Err(Unanswered::Cancelled),
+            }
+        }
+    }
+
+    /// The record of a conversation whose every turn was answered.
+    fn completed(
+        &self,
+        source: usize,
+        prompt: Prompt,
+        turns: Vec<TurnRecord>,
+        attempts: u32,
+        started: Instant,
+    ) -> DispatchEvent {
         let last = turns.last().cloned().unwrap_or_default();
         let usage = total_usage(&turns);
-        Some(DispatchEvent::Completed {
+        DispatchEvent::Completed {
             source,
             record: Box::new(CompletionRecord {
                 id: prompt.id,
@@ -240,7 +328,7 @@ impl Dispatcher {
                 latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
                 created_unix_ms: unix_ms(),
             }),
-        })
+        }
     }
 
     /// One request, retried: failures with backoff on the same server, outages by moving to
@@ -254,163 +342,213 @@ impl Dispatcher {
         messages: &[Message],
         max_tokens: u32,
     ) -> TurnOutcome {
-        // Failed requests charged to this prompt.
-        let mut attempt = 0u32;
-        // Outages this prompt's own requests found (a prompt that keeps crashing the server).
-        let mut crashes = 0u32;
-        // The server of this prompt's first charged failure, and how many requests it had
-        // answered by then: whether it answered others since tells whose fault the failures
-        // are.
-        let mut since: Option<(Arc<Backend>, u64)> = None;
+        let mut charges = Charges::default();
         loop {
-            if lease
-                .as_ref()
-                .is_none_or(|l| l.backend.liveness.health() != Health::Up)
-            {
-                // Its place goes back first: with one server, it is the place to wait for.
-                *lease = None;
-                *lease = tokio::select! {
-                    next = self.fleet.acquire() => Some(next),
-                    () = self.cancel.cancelled() => return TurnOutcome::Cancelled,
-                };
-            }
-            let backend = lease.as_ref().expect("leased above").backend.clone();
+            let Some(backend) = self.healthy_backend(lease).await else {
+                return TurnOutcome::Cancelled;
+            };
             backend.touch();
             let result = tokio::select! {
-                result = backend.client.complete(messages, max_tokens) => Some(result),
+                result = backend.client.complete(messages, max_tokens) => result,
                 // Another request found the server down (or the stall watchdog did): this
                 // stream is lost with it; the prompt moves on without spending an attempt.
-                () = backend.liveness.wait_down() => None,
+                () = backend.liveness.wait_down() => continue,
                 () = self.cancel.cancelled() => return TurnOutcome::Cancelled,
             };
-            let Some(result) = result else { continue };
-            let reason = match result {
+            let step = match result {
                 Ok(completion) => {
-                    backend.liveness.answered();
-                    let output = completion.usage.as_ref().map_or(0, |u| u.completion_tokens);
-                    // Only a tuner reads (and empties) the telemetry: with a fixed
-                    // concurrency it would grow by a sample per request, forever.
-                    if let Some(usage) = completion
-                        .usage
-                        .as_ref()
-                        .filter(|_| backend.tuner.is_some())
-                    {
-                        backend
-                            .telemetry
-                            .finished(usage.prompt_tokens, usage.completion_tokens);
-                    }
-                    backend.finished(output);
-                    return TurnOutcome::Answered(completion, attempt + 1);
+                    answered(&backend, &completion);
+                    return TurnOutcome::Answered(completion, charges.attempt + 1);
                 }
                 Err(RequestError::Fatal(message)) => return TurnOutcome::Fatal(message),
                 Err(RequestError::Rejected(reason)) => {
-                    // A larger budget after a cut answer is this prompt's own business.
-                    if max_tokens != self.max_tokens {
-                        return TurnOutcome::GaveUp(RejectKind::Rejected, reason, attempt + 1);
-                    }
-                    let judged = self.refusals.judge(&reason, &backend.client, max_tokens);
-                    let Some(judgement) = self.unless_cancelled(judged).await else {
-                        return TurnOutcome::Cancelled;
-                    };
-                    match judgement {
-                        Some(Judgement::Prompt) => {
-                            return TurnOutcome::GaveUp(RejectKind::Rejected, reason, attempt + 1);
-                        }
-                        Some(Judgement::Config(message)) => return TurnOutcome::Fatal(message),
-                        None => {
-                            if self.pause(backoff(1, id)).await.is_err() {
-                                return TurnOutcome::Cancelled;
-                            }
-                            continue;
-                        }
-                    }
+                    self.rejected(&backend, id, reason, max_tokens, charges.attempt)
+                        .await
                 }
                 Err(RequestError::ServerDown(reason)) => {
-                    let busy = reason.starts_with("HTTP 503");
-                    if busy {
-                        backend.telemetry.overloaded();
-                    }
-                    if backend.liveness.confirm_down(&reason).await {
-                        crashes += 1;
-                        if crashes > MAX_CRASHES {
-                            let reason = format!(
-                                "the server went down {crashes} times while answering this prompt; last: {reason}"
-                            );
-                            return TurnOutcome::GaveUp(RejectKind::Exhausted, reason, attempt);
-                        }
-                        continue;
-                    }
-                    if busy {
-                        // Alive but busy (a full queue): not this prompt's fault; ask again
-                        // a little later rather than hammering it.
-                        let failed = backend.liveness.failed(id, &reason, &backend.client);
-                        if self.unless_cancelled(failed).await.is_none() {
-                            return TurnOutcome::Cancelled;
-                        }
-                        if self.pause(backoff(2, id)).await.is_err() {
-                            return TurnOutcome::Cancelled;
-                        }
-                        continue;
-                    }
-                    format!("{reason}, while the server answered /health")
+                    self.server_down(&backend, id, reason, &mut charges).await
                 }
                 Err(RequestError::Transient(reason)) => {
                     backend.telemetry.retryable_error();
-                    reason
+                    Step::Charge(reason)
                 }
             };
-            let failed = backend.liveness.failed(id, &reason, &backend.client);
-            let Some(failing) = self.unless_cancelled(failed).await else {
-                return TurnOutcome::Cancelled;
+            let reason = match step {
+                Step::Done(outcome) => return outcome,
+                Step::Again => continue,
+                Step::Charge(reason) => reason,
             };
-            if failing {
-                // Part of a run of failures across prompts: the server is failing.
-                forgive(&mut attempt, &mut since, false);
-                continue;
-            }
-            attempt += 1;
-            if since
-                .as_ref()
-                .is_none_or(|(server, _)| !Arc::ptr_eq(server, &backend))
-            {
-                since = Some((backend.clone(), backend.liveness.answers_so_far()));
-            }
-            if attempt >= self.max_attempts {
-                let answered_before = since.as_ref().map_or(0, |(_, answered)| *answered);
-                let evidence = if backend.liveness.answers_so_far() > answered_before {
-                    "the server answered other requests meanwhile"
-                } else {
-                    let test = Liveness::answers_briefly(&backend.client);
-                    let Some(test) = self.unless_cancelled(test).await else {
-                        return TurnOutcome::Cancelled;
-                    };
-                    match test {
-                        Ok(()) => {
-                            backend.liveness.answered();
-                            "the server answers a test request"
-                        }
-                        Err(e) => {
-                            // Nothing else is answered either: the server's fault.
-                            backend.liveness.report_failing(
-                                &format!("{reason}; a test request failed too: {e}"),
-                                &backend.client,
-                            );
-                            forgive(&mut attempt, &mut since, true);
-                            continue;
-                        }
-                    }
-                };
-                let reason = format!("{reason} ({attempt} attempts; {evidence})");
-                return TurnOutcome::GaveUp(RejectKind::Exhausted, reason, attempt);
-            }
-            tracing::debug!(%id, attempt, %reason, "retrying");
-            tokio::select! {
-                () = tokio::time::sleep(backoff(attempt, id)) => {}
-                // An outage declared meanwhile: the failure was the server's.
-                () = backend.liveness.wait_down() => forgive(&mut attempt, &mut since, true),
-                () = self.cancel.cancelled() => return TurnOutcome::Cancelled,
+            if let Some(outcome) = self.after_failure(&backend, id, reason, &mut charges).await {
+                return outcome;
             }
         }
+    }
+
+    /// The backend of `lease`, after trading a lease on a server that is not up for one on a
+    /// server that is; `None` when cancelled meanwhile.
+    async fn healthy_backend(&self, lease: &mut Option<Lease>) -> Option<Arc<Backend>> {
+        if lease
+            .as_ref()
+            .is_none_or(|l| l.backend.liveness.health() != Health::Up)
+        {
+            // Its place goes back first: with one server, it is the place to wait for.
+            *lease = None;
+            *lease = Some(self.unless_cancelled(self.fleet.acquire()).await?);
+        }
+        Some(lease.as_ref().expect("leased above").backend.clone())
+    }
+
+    /// A refusal (400): final for this prompt when its kind is the prompt's fault (or it came
+    /// for a larger budget after a cut answer), fatal when it is the settings', asked again
+    /// while its kind is being judged.
+    async fn rejected(
+        &self,
+        backend: &Backend,
+        id: &str,
+        reason: String,
+        max_tokens: u32,
+        attempt: u32,
+    ) -> Step {
+        // A larger budget after a cut answer is this prompt's own business.
+        if max_tokens != self.max_tokens {
+            return Step::Done(TurnOutcome::GaveUp(
+                RejectKind::Rejected,
+                reason,
+                attempt + 1,
+            ));
+        }
+        let judged = self.refusals.judge(&reason, &backend.client, max_tokens);
+        let Some(judgement) = self.unless_cancelled(judged).await else {
+            return Step::Done(TurnOutcome::Cancelled);
+        };
+        match judgement {
+            Some(Judgement::Prompt) => Step::Done(TurnOutcome::GaveUp(
+                RejectKind::Rejected,
+                reason,
+                attempt + 1,
+            )),
+            Some(Judgement::Config(message)) => Step::Done(TurnOutcome::Fatal(message)),
+            None => match self.pause(backoff(1, id)).await {
+                Ok(()) => Step::Again,
+                Err(()) => Step::Done(TurnOutcome::Cancelled),
+            },
+        }
+    }
+
+    /// The server looked down: an outage confirmed by `/health` costs no attempt (but counts
+    /// as one of this prompt's crashes); a busy server is asked again later; a server that
+    /// answers `/health` failed this request, which may be charged.
+    async fn server_down(
+        &self,
+        backend: &Backend,
+        id: &str,
+        reason: String,
+        charges: &mut Charges,
+    ) -> Step {
+        let busy = reason.starts_with("HTTP 503");
+        if busy {
+            backend.telemetry.overloaded();
+        }
+        if backend.liveness.confirm_down(&reason).await {
+            charges.crashes += 1;
+            if charges.crashes > MAX_CRASHES {
+                let crashes = charges.crashes;
+                let reason = format!(
+                    "the server went down {crashes} times while answering this prompt; last: {reason}"
+                );
+                return Step::Done(TurnOutcome::GaveUp(
+                    RejectKind::Exhausted,
+                    reason,
+                    charges.attempt,
+                ));
+            }
+            return Step::Again;
+        }
+        if busy {
+            // Alive but busy (a full queue): not this prompt's fault; ask again a little later
+            // rather than hammering it.
+            let failed = backend.liveness.failed(id, &reason, &backend.client);
+            if self.unless_cancelled(failed).await.is_none() {
+                return Step::Done(TurnOutcome::Cancelled);
+            }
+            return match self.pause(backoff(2, id)).await {
+                Ok(()) => Step::Again,
+                Err(()) => Step::Done(TurnOutcome::Cancelled),
+            };
+        }
+        Step::Charge(format!("{reason}, while the server answered /health"))
+    }
+
+    /// A failure that may be this prompt's: reported to the server's [`Liveness`], charged
+    /// unless the server turns out failing, then waited out with backoff. `Some` when the turn
+    /// ends (attempts spent, or cancelled); `None` to ask again.
+    async fn after_failure(
+        &self,
+        backend: &Arc<Backend>,
+        id: &str,
+        reason: String,
+        charges: &mut Charges,
+    ) -> Option<TurnOutcome> {
+        let failed = backend.liveness.failed(id, &reason, &backend.client);
+        let Some(failing) = self.unless_cancelled(failed).await else {
+            return Some(TurnOutcome::Cancelled);
+        };
+        if failing {
+            // Part of a run of failures across prompts: the server is failing.
+            charges.forgive(false);
+            return None;
+        }
+        charges.charge(backend);
+        if charges.attempt >= self.max_attempts {
+            return self.exhausted(backend, reason, charges).await;
+        }
+        let attempt = charges.attempt;
+        tracing::debug!(%id, attempt, %reason, "retrying");
+        tokio::select! {
+            () = tokio::time::sleep(backoff(attempt, id)) => {}
+            // An outage declared meanwhile: the failure was the server's.
+            () = backend.liveness.wait_down() => charges.forgive(true),
+            () = self.cancel.cancelled() => return Some(TurnOutcome::Cancelled),
+        }
+        None
+    }
+
+    /// The prompt's attempts are spent: it gives up when the failures single it out (the
+    /// server answered other requests since its first one, or answers a test request now).
+    /// Otherwise nothing is answered, the server is failing, and the failures are forgiven
+    /// (`None`: ask again).
+    async fn exhausted(
+        &self,
+        backend: &Backend,
+        reason: String,
+        charges: &mut Charges,
+    ) -> Option<TurnOutcome> {
+        let evidence = if backend.liveness.answers_so_far() > charges.answered_before() {
+            "the server answered other requests meanwhile"
+        } else {
+            let test = Liveness::answers_briefly(&backend.client);
+            let Some(test) = self.unless_cancelled(test).await else {
+                return Some(TurnOutcome::Cancelled);
+            };
+            match test {
+                Ok(()) => {
+                    backend.liveness.answered();
+                    "the server answers a test request"
+                }
+                Err(e) => {
+                    // Nothing else is answered either: the server's fault.
+                    backend.liveness.report_failing(
+                        &format!("{reason}; a test request failed too: {e}"),
+                        &backend.client,
+                    );
+                    charges.forgive(true);
+                    return None;
+                }
+            }
+        };
+        let attempt = charges.attempt;
+        let reason = format!("{reason} ({attempt} attempts; {evidence})");
+        Some(TurnOutcome::GaveUp(RejectKind::Exhausted, reason, attempt))
     }
 
     /// The output of `future`, or `None` when the run is cancelled first.
@@ -453,21 +591,22 @@ impl Dispatcher {
     }
 }
 
-/// The server turned out failing (or down) after this prompt's failures: those were its
-/// fault. When it answered nothing since this prompt's first charged failure, all of them are
-/// forgiven; otherwise only the last, when it was charged (`charged_now`).
-fn forgive(attempt: &mut u32, since: &mut Option<(Arc<Backend>, u64)>, charged_now: bool) {
-    match since {
-        Some((server, answered)) if server.liveness.answers_so_far() > *answered => {
-            if charged_now {
-                *attempt = attempt.saturating_sub(1);
-            }
-        }
-        _ => {
-            *attempt = 0;
-            *since = None;
-        }
+/// Counts an answer on its server (and, for a tuner, in its telemetry).
+fn answered(backend: &Backend, completion: &Completion) {
+    backend.liveness.answered();
+    let output = completion.usage.as_ref().map_or(0, |u| u.completion_tokens);
+    // Only a tuner reads (and empties) the telemetry: with a fixed concurrency it would grow
+    // by a sample per request, forever.
+    if let Some(usage) = completion
+        .usage
+        .as_ref()
+        .filter(|_| backend.tuner.is_some())
+    {
+        backend
+            .telemetry
+            .finished(usage.prompt_tokens, usage.completion_tokens);
     }
+    backend.finished(output);
 }
 
 fn total_usage(turns: &[TurnRecord]) -> Option<Usage> {

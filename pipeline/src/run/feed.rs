@@ -6,9 +6,9 @@
 //! woke the reader thread (a futex call) for every prompt sent, a measurable share of the
 //! dispatcher's CPU at 20k requests/s.
 //!
-//! Both passes read a prompt's id from the start of its line (`{"id":"…"`, as `gen` writes
-//! prompts) and parse the rest only when the prompt may be sent, so a resumed run does not
-//! parse the prompts it already has. When the done and settled ids are exactly the prepared
+//! Both passes read the file through [`crate::store::prompts`], deciding a prompt's fate by
+//! the id read from the start of its line and parsing the rest only when its content decides
+//! or it may be sent, so a resumed run does not parse the prompts it already has. When the done and settled ids are exactly the prepared
 //! prompts' ids ([`PromptIds`], recorded by an earlier counting pass), [`finished`] says so
 //! without reading the file at all.
 //!
@@ -16,18 +16,16 @@
 //! characters, longest first) before the first one is sent: long requests start early instead
 //! of straggling at the end. That costs the source's pending prompts in memory.
 
-use std::collections::{HashMap, HashSet};
-use std::io::BufRead;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::Context as _;
-use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::shard::Shard;
 use crate::config::values::Order;
 use crate::store::ids::{self, IdSet};
+use crate::store::prompts::{PromptIds, Record, for_each_record};
 use gen_sources::Prompt;
 use gen_sources::prompt::content_hash;
 
@@ -64,17 +62,6 @@ pub struct Census {
     pub duplicates: Vec<(String, usize)>,
     /// The ids of every prompt of the file (all shards), for the next run's [`finished`].
     pub ids: PromptIds,
-}
-
-/// What identifies the ids of a prepared prompts file without reading it: its size, its
-/// number of prompts and the [`IdSet::digest`] of their ids (repeats summed as often as they
-/// occur, so a file with a repeated id matches no set).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PromptIds {
-    pub bytes: u64,
-    pub prompts: u64,
-    /// 32 hex digits.
-    pub digest: String,
 }
 
 /// The census of a source whose every prompt is done or settled, when that can be told
@@ -292,97 +279,11 @@ fn fate_of(skip: &Skip, prompt: Prompt) -> Fate {
     }
 }
 
-/// One line of a prepared prompts file, parsed only on demand.
-struct Record<'a> {
-    line: &'a [u8],
-    row: u64,
-    path: &'a Path,
-}
-
-impl Record<'_> {
-    /// The prompt's id read from the start of the line, without parsing it: `gen` writes
-    /// prompts with their `id` first and compactly. `None` when the line does not start that
-    /// way or the id holds an escape (then [`Record::parse`] reads it).
-    fn peek_id(&self) -> Option<&str> {
-        let rest = self.line.strip_prefix(br#"{"id":""#)?;
-        let end = memchr::memchr2(b'"', b'\\', rest)?;
-        (rest[end] == b'"')
-            .then(|| std::str::from_utf8(&rest[..end]).ok())
-            .flatten()
-    }
-
-    fn parse(&self) -> anyhow::Result<Prompt> {
-        serde_json::from_slice(self.line).with_context(|| {
-            format!(
-                "prompt {} of `{}` is unreadable; delete the source's directory to prepare it again",
-                self.row,
-                self.path.display()
-            )
-        })
-    }
-}
-
-/// Calls `each` for every prompt of a prepared prompts file, streaming (zstd frames one after
-/// the other).
-pub fn for_each_prompt(path: &Path, mut each: impl FnMut(Prompt)) -> anyhow::Result<()> {
-    for_each_record(path, |record| {
-        each(record.parse()?);
-        Ok(())
-    })
-}
-
-/// Calls `each` for every non-blank line of a prepared prompts file, unparsed.
-fn for_each_record(
-    path: &Path,
-    mut each: impl FnMut(Record<'_>) -> anyhow::Result<()>,
-) -> anyhow::Result<()> {
-    let file = fs_err::File::open(path)?;
-    // A source that kept no prompt has an empty file (no frame at all), which the zstd decoder
-    // calls an incomplete frame.
-    if file.metadata()?.len() == 0 {
-        return Ok(());
-    }
-    let decoder = zstd::stream::read::Decoder::new(file)
-        .with_context(|| format!("cannot decode `{}`", path.display()))?;
-    let mut reader = std::io::BufReader::with_capacity(1 << 16, decoder);
-    let mut line = Vec::new();
-    let mut row = 0u64;
-    loop {
-        line.clear();
-        let read = reader.read_until(b'\n', &mut line).with_context(|| {
-            format!(
-                "prompts file `{}` is damaged after {row} prompts; delete the source's directory to prepare it again",
-                path.display()
-            )
-        })?;
-        if read == 0 {
-            return Ok(());
-        }
-        row += 1;
-        if line.trim_ascii().is_empty() {
-            continue;
-        }
-        each(Record {
-            line: &line,
-            row,
-            path,
-        })?;
-    }
-}
-
-/// The content hashes of every prompt of a prepared prompts file.
-pub fn content_hashes(path: &Path) -> anyhow::Result<HashSet<u64>> {
-    let mut hashes = HashSet::new();
-    for_each_prompt(path, |prompt| {
-        hashes.insert(content_hash(&prompt.messages));
-    })?;
-    Ok(hashes)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::frames::FrameWriter;
+    use crate::store::prompts::content_hashes;
     use gen_sources::{Message, Role};
 
     fn prompt(id: &str, text: &str) -> Prompt {

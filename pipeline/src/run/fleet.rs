@@ -49,6 +49,28 @@ pub struct Backend {
 }
 
 impl Backend {
+    /// A backend with nothing counted yet, no tuner and its queue unknown; `activity` is the
+    /// time of the last stream event its client saw.
+    fn new(
+        client: ChatClient,
+        liveness: Liveness,
+        limiter: Arc<Limiter>,
+        telemetry: Arc<Telemetry>,
+        activity: Arc<AtomicU64>,
+    ) -> Backend {
+        Backend {
+            client,
+            liveness,
+            limiter,
+            telemetry,
+            tuner: None,
+            activity,
+            completed: AtomicU64::new(0),
+            output_tokens: AtomicU64::new(0),
+            queued: AtomicU64::new(u64::MAX),
+        }
+    }
+
     /// A request is about to start (counts as activity for the stall watchdog).
     pub fn touch(&self) {
         self.activity.store(unix_ms(), Ordering::Relaxed);
@@ -286,11 +308,6 @@ pub async fn connect(
             }
             Concurrency::Auto { max } => {
                 let max = max.map(|m| u32::try_from(m).unwrap_or(u32::MAX));
-                // One statistics file per server: servers may differ (GPUs, MTP, caches).
-                let stats = match i {
-                    0 => run_dir.root().join("controller.json"),
-                    _ => run_dir.root().join(format!("controller.{i}.json")),
-                };
                 let tuner = Tuner::new(
                     TunerTarget {
                         url,
@@ -298,7 +315,7 @@ pub async fn connect(
                         api_key: api_key.as_deref(),
                         user_max: max,
                         max_tokens: plan.generation.max_tokens,
-                        stats_path: stats,
+                        stats_path: controller_stats(run_dir, i),
                     },
                     liveness.clone(),
                 )
@@ -316,15 +333,8 @@ pub async fn connect(
             liveness.report_down(reason);
         }
         backends.push(Backend {
-            client,
-            liveness,
-            limiter,
-            telemetry,
             tuner,
-            activity,
-            completed: AtomicU64::new(0),
-            output_tokens: AtomicU64::new(0),
-            queued: AtomicU64::new(u64::MAX),
+            ..Backend::new(client, liveness, limiter, telemetry, activity)
         });
     }
     Ok(Connected {
@@ -332,6 +342,15 @@ pub async fn connect(
         model,
         tuners,
     })
+}
+
+/// Where server `i`'s tuner keeps its statistics: one file per server, since servers may
+/// differ (GPUs, MTP, caches).
+fn controller_stats(run_dir: &crate::store::RunDir, i: usize) -> std::path::PathBuf {
+    match i {
+        0 => run_dir.root().join("controller.json"),
+        _ => run_dir.root().join(format!("controller.{i}.json")),
+    }
 }
 
 /// The model the servers in `urls` serve (they must serve the same one), and the servers that
@@ -384,18 +403,13 @@ mod tests {
     use super::*;
 
     fn backend(url: &str, limit: u32) -> Backend {
-        Backend {
-            client: ChatClient::new(url, "m".into(), None, 8, serde_json::Map::new())
-                .expect("client"),
-            liveness: Liveness::new(url, crate::report::RunReporter::new(None)),
-            limiter: Limiter::new(limit),
-            telemetry: Arc::new(Telemetry::default()),
-            tuner: None,
-            activity: Arc::new(AtomicU64::new(0)),
-            completed: AtomicU64::new(0),
-            output_tokens: AtomicU64::new(0),
-            queued: AtomicU64::new(u64::MAX),
-        }
+        Backend::new(
+            ChatClient::new(url, "m".into(), None, 8, serde_json::Map::new()).expect("client"),
+            Liveness::new(url, crate::report::RunReporter::new(None)),
+            Limiter::new(limit),
+            Arc::new(Telemetry::default()),
+            Arc::new(AtomicU64::new(0)),
+        )
     }
 
     fn url_of(lease: &Lease) -> String {

@@ -11,49 +11,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::prep::PrepManifest;
-
-/// What a preparation was made from (or kept for, see [`PrepManifest::kept_for`]).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct InputState {
-    /// [`gen_sources::SourceSpec::fingerprint_with_tokenizer`].
-    pub fingerprint: String,
-    /// [`gen_sources::SourceSpec::settings`], to name the setting that changed.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub settings: Option<Value>,
-    /// The tokenizer file's checksum, when the source has one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tokenizer_checksum: Option<String>,
-    /// Local input files (as the manifest names them): `xxh3-128:<hex>`.
-    #[serde(default)]
-    pub checksums: BTreeMap<String, String>,
-    /// Local input files: size and modification time when they were read.
-    #[serde(default)]
-    pub stats: BTreeMap<String, FileStat>,
-}
-
-/// Size and modification time of a file.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileStat {
-    pub len: u64,
-    pub modified_secs: i64,
-    pub modified_nanos: i64,
-}
-
-impl FileStat {
-    pub fn of(path: &Path) -> std::io::Result<FileStat> {
-        use std::os::unix::fs::MetadataExt as _;
-        let meta = fs_err::metadata(path)?;
-        Ok(FileStat {
-            len: meta.len(),
-            modified_secs: meta.mtime(),
-            modified_nanos: meta.mtime_nsec(),
-        })
-    }
-}
+use crate::store::manifest::PrepManifest;
+use crate::store::manifest::{FileStat, InputState};
 
 /// What `manifest` says its source was prepared from.
 pub fn recorded(manifest: &PrepManifest) -> InputState {

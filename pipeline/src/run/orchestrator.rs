@@ -22,6 +22,7 @@ use super::preparation::Preparation;
 use super::server::{Launched, Servers};
 use super::sources::{Sources, create_private_dir};
 use crate::config::Plan;
+use crate::inference::managed::ManagedServer;
 use crate::report::{EventKind, RunReporter};
 use crate::status::state::{self, Phase, RunStatus, SourceStatus};
 use crate::store::records as record;
@@ -507,65 +508,29 @@ impl<'p> Orchestrator<'p> {
         selection: &Selection,
         cancel: &CancellationToken,
     ) -> anyhow::Result<Option<(Orchestrator<'p>, mpsc::Receiver<DispatchEvent>)>> {
-        let (plan, run_dir) = (state.plan, state.run_dir.clone());
         // Preparation needs no server: it starts at once and goes on while a server loads.
         let mut preparation = Preparation::new(needs_prep, cancel.child_token());
         preparation.start(&mut state.sources, &state.reporter)?;
         state.refresh_status();
-        let reporter = state.reporter.clone();
-        let launched = Servers::launch(plan, &run_dir, cancel, &reporter);
-        let launched = preparing_while(&mut state, &mut preparation, launched).await??;
-        let managed = match launched {
-            Launched::Up(managed) => managed,
-            Launched::Interrupted => {
-                let reason = Some(super::stop::reason());
-                stopped_before_serving(&mut state, &mut preparation, reason).await?;
-                return Ok(None);
-            }
-        };
-        // Before anything is stored, new settings mix nothing (a run stopped by a refused
-        // setting is rerun with a fixed one).
-        let allow_change = selection.allow_config_change || !state.sources.anything_stored();
-        let reporter = state.reporter.clone();
-        let pin = |model: &str| {
-            super::pin::RunPin {
-                layout: LAYOUT_VERSION,
-                model: model.to_owned(),
-                max_tokens: plan.generation.max_tokens,
-                params: plan.generation.params.clone(),
-                shard: selection.shard.map(|s| s.to_string()),
-            }
-            .check_or_record(&run_dir, allow_change, &reporter)
-        };
-        let dispatch_cancel = CancellationToken::new();
-        let connected = Servers::connect(plan, &run_dir, managed, pin, &dispatch_cancel, &reporter);
-        // An external server may still be loading: the wait for it ends on a signal too.
-        let connected = async {
-            tokio::select! {
-                servers = connected => Some(servers),
-                () = cancel.cancelled() => None,
-            }
-        };
-        let Some(servers) = preparing_while(&mut state, &mut preparation, connected).await? else {
-            state.reporter.say(format!(
-                "gen: {} while waiting for the inference server",
-                super::stop::interrupted_by()
-            ));
-            stopped_before_serving(&mut state, &mut preparation, Some(super::stop::reason()))
-                .await?;
+        let Some(managed) = managed_server(&mut state, &mut preparation, cancel).await? else {
             return Ok(None);
         };
-        let servers = match servers {
-            Ok(servers) => servers,
-            Err(e) => {
-                // The workers still running are stopped: their sources are prepared next run.
-                stopped_before_serving(&mut state, &mut preparation, None).await?;
-                return Err(e);
-            }
+        let dispatch_cancel = CancellationToken::new();
+        let servers = connected_servers(
+            &mut state,
+            &mut preparation,
+            managed,
+            selection,
+            cancel,
+            &dispatch_cancel,
+        );
+        let Some(servers) = servers.await? else {
+            return Ok(None);
         };
         state.status.servers = servers.statuses();
         tokio::spawn(servers.fleet.clone().watch(dispatch_cancel.clone()));
         let (events_tx, dispatched) = mpsc::channel(EVENT_BACKLOG);
+        let plan = state.plan;
         let dispatcher = Dispatcher {
             fleet: servers.fleet.clone(),
             model: servers.model.as_str().into(),
@@ -588,20 +553,25 @@ impl<'p> Orchestrator<'p> {
             stopping: Stopping::No,
             last_progress: Instant::now(),
         };
-        orchestrator.start_dispatch();
-        let names: Vec<String> = orchestrator
+        orchestrator.begin()?;
+        Ok(Some((orchestrator, dispatched)))
+    }
+
+    /// Starts every source's dispatch that can start, the progress display, and the
+    /// preparation workers that may start now.
+    fn begin(&mut self) -> anyhow::Result<()> {
+        self.start_dispatch();
+        let names: Vec<String> = self
             .state
             .sources
             .iter()
             .map(|s| s.status.name.clone())
             .collect();
-        orchestrator.state.reporter.start_progress(&names);
-        orchestrator.preparation.start(
-            &mut orchestrator.state.sources,
-            &orchestrator.state.reporter,
-        )?;
-        orchestrator.state.refresh_status();
-        Ok(Some((orchestrator, dispatched)))
+        self.state.reporter.start_progress(&names);
+        self.preparation
+            .start(&mut self.state.sources, &self.state.reporter)?;
+        self.state.refresh_status();
+        Ok(())
     }
 
     /// Every worker ended and every source's dispatch finished.
@@ -827,6 +797,77 @@ async fn prepare_only(
         failed,
         refused: Vec::new(),
     })
+}
+
+/// The managed server once it is up (`Some(None)`: the plan launches none), started while
+/// preparation goes on; `None` when a signal came first (preparation is then stopped).
+async fn managed_server(
+    state: &mut RunState<'_>,
+    preparation: &mut Preparation,
+    cancel: &CancellationToken,
+) -> anyhow::Result<Option<Option<ManagedServer>>> {
+    let (plan, run_dir) = (state.plan, state.run_dir.clone());
+    let reporter = state.reporter.clone();
+    let launched = Servers::launch(plan, &run_dir, cancel, &reporter);
+    match preparing_while(state, preparation, launched).await?? {
+        Launched::Up(managed) => Ok(Some(managed)),
+        Launched::Interrupted => {
+            let reason = Some(super::stop::reason());
+            stopped_before_serving(state, preparation, reason).await?;
+            Ok(None)
+        }
+    }
+}
+
+/// Every server of the run, connected and checked (the run's pin included) while preparation
+/// goes on; `None` when a signal came first. On `None` or an error, the workers still running
+/// are stopped: their sources are prepared next run.
+async fn connected_servers(
+    state: &mut RunState<'_>,
+    preparation: &mut Preparation,
+    managed: Option<ManagedServer>,
+    selection: &Selection,
+    cancel: &CancellationToken,
+    dispatch_cancel: &CancellationToken,
+) -> anyhow::Result<Option<Servers>> {
+    let (plan, run_dir) = (state.plan, state.run_dir.clone());
+    // Before anything is stored, new settings mix nothing (a run stopped by a refused
+    // setting is rerun with a fixed one).
+    let allow_change = selection.allow_config_change || !state.sources.anything_stored();
+    let reporter = state.reporter.clone();
+    let pin = |model: &str| {
+        super::pin::RunPin {
+            layout: LAYOUT_VERSION,
+            model: model.to_owned(),
+            max_tokens: plan.generation.max_tokens,
+            params: plan.generation.params.clone(),
+            shard: selection.shard.map(|s| s.to_string()),
+        }
+        .check_or_record(&run_dir, allow_change, &reporter)
+    };
+    let connected = Servers::connect(plan, &run_dir, managed, pin, dispatch_cancel, &reporter);
+    // An external server may still be loading: the wait for it ends on a signal too.
+    let connected = async {
+        tokio::select! {
+            servers = connected => Some(servers),
+            () = cancel.cancelled() => None,
+        }
+    };
+    let Some(servers) = preparing_while(state, preparation, connected).await? else {
+        state.reporter.say(format!(
+            "gen: {} while waiting for the inference server",
+            super::stop::interrupted_by()
+        ));
+        stopped_before_serving(state, preparation, Some(super::stop::reason())).await?;
+        return Ok(None);
+    };
+    match servers {
+        Ok(servers) => Ok(Some(servers)),
+        Err(e) => {
+            stopped_before_serving(state, preparation, None).await?;
+            Err(e)
+        }
+    }
 }
 
 /// Awaits `waited` (a server launching or answering its first probe) while the preparation

@@ -17,6 +17,7 @@ use super::supervisor::{self, WorkerCommand, WorkerReport};
 use crate::prep;
 use crate::report::{EventKind, RunReporter};
 use crate::status::state::{Phase, VerdictLine};
+use crate::store::manifest::{PrepManifest, read_manifest};
 use crate::store::{RunDir, atomic};
 use gen_diagnostics::Verdict;
 
@@ -115,7 +116,7 @@ impl Preparation {
             }
         };
         let import_error = import_custom_output(sources, &name).await?;
-        let manifest = prep::read_manifest(sources.run_dir(), &name)?;
+        let manifest = read_manifest(sources.run_dir(), &name)?;
         sources[i].peak_rss_bytes = Some(report.peak_rss_bytes);
         let verdict = if report.exit.success() && manifest.is_some() {
             None
@@ -313,7 +314,7 @@ fn record_worker(
 fn prepared(
     sources: &mut Sources<'_>,
     i: usize,
-    manifest: &prep::PrepManifest,
+    manifest: &PrepManifest,
     ending: &Ending,
     reporter: &RunReporter,
 ) {

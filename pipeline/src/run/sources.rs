@@ -10,15 +10,17 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 
-use super::feed::{Feed, Skip};
+use super::feed::{Census, Feed, Skip};
 use crate::config::Plan;
 use crate::prep;
 use crate::report::{EventKind, Notice, RunReporter};
 use crate::status::state::{Phase, SourceStatus};
 use crate::store::frames::FrameWriter;
 use crate::store::ids::IdSet;
+use crate::store::manifest::{PrepManifest, read_manifest};
+use crate::store::prompts::{content_hashes, for_each_prompt};
 use crate::store::records::{self as record, CompletionRecord, RejectKind, RejectedRecord};
-use crate::store::{RunDir, atomic};
+use crate::store::{RunDir, SourceDir, atomic};
 
 /// Completions buffered before a frame is written (a frame is also written every tick).
 const FRAME_RECORDS: usize = 64;
@@ -217,7 +219,7 @@ impl<'p> Sources<'p> {
         reporter: &RunReporter,
     ) -> anyhow::Result<Option<Vec<String>>> {
         let name = self.list[i].status.name.clone();
-        let Some(mut manifest) = prep::read_manifest(&self.run_dir, &name)? else {
+        let Some(mut manifest) = read_manifest(&self.run_dir, &name)? else {
             return Ok(None);
         };
         let dir = self.run_dir.source(&name);
@@ -247,31 +249,11 @@ impl<'p> Sources<'p> {
             return Ok(None);
         }
         let changes = comparison.changes.join("; ");
-        let state = &mut self.list[i];
+        let state = &self.list[i];
         let generated =
             !state.done_ids.is_empty() || state.settled_ids.len() as u64 > state.settled_duplicates;
         if !generated {
-            // Nothing was answered: its duplicates and failed attempts are re-decided
-            // from the new prompts.
-            fs_err::remove_file(dir.manifest())?;
-            if dir.rejected().exists() {
-                fs_err::remove_file(dir.rejected())?;
-            }
-            state.settled_ids = IdSet::default();
-            state.settled_duplicates = 0;
-            let status = &mut state.status;
-            status.prepared = None;
-            status.phase = Phase::Pending;
-            status.rejected = 0;
-            status.duplicates = 0;
-            status.note = format!("inputs changed ({changes}); preparing again");
-            reporter.notice(
-                Notice::recorded(EventKind::InputsChanged, Some(&name), status.note.clone())
-                    .and_said(format!(
-                        "gen: `{name}`: changed since it was prepared: {changes}; nothing of it \
-                         was generated yet: preparing it again"
-                    )),
-            );
+            self.prepare_changed_again(i, &changes, reporter)?;
             Ok(None)
         } else if keep {
             manifest.kept_for = Some(comparison.now);
@@ -289,6 +271,40 @@ impl<'p> Sources<'p> {
         } else {
             Ok(Some(comparison.changes))
         }
+    }
+
+    /// Source `i`'s inputs changed (`changes`) and nothing of it was answered: it is prepared
+    /// again, and its duplicates and failed attempts are re-decided from the new prompts.
+    fn prepare_changed_again(
+        &mut self,
+        i: usize,
+        changes: &str,
+        reporter: &RunReporter,
+    ) -> anyhow::Result<()> {
+        let state = &mut self.list[i];
+        let name = state.status.name.clone();
+        let dir = self.run_dir.source(&name);
+        fs_err::remove_file(dir.manifest())?;
+        if dir.rejected().exists() {
+            fs_err::remove_file(dir.rejected())?;
+        }
+        state.settled_ids = IdSet::default();
+        state.settled_duplicates = 0;
+        let status = &mut state.status;
+        status.prepared = None;
+        status.phase = Phase::Pending;
+        status.rejected = 0;
+        status.duplicates = 0;
+        status.note = format!("inputs changed ({changes}); preparing again");
+        reporter.notice(
+            Notice::recorded(EventKind::InputsChanged, Some(&name), status.note.clone()).and_said(
+                format!(
+                    "gen: `{name}`: changed since it was prepared: {changes}; nothing of it \
+                     was generated yet: preparing it again"
+                ),
+            ),
+        );
+        Ok(())
     }
 
     /// Counts the prompts of every selected, prepared source not counted yet whose earlier
@@ -337,7 +353,7 @@ impl<'p> Sources<'p> {
     fn open_source(&mut self, i: usize, reporter: &RunReporter) -> anyhow::Result<Opened> {
         let name = self.list[i].status.name.clone();
         let dir = self.run_dir.source(&name);
-        let mut manifest = prep::read_manifest(&self.run_dir, &name)?;
+        let mut manifest = read_manifest(&self.run_dir, &name)?;
         let counters = manifest.as_ref().map(|m| &m.counters);
         // Earlier sources' prompts its worker left out of the sample.
         let left_out = counters.map_or(0, |c| c.duplicates_across);
@@ -353,12 +369,7 @@ impl<'p> Sources<'p> {
         let recorded = manifest.as_ref().and_then(|m| m.prompt_ids.as_ref());
         if let Some(census) = super::feed::finished(&dir.prompts(), recorded, &skip) {
             // Nothing to send: neither its prompts nor the other sources' need reading.
-            state.opened = true;
-            state.status.prepared = Some(census.prepared);
-            state.status.done = census.done;
-            state.status.rejected = census.settled;
-            state.status.duplicates = state.settled_duplicates + left_out;
-            state.status.phase = Phase::Done;
+            state.finished_unread(&census, left_out);
             return Ok(Opened::Counted);
         }
         if self.plan.sources[i].dedup() {
@@ -505,11 +516,11 @@ impl<'p> Sources<'p> {
         for j in 0..i {
             let name = self.list[j].status.name.clone();
             if self.list[j].hashes.is_none() {
-                if prep::read_manifest(&self.run_dir, &name)?.is_none() {
+                if read_manifest(&self.run_dir, &name)?.is_none() {
                     continue;
                 }
                 let path = self.run_dir.source(&name).prompts();
-                let hashes = super::feed::content_hashes(&path)?;
+                let hashes = content_hashes(&path)?;
                 self.list[j].hashes = Some(Arc::new(hashes));
             }
             if let Some(hashes) = &self.list[j].hashes {
@@ -528,13 +539,13 @@ impl<'p> Sources<'p> {
             }
             if later.answered_hashes.is_none() {
                 let name = later.status.name.clone();
-                if prep::read_manifest(&self.run_dir, &name)?.is_none() {
+                if read_manifest(&self.run_dir, &name)?.is_none() {
                     continue;
                 }
                 let path = self.run_dir.source(&name).prompts();
                 let mut answered = HashSet::new();
                 let done = &self.list[j].done_ids;
-                super::feed::for_each_prompt(&path, |prompt| {
+                for_each_prompt(&path, |prompt| {
                     if done.contains(&prompt.id) {
                         answered.insert(gen_sources::prompt::content_hash(&prompt.messages));
                     }
@@ -733,6 +744,18 @@ impl<'p> Sources<'p> {
 }
 
 impl SourceState {
+    /// Counted without reading its prompts: every one is done or settled (`census`, from
+    /// [`super::feed::finished`]), `left_out` of them left out of its sample as an earlier
+    /// source's.
+    fn finished_unread(&mut self, census: &Census, left_out: u64) {
+        self.opened = true;
+        self.status.prepared = Some(census.prepared);
+        self.status.done = census.done;
+        self.status.rejected = census.settled;
+        self.status.duplicates = self.settled_duplicates + left_out;
+        self.status.phase = Phase::Done;
+    }
+
     /// What the run directory holds for source `name`, putting right what an interrupted run
     /// left: a partial prompts file, a first sample set aside, a torn completions tail.
     fn load(
@@ -742,14 +765,8 @@ impl SourceState {
         reporter: &RunReporter,
     ) -> anyhow::Result<SourceState> {
         let dir = run_dir.source(name);
-        create_private_dir(dir.root())?;
-        remove_stale_temps(dir.root())?;
-        let partial_prompts = dir.prompts().with_extension("zst.tmp");
-        if partial_prompts.exists() {
-            fs_err::remove_file(&partial_prompts)?;
-        }
-        super::preparation::settle_first_sample(&dir)?;
-        let manifest = prep::read_manifest(run_dir, name)?;
+        put_right(&dir)?;
+        let manifest = read_manifest(run_dir, name)?;
         let settled = record::settled_ids(&dir.rejected(), resend)
             .with_context(|| format!("failed to read `{}`", dir.rejected().display()))?;
         let stored = crate::store::done::load(&dir.completions())
@@ -786,7 +803,7 @@ impl SourceState {
             // The preparation's own warning first, then what this start repaired.
             warnings: manifest
                 .as_ref()
-                .and_then(prep::PrepManifest::warning)
+                .and_then(PrepManifest::warning)
                 .into_iter()
                 .chain(repaired)
                 .collect(),
@@ -811,6 +828,19 @@ impl SourceState {
             prep_failed,
         })
     }
+}
+
+/// Removes what an interrupted run left in a source's directory (temp files, a partial prompts
+/// file) and settles a first sample set aside (see `preparation::settle_first_sample`).
+fn put_right(dir: &SourceDir) -> anyhow::Result<()> {
+    create_private_dir(dir.root())?;
+    remove_stale_temps(dir.root())?;
+    let partial_prompts = dir.prompts().with_extension("zst.tmp");
+    if partial_prompts.exists() {
+        fs_err::remove_file(&partial_prompts)?;
+    }
+    super::preparation::settle_first_sample(dir)?;
+    Ok(())
 }
 
 /// Says what [`crate::store::done::load`] put right in source `name`'s completions: a torn

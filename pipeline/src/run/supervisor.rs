@@ -9,6 +9,7 @@
 //! The supervisor reports facts ([`WorkerReport`]); deciding what they mean is the
 //! diagnostics crate's job, and what to do about it is the orchestrator's.
 
+use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -123,45 +124,8 @@ pub async fn supervise(
     command: &WorkerCommand,
     cancel: CancellationToken,
 ) -> std::io::Result<WorkerReport> {
-    use std::os::unix::process::CommandExt;
-
-    let log = super::super::store::frames::open_private(&command.log)?;
-    let log_err = log.try_clone()?;
-    let mut process = std::process::Command::new(&command.program);
-    process
-        .args(&command.args)
-        .envs(command.envs.iter().map(|(k, v)| (k, v)))
-        .env("PYTHONUNBUFFERED", "1")
-        .env("PYTHONFAULTHANDLER", "1")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::from(log.into_parts().0))
-        .stderr(Stdio::from(log_err.into_parts().0))
-        .process_group(0);
-    sys::kill_with_parent(&mut process);
-    let mut memory = MemoryCounters {
-        vmstat_oom_kill_before: cgroup::vmstat_oom_kills(),
-        ..MemoryCounters::default()
-    };
-    let cgroup = match command.memory_limit {
-        None => None,
-        Some(limit) => match MemoryCgroup::create(&command.name, limit) {
-            Ok(cgroup) => {
-                memory.cgroup_path = Some(cgroup.path().display().to_string());
-                memory.limit_bytes = Some(limit);
-                memory.oom_kill_before = cgroup.oom_kills();
-                Some(cgroup)
-            }
-            Err(reason) => {
-                tracing::warn!(
-                    "worker `{}` runs without its memory cap: {reason}",
-                    command.name
-                );
-                memory.cgroup_unavailable = Some(reason);
-                None
-            }
-        },
-    };
+    let mut process = worker_process(command)?;
+    let (cgroup, mut memory) = memory_cgroup(command);
     sys::prepare_worker_child(&mut process, cgroup.as_ref().map(MemoryCgroup::procs_fd));
     let started = Instant::now();
     let started_unix_ms = unix_ms();
@@ -178,64 +142,8 @@ pub async fn supervise(
     let pid = i32::try_from(child.id()).expect("pids fit in i32");
     // The std handle is dropped without waiting: `wait4` below reaps the child instead.
     drop(child);
-    let mut reaper = tokio::task::spawn_blocking(move || sys::wait4(pid));
-
-    let mut samples: Vec<RssSample> = Vec::new();
-    let mut peak = 0u64;
-    let mut children = std::collections::BTreeSet::new();
-    let mut signals_sent = Vec::new();
-    let mut tick = tokio::time::interval(SAMPLE_EVERY);
-    let mut kill_at: Option<tokio::time::Instant> = None;
-    let mut comm = None;
-    let mut timed_out = false;
-    let mut progress = Progress::new(&command.log, &command.progress_files);
-    let reaped = loop {
-        let kill_deadline = async {
-            match kill_at {
-                Some(at) => tokio::time::sleep_until(at).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            reaped = &mut reaper => break reaped.map_err(std::io::Error::other)??,
-            _ = tick.tick() => {
-                let (bytes, tree) = rss::tree_rss_bytes(pid);
-                if bytes > 0 {
-                    peak = peak.max(bytes);
-                    children.extend(tree.into_iter().filter(|p| *p != pid));
-                    if samples.len() == HISTORY {
-                        samples.remove(0);
-                    }
-                    let at_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-                    samples.push(RssSample { at_ms, bytes });
-                }
-                // The latest name: a launcher (a pyenv shim, `uv run`) may exec the real worker.
-                if let Ok(name) = std::fs::read_to_string(format!("/proc/{pid}/comm")) {
-                    comm = Some(name.trim().to_owned());
-                }
-                if let Some(limit) = command.stall_timeout
-                    && kill_at.is_none()
-                    && progress.stalled_for() >= limit
-                {
-                    tracing::warn!("worker `{}` made no progress for {} s: stopping it", command.name, limit.as_secs());
-                    timed_out = true;
-                    sys::kill_group(pid, libc::SIGTERM)?;
-                    signals_sent.push(libc::SIGTERM);
-                    kill_at = Some(tokio::time::Instant::now() + GRACE);
-                }
-            }
-            () = cancel.cancelled(), if kill_at.is_none() => {
-                sys::kill_group(pid, libc::SIGTERM)?;
-                signals_sent.push(libc::SIGTERM);
-                kill_at = Some(tokio::time::Instant::now() + GRACE);
-            }
-            () = kill_deadline => {
-                sys::kill_group(pid, libc::SIGKILL)?;
-                signals_sent.push(libc::SIGKILL);
-                kill_at = Some(tokio::time::Instant::now() + Duration::from_secs(3600));
-            }
-        }
-    };
+    let mut watch = Watch::new(command, started);
+    let reaped = watch.until_reaped(pid, command, &cancel).await?;
     let exit_usec = sys::monotonic_usec();
     // Leftover grandchildren must not outlive their worker.
     sys::kill_group(pid, libc::SIGKILL)?;
@@ -250,27 +158,174 @@ pub async fn supervise(
         (Some(code), _) => ExitRecord::Code(code),
         (None, Some(signal)) => ExitRecord::Signal {
             signal,
-            sent_by_gen: signals_sent.contains(&signal),
+            sent_by_gen: watch.signals_sent.contains(&signal),
         },
         (None, None) => ExitRecord::Code(-1),
     };
     Ok(WorkerReport {
         pid,
-        child_pids: children.into_iter().collect(),
+        child_pids: watch.children.into_iter().collect(),
         exit,
-        peak_rss_bytes: peak
+        peak_rss_bytes: watch
+            .peak
             .max(reaped.max_rss_bytes)
             .max(memory.cgroup_peak_bytes.unwrap_or(0)),
-        rss_samples: samples,
+        rss_samples: watch.samples,
         started_unix_ms,
-        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        signals_sent,
-        comm,
+        duration_ms: u64::try_from(watch.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        signals_sent: watch.signals_sent,
+        comm: watch.comm,
         spawn_usec,
         exit_usec,
         memory,
-        timed_out,
+        timed_out: watch.timed_out,
     })
+}
+
+/// The worker's process, not yet spawned: no shell, its own process group, stdout and stderr
+/// to its log, unbuffered and uncoloured.
+fn worker_process(command: &WorkerCommand) -> std::io::Result<std::process::Command> {
+    use std::os::unix::process::CommandExt;
+
+    let log = crate::store::frames::open_private(&command.log)?;
+    let log_err = log.try_clone()?;
+    let mut process = std::process::Command::new(&command.program);
+    process
+        .args(&command.args)
+        .envs(command.envs.iter().map(|(k, v)| (k, v)))
+        .env("PYTHONUNBUFFERED", "1")
+        .env("PYTHONFAULTHANDLER", "1")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(log.into_parts().0))
+        .stderr(Stdio::from(log_err.into_parts().0))
+        .process_group(0);
+    sys::kill_with_parent(&mut process);
+    Ok(process)
+}
+
+/// The worker's memory cgroup when it has a cap and one can be made (else it runs uncapped,
+/// with the reason recorded), and the counters read before it starts.
+fn memory_cgroup(command: &WorkerCommand) -> (Option<MemoryCgroup>, MemoryCounters) {
+    let mut memory = MemoryCounters {
+        vmstat_oom_kill_before: cgroup::vmstat_oom_kills(),
+        ..MemoryCounters::default()
+    };
+    let limit = command.memory_limit;
+    let cgroup = limit.and_then(|limit| match MemoryCgroup::create(&command.name, limit) {
+        Ok(cgroup) => {
+            memory.cgroup_path = Some(cgroup.path().display().to_string());
+            memory.limit_bytes = Some(limit);
+            memory.oom_kill_before = cgroup.oom_kills();
+            Some(cgroup)
+        }
+        Err(reason) => {
+            tracing::warn!(
+                "worker `{}` runs without its memory cap: {reason}",
+                command.name
+            );
+            memory.cgroup_unavailable = Some(reason);
+            None
+        }
+    });
+    (cgroup, memory)
+}
+
+/// What is observed of a running worker, and the signals sent to its group.
+struct Watch {
+    started: Instant,
+    samples: Vec<RssSample>,
+    peak: u64,
+    children: BTreeSet<i32>,
+    signals_sent: Vec<i32>,
+    /// When the group gets SIGKILL (after a SIGTERM and [`GRACE`]).
+    kill_at: Option<tokio::time::Instant>,
+    comm: Option<String>,
+    timed_out: bool,
+    progress: Progress,
+}
+
+impl Watch {
+    fn new(command: &WorkerCommand, started: Instant) -> Watch {
+        Watch {
+            started,
+            samples: Vec::new(),
+            peak: 0,
+            children: BTreeSet::new(),
+            signals_sent: Vec::new(),
+            kill_at: None,
+            comm: None,
+            timed_out: false,
+            progress: Progress::new(&command.log, &command.progress_files),
+        }
+    }
+
+    /// Samples worker `pid` every [`SAMPLE_EVERY`] until `wait4` reaps it; stops it when it
+    /// stalls or the run is cancelled.
+    async fn until_reaped(
+        &mut self,
+        pid: i32,
+        command: &WorkerCommand,
+        cancel: &CancellationToken,
+    ) -> std::io::Result<sys::Reaped> {
+        let mut reaper = tokio::task::spawn_blocking(move || sys::wait4(pid));
+        let mut tick = tokio::time::interval(SAMPLE_EVERY);
+        loop {
+            let kill_at = self.kill_at;
+            let kill_deadline = async move {
+                match kill_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                reaped = &mut reaper => return reaped.map_err(std::io::Error::other)?,
+                _ = tick.tick() => {
+                    self.sample(pid);
+                    if let Some(limit) = command.stall_timeout
+                        && self.kill_at.is_none()
+                        && self.progress.stalled_for() >= limit
+                    {
+                        tracing::warn!("worker `{}` made no progress for {} s: stopping it", command.name, limit.as_secs());
+                        self.timed_out = true;
+                        self.terminate(pid)?;
+                    }
+                }
+                () = cancel.cancelled(), if kill_at.is_none() => self.terminate(pid)?,
+                () = kill_deadline => {
+                    sys::kill_group(pid, libc::SIGKILL)?;
+                    self.signals_sent.push(libc::SIGKILL);
+                    self.kill_at = Some(tokio::time::Instant::now() + Duration::from_secs(3600));
+                }
+            }
+        }
+    }
+
+    /// Reads the RSS of the worker's process tree and its current name.
+    fn sample(&mut self, pid: i32) {
+        let (bytes, tree) = rss::tree_rss_bytes(pid);
+        if bytes > 0 {
+            self.peak = self.peak.max(bytes);
+            self.children.extend(tree.into_iter().filter(|p| *p != pid));
+            if self.samples.len() == HISTORY {
+                self.samples.remove(0);
+            }
+            let at_ms = u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            self.samples.push(RssSample { at_ms, bytes });
+        }
+        // The latest name: a launcher (a pyenv shim, `uv run`) may exec the real worker.
+        if let Ok(name) = std::fs::read_to_string(format!("/proc/{pid}/comm")) {
+            self.comm = Some(name.trim().to_owned());
+        }
+    }
+
+    /// SIGTERM to the worker's group; SIGKILL follows after [`GRACE`].
+    fn terminate(&mut self, pid: i32) -> std::io::Result<()> {
+        sys::kill_group(pid, libc::SIGTERM)?;
+        self.signals_sent.push(libc::SIGTERM);
+        self.kill_at = Some(tokio::time::Instant::now() + GRACE);
+        Ok(())
+    }
 }
 
 /// Watches the sizes of a worker's log and output files: growth is progress.

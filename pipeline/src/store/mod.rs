@@ -2,8 +2,9 @@
 //! text lines ([`append`]), the framed zstd JSONL files prompts and completions live in
 //! ([`frames`]), the records stored per source and the answer rule ([`records`]), the id
 //! index written after each completions frame ([`index`]), the done-set read back on start
-//! ([`done`]), held as compact id sets ([`ids`]), and counters of the stored completions
-//! ([`tally`]).
+//! ([`done`]), held as compact id sets ([`ids`]), counters of the stored completions
+//! ([`tally`]), a source's prepared prompts file ([`prompts`]) and its `manifest.json`
+//! ([`manifest`]).
 
 pub mod append;
 pub mod atomic;
@@ -13,6 +14,8 @@ pub mod frames;
 pub mod ids;
 pub mod index;
 pub mod layout;
+pub mod manifest;
+pub mod prompts;
 pub mod records;
 pub mod tally;
 

@@ -57,15 +57,28 @@ impl Controller {
         if self.phase != ControllerPhase::Startup || !self.has_caps() {
             return;
         }
-        let s = &self.settings;
-        let headroom = s.headroom(self.limit);
         if new_preemptions > 0 {
             let why = format!("{new_preemptions} preemptions, the KV cache is full");
             return self.end_ramp(why);
         }
-        if let Some(usage) = obs.kv_usage.filter(|u| *u >= s.ramp_kv_full) {
+        if let Some(usage) = obs.kv_usage.filter(|u| *u >= self.settings.ramp_kv_full) {
             return self.end_ramp(format!("KV cache {} full", percent(usage)));
         }
+        if self.ramp_found_running_cap(obs) {
+            return;
+        }
+        if self.ticks < self.ramp.last_step_tick + u64::from(self.settings.ramp_ticks) {
+            return;
+        }
+        self.ramp_step(obs);
+    }
+
+    /// Counts the ticks in a row the server queues while it runs fewer than the limit; once
+    /// they last `ramp_queue_ticks`, the running count is the server's real cap: the limit
+    /// goes there and the ramp ends (`true`).
+    fn ramp_found_running_cap(&mut self, obs: &TickObservation) -> bool {
+        let s = &self.settings;
+        let headroom = s.headroom(self.limit);
         match (obs.server_queued, obs.server_running) {
             (Some(queued), Some(running))
                 if queued > headroom && running.saturating_add(headroom) < self.limit =>
@@ -78,32 +91,38 @@ impl Controller {
                 self.ramp.running_peak = 0;
             }
         }
-        if self.ramp.queue_ticks >= s.ramp_queue_ticks {
-            let running = self.ramp.running_peak.max(1);
-            let from = self.limit;
-            // With room left in the KV cache, what stops the server is a cap it did not
-            // report; remember it, so later ramps do not queue at it again.
-            if self.caps.max_running.is_none()
-                && obs
-                    .kv_usage
-                    .is_none_or(|usage| usage < s.kv_utilization_min.max(0.8))
-            {
-                self.seen_running_cap = Some(running);
-            }
-            self.limit = running
-                .saturating_add(s.headroom(running))
-                .min(self.ceiling())
-                .max(1);
-            self.last_cut = format!("the server runs {running} at once");
-            self.ramp.step(self.ticks, self.limit);
-            return self.end_ramp(format!(
-                "the server runs {running} at once and queues the rest ({from} → {})",
-                self.limit
-            ));
+        if self.ramp.queue_ticks < s.ramp_queue_ticks {
+            return false;
         }
-        if self.ticks < self.ramp.last_step_tick + u64::from(s.ramp_ticks) {
-            return;
+        let running = self.ramp.running_peak.max(1);
+        let from = self.limit;
+        // With room left in the KV cache, what stops the server is a cap it did not
+        // report; remember it, so later ramps do not queue at it again.
+        if self.caps.max_running.is_none()
+            && obs
+                .kv_usage
+                .is_none_or(|usage| usage < s.kv_utilization_min.max(0.8))
+        {
+            self.seen_running_cap = Some(running);
         }
+        self.limit = running
+            .saturating_add(s.headroom(running))
+            .min(self.ceiling())
+            .max(1);
+        self.last_cut = format!("the server runs {running} at once");
+        self.ramp.step(self.ticks, self.limit);
+        self.end_ramp(format!(
+            "the server runs {running} at once and queues the rest ({from} → {})",
+            self.limit
+        ));
+        true
+    }
+
+    /// A step of the ramp: toward the ceiling when the job fills the limit; the ramp ends at
+    /// the ceiling once that is settled.
+    fn ramp_step(&mut self, obs: &TickObservation) {
+        let s = &self.settings;
+        let headroom = s.headroom(self.limit);
         let ceiling = self.ceiling();
         // Grow only a limit the job fills and the server runs: a larger one would say nothing,
         // and one the server queues behind (the queue above) only makes the queue longer.

@@ -292,6 +292,31 @@ impl Controller {
     /// Folds one tick in; at the end of a window, decides. Returns the limit to apply now.
     pub fn observe(&mut self, obs: &TickObservation) -> Decision {
         self.ticks += 1;
+        self.learn(obs);
+        let Some(new_preemptions) = self.new_preemptions(obs) else {
+            return self.decision();
+        };
+        let draining = self.fold_into_window(obs, new_preemptions);
+        self.kv_full_cut(obs, new_preemptions, draining);
+        if self.follow_resident_shift() {
+            return self.decision();
+        }
+        if self.window.ticks >= self.settings.window_ticks {
+            self.end_window();
+        }
+        self.ramp_tick(obs, new_preemptions);
+        // The ceiling moves with every completion; the limit never sits above it.
+        let ceiling = self.ceiling();
+        if self.limit > ceiling {
+            self.limit = ceiling;
+            self.reason = format!("lowered to {}", self.ceiling_reason());
+        }
+        self.decision()
+    }
+
+    /// Takes the tick's completions into the length statistics and the ramp's count, and its
+    /// server load into what the status line shows.
+    fn learn(&mut self, obs: &TickObservation) {
         for finish in &obs.finishes {
             self.stats.record(
                 finish.prompt_tokens,
@@ -305,12 +330,16 @@ impl Controller {
             queued: obs.server_queued,
             kv_usage: obs.kv_usage,
         };
+    }
 
+    /// Preemptions since the last tick; `None` when the server's counter dropped: it
+    /// restarted, and the controller re-entered startup.
+    fn new_preemptions(&mut self, obs: &TickObservation) -> Option<u64> {
         let new_preemptions = match (obs.preemptions_total, self.last_preemptions) {
             (Some(now), Some(before)) if now < before => {
                 self.last_preemptions = Some(now);
                 self.reenter("the server's preemption counter dropped: it restarted");
-                return self.decision();
+                return None;
             }
             (Some(now), Some(before)) => now - before,
             _ => 0,
@@ -318,7 +347,12 @@ impl Controller {
         if obs.preemptions_total.is_some() {
             self.last_preemptions = obs.preemptions_total;
         }
+        Some(new_preemptions)
+    }
 
+    /// Adds the tick to the window's accumulators. Returns whether more requests are in flight
+    /// than the limit (an earlier cut still draining: its preemptions count as lagging).
+    fn fold_into_window(&mut self, obs: &TickObservation, new_preemptions: u64) -> bool {
         self.cut_holdoff = self
             .cut_holdoff
             .saturating_sub(u32::try_from(obs.finishes.len()).unwrap_or(u32::MAX));
@@ -342,7 +376,13 @@ impl Controller {
         w.running.add(obs.server_running.map(f64::from));
         w.queued.add(obs.server_queued.map(f64::from));
         w.in_flight.add(Some(f64::from(obs.in_flight)));
+        draining
+    }
 
+    /// The per-tick guard: KV usage past `kv_panic_usage` with the window's preemptions past
+    /// the severe level cuts L at once (at most once per window, and not while an earlier
+    /// cut's requests are still being replaced).
+    fn kv_full_cut(&mut self, obs: &TickObservation, new_preemptions: u64, draining: bool) {
         let kv_full = obs
             .kv_usage
             .is_some_and(|usage| usage > self.settings.kv_panic_usage);
@@ -375,58 +415,54 @@ impl Controller {
                 self.limit
             );
         }
-
-        let resident = self.stats.expected_resident();
-        let shift = resident / self.reference_resident;
-        if shift >= self.settings.resident_shift || shift <= 1.0 / self.settings.resident_shift {
-            let why = format!(
-                "requests hold {} tokens now, {} before",
-                kilo(resident),
-                kilo(self.reference_resident)
-            );
-            if self.phase == ControllerPhase::Startup {
-                self.reference_resident = resident;
-            } else if shift < 1.0 {
-                // Shorter requests only make room: grow again from here, cut nothing (the
-                // first completions of a run wash out the long-output prior this way).
-                let limit = self.limit;
-                self.reenter(&why);
-                self.limit = limit.min(self.ceiling()).max(1);
-                self.ramp.begin(self.ticks, self.limit);
-                self.reason = format!(
-                    "{why}: starting again from {} ({})",
-                    self.limit,
-                    self.ceiling_reason()
-                );
-                return self.decision();
-            } else {
-                self.last_cut = why.clone();
-                self.reenter(&why);
-                return self.decision();
-            }
-        }
-
-        if self.window.ticks >= self.settings.window_ticks {
-            self.end_window();
-        }
-        self.ramp_tick(obs, new_preemptions);
-        // The ceiling moves with every completion; the limit never sits above it.
-        let ceiling = self.ceiling();
-        if self.limit > ceiling {
-            self.limit = ceiling;
-            self.reason = format!("lowered to {}", self.ceiling_reason());
-        }
-        self.decision()
     }
 
+    /// When `E_resident` moved by `resident_shift` or more since the last (re-)entry: in
+    /// startup the new value is the reference; otherwise startup again, from L when requests
+    /// got shorter, from L/2 when they got longer. Returns whether it started again (the
+    /// tick's decision is then made).
+    fn follow_resident_shift(&mut self) -> bool {
+        let resident = self.stats.expected_resident();
+        let shift = resident / self.reference_resident;
+        let shifted =
+            shift >= self.settings.resident_shift || shift <= 1.0 / self.settings.resident_shift;
+        if !shifted {
+            return false;
+        }
+        let why = format!(
+            "requests hold {} tokens now, {} before",
+            kilo(resident),
+            kilo(self.reference_resident)
+        );
+        if self.phase == ControllerPhase::Startup {
+            self.reference_resident = resident;
+            return false;
+        }
+        if shift < 1.0 {
+            // Shorter requests only make room: grow again from here, cut nothing (the
+            // first completions of a run wash out the long-output prior this way).
+            let limit = self.limit;
+            self.reenter(&why);
+            self.limit = limit.min(self.ceiling()).max(1);
+            self.ramp.begin(self.ticks, self.limit);
+            self.reason = format!(
+                "{why}: starting again from {} ({})",
+                self.limit,
+                self.ceiling_reason()
+            );
+        } else {
+            self.last_cut = why.clone();
+            self.reenter(&why);
+        }
+        true
+    }
+
+    /// Decides at the end of a window: the first guard that fires, else the phase's move;
+    /// then the limit is kept within the ceiling.
     fn end_window(&mut self) {
         let w = std::mem::take(&mut self.window);
         self.last_window_finishes = w.finishes;
-        let tolerated = u64::from(self.preemption_tolerance(w.finishes));
-        let severe = u64::from(self.preemption_severe(w.finishes));
         let s = &self.settings;
-        let throughput = w.throughput();
-
         if w.preemption_metric && w.preemptions == 0 && w.lagging_preemptions == 0 {
             self.quiet_windows += 1;
             if self.quiet_windows >= s.quiet_windows {
@@ -434,8 +470,25 @@ impl Controller {
                 self.u = (self.u + s.kv_utilization_up).min(s.kv_utilization_max);
             }
         }
+        if !self.window_guard(&w) {
+            self.phase_step(w.throughput());
+        }
+        let ceiling = self.ceiling();
+        if self.limit > ceiling {
+            self.limit = ceiling;
+            if self.probe.is_some_and(|p| p.direction == Direction::Up) {
+                self.probe = None;
+                self.phase = ControllerPhase::Steady;
+            }
+            self.reason = format!("{}; at most {}", self.reason, self.ceiling_reason());
+        }
+        self.limit = self.limit.max(1);
+    }
 
-        let before = self.limit;
+    /// Applies the first of the window guards that fires on `w` (in order: retryable errors,
+    /// overload, preemptions, a server queue, app-limited); `false` when none does.
+    fn window_guard(&mut self, w: &Window) -> bool {
+        let s = &self.settings;
         let error_threshold = s
             .error_min
             .max((s.error_fraction * f64::from(w.finishes)).ceil() as u32);
@@ -449,46 +502,31 @@ impl Controller {
             }
             _ => None,
         };
-
         if w.retryable > error_threshold {
-            self.limit = self.scaled(s.error_backoff);
-            self.enter_backoff();
-            self.last_cut = format!("{} server errors in a minute", w.retryable);
-            self.reason = format!(
-                "{} retryable server errors (more than {error_threshold}): {before} → {}",
-                w.retryable, self.limit
+            self.cut(
+                s.error_backoff,
+                format!("{} server errors in a minute", w.retryable),
+                format!(
+                    "{} retryable server errors (more than {error_threshold})",
+                    w.retryable
+                ),
             );
         } else if w.overloaded + w.stalls > 0 {
-            self.limit = self.scaled(s.overload_backoff);
-            self.enter_backoff();
-            self.last_cut = format!(
-                "{} overloaded answers, {} stalled streams",
-                w.overloaded, w.stalls
+            self.cut(
+                s.overload_backoff,
+                format!(
+                    "{} overloaded answers, {} stalled streams",
+                    w.overloaded, w.stalls
+                ),
+                format!(
+                    "{} overloaded answers (503/429), {} stalled streams",
+                    w.overloaded, w.stalls
+                ),
             );
-            self.reason = format!(
-                "{} overloaded answers (503/429), {} stalled streams: {before} → {}",
-                w.overloaded, w.stalls, self.limit
-            );
-        } else if w.preemptions > tolerated {
-            let u_before = self.u;
-            self.u = (self.u - s.kv_utilization_down).max(s.kv_utilization_min);
-            self.quiet_windows = 0;
-            if !w.tick_cut && w.preemptions > severe && self.cut_holdoff == 0 {
-                self.cut_holdoff = self.limit / 2;
-                self.limit = self.scaled(self.settings.preemption_backoff);
-            }
-            self.limit = self.limit.min(self.ceiling());
-            self.enter_backoff();
-            self.last_cut = format!("{} preemptions in a minute", w.preemptions);
-            self.reason = format!(
-                "{} preemptions (more than the {tolerated} tolerated): planning {} KV use \
-                 instead of {}, {before} → {}",
-                w.preemptions,
-                percent(self.u),
-                percent(u_before),
-                self.limit
-            );
+        } else if w.preemptions > u64::from(self.preemption_tolerance(w.finishes)) {
+            self.preemption_cut(w);
         } else if let Some((running, queued)) = queueing {
+            let before = self.limit;
             self.limit = (running.round() as u32 + headroom).max(1);
             self.enter_backoff();
             self.last_cut = format!("the server queued {queued:.0} while running {running:.0}");
@@ -496,44 +534,75 @@ impl Controller {
                 "the server queues {queued:.0} while it runs {running:.0}: {before} → {}",
                 self.limit
             );
-        } else if w
+        } else if let Some(in_flight) = w
             .in_flight
             .get()
-            .is_some_and(|in_flight| in_flight < f64::from(self.limit) / 2.0)
+            .filter(|in_flight| *in_flight < f64::from(self.limit) / 2.0)
         {
             if let Some(probe) = self.probe.take() {
                 self.limit = probe.from;
                 self.phase = ControllerPhase::Steady;
             }
             self.reason = format!(
-                "app-limited: {:.0} in flight, under half of {}: holding",
-                w.in_flight.get().unwrap_or(0.0),
+                "app-limited: {in_flight:.0} in flight, under half of {}: holding",
                 self.limit
             );
         } else {
-            match self.phase {
-                ControllerPhase::Startup if !self.has_caps() => self.startup_step(throughput),
-                ControllerPhase::Startup => {}
-                ControllerPhase::Backoff => {
-                    self.phase = ControllerPhase::Steady;
-                    self.steady_windows = 0;
-                    self.reason = format!("holding {} after lowering it", self.limit);
-                }
-                ControllerPhase::Probing => self.finish_probe(throughput),
-                ControllerPhase::Steady => self.steady_step(throughput),
-            }
+            return false;
         }
+        true
+    }
 
-        let ceiling = self.ceiling();
-        if self.limit > ceiling {
-            self.limit = ceiling;
-            if self.probe.is_some_and(|p| p.direction == Direction::Up) {
-                self.probe = None;
-                self.phase = ControllerPhase::Steady;
-            }
-            self.reason = format!("{}; at most {}", self.reason, self.ceiling_reason());
+    /// Cuts L by `factor` into backoff, saying why (`last_cut` for the status line, `why`
+    /// before the change for the decision).
+    fn cut(&mut self, factor: f64, last_cut: String, why: String) {
+        let before = self.limit;
+        self.limit = self.scaled(factor);
+        self.enter_backoff();
+        self.last_cut = last_cut;
+        self.reason = format!("{why}: {before} → {}", self.limit);
+    }
+
+    /// Preemptions beyond the tolerance: plan less KV use (`u` down); beyond the severe level
+    /// (unless the tick guard cut already, or an earlier cut is still being replaced) cut L too.
+    fn preemption_cut(&mut self, w: &Window) {
+        let tolerated = self.preemption_tolerance(w.finishes);
+        let severe = u64::from(self.preemption_severe(w.finishes));
+        let s = &self.settings;
+        let before = self.limit;
+        let u_before = self.u;
+        self.u = (self.u - s.kv_utilization_down).max(s.kv_utilization_min);
+        self.quiet_windows = 0;
+        if !w.tick_cut && w.preemptions > severe && self.cut_holdoff == 0 {
+            self.cut_holdoff = self.limit / 2;
+            self.limit = self.scaled(self.settings.preemption_backoff);
         }
-        self.limit = self.limit.max(1);
+        self.limit = self.limit.min(self.ceiling());
+        self.enter_backoff();
+        self.last_cut = format!("{} preemptions in a minute", w.preemptions);
+        self.reason = format!(
+            "{} preemptions (more than the {tolerated} tolerated): planning {} KV use \
+             instead of {}, {before} → {}",
+            w.preemptions,
+            percent(self.u),
+            percent(u_before),
+            self.limit
+        );
+    }
+
+    /// The phase's move in a window no guard fired in.
+    fn phase_step(&mut self, throughput: f64) {
+        match self.phase {
+            ControllerPhase::Startup if !self.has_caps() => self.startup_step(throughput),
+            ControllerPhase::Startup => {}
+            ControllerPhase::Backoff => {
+                self.phase = ControllerPhase::Steady;
+                self.steady_windows = 0;
+                self.reason = format!("holding {} after lowering it", self.limit);
+            }
+            ControllerPhase::Probing => self.finish_probe(throughput),
+            ControllerPhase::Steady => self.steady_step(throughput),
+        }
     }
 
     /// Preemptions a window with `finishes` completions tolerates without a cut.
