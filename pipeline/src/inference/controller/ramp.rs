@@ -1,6 +1,7 @@
 //! Startup. With a running cap or the KV capacity known the controller starts at the ceiling
 //! and, every `ramp_ticks`, follows it upward (×`ramp_growth` at most per step) as the first
-//! completions refine `E_resident`; it stops at the first sign of saturation: a preemption,
+//! completions refine `E_resident` (never while the server queues behind the limit); it stops
+//! at the first sign of saturation: a preemption,
 //! the KV cache `ramp_kv_full`, or a server queue that stays while fewer than the limit run
 //! (then the running count is the server's real cap: SGLang's hybrid models and vLLM's
 //! unreported `max_num_seqs` run fewer than the caps say). Knowing nothing, it grows ×1.5 per
@@ -125,7 +126,8 @@ impl Controller {
         let headroom = s.headroom(self.limit);
         let ceiling = self.ceiling();
         // Grow only a limit the job fills and the server runs: a larger one would say nothing,
-        // and one the server queues behind (the queue above) only makes the queue longer.
+        // and one the server queues behind (counted in `ramp_found_running_cap`) only makes
+        // the queue longer.
         if self.limit < ceiling
             && obs.in_flight.saturating_add(headroom) >= self.limit
             && self.ramp.queue_ticks == 0
