@@ -258,17 +258,24 @@ fn the_ramp_stops_at_the_first_sign_of_saturation() {
     );
 }
 
-#[test]
-fn a_queue_that_stays_makes_the_running_count_the_cap() {
-    // vLLM does not say `max_num_seqs`: 5M KV tokens alone allow 408, but the server runs 128
-    // and queues the rest.
-    let mut c = Controller::new(
+/// vLLM does not say `max_num_seqs`: 5M KV tokens alone allow 408 at the start, but the
+/// simulated server runs 128 and queues the rest.
+fn unreported_cap_of_128() -> Controller {
+    let c = Controller::new(
         Settings::default(),
         caps(None, Some(5_000_000), None),
         MAX_TOKENS,
         None,
     );
     assert_eq!(c.limit(), 408);
+    c
+}
+
+#[test]
+fn a_queue_that_stays_makes_the_running_count_the_cap() {
+    // vLLM does not say `max_num_seqs`: 5M KV tokens alone allow 408, but the server runs 128
+    // and queues the rest.
+    let mut c = unreported_cap_of_128();
     let queueing = |l: u32| TickObservation {
         server_running: Some(128),
         server_queued: Some(l - 128),
@@ -298,13 +305,7 @@ fn the_ramp_does_not_grow_while_the_server_queues() {
     // there. The first short answers raise the KV ceiling to ~800, but a limit the server
     // queues behind says nothing: the ramp must not grow it (it went 408 → 789 with 280
     // waiting, then to 135), and it ends at the running count.
-    let mut c = Controller::new(
-        Settings::default(),
-        caps(None, Some(5_000_000), None),
-        MAX_TOKENS,
-        None,
-    );
-    assert_eq!(c.limit(), 408);
+    let mut c = unreported_cap_of_128();
     let queueing = |l: u32| TickObservation {
         server_running: Some(128),
         server_queued: Some(l.saturating_sub(128)),
