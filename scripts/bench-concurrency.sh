@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# Tuning quality against a real server (issue 5, Performance 2): `gen run` with fixed
-# concurrency 1, 2, 4, 8 and with "auto", each in a fresh run directory, on the same prompts,
-# against one llama-server (`-np 4 --metrics`, SmolLM2-135M, 127.0.0.1). Prints output tok/s
-# per level and auto as a share of the best fixed level, as the markdown table in
-# BENCHMARKS.md. ROUNDS=n repeats the whole sweep (levels interleaved) to show the spread.
+# Tuning quality against a real server (issue 5, Performance 2; issue 14): `gen run` with
+# fixed concurrency 1, 2, 4, 8 and with "auto", each in a fresh run directory, on the same
+# prompts, against llama-server (`-np 4 --metrics`, SmolLM2-135M, 127.0.0.1). Prints each
+# run's makespan (the wall time of `gen run`, first request to exit) and output tok/s, then
+# a markdown table per round with auto as a share of the best fixed level, and the median
+# over rounds. ROUNDS=n repeats the whole sweep (levels interleaved) to show the spread.
+#
+# Every run gets a freshly started llama-server, warmed up the same way: one server kept
+# across runs carries its prompt cache (`--cache-ram`, 8 GiB by default) and its history
+# into the next level, so the order of the levels changed their times. Each run also
+# prints the server's CPU seconds and the VM's steal time, to tell a slow host from a slow
+# level.
 #
 # Environment: LLAMA_SERVER_BIN, GEN_TEST_MODEL (default: the cache the installer fills),
 # PROMPTS (default 120), MAX_TOKENS (default 64), ROUNDS (default 1), LEVELS (default
@@ -34,26 +41,43 @@ cleanup() {
 }
 trap cleanup EXIT
 
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$LLAMA_SERVER_BIN" -m "$GEN_TEST_MODEL" --alias smollm2-135m --host 127.0.0.1 --port "$port" \
-    -np 4 -c 4096 -t 2 --metrics >"$work/llama-server.log" 2>&1 &
-server_pid=$!
-for _ in $(seq 300); do
-    curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
-    kill -0 "$server_pid" 2>/dev/null || { cat "$work/llama-server.log" >&2; exit 1; }
-    sleep 0.2
-done
+# Starts a fresh llama-server on a free port and warms it up: the first requests of a new
+# server are slower (model pages, caches). Sets `port` and `server_pid`.
+start_server() {
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    "$LLAMA_SERVER_BIN" -m "$GEN_TEST_MODEL" --alias smollm2-135m --host 127.0.0.1 --port "$port" \
+        -np 4 -c 4096 -t 2 --metrics >"$1/llama-server.log" 2>&1 &
+    server_pid=$!
+    for _ in $(seq 300); do
+        curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
+        kill -0 "$server_pid" 2>/dev/null || { cat "$1/llama-server.log" >&2; exit 1; }
+        sleep 0.2
+    done
+    local warmups=() i
+    for i in 1 2 3 4; do
+        curl -sf "http://127.0.0.1:$port/v1/chat/completions" -H 'Content-Type: application/json' \
+            -d "{\"messages\":[{\"role\":\"user\",\"content\":\"Warm up $i.\"}],\"max_tokens\":16}" \
+            >/dev/null &
+        warmups+=($!)
+    done
+    wait "${warmups[@]}" || true
+}
 
-# Warm-up: the first requests of a fresh server are slower (model pages, caches); keep that
-# out of whichever level runs first.
-warmups=()
-for i in 1 2 3 4; do
-    curl -sf "http://127.0.0.1:$port/v1/chat/completions" -H 'Content-Type: application/json' \
-        -d "{\"messages\":[{\"role\":\"user\",\"content\":\"Warm up $i.\"}],\"max_tokens\":16}" \
-        >/dev/null &
-    warmups+=($!)
-done
-wait "${warmups[@]}" || true
+stop_server() {
+    kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+    server_pid=
+}
+
+# CPU seconds (user + system) a process has used so far.
+cpu_seconds() {
+    awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"
+}
+
+# Seconds of CPU the hypervisor gave to others while this VM wanted it, over all CPUs.
+steal_seconds() {
+    awk -v hz="$(getconf CLK_TCK)" '/^cpu / { print $9 / hz }' /proc/stat
+}
 
 # Short, distinct prompts (distinct ids): a sentence about a numbered topic.
 python3 - "$work/prompts.jsonl" "$PROMPTS" <<'EOF'
@@ -87,45 +111,75 @@ concurrency = $concurrency
 name = "bench"
 path = "$work/prompts.jsonl"
 EOF
-    local start end
+    local start end cpu0 cpu1 steal0 steal1
+    cpu0=$(cpu_seconds "$server_pid")
+    steal0=$(steal_seconds)
     start=$(date +%s.%N)
     "$GEN_BIN" run "$dir/bench.toml" >"$dir/gen.log" 2>&1 || { cat "$dir/gen.log" >&2; exit 1; }
     end=$(date +%s.%N)
+    cpu1=$(cpu_seconds "$server_pid")
+    steal1=$(steal_seconds)
     "$GEN_BIN" export "$dir/bench.toml" --format jsonl -o "$dir/out.jsonl" >/dev/null 2>&1
-    python3 - "$dir/out.jsonl" "$start" "$end" <<'EOF'
+    python3 - "$dir/out.jsonl" "$start" "$end" "$cpu0" "$cpu1" "$steal0" "$steal1" <<'EOF'
 import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 tokens = sum(r.get("completion_tokens") or 0 for r in rows)
-print(tokens, float(sys.argv[3]) - float(sys.argv[2]), len(rows))
+start, end, cpu0, cpu1, steal0, steal1 = map(float, sys.argv[2:])
+print(tokens, end - start, len(rows), f"{cpu1 - cpu0:.1f}", f"{steal1 - steal0:.1f}")
 EOF
 }
 
 results="$work/results.txt"
 for round in $(seq "$ROUNDS"); do
     for level in $LEVELS; do
-        read -r tokens seconds rows < <(run_level "$level" "$work/r$round-$level")
+        dir="$work/r$round-$level"
+        mkdir -p "$dir"
+        start_server "$dir"
+        read -r tokens seconds rows server_cpu steal < <(run_level "$level" "$dir")
+        stop_server
         echo "$round $level $tokens $seconds $rows" >>"$results"
-        printf 'round %s concurrency %-4s %6s tokens %7.1f s %s prompts\n' \
-            "$round" "$level" "$tokens" "$seconds" "$rows" >&2
-        grep -h "concurrency" "$work/r$round-$level/gen.log" | sed 's/^/    /' >&2 || true
+        printf 'round %s concurrency %-4s %6s tokens %7.1f s %s prompts; llama-server %s CPU s, VM steal %s s\n' \
+            "$round" "$level" "$tokens" "$seconds" "$rows" "$server_cpu" "$steal" >&2
+        grep -h "concurrency" "$dir/gen.log" | sed 's/^/    /' >&2 || true
     done
 done
 
 python3 - "$results" <<'EOF'
-import sys
+import statistics, sys
 from collections import defaultdict
-runs = defaultdict(list)
+runs = defaultdict(dict)
+tokens = {}
 for line in open(sys.argv[1]):
-    rnd, level, tokens, seconds, rows = line.split()
-    runs[int(rnd)].append((level, int(tokens) / float(seconds)))
-levels = [level for level, _ in runs[min(runs)]]
-print("| round | " + " | ".join(f"c={l} tok/s" for l in levels) + " | best fixed | auto / best |")
-print("|---" * (len(levels) + 3) + "|")
-for rnd in sorted(runs):
-    rates = dict(runs[rnd])
-    fixed = {l: r for l, r in rates.items() if l != "auto"}
-    best = max(fixed, key=fixed.get)
-    share = f"{100 * rates['auto'] / fixed[best]:.1f}%" if "auto" in rates else "—"
-    cells = " | ".join(f"{rates[l]:.1f}" for l in levels)
-    print(f"| {rnd} | {cells} | c={best} | {share} |")
+    rnd, level, toks, seconds, rows = line.split()
+    runs[int(rnd)][level] = float(seconds)
+    tokens[level] = int(toks)
+levels = list(runs[min(runs)])
+fixed = [l for l in levels if l != "auto"]
+
+def share(times):
+    if "auto" not in times or not fixed:
+        return None, None
+    best = min(fixed, key=lambda l: times[l])
+    return best, times[best] / times["auto"]
+
+def row(name, times):
+    best, ratio = share(times)
+    cells = " | ".join(f"{times[l]:.1f}" for l in levels)
+    tail = f"c={best} | {ratio:.3f}" if ratio is not None else " | "
+    print(f"| {name} | {cells} | {tail} |")
+    return ratio
+
+print("Makespan (s) per level; auto / best fixed is the best fixed makespan over auto's.")
+print()
+print("| round | " + " | ".join(f"c={l}" for l in levels) + " | best fixed | auto / best fixed |")
+print("|---|" + "---:|" * len(levels) + "---|---:|")
+shares = [r for r in (row(rnd, runs[rnd]) for rnd in sorted(runs)) if r is not None]
+if len(runs) > 1:
+    row("median", {l: statistics.median(runs[r][l] for r in runs) for l in levels})
+    if shares:
+        print()
+        print(f"Median of the rounds' auto / best fixed: {statistics.median(shares):.3f} "
+              f"(rounds {min(shares):.3f}-{max(shares):.3f}).")
+print()
+print("Output tokens per level: " + ", ".join(f"c={l} {tokens[l]}" for l in levels) + ".")
 EOF
