@@ -2,15 +2,16 @@
 # Tuning quality against a real server (issue 5, Performance 2; issue 14): `gen run` with
 # fixed concurrency 1, 2, 4, 8 and with "auto", each in a fresh run directory, on the same
 # prompts, against llama-server (`-np 4 --metrics`, SmolLM2-135M, 127.0.0.1). Prints each
-# run's makespan (the wall time of `gen run`, first request to exit) and output tok/s, then
+# run's makespan (the wall time of `gen run`, first request to exit) and output tokens, then
 # a markdown table per round with auto as a share of the best fixed level, and the median
 # over rounds. ROUNDS=n repeats the whole sweep (levels interleaved) to show the spread.
 #
 # Every run gets a freshly started llama-server, warmed up the same way: one server kept
 # across runs carries its prompt cache (`--cache-ram`, 8 GiB by default) and its history
-# into the next level, so the order of the levels changed their times. Each run also
-# prints the server's CPU seconds and the VM's steal time, to tell a slow host from a slow
-# level.
+# into the next level, a confound between levels run in turn. Each run also
+# prints how full gen kept the server's slots (from llama-server's log: what the controller
+# decides), the server's CPU seconds per output token and the VM's steal time (what the host
+# gave), to tell a slow host from a slow level.
 #
 # Environment: LLAMA_SERVER_BIN, GEN_TEST_MODEL (default: the cache the installer fills),
 # PROMPTS (default 120), MAX_TOKENS (default 64), ROUNDS (default 1), LEVELS (default
@@ -72,6 +73,36 @@ stop_server() {
 # CPU seconds (user + system) a process has used so far.
 cpu_seconds() {
     awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"
+}
+
+# How full gen kept the server, from llama-server's log: the mean number of busy slots from
+# the first request after the warm-up to the last answer, and the share of that time every
+# slot was busy. What the controller decides shows here; a slow host does not.
+slot_use() {
+    python3 - "$1" <<'EOF'
+import re, sys
+events, slots = [], None
+for line in open(sys.argv[1], errors="replace"):
+    stamp = re.match(r"(\d+)\.(\d+)\.(\d+)\.(\d+) ", line)
+    found = re.search(r"n_slots = (\d+)", line)
+    if found:
+        slots = int(found.group(1))
+    if not stamp or not re.search(r"slot +(launch_slot_|release):", line):
+        continue
+    m, s, ms, us = map(int, stamp.groups())
+    events.append((m * 60 + s + ms / 1e3 + us / 1e6, 1 if "launch_slot_" in line else -1))
+events = events[8:]  # the four warm-up requests, launched and released before `gen run`
+if not events or slots is None:
+    print("- -")
+    sys.exit()
+busy, area, full, last = 0, 0.0, 0.0, events[0][0]
+for t, change in events:
+    area += busy * (t - last)
+    full += (t - last) if busy >= slots else 0.0
+    busy, last = busy + change, t
+span = last - events[0][0]
+print(f"{area / span:.2f} {100 * full / span:.0f}%" if span > 0 else "- -")
+EOF
 }
 
 # Seconds of CPU the hypervisor gave to others while this VM wanted it, over all CPUs.
@@ -137,9 +168,11 @@ for round in $(seq "$ROUNDS"); do
         start_server "$dir"
         read -r tokens seconds rows server_cpu steal < <(run_level "$level" "$dir")
         stop_server
+        read -r busy full < <(slot_use "$dir/llama-server.log")
         echo "$round $level $tokens $seconds $rows" >>"$results"
-        printf 'round %s concurrency %-4s %6s tokens %7.1f s %s prompts; llama-server %s CPU s, VM steal %s s\n' \
-            "$round" "$level" "$tokens" "$seconds" "$rows" "$server_cpu" "$steal" >&2
+        printf 'round %s concurrency %-4s %6s tokens %7.1f s %s prompts; slots busy %s on average, all busy %s of the time; llama-server %s CPU s (%s ms per output token), VM steal %s s\n' \
+            "$round" "$level" "$tokens" "$seconds" "$rows" "$busy" "$full" "$server_cpu" \
+            "$(python3 -c "print(round(1000 * $server_cpu / max($tokens, 1), 1))")" "$steal" >&2
         grep -h "concurrency" "$dir/gen.log" | sed 's/^/    /' >&2 || true
     done
 done
