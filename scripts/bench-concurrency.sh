@@ -156,7 +156,9 @@ import json, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 tokens = sum(r.get("completion_tokens") or 0 for r in rows)
 start, end, cpu0, cpu1, steal0, steal1 = map(float, sys.argv[2:])
-print(tokens, end - start, len(rows), f"{cpu1 - cpu0:.1f}", f"{steal1 - steal0:.1f}")
+cpu = cpu1 - cpu0
+print(tokens, end - start, len(rows), f"{cpu:.1f}", f"{1000 * cpu / max(tokens, 1):.1f}",
+      f"{steal1 - steal0:.1f}")
 EOF
 }
 
@@ -166,13 +168,13 @@ for round in $(seq "$ROUNDS"); do
         dir="$work/r$round-$level"
         mkdir -p "$dir"
         start_server "$dir"
-        read -r tokens seconds rows server_cpu steal < <(run_level "$level" "$dir")
+        read -r tokens seconds rows server_cpu ms_per_token steal < <(run_level "$level" "$dir")
         stop_server
         read -r busy full < <(slot_use "$dir/llama-server.log")
         echo "$round $level $tokens $seconds $rows" >>"$results"
         printf 'round %s concurrency %-4s %6s tokens %7.1f s %s prompts; slots busy %s on average, all busy %s of the time; llama-server %s CPU s (%s ms per output token), VM steal %s s\n' \
             "$round" "$level" "$tokens" "$seconds" "$rows" "$busy" "$full" "$server_cpu" \
-            "$(python3 -c "print(round(1000 * $server_cpu / max($tokens, 1), 1))")" "$steal" >&2
+            "$ms_per_token" "$steal" >&2
         grep -h "concurrency" "$dir/gen.log" | sed 's/^/    /' >&2 || true
     done
 done
