@@ -385,7 +385,9 @@ impl Dispatcher {
     }
 
     /// The backend of `lease`, after trading a lease on a server that is not up for one on a
-    /// server that is; `None` when cancelled meanwhile.
+    /// server that is; `None` when cancelled meanwhile, or once the run stops admitting: a
+    /// request waiting for a server has nothing in flight, so it ends at once (its prompt stays
+    /// pending) instead of holding the run for the whole grace period.
     async fn healthy_backend(&self, lease: &mut Option<Lease>) -> Option<Arc<Backend>> {
         if lease
             .as_ref()
@@ -393,7 +395,15 @@ impl Dispatcher {
         {
             // Its place goes back first: with one server, it is the place to wait for.
             *lease = None;
-            *lease = Some(self.unless_cancelled(self.fleet.acquire()).await?);
+            if self.stop_admitting.is_cancelled() {
+                return None;
+            }
+            let acquired = tokio::select! {
+                lease = self.fleet.acquire() => lease,
+                () = self.cancel.cancelled() => return None,
+                () = self.stop_admitting.cancelled() => return None,
+            };
+            *lease = Some(acquired);
         }
         Some(lease.as_ref().expect("leased above").backend.clone())
     }

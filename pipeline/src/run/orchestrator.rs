@@ -684,12 +684,19 @@ impl<'p> Orchestrator<'p> {
 
     /// The first signal: no new requests or workers; requests in flight get a grace period.
     fn interrupted(&mut self) {
-        self.state.reporter.say(format!(
-            "gen: {}: no new requests; {} in flight get {} s to finish (a second Ctrl-C stops at once)",
-            super::stop::interrupted_by(),
-            self.servers.fleet.in_flight(),
-            shutdown_grace().as_secs()
-        ));
+        let in_flight = self.servers.fleet.in_flight();
+        self.state.reporter.say(match in_flight {
+            // Requests waiting for a server end at once (see `Dispatcher::healthy_backend`).
+            0 => format!(
+                "gen: {}: no new requests; nothing in flight, stopping now",
+                super::stop::interrupted_by()
+            ),
+            n => format!(
+                "gen: {}: no new requests; {n} in flight get {} s to finish (a second Ctrl-C stops at once)",
+                super::stop::interrupted_by(),
+                shutdown_grace().as_secs()
+            ),
+        });
         self.stopping.interrupt();
         self.preparation.stop(false);
         let abort = self.dispatcher.cancel.clone();

@@ -1,7 +1,8 @@
 //! Signals from outside: SIGHUP when the SSH session closes (the terminal gone with it, so
 //! every write to stderr fails) must stop the run like SIGTERM — every answer received stored,
 //! `status.json` saying it stopped and why — and after two quick SIGTERMs `status.json` must
-//! not say the run is still running.
+//! not say the run is still running. With every server down nothing is in flight: a signal
+//! stops the run at once, without the grace period for requests in flight.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -63,6 +64,44 @@ async fn sighup_with_the_terminal_gone_stops_gracefully_and_keeps_every_answer()
     let (code, audit) = project.verify().await;
     assert_eq!(code, Some(0), "{audit:#}");
     assert_complete(&audit, PROMPTS as u64);
+}
+
+/// Before: the requests waiting for a server to come back held the run for the whole 30 s
+/// grace, although none was in flight.
+#[tokio::test]
+async fn a_signal_while_every_server_is_down_stops_at_once() {
+    const PROMPTS: usize = 40;
+    let server = FakeOpenAi::start(Knobs {
+        delay: Duration::from_millis(50),
+        ..Knobs::default()
+    })
+    .await;
+    let project = alpha_project(&server.url(), rows("alpha", PROMPTS));
+    let mut child = project.start(&["run", "cfg.toml"]);
+    child
+        .until("4 requests", Duration::from_secs(60), || {
+            server.chat_requests() >= 4
+        })
+        .await;
+    drop(server);
+    child
+        .until_run_status(&project, "the server down", Duration::from_secs(60), |s| {
+            s["servers"][0]["down_since_unix_ms"].is_u64() && s["servers"][0]["in_flight"] == 0
+        })
+        .await;
+    let signalled = std::time::Instant::now();
+    child.signal("HUP");
+    let exit = child.exit(Duration::from_secs(60)).await;
+    let took = signalled.elapsed();
+    assert_eq!(exit.code(), Some(1), "a graceful stop: {exit}");
+    assert!(
+        took < Duration::from_secs(10),
+        "stopped {took:?} after the signal: it waited out the grace period"
+    );
+    assert_stopped(&project, "SIGHUP");
+    let (code, audit) = project.verify().await;
+    assert_eq!(code, Some(0), "{audit:#}");
+    assert!(audit["totals"]["pending"].as_u64() > Some(0), "{audit:#}");
 }
 
 #[tokio::test]
