@@ -33,6 +33,7 @@ pub enum EventKind {
     PrepareAgain,
     DuplicatesAcross,
     CompletionsRepaired,
+    ModelMismatch,
 }
 
 impl EventKind {
@@ -52,6 +53,7 @@ impl EventKind {
             EventKind::PrepareAgain => "prepare_again",
             EventKind::DuplicatesAcross => "duplicates_across",
             EventKind::CompletionsRepaired => "completions_repaired",
+            EventKind::ModelMismatch => "model_mismatch",
         }
     }
 }

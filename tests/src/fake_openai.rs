@@ -20,12 +20,19 @@
 //! Answer-fault knobs, shaped like real replies: `abort_first` streams end with
 //! `finish_reason: "abort"` then `[DONE]` on HTTP 200, as vLLM ends an engine-aborted request
 //! (vllm-project/vllm#57082); `empty_first` streams carry only the role chunk then `[DONE]` (no
-//! content, finish reason or usage); a prompt containing `ABORT` or `EMPTY` gets that every
-//! time, one containing `MALFORMED` a chunk cut in the middle of its JSON. `context_length`
+//! content, finish reason or usage); `stall_first` streams send the role chunk and a first token,
+//! then a chunk with an empty delta every [`STALL_EVERY`] and never finish (no token, no
+//! reasoning, no finish reason: busy, but generating nothing); a prompt containing `ABORT`,
+//! `EMPTY` or `STALL` gets that every time, one containing `MALFORMED` a chunk cut in the middle
+//! of its JSON. `context_length`
 //! refuses a request whose prompt words plus `max_tokens` exceed it with vLLM's 400 (body as
 //! quoted in ogx-ai/ogx#4534); [`FakeOpenAi::set_failing`] makes every chat request fail with
 //! a status and message while `/health` stays 200 (vLLM after its engine died answers 500
 //! "EngineCore encountered an issue…", vllm-project/vllm#42362).
+//!
+//! An answer's chunks name the model that wrote it, as real servers' do: `fake-model` (what
+//! `/v1/models` lists), or from chat request `answer_model_from` on `answer_model` (a gateway
+//! naming its deployment otherwise, or a router switching models mid-run).
 //!
 //! Every chat request's last user message and arrival time are recorded
 //! ([`FakeOpenAi::received`]).
@@ -51,6 +58,9 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde_json::{Value, json};
+
+/// How often a stalled stream sends a chunk without a token.
+pub const STALL_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 #[derive(Debug, Default)]
 pub struct Knobs {
@@ -90,6 +100,13 @@ pub struct Knobs {
     pub abort_first: usize,
     /// Chat requests (after those) answered with an empty stream: the role chunk, `[DONE]`.
     pub empty_first: usize,
+    /// Chat requests (after those) that stall after their first token: empty deltas every
+    /// [`STALL_EVERY`], forever.
+    pub stall_first: usize,
+    /// The model an answer's chunks name from chat request `answer_model_from` on (before it,
+    /// and without it: `fake-model`).
+    pub answer_model: Option<String>,
+    pub answer_model_from: usize,
     /// The model's context in tokens (a word of the messages is a token): a request whose
     /// messages and `max_tokens` do not fit is refused with vLLM's 400.
     pub context_length: Option<u64>,
@@ -461,6 +478,39 @@ async fn chat(State(shared): State<Arc<Shared>>, axum::Json(body): axum::Json<Va
         ];
         return sse_body(cut(knobs.writes, sse_text(knobs, &events, true)));
     }
+    let stalls_from = knobs.abort_first + knobs.empty_first;
+    if last_user.contains("STALL")
+        || (after_failures >= stalls_from && after_failures - stalls_from < knobs.stall_first)
+    {
+        let head = sse_text(
+            knobs,
+            &[
+                json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]}),
+                json!({"choices": [{"index": 0, "delta": {"content": "echo"}, "finish_reason": null}]}),
+            ],
+            false,
+        );
+        let idle = sse_text(
+            knobs,
+            &[json!({"choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": null}]})],
+            false,
+        )
+        .concat();
+        let head = futures_util::stream::iter([Bytes::from(head.concat())]);
+        let idle = futures_util::stream::unfold(Bytes::from(idle), |idle| async move {
+            tokio::time::sleep(STALL_EVERY).await;
+            Some((idle.clone(), idle))
+        });
+        let stream = futures_util::StreamExt::map(
+            futures_util::StreamExt::chain(head, idle),
+            Ok::<_, Infallible>,
+        );
+        return (
+            [(header::CONTENT_TYPE, "text/event-stream")],
+            Body::from_stream(stream),
+        )
+            .into_response();
+    }
     if last_user.contains("MALFORMED") {
         let mut text = sse_text(
             knobs,
@@ -497,6 +547,13 @@ async fn chat(State(shared): State<Arc<Shared>>, axum::Json(body): axum::Json<Va
         json!({"choices": [{"index": 0, "delta": {"content": head}}]}),
         json!({"choices": [{"index": 0, "delta": {"content": tail}, "finish_reason": finish}]}),
     ];
+    let model = match &knobs.answer_model {
+        Some(model) if n >= knobs.answer_model_from => model.as_str(),
+        _ => "fake-model",
+    };
+    for event in &mut events {
+        event["model"] = json!(model);
+    }
     if let Some((code, message)) = &knobs.error_event {
         events.truncate(2);
         events.push(error_json(knobs.error_shape, *code, message));

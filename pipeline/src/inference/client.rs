@@ -7,8 +7,10 @@
 //! mean the server is down ([`RequestError::ServerDown`], which the dispatcher confirms with
 //! a health probe); a 400 is the prompt's own fault ([`RequestError::Rejected`]);
 //! 401/403/404 mean the config is wrong for every prompt ([`RequestError::Fatal`]). There is
-//! no total timeout — long reasoning takes many minutes — only a connect timeout and an idle
-//! timeout per chunk.
+//! no total timeout — long reasoning takes many minutes — only a connect timeout and a limit on
+//! how long a stream may go without a token. Only a token (content or reasoning) or the finish
+//! is progress: empty deltas, role chunks and SSE comments keep a connection alive but never
+//! keep a stream that generates nothing.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,10 +28,12 @@ use gen_sources::Message;
 pub use crate::store::records::{Defect, Usage, answer_defect};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Idle limit before the first chunk: queueing and prefill can take a while.
-const FIRST_CHUNK_TIMEOUT: Duration = Duration::from_secs(300);
-/// Idle limit between chunks (a preempted request pauses while it is recomputed).
-const CHUNK_TIMEOUT: Duration = Duration::from_secs(120);
+/// Limit for the response headers, and for the first token after them: queueing and prefill
+/// (which may send empty chunks meanwhile) can take a while.
+const FIRST_TOKEN_TIMEOUT: Duration = Duration::from_secs(300);
+/// Limit between two tokens unless [`ChatClient::with_stall`] sets one (a preempted request
+/// pauses while it is recomputed).
+const TOKEN_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A finished generation.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -39,6 +43,10 @@ pub struct Completion {
     pub reasoning_content: Option<String>,
     pub finish_reason: Option<String>,
     pub usage: Option<Usage>,
+    /// The model the stream's chunks name as the one that wrote the answer (every OpenAI-style
+    /// chunk carries `model`); `None` when they name none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// A completion with its timing, as [`ChatClient::complete_timed`] measures it.
@@ -125,8 +133,10 @@ pub struct ChatClient {
     api_key: Option<String>,
     max_tokens: u32,
     params: Map<String, Value>,
-    /// When set: the Unix time (ms) each stream event arrived, for a stall watchdog.
+    /// When set: the Unix time (ms) of each token (or finish) received, for a stall watchdog.
     activity: Option<Arc<AtomicU64>>,
+    /// A stream without a token for this long is abandoned.
+    stall: Duration,
 }
 
 impl ChatClient {
@@ -150,12 +160,21 @@ impl ChatClient {
             max_tokens,
             params,
             activity: None,
+            stall: TOKEN_TIMEOUT,
         })
     }
 
-    /// Stores the Unix time (ms) of every stream event this client receives in `activity`.
+    /// Stores the Unix time (ms) of every token (or finish) this client receives in
+    /// `activity`.
     pub fn with_activity(mut self, activity: Arc<AtomicU64>) -> ChatClient {
         self.activity = Some(activity);
+        self
+    }
+
+    /// Abandons a stream that goes `stall` without a token once the first came (before it,
+    /// at least [`FIRST_TOKEN_TIMEOUT`]), as [`RequestError::Transient`].
+    pub fn with_stall(mut self, stall: Duration) -> ChatClient {
+        self.stall = stall;
         self
     }
 
@@ -228,7 +247,7 @@ impl ChatClient {
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }
-        let response = tokio::time::timeout(FIRST_CHUNK_TIMEOUT, request.send())
+        let response = tokio::time::timeout(FIRST_TOKEN_TIMEOUT, request.send())
             .await
             .map_err(|_| RequestError::Transient("no response headers within 300 s".into()))?
             .map_err(|e| {
@@ -253,24 +272,31 @@ impl ChatClient {
         response: reqwest::Response,
         started: std::time::Instant,
     ) -> Result<(Completion, String, Option<Duration>), RequestError> {
-        let mut events = response.bytes_stream().eventsource();
+        self.read_events(response.bytes_stream().eventsource(), started)
+            .await
+    }
+
+    /// [`ChatClient::read_stream`] over parsed events. Only a token or the finish moves the
+    /// deadline: a server that sends empty deltas and never finishes is abandoned after
+    /// `stall` like one that sends nothing.
+    async fn read_events<E: std::fmt::Display>(
+        &self,
+        mut events: impl futures_util::Stream<Item = Result<eventsource_stream::Event, E>> + Unpin,
+        started: std::time::Instant,
+    ) -> Result<(Completion, String, Option<Duration>), RequestError> {
         let mut completion = Completion::default();
         let mut reasoning = String::new();
         let mut first_token = None;
-        let mut first = true;
+        let mut progress_at = tokio::time::Instant::now();
+        // Chunks since the last token: they say what the stream did while it generated nothing.
+        let mut idle_chunks = 0u32;
         loop {
-            let limit = if first {
-                FIRST_CHUNK_TIMEOUT
-            } else {
-                CHUNK_TIMEOUT
+            let limit = match first_token {
+                None => FIRST_TOKEN_TIMEOUT.max(self.stall),
+                Some(_) => self.stall,
             };
-            let event = match tokio::time::timeout(limit, events.next()).await {
-                Err(_) => {
-                    return Err(RequestError::Transient(format!(
-                        "no data for {} s",
-                        limit.as_secs()
-                    )));
-                }
+            let event = match tokio::time::timeout_at(progress_at + limit, events.next()).await {
+                Err(_) => return Err(RequestError::Transient(no_token(limit, idle_chunks))),
                 Ok(None) => {
                     return Err(RequestError::ServerDown(
                         "stream ended without [DONE]".into(),
@@ -281,25 +307,49 @@ impl ChatClient {
                 }
                 Ok(Some(Ok(event))) => event,
             };
-            first = false;
-            if let Some(activity) = &self.activity {
-                activity.store(crate::sys::unix_ms(), Ordering::Relaxed);
-            }
             if event.data.trim() == "[DONE]" {
+                self.progressed();
                 return Ok((completion, reasoning, first_token));
             }
             if event.data.trim().is_empty() {
+                idle_chunks += 1;
                 continue;
             }
             let chunk: Value = serde_json::from_str(&event.data)
                 .map_err(|e| RequestError::Transient(format!("unreadable stream chunk: {e}")))?;
             let generated = completion.content.len() + reasoning.len();
+            let finished = completion.finish_reason.is_some();
             apply_chunk(&chunk, &mut completion, &mut reasoning)?;
-            if first_token.is_none() && completion.content.len() + reasoning.len() > generated {
+            let grew = completion.content.len() + reasoning.len() > generated;
+            if grew && first_token.is_none() {
                 first_token = Some(started.elapsed());
+            }
+            if grew || (!finished && completion.finish_reason.is_some()) {
+                progress_at = tokio::time::Instant::now();
+                idle_chunks = 0;
+                self.progressed();
+            } else {
+                idle_chunks += 1;
             }
         }
     }
+
+    /// A token (or the finish) arrived: the server is generating.
+    fn progressed(&self) {
+        if let Some(activity) = &self.activity {
+            activity.store(crate::sys::unix_ms(), Ordering::Relaxed);
+        }
+    }
+}
+
+/// Why a stream was abandoned: `no token for 120 s (6 chunks without one)`.
+fn no_token(limit: Duration, idle_chunks: u32) -> String {
+    let chunks = match idle_chunks {
+        0 => String::new(),
+        1 => " (1 chunk without one)".to_owned(),
+        n => format!(" ({n} chunks without one)"),
+    };
+    format!("no token for {} s{chunks}", limit.as_secs())
 }
 
 /// Folds one stream chunk into the completion; an error event is transient.
@@ -321,6 +371,14 @@ fn apply_chunk(
             "error event in stream: {}",
             error_message(error)
         )));
+    }
+    if completion.model.is_none()
+        && let Some(model) = chunk
+            .get("model")
+            .and_then(Value::as_str)
+            .filter(|m| !m.is_empty())
+    {
+        completion.model = Some(model.to_owned());
     }
     // With continuous usage every chunk carries the counts so far; the last readable ones win,
     // and an unreadable one never erases them.
@@ -422,12 +480,121 @@ mod tests {
         );
     }
 
+    /// An event stream on tokio's clock: `head` at once, then `every` one more `idle` chunk,
+    /// forever (a server that keeps the connection busy and never finishes).
+    fn trickle(
+        head: Vec<Value>,
+        idle: Value,
+        every: Duration,
+    ) -> impl futures_util::Stream<Item = Result<eventsource_stream::Event, String>> + Unpin {
+        let event = |data: &Value| {
+            Ok(eventsource_stream::Event {
+                event: "message".into(),
+                data: data.to_string(),
+                id: String::new(),
+                retry: None,
+            })
+        };
+        let head: Vec<_> = head.iter().map(event).collect();
+        let idle = event(&idle);
+        Box::pin(
+            futures_util::stream::iter(head).chain(futures_util::stream::unfold((), move |()| {
+                let idle = idle.clone();
+                async move {
+                    tokio::time::sleep(every).await;
+                    Some((idle, ()))
+                }
+            })),
+        )
+    }
+
+    fn client() -> ChatClient {
+        ChatClient::new("http://127.0.0.1:1", "m".into(), None, 8, Map::new()).expect("client")
+    }
+
+    /// Reads `events` to its end or until an hour of tokio time passed (`None`).
+    async fn read_for_an_hour(
+        client: &ChatClient,
+        events: impl futures_util::Stream<Item = Result<eventsource_stream::Event, String>> + Unpin,
+    ) -> Option<(Result<Completion, RequestError>, Duration)> {
+        let started = tokio::time::Instant::now();
+        let read = client.read_events(events, std::time::Instant::now());
+        let result = tokio::time::timeout(Duration::from_secs(3600), read)
+            .await
+            .ok()?;
+        Some((result.map(|(c, _, _)| c), started.elapsed()))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn empty_deltas_without_a_token_are_no_progress() {
+        // Every 21 s a chunk with an empty delta, no finish, forever: before the first token
+        // the stream gets FIRST_TOKEN_TIMEOUT, however many such chunks keep it busy (the role
+        // chunk and 14 empty deltas here).
+        let role =
+            json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]});
+        let empty =
+            json!({"choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": null}]});
+        let events = trickle(vec![role.clone()], empty.clone(), Duration::from_secs(21));
+        let (result, took) = read_for_an_hour(&client(), events)
+            .await
+            .expect("abandoned, not read forever");
+        assert_eq!(
+            result,
+            Err(RequestError::Transient(
+                "no token for 300 s (15 chunks without one)".into()
+            ))
+        );
+        assert_eq!(took, Duration::from_secs(300));
+
+        // After a first token, `stall` without another ends it.
+        let token = json!({"choices": [{"index": 0, "delta": {"content": "Hel"}}]});
+        let events = trickle(vec![role, token], empty, Duration::from_secs(21));
+        let stalled = client().with_stall(Duration::from_secs(60));
+        let (result, took) = read_for_an_hour(&stalled, events)
+            .await
+            .expect("abandoned, not read forever");
+        assert_eq!(
+            result,
+            Err(RequestError::Transient(
+                "no token for 60 s (2 chunks without one)".into()
+            ))
+        );
+        assert_eq!(took, Duration::from_secs(60));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_stream_that_keeps_generating_is_never_abandoned() {
+        // A token every 100 s (a busy server) under a 120 s stall limit, ten times, then the
+        // finish and `[DONE]`: 1000 s in all, longer than any single limit.
+        let token = json!({"choices": [{"index": 0, "delta": {"content": "a"}}]});
+        let tokens = trickle(Vec::new(), token, Duration::from_secs(100)).take(10);
+        let end = futures_util::stream::iter([
+            json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}).to_string(),
+            "[DONE]".to_owned(),
+        ])
+        .map(|data| {
+            Ok(eventsource_stream::Event {
+                event: "message".into(),
+                data,
+                id: String::new(),
+                retry: None,
+            })
+        });
+        let (result, took) = read_for_an_hour(&client(), tokens.chain(end))
+            .await
+            .expect("finished");
+        let completion = result.expect("answered");
+        assert_eq!(completion.content, "a".repeat(10));
+        assert_eq!(completion.finish_reason.as_deref(), Some("stop"));
+        assert_eq!(took, Duration::from_secs(1000));
+    }
+
     #[test]
     fn chunks_fold_content_reasoning_and_usage() {
         let mut completion = Completion::default();
         let mut reasoning = String::new();
         for chunk in [
-            json!({"choices": [{"delta": {"reasoning_content": "think "}}]}),
+            json!({"model": "served", "choices": [{"delta": {"reasoning_content": "think "}}]}),
             json!({"choices": [{"delta": {"reasoning": "more"}}]}),
             json!({"choices": [{"delta": {"content": "Hel"}}]}),
             json!({"choices": [{"delta": {"content": "lo"}, "finish_reason": "stop"}]}),
@@ -439,6 +606,7 @@ mod tests {
         assert_eq!(reasoning, "think more");
         assert_eq!(completion.finish_reason.as_deref(), Some("stop"));
         assert_eq!(completion.usage.map(|u| u.completion_tokens), Some(5));
+        assert_eq!(completion.model.as_deref(), Some("served"));
     }
 
     #[test]

@@ -43,6 +43,7 @@ use crate::config::values::LengthPolicy;
 use crate::inference::RequestError;
 use crate::inference::client::{Completion, Usage};
 use crate::inference::liveness::{Health, Liveness};
+use crate::report::{EventKind, Notice};
 use crate::store::records::{CompletionRecord, RejectKind, RejectedRecord, TurnRecord};
 use crate::sys::unix_ms;
 use gen_sources::{Message, Prompt, Role};
@@ -67,6 +68,9 @@ pub enum DispatchEvent {
     },
     /// An error that is wrong for every request (bad key, model, path): the run stops.
     Fatal(String),
+    /// An answer named another model than the run's answers so far: the run stops, that answer
+    /// unstored ([`Fleet::answered_as`]).
+    ModelChanged(String),
     SourceFinished {
         source: usize,
     },
@@ -76,7 +80,7 @@ pub enum DispatchEvent {
 #[derive(Debug, Clone)]
 pub struct Dispatcher {
     pub fleet: Fleet,
-    /// The model every server serves (recorded with each completion).
+    /// The model every server serves (recorded with each completion whose chunks name none).
     pub model: Arc<str>,
     pub max_tokens: u32,
     pub max_attempts: u32,
@@ -229,6 +233,8 @@ impl Dispatcher {
         let mut history: Vec<Message> = Vec::new();
         let mut turns: Vec<TurnRecord> = Vec::new();
         let mut attempts = 0;
+        // The model the answers name (checked turn by turn: one model per run).
+        let mut answered_by = self.model.to_string();
         // With the dataset's own answers kept as context (`turns = "history"`), only the last
         // user turn is answered; otherwise every user turn is, on the model's own answers.
         let with_history = prompt.messages.iter().any(|m| m.role == Role::Assistant);
@@ -247,11 +253,46 @@ impl Dispatcher {
                 Err(Unanswered::Fatal(message)) => return Some(DispatchEvent::Fatal(message)),
                 Err(Unanswered::Cancelled) => return None,
             };
+            let named = completion.model.as_deref().unwrap_or(&self.model);
+            if let Some(lease) = &lease
+                && let Err(message) = self.check_model(&lease.backend, named)
+            {
+                return Some(DispatchEvent::ModelChanged(message));
+            }
+            answered_by = named.to_owned();
             // The model's own answer becomes history; its reasoning does not.
             history.push(Message::new(Role::Assistant, completion.content.clone()));
             turns.push(TurnRecord::from(completion));
         }
-        Some(self.completed(source, prompt, turns, attempts, started))
+        Some(self.completed(source, prompt, answered_by, turns, attempts, started))
+    }
+
+    /// Whether an answer of `backend` naming `model` may be kept ([`Fleet::answered_as`]); the
+    /// first that names another model than the run asked for is said loudly, once per server.
+    fn check_model(&self, backend: &Backend, model: &str) -> Result<(), String> {
+        if self.fleet.answered_as(backend, model)? {
+            let line = format!(
+                "gen: WARNING: server {} answers as model `{model}`, not `{}` (the model \
+                 `/v1/models` lists and the run asks for): a router or gateway names the model \
+                 otherwise, or sends the requests to another model; the answers are stored under \
+                 `{model}`; stop the run if that is not the model you want",
+                backend.liveness.shown(),
+                self.model
+            );
+            backend.liveness.reporter().notice(
+                Notice::recorded(
+                    EventKind::ModelMismatch,
+                    None,
+                    format!(
+                        "server {} answers as model `{model}`, not `{}`",
+                        backend.liveness.shown(),
+                        self.model
+                    ),
+                )
+                .and_said(line),
+            );
+        }
+        Ok(())
     }
 
     /// Answers the last message of `history` under the source's [`LengthPolicy`]: a cut
@@ -306,6 +347,7 @@ impl Dispatcher {
         &self,
         source: usize,
         prompt: Prompt,
+        model: String,
         turns: Vec<TurnRecord>,
         attempts: u32,
         started: Instant,
@@ -317,7 +359,7 @@ impl Dispatcher {
             record: Box::new(CompletionRecord {
                 id: prompt.id,
                 source: prompt.source,
-                model: self.model.to_string(),
+                model,
                 messages: prompt.messages,
                 content: last.content,
                 reasoning_content: last.reasoning_content,

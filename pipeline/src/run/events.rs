@@ -27,6 +27,8 @@ pub(super) enum RunEvent {
 pub(super) enum Failure {
     /// The server refused the requests in a way no retry fixes.
     Refused(String),
+    /// An answer named another model than the run's answers so far (the message says it all).
+    ModelChanged(String),
     /// No server is left: the managed one died past its restarts, or none answered for
     /// `max-outage-secs`.
     ServerGone(String),
@@ -62,11 +64,12 @@ impl Stopping {
         )
     }
 
+    /// The servers' answers stopped the run: a refusal no retry fixes, or a changed model.
     pub(super) fn refused(&self) -> bool {
         matches!(
             self,
             Stopping::Failed {
-                failure: Failure::Refused(_),
+                failure: Failure::Refused(_) | Failure::ModelChanged(_),
                 ..
             }
         )
@@ -98,7 +101,7 @@ impl Stopping {
         let interrupted = self.interrupted();
         let replaces = match (&*self, &failure) {
             (Stopping::No | Stopping::Interrupted, _) => true,
-            (_, Failure::Refused(_)) => !self.refused(),
+            (_, Failure::Refused(_) | Failure::ModelChanged(_)) => !self.refused(),
             (_, Failure::ServerGone(_)) => false,
         };
         if replaces {
@@ -129,7 +132,7 @@ impl Stopping {
                 "the server refused the requests: {message}"
             )),
             Stopping::Failed {
-                failure: Failure::ServerGone(message),
+                failure: Failure::ServerGone(message) | Failure::ModelChanged(message),
                 ..
             } => Some(anyhow::anyhow!("{message}")),
             _ => None,

@@ -3,14 +3,15 @@
 //! or tuned by its own [`Tuner`]) — and one shared queue in front of them: every request takes
 //! a [`Lease`] on the least-loaded healthy server with a free place.
 //!
-//! A server found down (refused, reset, cut stream, or stalled: no stream event for
-//! `[server] stall-secs` with requests in flight, confirmed by a failed health probe) stops getting
-//! requests; the requests it held go back to the queue and move to another server without
-//! spending an attempt. When every server is down, leases wait: dispatch pauses. A server
+//! A server found down (refused, reset, cut stream, or stalled: no token on any of its streams
+//! for `[server] stall-secs` with requests in flight, confirmed by a failed health probe) stops
+//! getting requests; the requests it held go back to the queue and move to another server without
+//! spending an attempt. A stream without a token for twice `stall-secs` while `/health` answers
+//! is abandoned and retried: chunks without a token (empty deltas) are not progress. When every server is down, leases wait: dispatch pauses. A server
 //! that answers again is re-admitted, its tuner re-reading its caps.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -40,17 +41,19 @@ pub struct Backend {
     pub telemetry: Arc<Telemetry>,
     /// With `concurrency = "auto"`: the tuner's ceiling and last decision.
     pub tuner: Option<watch::Receiver<TunerView>>,
-    /// Unix time (ms) of the last stream event or request start.
+    /// Unix time (ms) of the last token (or finish) on any of its streams, or request start.
     activity: Arc<AtomicU64>,
     completed: AtomicU64,
     output_tokens: AtomicU64,
     /// Requests waiting in the server's own queue, from its metrics (`u64::MAX`: unknown).
     queued: AtomicU64,
+    /// The model its first answer named ([`Fleet::answered_as`]).
+    answered_by: OnceLock<String>,
 }
 
 impl Backend {
     /// A backend with nothing counted yet, no tuner and its queue unknown; `activity` is the
-    /// time of the last stream event its client saw.
+    /// time of the last token its client saw.
     fn new(
         client: ChatClient,
         liveness: Liveness,
@@ -68,6 +71,7 @@ impl Backend {
             completed: AtomicU64::new(0),
             output_tokens: AtomicU64::new(0),
             queued: AtomicU64::new(u64::MAX),
+            answered_by: OnceLock::new(),
         }
     }
 
@@ -98,6 +102,11 @@ impl Backend {
         ServerStatus {
             url: self.liveness.shown().to_owned(),
             model: self.client.model().to_owned(),
+            answered_by: self
+                .answered_by
+                .get()
+                .filter(|named| *named != self.client.model())
+                .cloned(),
             concurrency: self.limiter.limit() as usize,
             down_since_unix_ms: match self.liveness.health() {
                 Health::Up => None,
@@ -125,8 +134,8 @@ pub struct Lease {
 #[derive(Debug, Clone)]
 pub struct Fleet {
     backends: Arc<[Arc<Backend>]>,
-    /// No stream event on any of a server's requests for this long, with requests in flight,
-    /// makes the watchdog ask the server's `/health`: no answer, and it is marked down.
+    /// No token on any of a server's requests for this long, with requests in flight, makes
+    /// the watchdog ask the server's `/health`: no answer, and it is marked down.
     stall_after: Duration,
 }
 
@@ -199,6 +208,39 @@ impl Fleet {
         })
     }
 
+    /// What an answer of `backend` whose chunks name `model` means for the run. A server's
+    /// first answer fixes the model it answers as: `Ok(true)` when that is not the model the
+    /// run asked for (a gateway that names its deployment otherwise than `/v1/models` does:
+    /// the answers are stored under the name they carry, and said once). An answer naming
+    /// another model than the run's answers so far is `Err` with what to say: the model behind
+    /// a server changed, and the answers of two models must not mix in one run.
+    pub fn answered_as(&self, backend: &Backend, model: &str) -> Result<bool, String> {
+        let mut first = false;
+        let fixed = backend.answered_by.get_or_init(|| {
+            first = true;
+            model.to_owned()
+        });
+        let earlier = if fixed == model {
+            self.backends
+                .iter()
+                .filter_map(|b| b.answered_by.get())
+                .find(|named| *named != model)
+        } else {
+            Some(fixed)
+        };
+        if let Some(earlier) = earlier {
+            return Err(format!(
+                "server {} answered as model `{model}`, but this run's answers so far are by \
+                 `{earlier}`: the model behind the URL changed mid-run (a router or gateway \
+                 switched models), and answers of two models must not mix in one dataset; the \
+                 answer was not stored and the prompts left stay pending: fix the routing, then \
+                 run `gen run` again",
+                backend.liveness.shown()
+            ));
+        }
+        Ok(first && model != backend.client.model())
+    }
+
     /// Since when every server has been down (the latest of their outages), or `None` while
     /// one is up.
     pub fn all_down_since(&self) -> Option<u64> {
@@ -225,7 +267,7 @@ impl Fleet {
     }
 
     /// Every quarter of the stall time, marks down a server with requests in flight but no
-    /// stream event for the stall time whose `/health` does not answer; every
+    /// token for the stall time whose `/health` does not answer; every
     /// [`LOAD_EVERY`], reads each healthy server's own queue from its metrics for the status.
     pub async fn watch(self, cancel: CancellationToken) {
         let mut tick = tokio::time::interval(self.stall_after / 4);
@@ -300,7 +342,10 @@ pub async fn connect(
             plan.generation.params.clone(),
         )
         .context("failed to build the HTTP client")?
-        .with_activity(activity.clone());
+        .with_activity(activity.clone())
+        // The watchdog asks `/health` after `stall-secs` without a token on any stream; one
+        // stream gets twice that (120 s by default) before it is abandoned as stalled.
+        .with_stall(plan.server.stall_after.saturating_mul(2));
         let (limiter, telemetry, tuner) = match plan.generation.concurrency {
             Concurrency::Fixed(n) => {
                 let limit = u32::try_from(n.get()).unwrap_or(u32::MAX);

@@ -632,6 +632,7 @@ impl<'p> Orchestrator<'p> {
             }
             DispatchEvent::GaveUp { source, record } => sources.record_rejected(source, &record)?,
             DispatchEvent::Fatal(message) => self.fail(Failure::Refused(message)),
+            DispatchEvent::ModelChanged(message) => self.fail(Failure::ModelChanged(message)),
             DispatchEvent::SourceFinished { source } => {
                 self.dispatching -= 1;
                 // Stopped early (a signal, a fatal answer, no server): resumable, not failed.
@@ -709,7 +710,7 @@ impl<'p> Orchestrator<'p> {
     /// An error ends the run: the dispatch stops (and, for a refusal, the workers too).
     fn fail(&mut self, failure: Failure) {
         match &failure {
-            Failure::Refused(message) => {
+            Failure::Refused(message) | Failure::ModelChanged(message) => {
                 if !self.stopping.refused() {
                     self.state.reporter.say(format!("gen: stopping: {message}"));
                     self.dispatcher.cancel.cancel();

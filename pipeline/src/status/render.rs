@@ -350,6 +350,17 @@ fn server_lines(
             .into_iter()
             .map(|l| l + "\n"),
     );
+    if let Some(named) = &server.answered_by {
+        let said = format!(
+            "its answers name model `{named}`, not `{}`: stored under `{named}`",
+            server.model
+        );
+        out.extend(
+            wrap(&said, width, "       WARNING: ", "                ")
+                .into_iter()
+                .map(|l| l + "\n"),
+        );
+    }
     if let (Some(_), Some(reason)) = (server.down_since_unix_ms, &server.down_reason) {
         out.extend(
             wrap(reason, width, "       why: ", "            ")
@@ -479,6 +490,7 @@ mod tests {
         ServerStatus {
             url: "http://127.0.0.1:30000".into(),
             model: "Qwen/Qwen3-8B".into(),
+            answered_by: None,
             concurrency: 64,
             down_since_unix_ms: None,
             down_reason: None,

@@ -126,6 +126,10 @@ impl From<&gen_diagnostics::Verdict> for VerdictLine {
 pub struct ServerStatus {
     pub url: String,
     pub model: String,
+    /// The model its answers name, when that is not `model` (a gateway naming its deployment);
+    /// the answers are stored under this name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answered_by: Option<String>,
     pub concurrency: usize,
     /// Set while the server is down: dispatch is paused, nothing is marked failed.
     #[serde(default)]

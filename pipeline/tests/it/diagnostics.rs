@@ -98,6 +98,54 @@ async fn a_worker_over_its_memory_limit_is_oom_killed_and_classified_from_the_ke
     );
 }
 
+/// A child of the worker (a process pool's, as `datasets`' `map(num_proc=…)` starts them)
+/// OOM-killed inside the worker's memory cgroup, while the worker itself exits 1 with the
+/// traceback the lost child caused: the child's OOM, with that traceback kept as the error
+/// (the gathered evidence — cgroup counter, its kernel record, the child's pid — is what the
+/// classifier needs; issue 24, item 11).
+#[tokio::test]
+async fn a_childs_oom_kill_behind_the_workers_traceback_is_the_childs_oom() {
+    if let Some(reason) = oom_skip_reason() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let gen_ = Gen::new();
+    let pool = concat!(
+        "import concurrent.futures\n",
+        "def grow(_):\n",
+        "    chunks = []\n",
+        "    while True:\n",
+        "        chunks.append(bytearray(8 << 20))\n",
+        "with concurrent.futures.ProcessPoolExecutor(1) as pool:\n",
+        "    list(pool.map(grow, range(1)))\n",
+    );
+    gen_.config(&config(&server.url()).python_source("pool", pool, "memory-limit = \"96M\""));
+    let out = gen_.run(&["run", "cfg.toml"]).await;
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    let record = worker(&gen_, "pool");
+    let verdict = &record["verdict"];
+    assert_eq!(verdict["class"], "oom", "{record:#}");
+    assert_eq!(
+        record["report"]["exit"],
+        serde_json::json!({"code": 1}),
+        "{record:#}"
+    );
+    assert!(
+        verdict["error"]["exception"]["exception_type"]
+            .as_str()
+            .is_some_and(|t| t.ends_with("BrokenProcessPool")),
+        "{verdict:#}"
+    );
+    let evidence = verdict["evidence"].to_string();
+    assert!(evidence.contains("Killed process"), "{evidence}");
+    assert!(
+        evidence.contains("is a descendant of worker pid")
+            || evidence.contains("is not the worker"),
+        "{evidence}"
+    );
+}
+
 #[tokio::test]
 async fn a_python_traceback_is_reported_with_type_and_message() {
     let server = FakeOpenAi::start(Knobs::default()).await;

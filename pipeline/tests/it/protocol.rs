@@ -33,6 +33,7 @@ fn expected(prompt: &str) -> Completion {
             completion_tokens: words,
             total_tokens: 5 + words,
         }),
+        model: Some("fake-model".into()),
     }
 }
 

@@ -283,6 +283,15 @@ impl Project {
         completions(&self.source_path(source, "completions.jsonl.zst"))
     }
 
+    /// The records of `source`'s `rejected.jsonl` (none when it does not exist).
+    pub fn rejected_of(&self, source: &str) -> Vec<Value> {
+        std::fs::read_to_string(self.source_path(source, "rejected.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json line"))
+            .collect()
+    }
+
     /// `gen ARGS` in the project directory, to be set up, then awaited or started.
     pub fn command(&self, args: &[&str]) -> GenCommand<'_> {
         GenCommand {

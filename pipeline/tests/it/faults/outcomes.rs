@@ -51,11 +51,7 @@ fn files_starting(project: &Project, prefix: &str) -> Vec<PathBuf> {
 }
 
 fn rejected(project: &Project) -> Vec<Value> {
-    std::fs::read_to_string(project.source_path("alpha", "rejected.jsonl"))
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json"))
-        .collect()
+    project.rejected_of("alpha")
 }
 
 /// `cfg.toml` of one source `alpha` against `server`.
