@@ -42,9 +42,12 @@ pub fn classify_server_log(text: &str) -> Verdict {
         let line = lines[at].trim();
         // Only the wrapped error (and the traceback that raised it) says what failed; another
         // rank's or an earlier attempt's CUDA OOM elsewhere in the log does not.
-        let wrapped_oom = lines[at.saturating_sub(40)..=at]
-            .iter()
-            .any(|l| l.contains("CUDA out of memory") || l.contains("OutOfMemoryError"));
+        // NCCL says a CUDA allocation failed as `Cuda failure 'out of memory'`.
+        let wrapped_oom = lines[at.saturating_sub(40)..=at].iter().any(|l| {
+            l.contains("CUDA out of memory")
+                || l.contains("OutOfMemoryError")
+                || l.contains("Cuda failure 'out of memory'")
+        });
         if wrapped_oom {
             let mut verdict = Verdict::new(
                 Class::Oom,
@@ -91,20 +94,61 @@ pub fn classify_server_log(text: &str) -> Verdict {
             Confidence::Medium,
         );
         let wrapped = line.split_once("failed:").map_or(line, |(_, w)| w.trim());
+        let lower_wrapped = wrapped.to_lowercase();
         // Drop a source-location prefix such as `[../gloo/transport/tcp/pair.cc:534] `.
-        let wrapped = match wrapped.strip_prefix('[').and_then(|w| w.split_once("] ")) {
+        let message = match wrapped.strip_prefix('[').and_then(|w| w.split_once("] ")) {
             Some((_, message)) => message,
             None => wrapped,
         };
-        verdict.signature = Some(truncate(wrapped, 80));
         verdict.evidence.push(truncate(line, 300));
-        verdict
-            .evidence
-            .push("not a memory error: the wrapped text has no `CUDA out of memory`".to_string());
-        verdict.advice.push(format!(
-            "fix the capture error ({}); --disable-cuda-graph confirms it",
-            truncate(wrapped, 80)
+        let crashed_rank = lines[..at]
+            .iter()
+            .rev()
+            .find(|l| l.contains(" in ncclAllReduce") || l.contains(" in ncclAllGather"));
+        let (kind, what, advice) = if lower_wrapped.contains("gloo") {
+            (
+                "gloo",
+                "a gloo (CPU, TCP) collective between the tensor-parallel ranks failed: a peer rank died or the connection between ranks broke",
+                "find the first error of the other ranks (the rank that died first), and check the network interface the ranks use (GLOO_SOCKET_IFNAME)",
+            )
+        } else if lower_wrapped.contains("nccl") {
+            (
+                "NCCL",
+                "an NCCL collective between the GPUs failed during capture",
+                "rerun with NCCL_DEBUG=INFO to see which NCCL call failed and why; check NCCL_SOCKET_IFNAME and peer-to-peer access (NCCL_P2P_DISABLE=1 tells)",
+            )
+        } else {
+            (
+                "",
+                "the capture itself failed",
+                "fix the capture error; --disable-cuda-graph confirms it is the capture",
+            )
+        };
+        verdict.signature = Some(match kind {
+            "" => truncate(message, 80),
+            kind => {
+                // SGLang's pynccl wrapper already says `NCCL error: …`.
+                let message = message
+                    .strip_prefix(&format!("{kind} error: "))
+                    .unwrap_or(message);
+                format!("{kind} error: {}", truncate(message, 70))
+            }
+        });
+        verdict.evidence.push(format!(
+            "not a memory error: {what} (the wrapped error has no `CUDA out of memory`)"
         ));
+        if let Some(frame) = crashed_rank {
+            verdict.evidence.push(format!(
+                "a rank crashed inside an NCCL collective: {}",
+                frame.trim()
+            ));
+        }
+        verdict
+            .advice
+            .push(format!("{advice} ({})", truncate(message, 80)));
+        verdict.advice.push(
+            "lowering --mem-fraction-static does not help: memory is not the cause".to_string(),
+        );
         return verdict;
     }
 

@@ -19,7 +19,7 @@ fn server_logs() {
             "server_sglang_capture_gloo_reconstructed.txt",
             Class::Other,
             Some(Subtype::CudaGraphCapture),
-            "cuda graph capture: Connection closed by peer [10.0.0.2]:46…",
+            "cuda graph capture: gloo error: Connection closed by peer […",
         ),
         (
             "server_vllm_kv_cache_reconstructed.txt",
@@ -115,6 +115,82 @@ fn gloo_capture_failure_is_not_called_oom() {
             .evidence
             .iter()
             .any(|e| e.contains("no `CUDA out of memory`"))
+    );
+}
+
+/// An SGLang capture failure says which it is: CUDA memory (also when NCCL reports it), a
+/// gloo collective that lost its peer rank, or an NCCL error — and only memory gets memory
+/// advice (issue 24, item 14).
+#[test]
+fn capture_failures_say_whether_memory_gloo_or_nccl() {
+    // sgl-project/sglang#4205: a rank crashed inside `ncclAllReduce`, the other rank's gloo
+    // connection closed.
+    let verdict = classify_server_log(&fixture(
+        "server_sglang_capture_gloo_after_nccl_crash_4205.txt",
+    ));
+    assert_eq!(
+        (verdict.class, verdict.subtype),
+        (Class::Other, Some(Subtype::CudaGraphCapture)),
+        "{verdict:#?}"
+    );
+    assert_eq!(
+        verdict.headline(),
+        "cuda graph capture: gloo error: Connection closed by peer"
+    );
+    let evidence = verdict.evidence.join("\n");
+    assert!(
+        evidence.contains("a gloo (CPU, TCP) collective between the tensor-parallel ranks failed")
+            && evidence.contains("a rank crashed inside an NCCL collective: File \"/usr/local/lib/python3.10/dist-packages/sglang/srt/distributed/device_communicators/pynccl_wrapper.py\", line 373 in ncclAllReduce"),
+        "{evidence}"
+    );
+    assert!(
+        verdict.advice[0].starts_with("find the first error of the other ranks"),
+        "{:?}",
+        verdict.advice
+    );
+
+    // NCCL reporting a failed CUDA allocation during capture is memory.
+    let verdict = classify_server_log(&fixture(
+        "server_sglang_capture_nccl_cuda_oom_reconstructed.txt",
+    ));
+    assert_eq!(
+        (verdict.class, verdict.subtype),
+        (Class::Oom, Some(Subtype::CudaGraphCapture)),
+        "{verdict:#?}"
+    );
+    assert_eq!(
+        verdict.next_action(),
+        "lower --mem-fraction-static (e.g. 0.85)"
+    );
+
+    // Any other NCCL error during capture is NCCL's, not memory.
+    let verdict = classify_server_log(&fixture(
+        "server_sglang_capture_nccl_capture_error_reconstructed.txt",
+    ));
+    assert_eq!(
+        (verdict.class, verdict.subtype),
+        (Class::Other, Some(Subtype::CudaGraphCapture)),
+        "{verdict:#?}"
+    );
+    assert!(
+        verdict
+            .headline()
+            .starts_with("cuda graph capture: NCCL error: unhandled cuda error"),
+        "{}",
+        verdict.headline()
+    );
+    assert!(
+        verdict
+            .evidence
+            .iter()
+            .any(|e| e.contains("an NCCL collective between the GPUs failed during capture")),
+        "{:?}",
+        verdict.evidence
+    );
+    assert!(
+        verdict.advice.iter().any(|a| a.contains("does not help")),
+        "{:?}",
+        verdict.advice
     );
 }
 
