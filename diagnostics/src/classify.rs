@@ -5,7 +5,10 @@
 //!
 //! 1. OOM by counter, or a user-space killer naming the worker's pid or cgroup;
 //! 2. OOM by a kernel `Killed process` record of the worker or a descendant (the log given is
-//!    taken to cover the worker's lifetime unless stamps say otherwise), or — with no pid known
+//!    taken to cover the worker's lifetime unless stamps say otherwise; a record of the
+//!    worker's own pid while it exited with a code is an earlier process's: pid reuse), by a
+//!    record of a pid not known to be the worker's inside its lifetime when the worker exited
+//!    with a code reporting a child's death without naming the child, or — with no pid known
 //!    and a death by SIGKILL — the log's own kill;
 //! 3. OOM reported by the scheduler or runtime (Slurm oom_kill events, Kubernetes `OOMKilled`,
 //!    docker, systemd, PBS, LSF), or a user-space killer in a log without a pid;
@@ -14,7 +17,8 @@
 //! 5. SIGKILL from outside `gen`: suspected OOM near the limit, a cleanup crash after complete
 //!    output, an external kill when the evidence speaks against OOM, else a suspected OOM;
 //! 6. cleanup crash: outputs verified complete, then death anyway;
-//! 7. traceback (a child's SIGKILL behind it is a suspected OOM of the child);
+//! 7. a Rust allocation failure (memory refused, not a kill), else a traceback (a child's
+//!    SIGKILL behind it is a suspected OOM of the child);
 //! 8. other.
 //!
 //! A child's OOM kill outranks the traceback it caused because rules 1–3 run before rule 7.
@@ -23,7 +27,7 @@
 use crate::batch::{self, BatchEvent, BatchKind};
 use crate::evidence::{OomEvidence, ResolvedExit, Texts, heuristic_exit};
 use crate::explain::{
-    Knob, allocation_refused, oom_verdict, other_verdict, traceback_verdict, with_symptoms,
+    Knob, allocation_verdict, oom_verdict, other_verdict, traceback_verdict, with_symptoms,
 };
 use crate::native::{self, Symptom};
 use crate::observation::{Exit, Observation};
@@ -86,7 +90,7 @@ fn rules(
     }
 
     let symptoms = native::symptoms(&texts.all);
-    let memory = OomEvidence::gather(observation, texts, &symptoms, batch);
+    let mut memory = OomEvidence::gather(observation, texts, &symptoms, batch);
     let reporters: Vec<&str> = batch.iter().map(|e| e.reporter).collect();
     let knob = |memcg: Option<&str>| Knob::from_evidence(&reporters, memcg);
     let kill_memcg: Option<String> = memory
@@ -168,6 +172,39 @@ fn rules(
         );
         return with_child_report(verdict, report, &symptoms);
     }
+    // A child the worker reports dead without naming it (datasets' map, a process pool), and
+    // the kernel killing a pid not known to be the worker's inside its lifetime while the
+    // worker itself exited with a code (so it was not the victim): that child's OOM kill.
+    let unnamed_child_died = symptoms.iter().any(|s| {
+        s.kind != native::SymptomKind::ResourceTracker
+            && s.pids.is_empty()
+            && s.signal.is_none_or(|signal| signal == SIGKILL)
+    });
+    if death.is_none()
+        && unnamed_child_died
+        && let [(kill, timed), ..] = memory.strangers.as_slice()
+    {
+        let (kill, timed) = (kill.clone(), *timed);
+        let pids: Vec<String> = memory
+            .strangers
+            .iter()
+            .map(|(k, _)| format!("{} ({})", k.pid, k.comm))
+            .collect();
+        memory
+            .rejected
+            .retain(|line| !line.starts_with("the kernel log's OOM kills are of other pids"));
+        let knob = knob(kill.task_memcg.as_deref().or(kill.oom_memcg.as_deref()));
+        let scope = kernel_subtype(kill.scope);
+        memory.kill = Some((kill, timed));
+        let mut verdict = oom_verdict(scope, Confidence::Medium, observation, &memory, knob);
+        verdict.evidence.push(format!(
+            "the worker reports a child's death without naming it, and the kernel killed {} {} inside its lifetime: taken as that child (its pid was not recorded as the worker's)",
+            if pids.len() == 1 { "pid" } else { "pids" },
+            pids.join(", ")
+        ));
+        return with_child_report(verdict, report, &symptoms);
+    }
+
     // No pid known: the log's own kill explains a SIGKILL, or a child's death behind a report.
     let sigkill_or_unknown = matches!(death, Some((SIGKILL, _))) || exit == Exit::Unknown;
     let child_died = symptoms
@@ -347,15 +384,17 @@ fn rules(
             .is_some_and(|r| r.language == Language::Rust);
     if (code_failure && (report.is_some() || signature.is_none())) || rust_abort {
         if let Some(report) = report {
+            if report.memory_related && report.language == Language::Rust {
+                return allocation_verdict(report, observation, &texts.stderr, &memory);
+            }
             let mut verdict = traceback_verdict(report.clone(), &symptoms);
             if report.memory_related && memory.kill.is_none() {
-                let notes = if report.language == Language::Rust {
-                    allocation_refused(&report, observation, &texts.stderr)
-                } else {
-                    allocation_refused_python(observation)
-                };
-                verdict.evidence.extend(notes);
+                verdict
+                    .evidence
+                    .extend(allocation_refused_python(observation));
             }
+            // Kernel kills that were not the worker's (pid reuse, other pids) and why.
+            verdict.evidence.extend(memory.rejected.iter().cloned());
             return verdict;
         }
         let line = native::last_exception_line(&texts.stderr)

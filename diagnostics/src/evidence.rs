@@ -140,6 +140,10 @@ pub(crate) struct OomEvidence {
     /// With no pid, cgroup or child pid to match: the logs' kernel kills inside whatever
     /// window is known.
     pub(crate) unattributed: Vec<OomKill>,
+    /// With a pid (or cgroup, or child pids) known: kernel kills of other pids inside whatever
+    /// window is known and of no other cgroup, and whether a window confirmed them. A child
+    /// the worker never named (a map or pool worker it started and lost) may be one.
+    pub(crate) strangers: Vec<(OomKill, bool)>,
     pub(crate) userspace: Option<UserspaceKill>,
     /// With no pid or cgroup to match: user-space kills in the logs.
     pub(crate) unattributed_userspace: Vec<UserspaceKill>,
@@ -197,6 +201,10 @@ impl OomEvidence {
             window,
             wall_window: (started, exited),
             alive_at: heuristic_alive_at(&texts.stderr),
+            exit_code: match observation.exit {
+                Exit::Code(code) if code != 137 => Some(code),
+                _ => None,
+            },
         };
         let (log_unavailable, parsed) = match &observation.kernel_log {
             KernelLog::Unavailable { reason } => {
@@ -231,6 +239,7 @@ impl OomEvidence {
         let mut kill: Option<(OomKill, bool)> = None;
         let mut rejected = Vec::new();
         let mut unattributed = Vec::new();
+        let mut strangers = Vec::new();
         let mut others: Vec<String> = Vec::new();
         for candidate in &events.kills {
             match candidate.matches(&target) {
@@ -266,6 +275,10 @@ impl OomEvidence {
                         && in_known_windows(candidate, &target)
                     {
                         unattributed.push(candidate.clone());
+                    } else if in_known_windows(candidate, &target)
+                        && !of_another_cgroup(candidate, target.cgroup)
+                    {
+                        strangers.push((candidate.clone(), timed_by_windows(candidate, &target)));
                     }
                 }
             }
@@ -321,6 +334,7 @@ impl OomEvidence {
             kill,
             rejected,
             unattributed,
+            strangers,
             userspace,
             unattributed_userspace,
             counter_delta: delta(observation.oom_kill_before, observation.oom_kill_after),
@@ -468,6 +482,28 @@ impl OomEvidence {
     pub(crate) fn limit_hit(&self, observation: &Observation) -> Option<u64> {
         observation.memory_limit_bytes.or(self.kernel_limit)
     }
+}
+
+/// `kill` names memory cgroups, none of them `worker`'s or related to it.
+fn of_another_cgroup(kill: &OomKill, worker: Option<&str>) -> bool {
+    let Some(worker) = worker else {
+        return false;
+    };
+    let named: Vec<&str> = [&kill.task_memcg, &kill.oom_memcg, &kill.group_cgroup]
+        .into_iter()
+        .filter_map(|c| c.as_deref())
+        .collect();
+    !named.is_empty()
+        && !named
+            .iter()
+            .any(|c| oom::same_or_below(c, worker) || oom::same_or_below(worker, c))
+}
+
+/// A window known on the clock `kill` is stamped in confirms where it falls.
+fn timed_by_windows(kill: &OomKill, target: &Target<'_>) -> bool {
+    let (started, exited) = &target.wall_window;
+    (kill.usec.is_some() && target.window.is_some())
+        || (kill.wall.is_some() && (started.is_some() || exited.is_some()))
 }
 
 /// With no pid, a kill still has to fall inside whatever window is known.

@@ -223,12 +223,7 @@ pub(crate) fn allocation_refused(
     observation: &Observation,
     stderr: &str,
 ) -> Vec<String> {
-    let asked = report
-        .exception
-        .message
-        .strip_prefix("memory allocation of ")
-        .and_then(|m| crate::text::leading_number(m))
-        .map(|(n, _)| n);
+    let asked = allocation_size(report);
     let mut notes = Vec::new();
     notes.push(
         "not an OOM kill: the allocator was refused memory and the process stopped itself; under a memory cgroup or a host OOM the kernel kills with SIGKILL instead"
@@ -256,6 +251,57 @@ pub(crate) fn allocation_refused(
         ),
     }
     notes
+}
+
+/// A Rust allocation failure (`memory allocation of N bytes failed`, then SIGABRT): the
+/// process was refused memory and stopped itself. Memory, not a bug in the program's logic,
+/// and not an OOM kill: the limit that refused it is named as far as the evidence says.
+pub(crate) fn allocation_verdict(
+    report: ErrorReport,
+    observation: &Observation,
+    stderr: &str,
+    memory: &OomEvidence,
+) -> Verdict {
+    let mut verdict = Verdict::new(
+        Class::Oom,
+        Some(Subtype::AllocationFailure),
+        Confidence::High,
+    );
+    verdict.evidence.push(format!("exit: {}", observation.exit));
+    verdict
+        .evidence
+        .push(format!("stderr: {}", report.exception.message));
+    let notes = allocation_refused(&report, observation, stderr);
+    let impossible = notes
+        .iter()
+        .any(|n| n.contains("more than the machine has"));
+    verdict.evidence.extend(notes);
+    verdict.evidence.extend(memory.rss_line());
+    verdict.peak_bytes = memory.peak;
+    verdict.signature = Some(match allocation_size(&report) {
+        Some(bytes) => format!("{} asked at once", human_bytes(bytes)),
+        None => "an allocation was refused".to_string(),
+    });
+    verdict.advice.push(if impossible {
+        "the size asked for is impossible: find the length or count it was computed from (bad input, an overflow); no memory limit would let it through".to_string()
+    } else {
+        "lift the per-process limit that refused it (`ulimit -v`, RLIMIT_AS or RLIMIT_DATA in the job's or container's settings), or make the worker hold less at once".to_string()
+    });
+    verdict
+        .advice
+        .push("then rerun with --only-failed".to_string());
+    verdict.error = Some(report);
+    verdict
+}
+
+/// The size a Rust allocation failure names, bytes.
+fn allocation_size(report: &ErrorReport) -> Option<u64> {
+    report
+        .exception
+        .message
+        .strip_prefix("memory allocation of ")
+        .and_then(crate::text::leading_number)
+        .map(|(n, _)| n)
 }
 
 pub(crate) fn traceback_verdict(report: ErrorReport, symptoms: &[native::Symptom]) -> Verdict {

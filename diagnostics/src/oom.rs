@@ -582,6 +582,9 @@ pub struct Target<'a> {
     /// A moment the worker itself was still alive (a stamped line it printed), so a kill of
     /// its pid logged well before it was another process's.
     pub alive_at: Option<WallTime>,
+    /// The worker ended by this exit code (not 137, 128 + SIGKILL): the OOM killer kills with
+    /// SIGKILL, so a kill of the worker's own pid is another process's that had it earlier.
+    pub exit_code: Option<i32>,
 }
 
 /// Slack on wall-clock comparisons: stamps have one-second resolution and clocks drift.
@@ -601,8 +604,9 @@ pub enum KillMatch {
 
 impl OomKill {
     /// Joins on pid-or-descendant (or cgroup), then rejects the kill only on evidence that it
-    /// belongs to another process: another comm or cgroup, or stamps that put it outside the
-    /// worker's lifetime (pid reuse). Without comparable stamps the log given is taken to cover
+    /// belongs to another process: another comm or cgroup, stamps that put it outside the
+    /// worker's lifetime (pid reuse), or a worker that exited with a code although the kill
+    /// names its own pid (a killed process dies by SIGKILL). Without comparable stamps the log given is taken to cover
     /// the worker's lifetime, as `gen diagnose --kernel-log` documents.
     pub fn matches(&self, target: &Target<'_>) -> KillMatch {
         let cgroups = [&self.task_memcg, &self.oom_memcg, &self.group_cgroup];
@@ -626,6 +630,13 @@ impl OomKill {
         if !ours {
             return KillMatch::No(format!(
                 "pid {} is not the worker or a descendant",
+                self.pid
+            ));
+        }
+        if is_worker && let Some(code) = target.exit_code {
+            return KillMatch::No(format!(
+                "the worker exited with exit code {code}, but the OOM killer kills with SIGKILL: \
+                 this kill is of an earlier process that had pid {} (pid reuse)",
                 self.pid
             ));
         }

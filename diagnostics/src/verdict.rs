@@ -15,8 +15,8 @@ use crate::text::{basename, human_bytes, limit_setting, truncate};
 pub enum Class {
     /// Exit 0 with verified outputs.
     Success,
-    /// Killed for memory (kernel, cgroup counter, userspace killer, or suspected), or a server
-    /// that ran out of GPU memory.
+    /// Killed for memory (kernel, cgroup counter, userspace killer, or suspected), refused
+    /// memory (a Rust allocation failure), or a server that ran out of GPU memory.
     Oom,
     /// The program reported an error: Python exception, Rust panic, or a last stderr line.
     Traceback,
@@ -48,6 +48,9 @@ pub enum Subtype {
     SchedulerReport,
     /// earlyoom or systemd-oomd killed it.
     UserspaceKiller,
+    /// An allocation was refused and the process stopped itself (Rust's `memory allocation of
+    /// N bytes failed`, then SIGABRT): a per-process limit or an impossible size, not a kill.
+    AllocationFailure,
     /// Python exception.
     Python,
     /// Rust panic or allocation failure.
@@ -251,6 +254,10 @@ impl Verdict {
                     self.signature_or("GPU memory")
                 )
             }
+            (Class::Oom, Some(Subtype::AllocationFailure)) => format!(
+                "oom (allocation refused): {}",
+                self.signature_or("an allocation was refused")
+            ),
             (Class::Oom, subtype) if self.error.is_some() => {
                 let label = subtype.map(subtype_label).unwrap_or("unknown");
                 let raised = self
@@ -314,6 +321,17 @@ impl Verdict {
                 "free the GPU or lower --gpu-memory-utilization".to_string()
             }
             (Class::Oom, Some(Subtype::GpuAllocation)) => "lower -c, -ngl or slots".to_string(),
+            (Class::Oom, Some(Subtype::AllocationFailure))
+                if self
+                    .advice
+                    .first()
+                    .is_some_and(|a| a.starts_with("the size asked for is impossible")) =>
+            {
+                "find where the impossible size comes from".to_string()
+            }
+            (Class::Oom, Some(Subtype::AllocationFailure)) => {
+                "lift the per-process memory limit or hold less at once".to_string()
+            }
             (Class::Oom, Some(Subtype::UserspaceKiller)) => {
                 "leave the host more free memory, or exempt the worker from the killer".to_string()
             }
@@ -382,6 +400,7 @@ pub fn subtype_label(subtype: Subtype) -> &'static str {
         Subtype::SuspectedSigkill => "suspected: SIGKILL",
         Subtype::SchedulerReport => "scheduler",
         Subtype::UserspaceKiller => "userspace killer",
+        Subtype::AllocationFailure => "allocation refused",
         Subtype::Python => "python",
         Subtype::Rust => "rust",
         Subtype::LastLine => "last line",

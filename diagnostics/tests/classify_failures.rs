@@ -22,9 +22,24 @@ fn stale_kernel_line_for_a_reused_pid_does_not_relabel_a_traceback() {
         (Class::Traceback, Some(Subtype::Python))
     );
     assert_eq!(verdict.headline(), "traceback: KeyError: 'prompt'");
-    // The same line inside the window would be an OOM of the worker.
+    // Inside the window it is still not the worker's: the worker exited 1, and the OOM killer
+    // kills with SIGKILL. Only a worker that died by SIGKILL was its victim.
     observation.spawn_usec = Some(110_000_000);
     observation.exit_usec = Some(121_000_000);
+    let verdict = classify(&observation);
+    assert_eq!(verdict.class, Class::Traceback);
+    assert!(
+        verdict
+            .evidence
+            .iter()
+            .any(|e| e.contains("exited with exit code 1, but the OOM killer kills with SIGKILL")),
+        "{:?}",
+        verdict.evidence
+    );
+    observation.exit = Exit::Signal {
+        signal: 9,
+        sent_by_gen: false,
+    };
     assert_eq!(classify(&observation).class, Class::Oom);
 }
 
@@ -153,15 +168,6 @@ fn tracebacks_and_panics() {
             "traceback: panic: index out of bounds: the len is 0 but the…",
         ),
         (
-            "rust_alloc_failed.txt",
-            Exit::Signal {
-                signal: 6,
-                sent_by_gen: false,
-            },
-            Subtype::Rust,
-            "traceback: allocation failure: memory allocation of 7036874…",
-        ),
-        (
             "py_systemexit.txt",
             Exit::Code(1),
             Subtype::LastLine,
@@ -182,14 +188,24 @@ fn tracebacks_and_panics() {
     }
     let verdict = classify(&failed_with(&fixture("py_chained_direct_cause.txt")));
     assert!(verdict.evidence.iter().any(|e| e.starts_with("root cause (first in the chain): json.decoder.JSONDecodeError")));
+    // Rust's allocation-error handler aborts: memory refused, not a traceback (issue 24).
     let mut observation = failed_with(&fixture("rust_alloc_failed.txt"));
     observation.exit = Exit::Signal {
         signal: 6,
         sent_by_gen: false,
     };
+    let verdict = classify(&observation);
     assert_eq!(
-        classify(&observation).next_action(),
-        "reduce memory use, then rerun with --only-failed"
+        (verdict.class, verdict.subtype),
+        (Class::Oom, Some(Subtype::AllocationFailure))
+    );
+    assert_eq!(
+        verdict.headline(),
+        "oom (allocation refused): 65536 GiB asked at once"
+    );
+    assert_eq!(
+        verdict.next_action(),
+        "find where the impossible size comes from"
     );
 }
 

@@ -682,6 +682,33 @@ fn a_childs_oom_behind_the_parents_traceback() {
             .stderr("child_oom/dataloader_killed_py27_traceback.txt")
             .kernel("kernel_versions/v6_16_dmesg_t_global.txt")
             .exit(Exit::Code(1)),
+        // Issue 24, item 11: the kernel names the map worker 22868, never named as the
+        // parent's child, and only its kill lines are given (no task table listing the
+        // parent): the child's OOM, not the traceback it caused.
+        case("own: datasets map child OOM, kill lines only, parent pid and exit 1", Oom, Some(KernelMemcg))
+            .stderr(map)
+            .kernel("child_oom/own_datasets_map_num_proc_child_oom.kill_lines.txt")
+            .exit(Exit::Code(1))
+            .pid(22789)
+            .confidence(Confidence::Medium)
+            .evidence("Killed process 22868 (python)")
+            .evidence("taken as that child")
+            .evidence("traceback raised: RuntimeError: One of the subprocesses has abruptly died"),
+        case("own: the same read from the traceback, no exit given", Oom, Some(KernelMemcg))
+            .stderr(map)
+            .kernel("child_oom/own_datasets_map_num_proc_child_oom.kill_lines.txt")
+            .pid(22789),
+        case("the same kill lines behind a traceback that reports no child's death", Traceback, Some(Python))
+            .stderr("py_keyerror.txt")
+            .kernel("child_oom/own_datasets_map_num_proc_child_oom.kill_lines.txt")
+            .exit(Exit::Code(1))
+            .pid(22789),
+        case("the same kill lines, but the worker's cgroup is another", Traceback, Some(Python))
+            .stderr(map)
+            .kernel("child_oom/own_datasets_map_num_proc_child_oom.kill_lines.txt")
+            .exit(Exit::Code(1))
+            .pid(22789)
+            .cgroup("/process_api/70bebf160b1d4ae825a8e4c88de47071/othersource"),
     ]);
 }
 
@@ -727,31 +754,8 @@ fn finished_then_killed_late_is_a_cleanup_crash() {
 #[test]
 fn not_oom() {
     use Class::{Other, Traceback};
-    use Subtype::{LastLine, Python, Rust, TimeLimit};
+    use Subtype::{LastLine, Python, TimeLimit};
     run(vec![
-        case(
-            "own: Rust allocation failure under ulimit -v",
-            Traceback,
-            Some(Rust),
-        )
-        .stderr("not_oom/own_rust_alloc_failed_ulimit_v.stderr.txt")
-        .evidence("not an OOM kill")
-        .evidence("RLIMIT_AS"),
-        case(
-            "Rust: 10 bytes refused under ulimit -v",
-            Traceback,
-            Some(Rust),
-        )
-        .stderr("not_oom/rust_alloc_failed_ulimit_v_sudo_rs.txt")
-        .evidence("RLIMIT_AS"),
-        case(
-            "Rust: glued to a progress bar and the shell",
-            Traceback,
-            Some(Rust),
-        )
-        .stderr("not_oom/rust_alloc_failed_glued_shell_aborted.txt"),
-        case("Rust: no newline before Aborted", Traceback, Some(Rust))
-            .stderr("not_oom/rust_alloc_failed_aborted_no_newline.txt"),
         case(
             "own: Python MemoryError under ulimit -v",
             Traceback,
@@ -802,6 +806,110 @@ fn not_oom() {
         )
         .stderr("not_oom/slurm_time_limit_job_and_step.txt")
         .exit(SIGKILL),
+    ]);
+}
+
+/// `memory allocation of N bytes failed`, then SIGABRT: Rust's allocation-error handler under
+/// a per-process limit (or asked for an impossible size). Memory, but no kill: an allocation
+/// failure, never a traceback or a crash (issue 24, item 13; these were `traceback (rust)`).
+#[test]
+fn an_allocation_failure_is_memory_not_a_traceback() {
+    use Class::Oom;
+    use Subtype::AllocationFailure;
+    run(vec![
+        case(
+            "own: Rust allocation failure under ulimit -v",
+            Oom,
+            Some(AllocationFailure),
+        )
+        .stderr("not_oom/own_rust_alloc_failed_ulimit_v.stderr.txt")
+        .confidence(Confidence::High)
+        .evidence("not an OOM kill")
+        .evidence("RLIMIT_AS")
+        .next("lift the per-process memory limit or hold less at once"),
+        case(
+            "own: the same with its SIGABRT given",
+            Oom,
+            Some(AllocationFailure),
+        )
+        .stderr("not_oom/own_rust_alloc_failed_ulimit_v.stderr.txt")
+        .exit(Exit::Signal {
+            signal: 6,
+            sent_by_gen: false,
+        })
+        .pid(22272)
+        .evidence("memory allocation of 67108864 bytes failed"),
+        case(
+            "Rust: 10 bytes refused under ulimit -v",
+            Oom,
+            Some(AllocationFailure),
+        )
+        .stderr("not_oom/rust_alloc_failed_ulimit_v_sudo_rs.txt")
+        .evidence("RLIMIT_AS"),
+        case(
+            "Rust: glued to a progress bar and the shell",
+            Oom,
+            Some(AllocationFailure),
+        )
+        .stderr("not_oom/rust_alloc_failed_glued_shell_aborted.txt"),
+        case(
+            "Rust: no newline before Aborted",
+            Oom,
+            Some(AllocationFailure),
+        )
+        .stderr("not_oom/rust_alloc_failed_aborted_no_newline.txt")
+        .evidence("a request of 21.8 GiB was refused"),
+        case(
+            "Rust: 2656 bytes refused, then Aborted",
+            Oom,
+            Some(AllocationFailure),
+        )
+        .stderr("not_oom/rust_alloc_failed_small_blazesym.txt")
+        .exit(Exit::Code(134))
+        .evidence("a request of 2.6 KiB was refused"),
+        case(
+            "Rust: usize::MAX asked, cargo reports SIGABRT",
+            Oom,
+            Some(AllocationFailure),
+        )
+        .stderr("not_oom/rust_alloc_failed_usize_max_clippy.txt")
+        .evidence("not a limit that is too low")
+        .next("find where the impossible size comes from"),
+    ]);
+}
+
+/// A kernel OOM record of the worker's own pid while the worker exited with a code and a
+/// traceback: the OOM killer kills with SIGKILL, so the record is of an earlier process that
+/// had the pid (issue 24, item 12: this was an OOM). With SIGKILL it stays the worker's.
+#[test]
+fn a_kill_of_the_workers_pid_does_not_relabel_its_traceback() {
+    use Class::{Oom, Traceback};
+    use Subtype::{KernelMemcg, Python};
+    let kmsg = "kernel_formats/kmsg_raw_memcg_6_18_own.txt";
+    run(vec![
+        case("own: kmsg kill of pid 9142, worker 9142 exited 1 with a traceback", Traceback, Some(Python))
+            .stderr("py_keyerror.txt")
+            .kernel(kmsg)
+            .exit(Exit::Code(1))
+            .pid(9142)
+            .evidence("ignored kernel line for pid 9142: the worker exited with exit code 1, but the OOM killer kills with SIGKILL")
+            .next("fix the error, then rerun with --only-failed"),
+        case("own: the same without the exit status (read from the traceback)", Traceback, Some(Python))
+            .stderr("py_keyerror.txt")
+            .kernel(kmsg)
+            .pid(9142)
+            .evidence("pid reuse"),
+        case("own: the same with SIGKILL is the worker's OOM", Oom, Some(KernelMemcg))
+            .stderr("py_keyerror.txt")
+            .kernel(kmsg)
+            .exit(SIGKILL)
+            .pid(9142),
+        case("own: dmesg kill of pid 21862, worker 21862 exited 1 with a traceback", Traceback, Some(Python))
+            .stderr("py_chained_direct_cause.txt")
+            .kernel("kernel_formats/own_bash_job_dmesg.txt")
+            .exit(Exit::Code(1))
+            .pid(21862)
+            .evidence("ignored kernel line for pid 21862"),
     ]);
 }
 

@@ -209,7 +209,8 @@ Logs captured anywhere (`--stderr` alone does its best; flags add evidence):
   gen diagnose --stderr train.log --kernel-log dmesg.txt --exit-code 1
   # output complete, then hung at exit until a watchdog or time limit killed it
   gen diagnose --stderr worker.log --signal 9 --output-complete
-  # not OOM: `memory allocation of N bytes failed` (`ulimit -v`), a time limit
+  # no OOM kill: an allocation refused (`memory allocation of N bytes
+  # failed`, `ulimit -v`), a time limit
   gen diagnose --stderr worker.log --exit-code 134
 
 `--started-at` and `--exited-at` take a wall-clock time as logs print it

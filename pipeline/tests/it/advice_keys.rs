@@ -128,9 +128,10 @@ fn subtype_index(subtype: Subtype) -> usize {
         Subtype::GpuAllocation => 22,
         Subtype::ModelLoad => 23,
         Subtype::PortInUse => 24,
+        Subtype::AllocationFailure => 25,
     }
 }
-const SUBTYPES: usize = 25;
+const SUBTYPES: usize = 26;
 
 /// The config keys a piece of advice names: left-hand sides of `key = value`, backticked
 /// words, and the word after "raise", "lower", "set" or "increase", when it is written like a
