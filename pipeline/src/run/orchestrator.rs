@@ -625,6 +625,15 @@ impl<'p> Orchestrator<'p> {
     }
 
     fn dispatched(&mut self, event: DispatchEvent) -> anyhow::Result<()> {
+        // The dispatch stops admitting on the signal's own token, so a source's end can arrive
+        // before this loop's wake-up for the signal: the signal comes first (the source
+        // stopped, it did not fail, and the run says why).
+        if matches!(event, DispatchEvent::SourceFinished { .. })
+            && self.dispatcher.stop_admitting.is_cancelled()
+            && !self.stopping.is_stopping()
+        {
+            self.interrupted();
+        }
         let sources = &mut self.state.sources;
         match event {
             DispatchEvent::Completed { source, record } => {
