@@ -124,7 +124,7 @@ pub fn diagnose(subject: &Subject) -> anyhow::Result<(String, Verdict)> {
             let worker: WorkerFile = atomic::read_json(&path)?.with_context(|| {
                 format!("source `{source}` has no worker record at `{}`: has it been prepared by `gen run`?", path.display())
             })?;
-            let verdict = worker.verdict.unwrap_or_else(|| {
+            let mut verdict = worker.verdict.unwrap_or_else(|| {
                 let mut verdict = Verdict::new(
                     gen_diagnostics::Class::Success,
                     None,
@@ -136,6 +136,9 @@ pub fn diagnose(subject: &Subject) -> anyhow::Result<(String, Verdict)> {
                 ));
                 verdict
             });
+            if verdict.subtype == Some(Subtype::Cancelled) {
+                stopped_with_the_run(run_dir, &mut verdict);
+            }
             Ok((format!("source `{source}`"), verdict))
         }
         Subject::Logs(inputs) => {
@@ -167,6 +170,36 @@ pub fn diagnose(subject: &Subject) -> anyhow::Result<(String, Verdict)> {
             let verdict = gen_diagnostics::classify_server_log(&read(path)?);
             Ok((format!("server log `{}`", path.display()), verdict))
         }
+    }
+}
+
+/// A worker `gen` stopped because its run stopped did not fail: says why the run stopped
+/// and what prepares the source (a plain `gen run`, which `--only-failed` is not).
+fn stopped_with_the_run(run_dir: &RunDir, verdict: &mut Verdict) {
+    let status: Option<serde_json::Value> = atomic::read_json(&run_dir.status()).ok().flatten();
+    let field = |name: &str| {
+        status
+            .as_ref()
+            .and_then(|s| s[name].as_str().map(str::to_owned))
+    };
+    if let Some(reason) = field("stopped_by") {
+        verdict.evidence.push(format!("the run stopped: {reason}"));
+    }
+    let config = field("config").unwrap_or_else(|| "CONFIG".to_owned());
+    // `--only-failed` does not pick a source whose worker was stopped, not failed.
+    verdict.advice.retain(|a| !a.contains("--only-failed"));
+    verdict.advice.push(format!(
+        "nothing failed in the preparation: `gen run {config}` prepares the source again once \
+         what stopped the run is fixed"
+    ));
+}
+
+/// The last line of a rendered verdict: what to do next.
+fn next_action(verdict: &Verdict) -> String {
+    if verdict.subtype == Some(Subtype::Cancelled) {
+        "fix what stopped the run (above), then `gen run` again".to_owned()
+    } else {
+        verdict.next_action()
     }
 }
 
@@ -220,6 +253,6 @@ pub fn render(title: &str, verdict: &Verdict) -> String {
     for line in &verdict.advice {
         let _ = writeln!(out, "  advice      {line}");
     }
-    let _ = writeln!(out, "  next        {}", verdict.next_action());
+    let _ = writeln!(out, "  next        {}", next_action(verdict));
     out
 }

@@ -363,26 +363,38 @@ fn cpus(plan: &Plan, machine: &Machine) -> Check {
     }
 }
 
+/// The output's size at full length: from the prompts of prepared sources, and from `limit`
+/// for the others, whose prompts are not known yet. Only the prepared sources' part can refuse
+/// the run: a `limit` is an upper bound ("keep every row" is often spelled as a huge one), so
+/// beyond the known part it warns, and is sized again from the prompts once they are prepared.
 fn disk(plan: &Plan, machine: &Machine) -> Check {
-    let prompts: u64 = plan
-        .sources
-        .iter()
-        .map(|spec| {
-            machine
-                .prepared
-                .get(spec.name())
-                .copied()
-                .unwrap_or_else(|| spec.limit())
-        })
-        .sum();
+    let (mut known, mut bound) = (0u64, 0u64);
+    for spec in &plan.sources {
+        match machine.prepared.get(spec.name()) {
+            Some(prompts) => known = known.saturating_add(*prompts),
+            None => bound = bound.saturating_add(spec.limit()),
+        }
+    }
+    let prompts = known.saturating_add(bound);
     let max_tokens = u64::from(plan.generation.max_tokens);
-    let estimate = prompts
-        .saturating_mul(max_tokens)
-        .saturating_mul(BYTES_PER_TOKEN)
-        / COMPRESSION;
+    let size = |prompts: u64| {
+        prompts
+            .saturating_mul(max_tokens)
+            .saturating_mul(BYTES_PER_TOKEN)
+            / COMPRESSION
+    };
+    let (estimate, known_estimate) = (size(prompts), size(known));
     let basis = format!(
         "{prompts} prompts × {max_tokens} max-tokens × ~{BYTES_PER_TOKEN} bytes/token ÷ {COMPRESSION} (zstd)"
     );
+    let unknown = if bound > 0 {
+        format!(
+            "; {bound} of the prompts are the `limit` of sources not prepared yet, sized again \
+             once prepared"
+        )
+    } else {
+        String::new()
+    };
     let Some(disk) = &machine.disk else {
         return Check::new(
             "disk",
@@ -398,11 +410,20 @@ fn disk(plan: &Plan, machine: &Machine) -> Check {
         human(disk.free),
         disk.mount_point.display()
     );
-    if estimate > disk.free {
+    if known_estimate > disk.free {
         Check::new(
             "disk",
             Level::Fail,
             format!("output needs up to {} ({basis}), {free}", human(estimate)),
+        )
+    } else if estimate > disk.free {
+        Check::new(
+            "disk",
+            Level::Warn,
+            format!(
+                "output may need up to {} ({basis}{unknown}), {free}",
+                human(estimate)
+            ),
         )
     } else if estimate as f64 > WARN_FRACTION * disk.free as f64 {
         Check::new(
@@ -670,6 +691,37 @@ mod tests {
             disk.message,
             "output needs up to 41.7 MiB (4000 prompts × 8192 max-tokens × ~4 bytes/token ÷ 3 (zstd)), 10 MiB free on `/data`"
         );
+    }
+
+    /// A huge `limit` ("keep every row") of a source not prepared yet is an upper bound: it
+    /// warns, it does not refuse; once prepared, its prompts count. (Before: refused with
+    /// "output needs up to 19.4 TiB (1000000000000 prompts …)".)
+    #[test]
+    fn a_huge_limit_of_an_unprepared_source_warns_and_its_prompts_count_once_prepared() {
+        let mut host = machine(64 * GIB);
+        host.disk = Some(Disk {
+            mount_point: "/data".into(),
+            free: 10 << 30,
+            total: 1 << 40,
+        });
+        let text = "[server]\nurl = \"http://127.0.0.1:9\"\n\n[generation]\nmax-tokens = 16\n\n[[source]]\nname = \"s0\"\npath = \"a.jsonl\"\nlimit = 1000000000000\n";
+        let plan = Plan::from_text(Path::new("cfg.toml"), text).expect("plan");
+        let preflight = assess(&plan, &host);
+        let disk = check(&preflight, "disk");
+        assert_eq!(disk.level, Level::Warn, "{}", disk.message);
+        assert!(
+            disk.message.contains(
+                "1000000000000 of the prompts are the `limit` of sources not prepared yet"
+            ),
+            "{}",
+            disk.message
+        );
+        assert!(preflight.fits());
+        host.prepared.insert("s0".into(), 5000);
+        let prepared = assess(&plan, &host);
+        let disk = check(&prepared, "disk");
+        assert_eq!(disk.level, Level::Ok, "{}", disk.message);
+        assert!(disk.message.contains("(5000 prompts"), "{}", disk.message);
     }
 
     #[test]

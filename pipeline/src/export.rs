@@ -206,7 +206,11 @@ pub fn export(args: &ExportArgs) -> anyhow::Result<ExitCode> {
             ExportFormat::Parquet => "export.parquet",
         }),
     };
-    let audit = crate::verify::audit(&run_dir)?;
+    let config = args
+        .target
+        .is_file()
+        .then(|| args.target.display().to_string());
+    let audit = crate::verify::audit(&run_dir, config.as_deref())?;
     if !audit.complete {
         let missing: Vec<String> = audit
             .missing()
@@ -215,10 +219,11 @@ pub fn export(args: &ExportArgs) -> anyhow::Result<ExitCode> {
         if !args.allow_incomplete {
             anyhow::bail!(
                 "the run at `{}` is not finished, so an export would miss prompts:{}\n\
-                 finish it with `gen run CONFIG`, or export what is there with \
+                 finish it with `gen run {}`, or export what is there with \
                  `--allow-incomplete`",
                 run_dir.root().display(),
-                missing.concat()
+                missing.concat(),
+                audit.config
             );
         }
         eprintln!(

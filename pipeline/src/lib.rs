@@ -218,8 +218,11 @@ fn run_command(args: RunArgs) -> Result<ExitCode, CliError> {
     let outcome = match outcome {
         Ok(outcome) => outcome,
         Err(error) => {
-            // A task that lost its shard writes nothing more to it, status included.
-            if error.downcast_ref::<scale::owner::FenceError>().is_none() {
+            // A task that lost its shard writes nothing more to it, status included; a run
+            // refused by the lock leaves the holder's status alone.
+            if error.downcast_ref::<scale::owner::FenceError>().is_none()
+                && error.downcast_ref::<run::lock::LockError>().is_none()
+            {
                 mark_stopped(&run_dir, &error);
             }
             if let Some(task) = task {
@@ -293,7 +296,7 @@ fn report_outcome(args: &RunArgs, run_dir: &RunDir, outcome: RunOutcome) -> u8 {
         eprintln!("gen: every selected source is prepared; `gen run {config}` generates");
     } else if !failed.is_empty() {
         eprintln!(
-            "gen: {} source(s) not finished: {}; run `gen run` again to retry them",
+            "gen: {} source(s) not finished: {}; run `gen run {config}` again to retry them",
             failed.len(),
             failed.join(", ")
         );

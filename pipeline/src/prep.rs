@@ -138,7 +138,7 @@ fn prepare_spec(
         dir: Some(dir.root().to_path_buf()),
     };
     let prepared = write_prompts(plan, spec, base_dir, &tmp_path, exclude, sample);
-    let (written, counters) = match prepared {
+    let (written, digest, counters) = match prepared {
         Ok(prepared) => prepared,
         Err(e) => {
             // A partial prompts file only takes space (all of it, when the disk filled up).
@@ -147,6 +147,14 @@ fn prepare_spec(
         }
     };
     fs_err::rename(&tmp_path, &final_path)?;
+    // What the file holds, so a run can tell it from a damaged or replaced one.
+    let stat = FileStat::of(&final_path)?;
+    let prompt_ids = crate::store::prompts::PromptIds {
+        bytes: stat.len,
+        prompts: written,
+        digest: format!("{digest:032x}"),
+        stat: Some(stat),
+    };
     // A file modified while it was read keeps no record: the next run hashes it again.
     let stats_after = local_stats(spec, base_dir);
     let input_stats = stats_before
@@ -161,7 +169,7 @@ fn prepare_spec(
         settings: Some(spec.settings()),
         input_stats,
         kept_for: None,
-        prompt_ids: None,
+        prompt_ids: Some(prompt_ids),
         counters,
     };
     if let Err(e) = atomic::write_json(&dir.manifest(), &manifest) {
@@ -226,7 +234,7 @@ fn write_prompts(
     tmp_path: &Path,
     exclude: Option<&mut std::collections::HashSet<u64>>,
     sample: gen_sources::SampleOptions,
-) -> anyhow::Result<(u64, gen_sources::Manifest)> {
+) -> anyhow::Result<(u64, u128, gen_sources::Manifest)> {
     // Named as the file it becomes: the temporary name is an implementation detail.
     let context = || {
         format!(
@@ -235,7 +243,7 @@ fn write_prompts(
         )
     };
     let (mut writer, _) = FrameWriter::open(tmp_path).with_context(context)?;
-    let mut written = 0u64;
+    let (mut written, mut digest) = (0u64, 0u128);
     let hub = gen_sources::HubSettings::from_env().with_progress(download_log());
     let mut options = gen_sources::PrepareOptions {
         hub,
@@ -246,6 +254,7 @@ fn write_prompts(
     let counters = gen_sources::prepare_with(spec, base_dir, &mut options, &mut |prompt| {
         writer.push(prompt)?;
         written += 1;
+        digest = digest.wrapping_add(crate::store::ids::key(&prompt.id));
         if writer.pending() >= FRAME_PROMPTS || writer.pending_bytes() >= FRAME_BYTES {
             writer.flush()?;
         }
@@ -261,7 +270,7 @@ fn write_prompts(
         Ok(counters) => counters,
     };
     writer.flush().with_context(context)?;
-    Ok((written, counters))
+    Ok((written, digest, counters))
 }
 
 /// Download progress as lines in the worker's log: where a large download stands, and proof

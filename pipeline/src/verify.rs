@@ -23,6 +23,7 @@ use anyhow::Context as _;
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::run::shard::Shard;
 use crate::status::Phase;
 use crate::store::frames;
 use crate::store::ids::{self, IdSet};
@@ -36,6 +37,13 @@ pub struct Audit {
     pub run_dir: String,
     /// `status.json` says a `gen run` ended (normally or by a handled signal).
     pub run_finished: Option<bool>,
+    /// Why the last `gen run` stopped early, as `status.json` says.
+    pub stopped_by: Option<String>,
+    /// The config the advice names: the one `gen verify` was given, else the one the last
+    /// `gen run` used (`status.json`), else `CONFIG`.
+    pub config: String,
+    /// Things about the run directory as a whole that are worth saying (a damaged `run.json`).
+    pub notes: Vec<String>,
     pub sources: Vec<SourceAudit>,
     /// Sums over sources.
     pub totals: Totals,
@@ -106,12 +114,14 @@ impl Audit {
 /// and complete (or incomplete with `allow_incomplete`), 1 otherwise.
 pub fn verify(target: &Path, json: bool, allow_incomplete: bool) -> anyhow::Result<ExitCode> {
     let run_dir = crate::resolve_run_dir(target).map_err(|e| e.error)?;
+    let config = target.is_file().then(|| target.display().to_string());
     anyhow::ensure!(
         run_dir.root().is_dir(),
-        "no run directory at `{}`: start a run with `gen run CONFIG`",
-        run_dir.root().display()
+        "no run directory at `{}`: start a run with `gen run {}`",
+        run_dir.root().display(),
+        config.as_deref().unwrap_or("CONFIG")
     );
-    let audit = audit(&run_dir)?;
+    let audit = audit(&run_dir, config.as_deref())?;
     if json {
         println!(
             "{}",
@@ -129,30 +139,39 @@ pub fn verify(target: &Path, json: bool, allow_incomplete: bool) -> anyhow::Resu
     )
 }
 
-/// Audits every source directory of `run_dir` (read only).
-pub fn audit(run_dir: &RunDir) -> anyhow::Result<Audit> {
-    // Read loosely: only `finished` and each source's name and phase matter here, and a
-    // status written by an older or newer `gen` must still be auditable.
-    let status: Option<Value> = atomic::read_json(&run_dir.status())
-        .with_context(|| format!("failed to read `{}`", run_dir.status().display()))?;
-    let listed_sources = listed_sources(status.as_ref());
+/// Audits every source directory of `run_dir` (read only); `config` is the config file the
+/// user named, for the advice.
+pub fn audit(run_dir: &RunDir, config: Option<&str>) -> anyhow::Result<Audit> {
+    // Read loosely: only `finished`, `stopped_by`, `config` and each source's name and phase
+    // matter here, and a status written by an older or newer `gen` must still be auditable.
+    // One that does not decode says nothing (the next `gen run` writes it again).
+    let status: Option<Value> = atomic::read_json(&run_dir.status()).ok().flatten();
+    let listed_sources = listed_sources(status.as_ref(), run_dir);
     let names = source_names(run_dir, &listed_sources)?;
     let run_finished = status.as_ref().and_then(|s| s["finished"].as_bool());
-    let settings = last_settings(run_dir);
+    let stopped_by = status
+        .as_ref()
+        .and_then(|s| s["stopped_by"].as_str().map(str::to_owned));
+    let config = config
+        .map(str::to_owned)
+        .or_else(|| status.as_ref()?["config"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| "CONFIG".to_owned());
+    let (settings, shard, notes) = last_run(run_dir, &config);
     let mut sources = Vec::new();
     for name in names {
         let phase = listed_sources
             .iter()
             .find(|(n, _)| *n == name)
             .and_then(|(_, phase)| *phase);
-        let mut audit = audit_source(
-            &run_dir.source(&name),
-            &name,
+        let judged = Judged {
             phase,
             run_finished,
-            settings.as_deref(),
-        )
-        .with_context(|| format!("failed to audit source `{name}`"))?;
+            settings: settings.as_deref(),
+            shard,
+            config: &config,
+        };
+        let mut audit = audit_source(&run_dir.source(&name), &name, &judged)
+            .with_context(|| format!("failed to audit source `{name}`"))?;
         audit.phase = phase;
         sources.push(audit);
     }
@@ -160,6 +179,9 @@ pub fn audit(run_dir: &RunDir) -> anyhow::Result<Audit> {
     Ok(Audit {
         run_dir: run_dir.root().display().to_string(),
         run_finished,
+        stopped_by,
+        config,
+        notes,
         consistent: totals.problems == 0,
         complete: sources.iter().all(|s| s.missing.is_none()),
         sources,
@@ -167,8 +189,9 @@ pub fn audit(run_dir: &RunDir) -> anyhow::Result<Audit> {
     })
 }
 
-/// Each source `status.json` lists, with its phase when that decodes.
-fn listed_sources(status: Option<&Value>) -> Vec<(String, Option<Phase>)> {
+/// Each source `status.json` lists that has a directory (every source of a run has one: a
+/// listed source without is another run's), with its phase when that decodes.
+fn listed_sources(status: Option<&Value>, run_dir: &RunDir) -> Vec<(String, Option<Phase>)> {
     status
         .and_then(|s| s["sources"].as_array())
         .map(|sources| {
@@ -176,6 +199,9 @@ fn listed_sources(status: Option<&Value>) -> Vec<(String, Option<Phase>)> {
                 .iter()
                 .filter_map(|s| {
                     let name = s["name"].as_str()?.to_owned();
+                    if !run_dir.source(&name).root().is_dir() {
+                        return None;
+                    }
                     let phase = serde_json::from_value(s["phase"].clone()).ok();
                     Some((name, phase))
                 })
@@ -213,13 +239,28 @@ fn source_names(
     Ok(names)
 }
 
-/// The fingerprint of the settings the last run used: a refusal recorded under others is sent
-/// again.
-fn last_settings(run_dir: &RunDir) -> Option<String> {
-    atomic::read_json::<crate::run::pin::RunPin>(&run_dir.root().join("run.json"))
-        .ok()
-        .flatten()
-        .map(|pin| record::settings_fingerprint(pin.max_tokens, &pin.params))
+/// The fingerprint of the settings the last run used (a refusal recorded under others is sent
+/// again), and the share of prompts it holds (`--shard`), from `run.json`; a note when it does
+/// not decode (`config` for the advice).
+fn last_run(run_dir: &RunDir, config: &str) -> (Option<String>, Option<Shard>, Vec<String>) {
+    let pin = match atomic::read_json::<crate::run::pin::RunPin>(&run_dir.root().join("run.json")) {
+        Ok(Some(pin)) => pin,
+        Ok(None) => return (None, None, Vec::new()),
+        Err(e) => {
+            let note = format!(
+                "`run.json` does not decode ({e}): the settings of the stored completions are \
+                 unknown; a `gen run {config}` that has prompts to send refuses until \
+                 `--allow-config-change` records this config's settings again"
+            );
+            return (None, None, vec![note]);
+        }
+    };
+    let shard = pin.shard.as_deref().and_then(|s| s.parse().ok());
+    (
+        Some(record::settings_fingerprint(pin.max_tokens, &pin.params)),
+        shard,
+        Vec::new(),
+    )
 }
 
 impl Totals {
@@ -279,35 +320,47 @@ fn ranges(damaged: &[std::ops::Range<u64>]) -> String {
         .join(", ")
 }
 
-fn audit_source(
-    dir: &SourceDir,
-    name: &str,
+/// What one source is judged against: its phase in `status.json`, whether the last run
+/// ended, the last run's settings and shard, the config to name in advice.
+struct Judged<'a> {
     phase: Option<Phase>,
     run_finished: Option<bool>,
-    settings: Option<&str>,
-) -> anyhow::Result<SourceAudit> {
+    settings: Option<&'a str>,
+    shard: Option<Shard>,
+    config: &'a str,
+}
+
+fn audit_source(dir: &SourceDir, name: &str, judged: &Judged<'_>) -> anyhow::Result<SourceAudit> {
     let mut auditor = SourceAuditor {
         dir,
-        phase,
-        run_finished,
-        settings,
+        phase: judged.phase,
+        run_finished: judged.run_finished,
+        settings: judged.settings,
+        shard: judged.shard,
+        config: judged.config,
+        prompts_in_file: 0,
+        preparation_unusable: false,
         audit: SourceAudit {
             name: name.to_owned(),
             ..SourceAudit::default()
         },
     };
     let manifest = auditor.read_manifest();
-    let prompt_ids = auditor.check_prompts(manifest.is_some())?;
+    let prompts = auditor.check_prompts(manifest.is_some())?;
     if let Some(manifest) = &manifest {
-        auditor.check_manifest(manifest, prompt_ids.is_some());
+        auditor.check_manifest(manifest, prompts.is_some());
     }
-    let completed = auditor.check_completions(prompt_ids.as_ref())?;
+    let (all, own) = prompts.unwrap_or_default();
+    let known = (!auditor.preparation_unusable && auditor.dir.prompts().exists()).then_some(&all);
+    let completed = auditor.check_completions(known)?;
+    let stored = completed.len() as u64;
     let refusals = auditor.read_rejections()?;
-    auditor.account(&prompt_ids.unwrap_or_default(), &completed, &refusals);
+    auditor.account(&own, &completed, &refusals);
     auditor.explain_pending();
+    let unusable = auditor.preparation_unusable;
     let mut audit = auditor.audit;
     if audit.missing.is_none() {
-        audit.missing = missing(dir, name, &audit, phase);
+        audit.missing = missing(dir, name, &audit, judged, unusable.then_some(stored));
     }
     Ok(audit)
 }
@@ -322,6 +375,15 @@ struct SourceAuditor<'a> {
     run_finished: Option<bool>,
     /// The fingerprint of the settings of the last run.
     settings: Option<&'a str>,
+    /// The share of prompts this run directory holds (`--shard`), from `run.json`.
+    shard: Option<Shard>,
+    /// The config to name in advice.
+    config: &'a str,
+    /// Prompts in `prompts.jsonl.zst`, of every shard.
+    prompts_in_file: u64,
+    /// The prompts file or manifest is damaged or does not match: `gen run` prepares the
+    /// source again, so its prompt ids say nothing about the completions.
+    preparation_unusable: bool,
     audit: SourceAudit,
 }
 
@@ -352,9 +414,11 @@ impl SourceAuditor<'_> {
         let manifest = match atomic::read_json(&self.dir.manifest()) {
             Ok(manifest) => manifest,
             Err(e) => {
-                self.audit
-                    .problems
-                    .push(format!("`manifest.json` does not decode: {e}"));
+                self.audit.problems.push(format!(
+                    "`manifest.json` does not decode: {e}; the next `gen run` sets it aside and \
+                     prepares the source again, keeping its stored completions"
+                ));
+                self.preparation_unusable = true;
                 None
             }
         };
@@ -362,8 +426,9 @@ impl SourceAuditor<'_> {
         manifest
     }
 
-    /// Reads `prompts.jsonl.zst`: the prepared prompt ids, `None` when there is no such file.
-    fn check_prompts(&mut self, manifest_present: bool) -> anyhow::Result<Option<IdSet>> {
+    /// Reads `prompts.jsonl.zst`: the prepared prompt ids, of every shard and of this run's
+    /// shard; `None` when there is no such file.
+    fn check_prompts(&mut self, manifest_present: bool) -> anyhow::Result<Option<(IdSet, IdSet)>> {
         let path = self.dir.prompts();
         if !path.exists() {
             if manifest_present {
@@ -373,19 +438,26 @@ impl SourceAuditor<'_> {
             }
             return Ok(None);
         }
-        let (frames, scan) = frames::survey(&path, 0, prompt_frame)
+        let shard = self.shard;
+        let (frames, scan) = frames::survey(&path, 0, |body| prompt_frame(body, shard))
             .with_context(|| format!("failed to read `{}`", path.display()))?;
         let mut keys = Vec::with_capacity(scan.records as usize);
+        let mut own = Vec::new();
         let check = FileCheck::from(scan);
         let mut bad_lines = 0u64;
         for frame in frames {
             keys.extend(frame.value.keys);
+            own.extend(frame.value.own);
             bad_lines += frame.value.bad_lines;
         }
         let listed = keys.len() as u64;
         let prompt_ids = IdSet::from_keys(keys);
+        let own = match shard {
+            Some(_) => IdSet::from_keys(own),
+            None => prompt_ids.clone(),
+        };
         let repeated = listed - prompt_ids.len() as u64;
-        let problems = &mut self.audit.problems;
+        let mut problems = Vec::new();
         if check.torn_bytes > 0 {
             // The prompts file is renamed into place whole: any damage is a problem.
             problems.push(format!(
@@ -395,8 +467,7 @@ impl SourceAuditor<'_> {
         }
         if !check.damaged.is_empty() {
             problems.push(format!(
-                "`prompts.jsonl.zst` is damaged: bytes {} do not decode; prepare the source \
-                 again in a new run directory",
+                "`prompts.jsonl.zst` is damaged: bytes {} do not decode",
                 ranges(&check.damaged)
             ));
         }
@@ -410,6 +481,14 @@ impl SourceAuditor<'_> {
                 "`prompts.jsonl.zst` lists {repeated} prompt ids more than once"
             ));
         }
+        if let Some(last) = problems.last_mut() {
+            last.push_str(
+                "; the next `gen run` sets it aside as `prompts.damaged-<time>.jsonl.zst` and \
+                 prepares the source again, keeping its stored completions",
+            );
+            self.preparation_unusable = true;
+        }
+        self.audit.problems.extend(problems);
         if !manifest_present {
             self.audit.notes.push(
                 "prompts without `manifest.json`: preparation did not complete; the next run \
@@ -417,36 +496,34 @@ impl SourceAuditor<'_> {
                     .to_owned(),
             );
         }
-        self.audit.prompts = prompt_ids.len() as u64;
-        Ok(Some(prompt_ids))
+        self.prompts_in_file = prompt_ids.len() as u64;
+        self.audit.prompts = own.len() as u64;
+        Ok(Some((prompt_ids, own)))
     }
 
     /// The manifest's counters add up, and agree with the prompts file when there is one.
     fn check_manifest(&mut self, manifest: &PrepManifest, prompts_present: bool) {
-        let c = &manifest.counters;
-        let dropped: u64 = c.dropped.values().sum();
-        let accounted =
-            c.kept + dropped + c.duplicates_within + c.duplicates_across + c.sampled_out;
-        let problems = &mut self.audit.problems;
-        if c.rows_read != accounted {
-            problems.push(format!(
-                "manifest: rows_read {} != kept {} + dropped {dropped} + duplicates {} + {} + \
-                 sampled_out {} (= {accounted})",
-                c.rows_read, c.kept, c.duplicates_within, c.duplicates_across, c.sampled_out
-            ));
-        }
-        if manifest.prompts != c.kept {
-            problems.push(format!(
-                "manifest: prompts {} != kept {}",
-                manifest.prompts, c.kept
-            ));
-        }
-        if prompts_present && manifest.prompts != self.audit.prompts {
+        let mut problems = manifest.counter_problems();
+        if prompts_present && manifest.prompts != self.prompts_in_file {
             problems.push(format!(
                 "manifest says {} prompts, `prompts.jsonl.zst` holds {}",
-                manifest.prompts, self.audit.prompts
+                manifest.prompts, self.prompts_in_file
             ));
         }
+        let len = fs_err::metadata(self.dir.prompts()).map_or(0, |m| m.len());
+        if prompts_present
+            && problems.is_empty()
+            && let Some(why) = manifest.mismatch(len)
+        {
+            problems.push(format!("`manifest.json` {why}"));
+        }
+        if let Some(last) = problems.last_mut() {
+            last.push_str(
+                "; the next `gen run` prepares the source again, keeping its stored completions",
+            );
+            self.preparation_unusable = true;
+        }
+        self.audit.problems.extend(problems);
     }
 
     /// Reads `completions.jsonl.zst`: the ids with a stored answer. `prompt_ids` is `None`
@@ -486,7 +563,8 @@ impl SourceAuditor<'_> {
         let audit = &mut self.audit;
         if let Some(example) = repeated_example {
             audit.problems.push(format!(
-                "{} duplicate completion records (e.g. `{example}`)",
+                "{} duplicate completion records (e.g. `{example}`); the next `gen run` keeps \
+                 the first of each and moves the others to `completions.repeated-<time>.jsonl`",
                 audit.duplicated
             ));
         }
@@ -494,16 +572,17 @@ impl SourceAuditor<'_> {
             audit.unknown = unknown.len() as u64;
             if let Some(first) = unknown_example {
                 audit.problems.push(format!(
-                    "{} completion ids are not prepared prompts (e.g. `{first}`)",
+                    "{} completion ids are not prepared prompts (e.g. `{first}`); the next `gen \
+                     run` moves them to `completions.foreign-<time>.jsonl`",
                     unknown.len()
                 ));
             }
-        } else if !completed.is_empty() {
-            audit.problems.push(format!(
-                "{} completions but no prepared prompts",
+        } else if !completed.is_empty() && !self.preparation_unusable {
+            audit.notes.push(format!(
+                "{} completions are stored, but the source has no prepared prompts: the next \
+                 `gen run` prepares it and keeps them",
                 completed.len()
             ));
-            audit.unknown = completed.len() as u64;
         }
         Ok(completed)
     }
@@ -538,14 +617,18 @@ impl SourceAuditor<'_> {
             ));
         }
         for name in self.dir.set_aside()? {
-            let what = if name.starts_with("completions.damaged-") {
-                "damaged bytes of the completions"
+            let what = crate::store::layout::SET_ASIDE
+                .iter()
+                .find(|(prefix, _)| name.starts_with(prefix))
+                .map_or("", |(_, what)| what);
+            let then = if name.starts_with("completions.") {
+                "their prompts were generated again"
             } else {
-                "stored records that were not answers"
+                "the source was prepared again"
             };
-            audit.notes.push(format!(
-                "`{name}`: {what}, set aside by `gen run`; their prompts were generated again"
-            ));
+            audit
+                .notes
+                .push(format!("`{name}`: {what}, set aside by `gen run`; {then}"));
         }
         if scan.bad_lines > 0 {
             audit.problems.push(format!(
@@ -589,11 +672,12 @@ impl SourceAuditor<'_> {
                     RejectKind::Exhausted => exhausted.push(ids::key(&record.id)),
                 },
                 Err(_) if i + 1 == lines.len() && !ends_whole => self.audit.notes.push(format!(
-                    "`rejected.jsonl`: torn last line of {} bytes",
+                    "`rejected.jsonl`: torn last line of {} bytes (set aside by the next run)",
                     line.len()
                 )),
                 Err(e) => self.audit.problems.push(format!(
-                    "`rejected.jsonl` line {} does not decode: {e}",
+                    "`rejected.jsonl` line {} does not decode: {e}; the next `gen run` moves it \
+                     to `rejected.damaged-<time>.jsonl` and sends its prompt again",
                     i + 1
                 )),
             }
@@ -653,28 +737,33 @@ impl SourceAuditor<'_> {
             String::new()
         };
         audit.missing = Some(format!(
-            "{} of its {} prompts have no completion yet{retry}: {why}; `gen run CONFIG` \
-             sends them",
-            audit.pending, audit.prompts
+            "{} of its {} prompts have no completion yet{retry}: {why}; `gen run {}` sends \
+             them",
+            audit.pending, audit.prompts, self.config
         ));
     }
 }
 
-/// One frame of the prompts file: the keys of its prompt ids.
-fn prompt_frame(body: frames::FrameBody<'_>) -> std::io::Result<FrameAudit> {
+/// One frame of the prompts file: the keys of its prompt ids, and of those in `shard`.
+fn prompt_frame(body: frames::FrameBody<'_>, shard: Option<Shard>) -> std::io::Result<FrameAudit> {
     let mut audit = FrameAudit::default();
-    let text = match body {
-        frames::FrameBody::Text(text) => text,
-        frames::FrameBody::Ids(list) => {
-            audit.keys = list.into_iter().map(ids::key).collect();
-            return Ok(audit);
+    let mut add = |id: &str| {
+        let key = ids::key(id);
+        audit.keys.push(key);
+        if shard.is_some_and(|s| s.contains(id)) {
+            audit.own.push(key);
         }
     };
-    for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-        match serde_json::from_slice::<gen_sources::Prompt>(line) {
-            Ok(prompt) => audit.keys.push(ids::key(&prompt.id)),
-            Err(_) => audit.bad_lines += 1,
+    match body {
+        frames::FrameBody::Text(text) => {
+            for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                match serde_json::from_slice::<gen_sources::Prompt>(line) {
+                    Ok(prompt) => add(&prompt.id),
+                    Err(_) => audit.bad_lines += 1,
+                }
+            }
         }
+        frames::FrameBody::Ids(list) => list.into_iter().for_each(add),
     }
     Ok(audit)
 }
@@ -725,8 +814,10 @@ fn read_completions(path: &Path) -> anyhow::Result<CompletionScan> {
 /// One frame of a prompts or completions file as the audit reads it.
 #[derive(Default)]
 struct FrameAudit {
-    /// Keys of the records that are answers.
+    /// Keys of the records that are answers (of a prompts file: of its prompt ids).
     keys: Vec<u128>,
+    /// Of a prompts file under `--shard`: the keys of this shard's prompt ids.
+    own: Vec<u128>,
     not_answers: Vec<(String, crate::store::records::Defect)>,
     /// Lines that are not completion records.
     bad_lines: u64,
@@ -754,32 +845,53 @@ fn smallest_ids<const N: usize>(
     Ok(smallest)
 }
 
-/// What keeps a source from being complete, in plain words with what to do next.
+/// What keeps a source from being complete, in plain words with what to do next;
+/// `unusable`: its prompts file or manifest is damaged (a problem says so), with the number of
+/// its stored completions.
 fn missing(
     dir: &SourceDir,
     name: &str,
     audit: &SourceAudit,
-    phase: Option<Phase>,
+    judged: &Judged<'_>,
+    unusable: Option<u64>,
 ) -> Option<String> {
+    let config = judged.config;
+    if let Some(stored) = unusable {
+        return Some(format!(
+            "its preparation is damaged (see above); `gen run {config}` prepares it again and \
+             keeps its {stored} stored completions"
+        ));
+    }
     if !audit.prepared {
-        // Read loosely, like `status.json`: only whether the last worker succeeded matters.
+        // Read loosely, like `status.json`: only whether the last worker failed matters, and
+        // a worker `gen` stopped because the run stopped did not fail.
         let worker: Option<Value> = atomic::read_json(&dir.worker()).ok().flatten();
-        let failed = phase == Some(Phase::Failed)
-            || worker.is_some_and(|w| w["succeeded"] == Value::Bool(false));
+        let stopped = worker
+            .as_ref()
+            .is_some_and(|w| w["verdict"]["subtype"] == "cancelled");
+        let failed = judged.phase == Some(Phase::Failed)
+            || worker.is_some_and(|w| w["succeeded"] == Value::Bool(false) && !stopped);
         return Some(if failed {
             format!(
                 "its preparation failed, so none of its prompts were generated; \
-                 `gen diagnose {name} --config CONFIG` says why, `gen run CONFIG` prepares it again"
+                 `gen diagnose {name} --config {config}` says why, `gen run {config}` prepares \
+                 it again"
+            )
+        } else if stopped {
+            format!(
+                "its preparation was stopped when the run stopped, so none of its prompts were \
+                 generated; `gen run {config}` prepares it"
             )
         } else {
-            "not prepared yet, so none of its prompts were generated; `gen run CONFIG` \
-             prepares it"
-                .to_owned()
+            format!(
+                "not prepared yet, so none of its prompts were generated; `gen run {config}` \
+                 prepares it"
+            )
         });
     }
     (audit.lost > 0).then(|| {
         format!(
-            "{} of its {} prompts have no completion; `gen run CONFIG` sends them",
+            "{} of its {} prompts have no completion; `gen run {config}` sends them",
             audit.lost, audit.prompts
         )
     })
@@ -802,6 +914,11 @@ pub fn render(audit: &Audit) -> String {
         None => "no `status.json`",
     };
     writeln!(out, "run `{}`: {state}", audit.run_dir).ok();
+    if let (Some(true), Some(reason)) = (audit.run_finished, &audit.stopped_by) {
+        for line in wrap(&format!("it stopped: {reason}"), WIDTH) {
+            writeln!(out, "{line}").ok();
+        }
+    }
     writeln!(out).ok();
     render_table(&mut out, audit);
     render_remarks(&mut out, audit);
@@ -872,6 +989,11 @@ fn render_remarks(out: &mut String, audit: &Audit) {
     let incomplete = audit
         .missing()
         .map(|(name, missing)| format!("incomplete: `{name}`: {missing}"));
+    let remarks = audit
+        .notes
+        .iter()
+        .map(|n| format!("note: {n}"))
+        .chain(remarks);
     let mut said = false;
     for remark in remarks.chain(incomplete) {
         if !said {
@@ -984,7 +1106,7 @@ mod tests {
         let run_dir = RunDir::new(tmp.path());
         let prompts = prepared(&run_dir, 3);
         complete(&run_dir, &prompts.iter().collect::<Vec<_>>());
-        let audit = audit(&run_dir).expect("audit");
+        let audit = audit(&run_dir, None).expect("audit");
         assert!(audit.consistent, "{audit:#?}");
         assert_eq!(audit.totals.completed, 3);
         let text = render(&audit);
@@ -1003,7 +1125,7 @@ mod tests {
         let prompts = prepared(&run_dir, 4);
         let stranger = prompt("s", 99);
         complete(&run_dir, &[&prompts[0], &prompts[0], &stranger]);
-        let audit_before = audit(&run_dir).expect("audit");
+        let audit_before = audit(&run_dir, None).expect("audit");
         let s = &audit_before.sources[0];
         assert_eq!((s.duplicated, s.unknown, s.pending, s.lost), (1, 1, 3, 0));
         assert!(!audit_before.consistent);
@@ -1014,7 +1136,7 @@ mod tests {
             "sources": [{"name": "s", "phase": "done", "prepared": 4, "done": 4}],
         });
         atomic::write_json(&run_dir.status(), &status).expect("status");
-        let audit = audit(&run_dir).expect("audit");
+        let audit = audit(&run_dir, None).expect("audit");
         assert_eq!(audit.sources[0].lost, 3);
         assert_eq!(audit.totals.problems, 3, "{:#?}", audit.sources[0].problems);
     }
@@ -1029,7 +1151,7 @@ mod tests {
         let mut bytes = fs_err::read(&path).expect("read");
         bytes.extend_from_slice(b"garbage!");
         fs_err::write(&path, &bytes).expect("write");
-        let torn = audit(&run_dir).expect("audit");
+        let torn = audit(&run_dir, None).expect("audit");
         assert!(torn.consistent, "{torn:#?}");
         let text = render(&torn);
         assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
@@ -1054,7 +1176,7 @@ mod tests {
         .expect("zstd");
         bytes.extend_from_slice(&frame);
         fs_err::write(&path, &bytes).expect("write");
-        let damaged = audit(&run_dir).expect("audit");
+        let damaged = audit(&run_dir, None).expect("audit");
         assert!(!damaged.consistent);
         assert!(
             damaged.sources[0].problems[0].starts_with(
@@ -1084,14 +1206,14 @@ mod tests {
         let mut line = serde_json::to_vec(&record).expect("json");
         line.push(b'\n');
         fs_err::write(run_dir.source("s").rejected(), line).expect("write");
-        let audit_ok = audit(&run_dir).expect("audit");
+        let audit_ok = audit(&run_dir, None).expect("audit");
         assert!(audit_ok.consistent, "{audit_ok:#?}");
         assert_eq!(audit_ok.sources[0].rejected, 1);
 
         let path = run_dir.source("s").manifest();
         let text = fs_err::read_to_string(&path).expect("read");
         fs_err::write(&path, text.replace("\"rows_read\": 4", "\"rows_read\": 5")).expect("w");
-        let bad = audit(&run_dir).expect("audit");
+        let bad = audit(&run_dir, None).expect("audit");
         assert!(
             bad.sources[0].problems[0].starts_with("manifest: rows_read 5 != kept 2"),
             "{:?}",

@@ -35,7 +35,7 @@ pub use resolve::ResolvedFrom;
 
 use crate::hub::{self, HubSettings};
 use crate::normalize::{DropReason, Normalizer, TokenFilter, TokenizerError, Turn};
-use crate::prompt::{Prompt, content_hash_with, prompt_id_into};
+use crate::prompt::{DEDUP_KEY, Prompt, content_hash_with, dedup_hash_with, prompt_id_into};
 use crate::read::{
     Projection, Row, batch_rows, for_each_parquet_batch, for_each_row, format_of, parquet_columns,
 };
@@ -50,7 +50,7 @@ use sample::{Prehashed, Sample};
 #[derive(Debug)]
 pub struct PrepareOptions<'a> {
     pub hub: HubSettings,
-    /// Content hashes ([`crate::prompt::content_hash`]) kept by earlier sources; this source
+    /// Deduplication keys ([`crate::prompt::dedup_hash`]) kept by earlier sources; this source
     /// skips them and adds the ones it keeps. `None`: no cross-source deduplication.
     pub seen_across: Option<&'a mut HashSet<u64>>,
     /// Normalize Parquet batches straight from their Arrow arrays where their shape allows
@@ -353,19 +353,36 @@ impl Collector<'_> {
                 return;
             }
         };
+        // The id is taken over the content as it is (ids of stored answers stay valid); the
+        // deduplication key over each turn stripped of surrounding whitespace
+        // (`dedup_key` in the manifest). They differ only for turns with such whitespace.
         let hash = content_hash_with(
             turns.iter().map(|t| (t.role, t.content.as_ref())),
             &mut self.hash_buffer,
         );
-        if self.seen_across.is_some_and(|seen| seen.contains(&hash)) {
+        let padded = turns
+            .iter()
+            .any(|t| t.content.trim().len() != t.content.len());
+        let dedup = self.spec.dedup();
+        let dedup_key = if dedup && padded {
+            dedup_hash_with(
+                turns.iter().map(|t| (t.role, t.content.as_ref())),
+                &mut self.hash_buffer,
+            )
+        } else {
+            hash
+        };
+        if self
+            .seen_across
+            .is_some_and(|seen| seen.contains(&dedup_key))
+        {
             self.manifest.duplicates_across += 1;
             return;
         }
-        let occurrence = if self.spec.dedup() {
+        let occurrence = if dedup {
             // Copies of prompts the sample no longer holds share their key and are rejected
-            // below (see `sample`).
-            if self.sample.contains(hash) {
-                self.manifest.duplicates_within += 1;
+            // below (see `sample`); those it holds are counted with them.
+            if self.sample.copy_of(dedup_key) {
                 return;
             }
             0
@@ -374,11 +391,15 @@ impl Collector<'_> {
             *n += 1;
             *n - 1
         };
-        prompt_id_into(&mut self.id_buffer, self.spec.name(), hash, occurrence);
+        // The sampling key follows the deduplication key, so that copies meet.
+        prompt_id_into(&mut self.id_buffer, self.spec.name(), dedup_key, occurrence);
         let key = self.sample.key_of(&self.id_buffer);
         if !self.sample.admits(key) {
             self.manifest.sampled_out += 1;
             return;
+        }
+        if dedup_key != hash {
+            prompt_id_into(&mut self.id_buffer, self.spec.name(), hash, occurrence);
         }
         let prompt = Prompt {
             id: self.id_buffer.clone(),
@@ -390,7 +411,7 @@ impl Collector<'_> {
         if self.spill_error.is_some() {
             return;
         }
-        match self.sample.offer(prompt, key, hash) {
+        match self.sample.offer(prompt, key, dedup_key) {
             Ok(true) => self.manifest.sampled_out += 1,
             Ok(false) => {}
             Err(e) => self.spill_error = Some(e),
@@ -537,6 +558,7 @@ pub fn prepare_with(
     };
     let mut manifest = Manifest {
         source: spec.name().to_owned(),
+        dedup_key: spec.dedup().then(|| DEDUP_KEY.to_owned()),
         fingerprint: spec.fingerprint_with_tokenizer(tokenizer_checksum.as_deref()),
         tokenizer: spec.tokenizer_path(base_dir),
         tokenizer_checksum,

@@ -108,6 +108,32 @@ pub(crate) fn content_hash_with<'a>(
     xxh3_64(buffer)
 }
 
+/// What two prompts must share to be duplicates, as the manifest names it: their messages,
+/// each turn's content stripped of surrounding whitespace. Prompt ids are still taken over the
+/// content as it is, so ids stored before this key stay valid.
+pub const DEDUP_KEY: &str = "messages with each turn stripped of surrounding whitespace";
+
+/// The deduplication key of normalized messages ([`DEDUP_KEY`]): their [`content_hash`] with
+/// each turn's content stripped of surrounding whitespace, so it is the content hash itself
+/// when no turn has any.
+pub fn dedup_hash(messages: &[Message]) -> u64 {
+    dedup_hash_with(
+        messages.iter().map(|m| (m.role, m.content.as_str())),
+        &mut Vec::new(),
+    )
+}
+
+/// [`dedup_hash`] of `(role, content)` pairs, rendering into `buffer`.
+pub(crate) fn dedup_hash_with<'a>(
+    messages: impl IntoIterator<Item = (Role, &'a str)>,
+    buffer: &mut Vec<u8>,
+) -> u64 {
+    content_hash_with(
+        messages.into_iter().map(|(role, text)| (role, text.trim())),
+        buffer,
+    )
+}
+
 /// Bytes JSON strings escape: controls, `"` and `\` (`serde_json`'s table).
 fn needs_escape(byte: u8) -> bool {
     byte < 0x20 || byte == b'"' || byte == b'\\'
@@ -216,6 +242,32 @@ mod tests {
         // Pinned: a change here silently breaks resume of every existing run.
         assert_eq!(id.len(), "s-".len() + 16);
         assert_eq!(id, "s-2350214433552fa5");
+    }
+
+    /// The deduplication key ignores whitespace around each turn; the id does not, so an id
+    /// stored before the key existed is the id the same prompt gets now.
+    #[test]
+    fn the_dedup_key_strips_turns_and_the_id_does_not() {
+        let plain = vec![
+            Message::new(Role::User, "hi"),
+            Message::new(Role::Assistant, "a b"),
+        ];
+        let padded = vec![
+            Message::new(Role::User, "  hi\n"),
+            Message::new(Role::Assistant, "\ta b "),
+        ];
+        assert_eq!(dedup_hash(&plain), content_hash(&plain));
+        assert_eq!(dedup_hash(&padded), dedup_hash(&plain));
+        assert_ne!(content_hash(&padded), content_hash(&plain));
+        let inner = vec![
+            Message::new(Role::User, "hi"),
+            Message::new(Role::Assistant, "a  b"),
+        ];
+        assert_ne!(
+            dedup_hash(&inner),
+            dedup_hash(&plain),
+            "only the ends are stripped"
+        );
     }
 
     #[test]

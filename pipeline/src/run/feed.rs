@@ -27,7 +27,7 @@ use crate::config::values::Order;
 use crate::store::ids::{self, IdSet};
 use crate::store::prompts::{PromptIds, Record, for_each_record};
 use gen_sources::Prompt;
-use gen_sources::prompt::content_hash;
+use gen_sources::prompt::dedup_hash;
 
 /// Prompts per message from the reader thread.
 const BATCH: usize = 64;
@@ -62,6 +62,8 @@ pub struct Census {
     pub duplicates: Vec<(String, usize)>,
     /// The ids of every prompt of the file (all shards), for the next run's [`finished`].
     pub ids: PromptIds,
+    /// Done ids that are no prompt of the file (another source's or another run's records).
+    pub foreign: IdSet,
 }
 
 /// The census of a source whose every prompt is done or settled, when that can be told
@@ -74,7 +76,12 @@ pub fn finished(path: &Path, recorded: Option<&PromptIds>, skip: &Skip) -> Optio
         // A shard's census counts its own share of the prompts only.
         return None;
     }
-    let bytes = fs_err::metadata(path).ok()?.len();
+    let stat = crate::store::manifest::FileStat::of(path).ok()?;
+    if recorded.stat != Some(stat) {
+        // Written since it was counted (damaged, or replaced): read it again.
+        return None;
+    }
+    let bytes = stat.len;
     // Counted and summed without building the union (another copy of the done-set).
     let (count, digest) = skip
         .done
@@ -92,6 +99,7 @@ pub fn finished(path: &Path, recorded: Option<&PromptIds>, skip: &Skip) -> Optio
         pending: 0,
         duplicates: Vec::new(),
         ids: recorded.clone(),
+        foreign: IdSet::default(),
     })
 }
 
@@ -104,23 +112,48 @@ pub struct Feed {
 }
 
 impl Feed {
-    /// Counts the prompts of `path` against `skip` (one streaming pass over the file).
-    pub fn open(path: &Path, skip: Skip, order: Order) -> anyhow::Result<(Census, Feed)> {
+    /// Counts the prompts of `path` against `skip` (one streaming pass over the file). A file
+    /// that does not read gives `skip` back with the error.
+    pub fn open(
+        path: &Path,
+        skip: Skip,
+        order: Order,
+    ) -> Result<(Census, Feed), (anyhow::Error, Skip)> {
+        match Self::count(path, &skip) {
+            Ok(census) => Ok((
+                census,
+                Feed {
+                    path: path.to_path_buf(),
+                    skip,
+                    order,
+                },
+            )),
+            Err(e) => Err((e, skip)),
+        }
+    }
+
+    fn count(path: &Path, skip: &Skip) -> anyhow::Result<Census> {
         let mut census = Census::default();
         let (mut lines, mut digest) = (0u64, 0u128);
+        // Done ids met among the prompts (of every shard).
+        let mut met = Vec::new();
+        let stat = crate::store::manifest::FileStat::of(path)?;
         for_each_record(path, |record| {
             let (key, fate) = match record.peek_id() {
-                Some(id) => (ids::key(id), fate_of_id(&skip, id)),
+                Some(id) => (ids::key(id), fate_of_id(skip, id)),
                 None => {
                     let prompt = record.parse()?;
-                    (ids::key(&prompt.id), Some(fate_of(&skip, prompt)))
+                    (ids::key(&prompt.id), Some(fate_of(skip, prompt)))
                 }
             };
             lines += 1;
             digest = digest.wrapping_add(key);
+            if skip.done.contains_key(key) {
+                met.push(key);
+            }
             let fate = match fate {
                 Some(fate) => fate,
-                None => fate_of(&skip, record.parse()?),
+                None => fate_of(skip, record.parse()?),
             };
             match fate {
                 Fate::OtherShard => return Ok(()),
@@ -133,16 +166,26 @@ impl Feed {
             Ok(())
         })?;
         census.ids = PromptIds {
-            bytes: fs_err::metadata(path)?.len(),
+            bytes: stat.len,
             prompts: lines,
             digest: format!("{digest:032x}"),
+            stat: Some(stat),
         };
-        let feed = Feed {
-            path: path.to_path_buf(),
-            skip,
-            order,
-        };
-        Ok((census, feed))
+        let met = IdSet::from_keys(met);
+        if met.len() < skip.done.len() {
+            census.foreign = IdSet::from_keys(
+                skip.done
+                    .keys()
+                    .filter(|key| !met.contains_key(*key))
+                    .collect(),
+            );
+        }
+        Ok(census)
+    }
+
+    /// What was not to be sent (the feed is not started).
+    pub fn into_skip(self) -> Skip {
+        self.skip
     }
 
     /// Streams the pending prompts from a reader thread. A read error after the counting pass
@@ -270,7 +313,7 @@ fn fate_of(skip: &Skip, prompt: Prompt) -> Fate {
     if let Some(fate) = fate_of_id(skip, &prompt.id) {
         fate
     } else if let Some(holder) = (!skip.elsewhere.is_empty())
-        .then(|| skip.elsewhere.get(&content_hash(&prompt.messages)))
+        .then(|| skip.elsewhere.get(&dedup_hash(&prompt.messages)))
         .flatten()
     {
         Fate::Duplicate(prompt, *holder)
@@ -333,7 +376,7 @@ mod tests {
             done: IdSet::from_iter(["a"]),
             settled: IdSet::from_iter(["c"]),
             shard: None,
-            elsewhere: Arc::new(HashMap::from([(content_hash(&prompts[3].messages), 0)])),
+            elsewhere: Arc::new(HashMap::from([(dedup_hash(&prompts[3].messages), 0)])),
         };
         let (mut census, feed) = Feed::open(&path, skip, Order::File).expect("open");
         assert_eq!(census.ids.prompts, 5);
@@ -347,6 +390,7 @@ mod tests {
                 pending: 2,
                 duplicates: vec![("d".to_owned(), 0)],
                 ids: PromptIds::default(),
+                foreign: IdSet::default(),
             }
         );
         assert_eq!(drain(feed).await, ["b", "e"]);
@@ -386,6 +430,7 @@ mod tests {
             pending: 0,
             duplicates: Vec::new(),
             ids: recorded.clone(),
+            foreign: IdSet::default(),
         };
         assert_eq!(
             finished(&path, Some(&recorded), &all),
@@ -395,12 +440,38 @@ mod tests {
             Feed::open(&path, skip(&["a", "b", "c"], &["c", "d", "e"]), Order::File).expect("open");
         assert_eq!(counted, expected);
         assert!(drain(feed).await.is_empty());
-        // The file is not read: bytes that are not prompts at all, of the same size, pass.
+        // The file is not read while its size and time are those counted: bytes that are not
+        // prompts at all, of the same size and time, pass. Written since (damaged, replaced),
+        // it is read again.
         let original = std::fs::read(&path).expect("read");
         std::fs::write(&path, vec![0u8; original.len()]).expect("write");
-        assert_eq!(finished(&path, Some(&recorded), &all), Some(expected));
+        let stale = PromptIds {
+            stat: crate::store::manifest::FileStat::of(&path)
+                .ok()
+                .map(|stat| crate::store::manifest::FileStat {
+                    modified_secs: stat.modified_secs - 1,
+                    ..stat
+                }),
+            ..recorded.clone()
+        };
+        assert_eq!(finished(&path, Some(&stale), &all), None);
+        let zeroed = PromptIds {
+            stat: crate::store::manifest::FileStat::of(&path).ok(),
+            ..recorded.clone()
+        };
+        assert_eq!(
+            finished(&path, Some(&zeroed), &all),
+            Some(Census {
+                ids: zeroed.clone(),
+                ..expected
+            })
+        );
         assert!(Feed::open(&path, skip(&[], &[]), Order::File).is_err());
         std::fs::write(&path, &original).expect("write");
+        let recorded = PromptIds {
+            stat: crate::store::manifest::FileStat::of(&path).ok(),
+            ..recorded
+        };
 
         // Not finished: nothing recorded, a prompt left, an id that is not a prompt's in its
         // place, a file of another size, a shard.
@@ -494,7 +565,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("prompts.jsonl.zst");
         std::fs::write(&path, b"not zstd at all").expect("write");
-        let error = Feed::open(&path, Skip::default(), Order::File).expect_err("damaged");
+        let (error, _) = Feed::open(&path, Skip::default(), Order::File).expect_err("damaged");
         let text = format!("{error:#}");
         assert!(text.contains("prompts.jsonl.zst"), "{text}");
     }

@@ -261,6 +261,7 @@ impl<'p> RunState<'p> {
                 state.sources[i].status = SourceStatus {
                     done: now.done,
                     truncated: now.truncated,
+                    output_tokens: now.output_tokens,
                     ..old.clone()
                 };
             }
@@ -311,11 +312,16 @@ impl<'p> RunState<'p> {
         }
     }
 
-    /// Every prompt is completed or settled: says so and ends the run.
+    /// Nothing is left to send or prepare: says so and ends the run. A selected source that is
+    /// not done (its files could not be read) is not "nothing to do".
     fn nothing_left(&mut self) -> anyhow::Result<RunOutcome> {
         self.status.finished = true;
         self.write_status()?;
         let refused = self.sources.refused(&self.selected);
+        let failed = self.sources.unfinished(&self.selected);
+        if !failed.is_empty() {
+            return Ok(RunOutcome::Finished { failed, refused });
+        }
         if !refused.is_empty() {
             self.reporter
                 .say("gen: nothing to send: every prompt is completed or settled");

@@ -77,7 +77,23 @@ impl RunPin {
         reporter: &crate::report::RunReporter,
     ) -> anyhow::Result<()> {
         let path = run_dir.root().join("run.json");
-        match atomic::read_json::<RunPin>(&path)? {
+        let stored = match atomic::read_json::<RunPin>(&path) {
+            Ok(stored) => stored,
+            Err(e) if allow => {
+                reporter.say(format!(
+                    "gen: warning: `run.json` does not decode ({e}); recording this run's \
+                     settings in it again"
+                ));
+                None
+            }
+            Err(e) => anyhow::bail!(
+                "`{}` does not decode ({e}), so the settings the stored completions were \
+                 generated with are unknown; if they were this config's, pass \
+                 `--allow-config-change` to record them again, else use another run directory",
+                path.display()
+            ),
+        };
+        match stored {
             Some(stored) if stored != *self => {
                 let differences = self.differences(&stored);
                 if !allow {

@@ -397,12 +397,17 @@ fn not_prepared(
     Ok(())
 }
 
-/// The report of the source's last preparation worker when it failed (its `worker.json`).
+/// The report of the source's last preparation worker when it failed (its `worker.json`); a
+/// worker `gen` stopped because the run stopped did not fail.
 pub(super) fn last_failure(dir: &crate::store::layout::SourceDir) -> Option<WorkerReport> {
     atomic::read_json::<WorkerFile>(&dir.worker())
         .ok()
         .flatten()
-        .filter(|w| !w.succeeded)
+        .filter(|w| {
+            let cancelled = w.verdict.as_ref().and_then(|v| v.subtype)
+                == Some(gen_diagnostics::Subtype::Cancelled);
+            !w.succeeded && !cancelled
+        })
         .map(|w| w.report)
 }
 

@@ -33,8 +33,9 @@ pub(super) struct SourceState {
     /// Prompts settled without a completion: rejected by the server, truncated and dropped,
     /// or duplicates of an earlier source.
     settled_ids: IdSet,
-    /// Completions stored in this run.
+    /// Completions stored in this run, and their output tokens.
     completed_here: u64,
+    tokens_here: u64,
     /// Counted and ready to stream, until its dispatch starts.
     feed: Option<Feed>,
     /// Its prompts were counted in this run (at most once).
@@ -48,6 +49,8 @@ pub(super) struct SourceState {
     settled_duplicates: u64,
     /// Prepared again in this run, leaving out the earlier sources' prompts (at most once).
     reprepared: bool,
+    /// Prepared again in this run because its prompts file did not read (at most once).
+    prompts_reprepared: bool,
     /// The earlier sources' content hashes, until its preparation again starts.
     pub(super) exclude: Option<Vec<u64>>,
     /// When generation of this source started in this run.
@@ -376,10 +379,33 @@ impl<'p> Sources<'p> {
             skip.elsewhere = self.held_elsewhere(i)?;
         }
         let earlier_hashes = Arc::clone(&skip.elsewhere);
-        let state = &mut self.list[i];
-        state.opened = true;
+        self.list[i].opened = true;
         let worker = self.plan.worker(&name);
-        let (census, feed) = Feed::open(&dir.prompts(), skip, worker.order)?;
+        let (census, feed) = match Feed::open(&dir.prompts(), skip, worker.order) {
+            Ok(opened) => opened,
+            Err((e, skip)) => {
+                let why = format!("does not read ({e:#})");
+                return self.prompts_unusable(i, skip, &why, manifest.as_ref(), reporter);
+            }
+        };
+        let counted = manifest.as_ref().and_then(|m| m.prompt_ids.as_ref());
+        let why = match manifest.as_ref().map(|m| m.prompts) {
+            Some(listed) if listed != census.ids.prompts => Some(format!(
+                "holds {} prompts, but its manifest says {listed}",
+                census.ids.prompts
+            )),
+            _ if counted.is_some_and(|c| c.digest != census.ids.digest) => {
+                Some("holds other prompts than its manifest counted".to_owned())
+            }
+            _ => None,
+        };
+        if let Some(why) = why {
+            let skip = feed.into_skip();
+            return self.prompts_unusable(i, skip, &why, manifest.as_ref(), reporter);
+        }
+        if !census.foreign.is_empty() {
+            self.set_aside_foreign(i, &census.foreign, reporter)?;
+        }
         if let Some(manifest) = manifest.as_mut()
             && manifest.prompt_ids.as_ref() != Some(&census.ids)
         {
@@ -396,7 +422,7 @@ impl<'p> Sources<'p> {
             && census.settled == 0
             && worker.command.is_none()
             && self.shard.is_none()
-            && !state.reprepared
+            && !self.list[i].reprepared
         {
             self.prepare_again(i, &earlier_hashes, earlier_duplicates, reporter);
             return Ok(Opened::PrepareAgain);
@@ -418,6 +444,67 @@ impl<'p> Sources<'p> {
             state.feed = Some(feed);
         }
         Ok(Opened::Counted)
+    }
+
+    /// Source `i`'s prompts file is unusable (`why`): its done and settled ids go back to it
+    /// and it is prepared again, keeping its answers (prompt ids are stable, so the same
+    /// inputs give the same prompts). Once per run; not when its preparation was kept for
+    /// inputs that changed since (another preparation would not give the same prompts).
+    fn prompts_unusable(
+        &mut self,
+        i: usize,
+        skip: Skip,
+        why: &str,
+        manifest: Option<&PrepManifest>,
+        reporter: &RunReporter,
+    ) -> anyhow::Result<Opened> {
+        let state = &mut self.list[i];
+        state.done_ids = skip.done;
+        state.settled_ids = skip.settled;
+        state.opened = false;
+        state.hashes = None;
+        if manifest.is_some_and(|m| m.kept_for.is_some()) {
+            anyhow::bail!(
+                "`prompts.jsonl.zst` {why}; it cannot be prepared again as it was, since its \
+                 inputs changed after it was prepared (`--keep-preparation`)"
+            );
+        }
+        if state.prompts_reprepared {
+            anyhow::bail!("`prompts.jsonl.zst` {why}, also after it was prepared again");
+        }
+        state.prompts_reprepared = true;
+        let name = state.status.name.clone();
+        let dir = self.run_dir.source(&name);
+        let stored = state.done_ids.len();
+        let message = prepare_anew(&dir, &name, "prompts.jsonl.zst", why, stored, reporter)?;
+        let status = &mut self.list[i].status;
+        status.warnings.push(message);
+        status.phase = Phase::Pending;
+        status.prepared = None;
+        status.note = "its prompts file was damaged; preparing it again".to_owned();
+        Ok(Opened::PrepareAgain)
+    }
+
+    /// Moves source `i`'s stored records of `foreign` ids (no prompt of its file) out of its
+    /// completions, loudly, and counts what stays.
+    fn set_aside_foreign(
+        &mut self,
+        i: usize,
+        foreign: &IdSet,
+        reporter: &RunReporter,
+    ) -> anyhow::Result<()> {
+        let name = self.list[i].status.name.clone();
+        let dir = self.run_dir.source(&name);
+        let stored = crate::store::done::set_aside_foreign(&dir.completions(), foreign)
+            .with_context(|| format!("failed to read `{}`", dir.completions().display()))?;
+        let warnings = report_repairs(&name, &stored.repairs, reporter);
+        let tally = crate::store::tally::load(&dir)
+            .with_context(|| format!("failed to read `{}`", dir.completions().display()))?;
+        let status = &mut self.list[i].status;
+        status.warnings.extend(warnings);
+        status.truncated = tally.truncated;
+        status.output_tokens = tally.output_tokens;
+        Ok(())
     }
 
     /// Sets source `i` back to be prepared again without the earlier sources' prompts (see
@@ -547,7 +634,7 @@ impl<'p> Sources<'p> {
                 let done = &self.list[j].done_ids;
                 for_each_prompt(&path, |prompt| {
                     if done.contains(&prompt.id) {
-                        answered.insert(gen_sources::prompt::content_hash(&prompt.messages));
+                        answered.insert(gen_sources::prompt::dedup_hash(&prompt.messages));
                     }
                 })?;
                 self.list[j].answered_hashes = Some(Arc::new(answered));
@@ -673,6 +760,7 @@ impl<'p> Sources<'p> {
         for state in &self.list {
             let tally = crate::store::tally::Tally {
                 truncated: state.status.truncated,
+                output_tokens: state.status.output_tokens,
             };
             crate::store::tally::save(&self.run_dir.source(&state.status.name), tally).ok();
         }
@@ -689,14 +777,14 @@ impl<'p> Sources<'p> {
             }
             let since = *source.generating_since.get_or_insert_with(Instant::now);
             let secs = since.elapsed().as_secs_f64();
-            if secs < 1.0 || status.output_tokens == 0 {
+            if secs < 1.0 || source.tokens_here == 0 {
                 continue;
             }
-            let rate = status.output_tokens as f64 / secs;
+            let rate = source.tokens_here as f64 / secs;
             status.tokens_per_sec = Some(rate);
             // Mean tokens per completion in this run, times what is left.
             let completed_here = source.completed_here.max(1) as f64;
-            let per_completion = status.output_tokens as f64 / completed_here;
+            let per_completion = source.tokens_here as f64 / completed_here;
             let remaining = status
                 .prepared
                 .unwrap_or(0)
@@ -725,6 +813,7 @@ impl<'p> Sources<'p> {
             state.status.truncated += 1;
         }
         state.completed_here += 1;
+        state.tokens_here += tokens;
         let writer = state
             .writer
             .as_mut()
@@ -766,12 +855,42 @@ impl SourceState {
     ) -> anyhow::Result<SourceState> {
         let dir = run_dir.source(name);
         put_right(&dir)?;
-        let manifest = read_manifest(run_dir, name)?;
+        let mut repaired = Vec::new();
+        let to = dir.damaged_rejections(crate::sys::unix_ms());
+        let unreadable = record::set_aside_unreadable_rejections(&dir.rejected(), &to)
+            .with_context(|| format!("failed to repair `{}`", dir.rejected().display()))?;
+        if unreadable > 0 {
+            let message = format!(
+                "{unreadable} lines of `rejected.jsonl` were not records (damaged, or cut by a \
+                 crash): moved them to `{}`; their prompts are sent again",
+                to.file_name().unwrap_or_default().to_string_lossy()
+            );
+            reporter.notice(
+                Notice::recorded(EventKind::CompletionsRepaired, Some(name), message.clone())
+                    .and_said(format!("gen: WARNING: `{name}`: {message}")),
+            );
+            repaired.push(message);
+        }
         let settled = record::settled_ids(&dir.rejected(), resend)
             .with_context(|| format!("failed to read `{}`", dir.rejected().display()))?;
         let stored = crate::store::done::load(&dir.completions())
             .with_context(|| format!("failed to read `{}`", dir.completions().display()))?;
-        let repaired = report_repairs(name, &stored.repairs, reporter);
+        repaired.extend(report_repairs(name, &stored.repairs, reporter));
+        let len = fs_err::metadata(dir.prompts()).map_or(0, |m| m.len());
+        let (mut manifest, unusable) = match read_manifest(run_dir, name) {
+            Ok(Some(manifest)) => {
+                let why = manifest.mismatch(len);
+                (Some(manifest), why)
+            }
+            Ok(None) => (None, None),
+            Err(e) => (None, Some(format!("does not decode ({e})"))),
+        };
+        if let Some(why) = unusable {
+            let stored = stored.ids.len();
+            let message = prepare_anew(&dir, name, "manifest.json", &why, stored, reporter)?;
+            repaired.push(message);
+            manifest = None;
+        }
         let tally = crate::store::tally::load(&dir)
             .with_context(|| format!("failed to read `{}`", dir.completions().display()))?;
         let done_ids = stored.ids;
@@ -795,6 +914,7 @@ impl SourceState {
             done: done_ids.len() as u64,
             rejected: settled.ids.len() as u64,
             truncated: tally.truncated,
+            output_tokens: tally.output_tokens,
             duplicates: settled.duplicates
                 + manifest
                     .as_ref()
@@ -814,12 +934,14 @@ impl SourceState {
             done_ids,
             settled_ids: settled.ids,
             completed_here: 0,
+            tokens_here: 0,
             feed: None,
             opened: false,
             hashes: None,
             answered_hashes: None,
             settled_duplicates: settled.duplicates,
             reprepared: false,
+            prompts_reprepared: false,
             exclude: None,
             generating_since: None,
             peak_rss_bytes: None,
@@ -841,6 +963,47 @@ fn put_right(dir: &SourceDir) -> anyhow::Result<()> {
     }
     super::preparation::settle_first_sample(dir)?;
     Ok(())
+}
+
+/// Sets aside source `name`'s preparation because its `file` (`manifest.json` or
+/// `prompts.jsonl.zst`) is damaged or does not match (`why`), so the source is prepared
+/// again; its `stored` completions stay. Says so loudly; returns what it said, for the
+/// source's warnings. The manifest goes first: without it the source is not prepared,
+/// whatever stops here.
+fn prepare_anew(
+    dir: &SourceDir,
+    name: &str,
+    file: &str,
+    why: &str,
+    stored: usize,
+    reporter: &RunReporter,
+) -> anyhow::Result<String> {
+    let now = crate::sys::unix_ms();
+    let moved = if file == "manifest.json" {
+        let to = dir.damaged_manifest(now);
+        fs_err::rename(dir.manifest(), &to)?;
+        to
+    } else {
+        // It describes the prompts set aside, and a new preparation writes another.
+        if dir.manifest().exists() {
+            fs_err::remove_file(dir.manifest())?;
+        }
+        let to = dir.damaged_prompts(now);
+        fs_err::rename(dir.prompts(), &to)?;
+        to
+    };
+    let moved = moved
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let message = format!(
+        "`{file}` {why}: moved it to `{moved}`; preparing the source again (its {stored} \
+         stored completions are kept)"
+    );
+    reporter.notice(
+        Notice::recorded(EventKind::PrepareAgain, Some(name), message.clone())
+            .and_said(format!("gen: WARNING: `{name}`: {message}")),
+    );
+    Ok(message)
 }
 
 /// Says what [`crate::store::done::load`] put right in source `name`'s completions: a torn

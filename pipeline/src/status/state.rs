@@ -225,8 +225,10 @@ pub fn mark_stopped(path: &Path, reason: &str) -> MutexGuard<'static, ()> {
     let Ok(Some(mut status)) = crate::store::atomic::read_json::<RunStatus>(path) else {
         return writing;
     };
-    if status.pid != std::process::id() {
+    if status.pid != std::process::id() && !status.finished {
         // Another run's status (e.g. this one was refused by the lock): not ours to change.
+        // An earlier run's that ended is: this run stopped before writing its own, and the
+        // status must not go on saying the earlier one finished.
         return writing;
     }
     status.finished = true;

@@ -10,17 +10,22 @@
 //! record's `id` read ([`index::record_id`]) and each record checked
 //! ([`record::line_defect`]).
 //!
-//! What [`load`] puts right, so that the file holds whole frames of good answers only:
+//! What [`load`] puts right, so that the file holds whole frames of good answers only, each
+//! prompt's once:
 //! - a torn tail (a partial last frame, what a crash mid-write leaves) is cut off;
 //! - damaged bytes (anything else that does not decode) are moved to
 //!   `completions.damaged-<unix ms>.bin` and the intact frames around them kept;
 //! - stored records that are not answers (aborted, empty, no finish reason: older `gen`s
-//!   stored those) are moved to `completions.not-answers-<unix ms>.jsonl`.
+//!   stored those) are moved to `completions.not-answers-<unix ms>.jsonl`;
+//! - a prompt's records after its first (frames appended twice) are moved to
+//!   `completions.repeated-<unix ms>.jsonl`;
+//! - with [`set_aside_foreign`], records that are not of the source's prompts (another
+//!   source's or another run's) are moved to `completions.foreign-<unix ms>.jsonl`.
 //!
 //! The prompts of lost or moved records are then simply not done, and are generated again.
-//! The file is rewritten (temp + fsync + rename) only in the last two cases, after the set-aside
-//! file is on disk, so no step loses a byte: a crash in between leaves the old file, and the next
-//! start does it again.
+//! The file is rewritten (temp + fsync + rename) only in the last four cases, after the
+//! set-aside files are on disk, so no step loses a byte: a crash in between leaves the old file,
+//! and the next start does it again.
 //!
 //! The set holds each id's 128-bit key ([`IdSet`]): a million done ids cost 16 MB.
 
@@ -60,6 +65,22 @@ pub enum Repair {
         records: u64,
         /// One of them: its id and what is wrong with it.
         example: (String, Defect),
+        to: PathBuf,
+    },
+    /// Records of a prompt stored before (frames appended twice), moved to `to`; the first
+    /// record of each prompt is kept.
+    Repeated {
+        records: u64,
+        /// The id of one of them.
+        example: String,
+        to: PathBuf,
+    },
+    /// Records whose ids are not the source's prompts (another source's or another run's),
+    /// moved to `to`.
+    Foreign {
+        records: u64,
+        /// The id of one of them.
+        example: String,
         to: PathBuf,
     },
 }
@@ -106,6 +127,26 @@ impl std::fmt::Display for Repair {
                 example.1,
                 file_name(to)
             ),
+            Repair::Repeated {
+                records,
+                example,
+                to,
+            } => write!(
+                f,
+                "{records} stored completions repeated a prompt stored before (e.g. `{example}`); \
+                 kept the first of each, moved the others to `{}`",
+                file_name(to)
+            ),
+            Repair::Foreign {
+                records,
+                example,
+                to,
+            } => write!(
+                f,
+                "{records} stored completions are not of this source's prompts (e.g. \
+                 `{example}`: another source's or another run's); moved them to `{}`",
+                file_name(to)
+            ),
         }
     }
 }
@@ -117,29 +158,83 @@ fn file_name(path: &Path) -> String {
     )
 }
 
+/// Why a stored record is moved out of the completions file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Aside {
+    NotAnswer(Defect),
+    Repeated,
+    Foreign,
+}
+
 /// One valid data frame's records.
 struct FrameRecords {
     /// The records' id keys ([`ids::key`]).
     ids: Vec<u128>,
-    /// Indexes (in `ids`) of records that are not answers, with their id and what is wrong.
-    defective: Vec<(usize, String, Defect)>,
+    /// Indexes (in `ids`, ascending) of the records to move out, and why; a record that is not
+    /// an answer also has its id, for the example.
+    moved: Vec<(usize, Aside, Option<String>)>,
+}
+
+impl FrameRecords {
+    /// The keys of the records that stay, with their indexes.
+    fn kept(&self) -> impl Iterator<Item = (usize, u128)> + '_ {
+        let mut moved = self.moved.iter().map(|(at, ..)| *at).peekable();
+        self.ids
+            .iter()
+            .copied()
+            .enumerate()
+            .filter(move |(i, _)| moved.next_if_eq(i).is_none())
+    }
+
+    /// Moves the records at `indexes` (ascending, none moved yet) out for `why`.
+    fn move_out(&mut self, indexes: &[usize], why: Aside) {
+        if indexes.is_empty() {
+            return;
+        }
+        self.moved.extend(indexes.iter().map(|&at| (at, why, None)));
+        self.moved.sort_by_key(|(at, ..)| *at);
+    }
 }
 
 /// Ids with a stored answer in the completions file `path`, after putting the file right
 /// (see the module documentation); set-aside files go next to it. A missing file is empty.
 pub fn load(path: &Path) -> io::Result<Stored> {
     let dir = SourceDir::new(path.parent().unwrap_or(Path::new(".")));
-    load_at(path, &dir, crate::sys::unix_ms())
+    load_at(path, &dir, crate::sys::unix_ms(), None)
 }
 
-fn load_at(path: &Path, dir: &SourceDir, now_ms: u64) -> io::Result<Stored> {
+/// [`load`], also moving out the records whose ids `foreign` holds (ids that are not the
+/// source's prompts, found when its prompts were counted).
+pub fn set_aside_foreign(path: &Path, foreign: &IdSet) -> io::Result<Stored> {
+    let dir = SourceDir::new(path.parent().unwrap_or(Path::new(".")));
+    load_at(path, &dir, crate::sys::unix_ms(), Some(foreign))
+}
+
+fn load_at(
+    path: &Path,
+    dir: &SourceDir,
+    now_ms: u64,
+    foreign: Option<&IdSet>,
+) -> io::Result<Stored> {
     let path = path.to_path_buf();
     let marker = checked_marker(&path);
     let checked = read_checked(&marker, &path)?;
     let (mut frames, scan) = frames::survey(&path, checked, frame_records)?;
-    let answers = Answers::sort(&mut frames, scan.records as usize);
+    if let Some(foreign) = foreign {
+        for frame in &mut frames {
+            let records = &mut frame.value;
+            let found: Vec<usize> = records
+                .kept()
+                .filter(|(_, key)| foreign.contains_key(*key))
+                .map(|(at, _)| at)
+                .collect();
+            records.move_out(&found, Aside::Foreign);
+        }
+    }
+    mark_repeats(&mut frames);
+    let mut answers = Answers::sort(&mut frames, scan.records as usize);
     let mut stored = Stored {
-        ids: IdSet::from_keys(answers.keys),
+        ids: IdSet::from_keys(std::mem::take(&mut answers.keys)),
         repairs: Vec::new(),
     };
     if scan.torn_bytes > 0 {
@@ -147,7 +242,7 @@ fn load_at(path: &Path, dir: &SourceDir, now_ms: u64) -> io::Result<Stored> {
             bytes: scan.torn_bytes,
         });
     }
-    if scan.damaged.is_empty() && answers.not_answers == 0 {
+    if scan.damaged.is_empty() && answers.moved == [0; 3] {
         frames::cut_torn_tail(&path, &scan)?;
         write_checked(&marker, checked, scan.intact_end())?;
         return Ok(stored);
@@ -162,53 +257,162 @@ fn load_at(path: &Path, dir: &SourceDir, now_ms: u64) -> io::Result<Stored> {
             kept: scan.records,
         });
     }
-    let mut aside_answers = None;
-    if let Some(example) = answers.example {
-        let to = dir.not_answers(now_ms);
-        aside_answers = Some(frames::create_private(&to)?);
-        stored.repairs.push(Repair::NotAnswers {
-            records: answers.not_answers,
-            example,
-            to,
-        });
-    }
-    rewrite_intact(&path, &mut file, &frames, aside_answers)?;
+    let mut aside = AsideFiles::create(dir, now_ms, &answers.moved)?;
+    rewrite_intact(&path, &mut file, &frames, &mut aside)?;
+    stored.repairs.extend(aside.repairs(answers));
     write_checked(&marker, checked, fs_err::metadata(&path)?.len())?;
     Ok(stored)
 }
 
-/// The records of the surveyed frames, told apart: answers and those that are not.
+/// Marks every record of a prompt after its first (in file order) as repeated. Only when
+/// some key repeats (rare) is the file walked for them.
+fn mark_repeats(frames: &mut [frames::Frame<FrameRecords>]) {
+    let mut keys: Vec<u128> = frames
+        .iter()
+        .flat_map(|f| f.value.kept().map(|(_, key)| key))
+        .collect();
+    keys.sort_unstable();
+    let mut repeating: Vec<u128> = keys
+        .windows(2)
+        .filter(|pair| pair[0] == pair[1])
+        .map(|pair| pair[0])
+        .collect();
+    if repeating.is_empty() {
+        return;
+    }
+    repeating.dedup();
+    let repeating = IdSet::from_keys(repeating);
+    let mut seen = std::collections::HashSet::new();
+    for frame in frames {
+        let records = &mut frame.value;
+        let again: Vec<usize> = records
+            .kept()
+            .filter(|(_, key)| repeating.contains_key(*key) && !seen.insert(*key))
+            .map(|(at, _)| at)
+            .collect();
+        records.move_out(&again, Aside::Repeated);
+    }
+}
+
+/// The records of the surveyed frames, told apart: answers and those moved out.
 struct Answers {
     /// The answers' id keys.
     keys: Vec<u128>,
-    not_answers: u64,
+    /// Records moved out: not answers, repeated, foreign.
+    moved: [u64; 3],
     /// The first record that is not an answer: its id and what is wrong with it.
     example: Option<(String, Defect)>,
 }
 
 impl Answers {
     /// Sorts the records of `frames` (about `records` of them), leaving in each frame only
-    /// what is needed from then on: its records that are not answers, to set them aside.
+    /// what is needed from then on: its records to move out.
     fn sort(frames: &mut [frames::Frame<FrameRecords>], records: usize) -> Answers {
         let mut answers = Answers {
             keys: Vec::with_capacity(records),
-            not_answers: 0,
+            moved: [0; 3],
             example: None,
         };
         for frame in frames {
             let records = &mut frame.value;
-            let mut bad = records.defective.iter().peekable();
-            for (i, key) in records.ids.iter().enumerate() {
-                if let Some((_, id, defect)) = bad.next_if(|(at, ..)| *at == i) {
-                    answers.not_answers += 1;
+            answers.keys.extend(records.kept().map(|(_, key)| key));
+            for (_, why, id) in &records.moved {
+                answers.moved[kind(*why)] += 1;
+                if let (Aside::NotAnswer(defect), Some(id)) = (why, id) {
                     answers.example.get_or_insert_with(|| (id.clone(), *defect));
-                } else {
-                    answers.keys.push(*key);
                 }
             }
             records.ids = Vec::new();
         }
         answers
+    }
+}
+
+/// The index of `why` in [`Answers::moved`] and [`AsideFiles::files`].
+fn kind(why: Aside) -> usize {
+    match why {
+        Aside::NotAnswer(_) => 0,
+        Aside::Repeated => 1,
+        Aside::Foreign => 2,
+    }
+}
+
+/// The files records are moved to, one per reason (only those with records), and the first
+/// id each received.
+struct AsideFiles {
+    files: [Option<(PathBuf, fs_err::File)>; 3],
+    examples: [Option<String>; 3],
+}
+
+impl AsideFiles {
+    fn create(dir: &SourceDir, now_ms: u64, moved: &[u64; 3]) -> io::Result<AsideFiles> {
+        let paths = [
+            dir.not_answers(now_ms),
+            dir.repeated_completions(now_ms),
+            dir.foreign_completions(now_ms),
+        ];
+        let mut files = [None, None, None];
+        for ((slot, path), count) in files.iter_mut().zip(paths).zip(moved) {
+            if *count > 0 {
+                let file = frames::create_private(&path)?;
+                *slot = Some((path, file));
+            }
+        }
+        Ok(AsideFiles {
+            files,
+            examples: [None, None, None],
+        })
+    }
+
+    /// Writes `line` to the file for `why`.
+    fn write(&mut self, why: Aside, line: &[u8]) -> io::Result<()> {
+        let k = kind(why);
+        let (_, file) = self.files[k]
+            .as_mut()
+            .expect("a record moved out has its file");
+        file.write_all(line)?;
+        file.write_all(b"\n")?;
+        if self.examples[k].is_none() {
+            self.examples[k] = Some(index::record_id(line)?);
+        }
+        Ok(())
+    }
+
+    fn sync(&self) -> io::Result<()> {
+        for (_, file) in self.files.iter().flatten() {
+            file.sync_all()?;
+        }
+        Ok(())
+    }
+
+    /// What was moved where.
+    fn repairs(self, answers: Answers) -> Vec<Repair> {
+        let [not_answers, repeated, foreign] = self.files;
+        let [_, repeated_id, foreign_id] = self.examples;
+        let [n_not, n_repeated, n_foreign] = answers.moved;
+        let mut repairs = Vec::new();
+        if let (Some((to, _)), Some(example)) = (not_answers, answers.example) {
+            repairs.push(Repair::NotAnswers {
+                records: n_not,
+                example,
+                to,
+            });
+        }
+        if let Some((to, _)) = repeated {
+            repairs.push(Repair::Repeated {
+                records: n_repeated,
+                example: repeated_id.unwrap_or_default(),
+                to,
+            });
+        }
+        if let Some((to, _)) = foreign {
+            repairs.push(Repair::Foreign {
+                records: n_foreign,
+                example: foreign_id.unwrap_or_default(),
+                to,
+            });
+        }
+        repairs
     }
 }
 
@@ -222,37 +426,32 @@ fn copy_ranges(file: &mut fs_err::File, ranges: &[Range<u64>], to: &Path) -> io:
     aside.sync_all()
 }
 
-/// Writes the intact `frames` of `file`, without the records that are not answers (those go
-/// to `aside_answers`), into a new file that replaces `path`.
+/// Writes the intact `frames` of `file`, without the records moved out (those go to
+/// `aside`), into a new file that replaces `path`.
 fn rewrite_intact(
     path: &Path,
     file: &mut fs_err::File,
     frames: &[frames::Frame<FrameRecords>],
-    mut aside_answers: Option<fs_err::File>,
+    aside: &mut AsideFiles,
 ) -> io::Result<()> {
     let temp = path.with_extension("zst.salvage.tmp");
     let mut out = frames::create_private(&temp)?;
     for frame in frames {
         let len = frame.bytes.end - frame.bytes.start;
         file.seek(SeekFrom::Start(frame.bytes.start))?;
-        if frame.value.defective.is_empty() {
+        if frame.value.moved.is_empty() {
             io::copy(&mut (&mut *file).take(len), &mut out)?;
             continue;
         }
-        let aside = aside_answers
-            .as_mut()
-            .expect("a frame with records that are not answers has their file");
         let mut bytes = Vec::new();
         (&mut *file).take(len).read_to_end(&mut bytes)?;
-        let kept = split_answers(&bytes, &frame.value.defective, aside)?;
+        let kept = split_records(&bytes, &frame.value.moved, aside)?;
         if !kept.is_empty() {
             // Every kept record was checked above: the entry may vouch for it.
             out.write_all(&frames::encode_frame(&kept, true)?)?;
         }
     }
-    if let Some(aside) = aside_answers {
-        aside.sync_all()?;
-    }
+    aside.sync()?;
     out.sync_all()?;
     drop(out);
     fs_err::rename(&temp, path)?;
@@ -262,28 +461,27 @@ fn rewrite_intact(
     Ok(())
 }
 
-/// Decodes one data frame, writes its `defective` records (by index) to `aside` and returns
-/// the others' lines.
-fn split_answers(
+/// Decodes one data frame, writes its `moved` records (by index) to `aside` and returns the
+/// others' lines.
+fn split_records(
     frame: &[u8],
-    defective: &[(usize, String, Defect)],
-    aside: &mut fs_err::File,
+    moved: &[(usize, Aside, Option<String>)],
+    aside: &mut AsideFiles,
 ) -> io::Result<Vec<u8>> {
     let text = zstd::stream::decode_all(frame)?;
     let mut kept = Vec::new();
-    let mut bad = defective.iter().peekable();
+    let mut out = moved.iter().peekable();
     for (i, line) in text
         .split(|b| *b == b'\n')
         .filter(|l| !l.is_empty())
         .enumerate()
     {
-        let target = if bad.next_if(|(at, ..)| *at == i).is_some() {
-            &mut *aside as &mut dyn io::Write
+        if let Some((_, why, _)) = out.next_if(|(at, ..)| *at == i) {
+            aside.write(*why, line)?;
         } else {
-            &mut kept as &mut dyn io::Write
-        };
-        target.write_all(line)?;
-        target.write_all(b"\n")?;
+            kept.extend_from_slice(line);
+            kept.push(b'\n');
+        }
     }
     Ok(kept)
 }
@@ -331,16 +529,17 @@ fn frame_records(body: FrameBody<'_>) -> io::Result<FrameRecords> {
     match body {
         FrameBody::Ids(list) => Ok(FrameRecords {
             ids: list.into_iter().map(ids::key).collect(),
-            defective: Vec::new(),
+            moved: Vec::new(),
         }),
         FrameBody::Text(text) => {
             let mut records = FrameRecords {
                 ids: Vec::new(),
-                defective: Vec::new(),
+                moved: Vec::new(),
             };
             for line in text.split(|b| *b == b'\n').filter(|line| !line.is_empty()) {
                 if let Some((id, defect)) = record::line_defect(line)? {
-                    records.defective.push((records.ids.len(), id, defect));
+                    let at = records.ids.len();
+                    records.moved.push((at, Aside::NotAnswer(defect), Some(id)));
                 }
                 records.ids.push(ids::key(&index::record_id(line)?));
             }
@@ -627,7 +826,7 @@ mod tests {
         writer.push(&answer("good-2")).expect("push");
         writer.flush().expect("flush");
         drop(writer);
-        let stored = load_at(&path, &SourceDir::new(dir.path()), 42).expect("load");
+        let stored = load_at(&path, &SourceDir::new(dir.path()), 42, None).expect("load");
         let good: HashSet<String> = ["good-1", "thinking", "good-2"].map(str::to_owned).into();
         assert_eq!(stored.ids, ids_of(&good));
         let aside = dir.path().join("completions.not-answers-42.jsonl");
@@ -703,6 +902,59 @@ mod tests {
         // A shorter file is not the file that was checked.
         fs_err::write(&marker, format!("{{\"through\": {}}}", len(&path) + 1)).expect("write");
         assert_eq!(read_checked(&marker, &path).expect("marker"), 0);
+    }
+
+    /// A frame appended twice (indexed: its ids come from the entry) loses its repeats to
+    /// `completions.repeated-*`, the first record of each prompt staying; records of ids that
+    /// are not the source's go to `completions.foreign-*`. Nothing is lost: every moved line is
+    /// in its file, and a second load finds a sound file.
+    #[test]
+    fn repeated_and_foreign_records_are_set_aside_and_the_first_of_each_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("completions.jsonl.zst");
+        let ids = write_frames(&path, true, "s", &[3, 2]);
+        let bytes = fs_err::read(&path).expect("read");
+        let first = zstd::zstd_safe::find_frame_compressed_size(&bytes).expect("frame");
+        let entry = zstd::zstd_safe::find_frame_compressed_size(&bytes[first..]).expect("entry");
+        append(&path, &bytes[..first + entry]);
+        write_frames(&path, true, "other", &[2]);
+        let source = SourceDir::new(dir.path());
+        let stored = load_at(&path, &source, 7, None).expect("load");
+        let mut all: HashSet<String> = ids.iter().cloned().collect();
+        all.extend(["other-0-0".to_owned(), "other-0-1".to_owned()]);
+        assert_eq!(stored.ids, ids_of(&all));
+        let repeated = dir.path().join("completions.repeated-7.jsonl");
+        assert_eq!(
+            stored.repairs,
+            [Repair::Repeated {
+                records: 3,
+                example: "s-0-0".into(),
+                to: repeated.clone(),
+            }]
+        );
+        assert_eq!(
+            fs_err::read_to_string(&repeated)
+                .expect("aside")
+                .lines()
+                .count(),
+            3
+        );
+        let foreign: IdSet = ["other-0-0", "other-0-1"].into_iter().collect();
+        let stored = load_at(&path, &source, 8, Some(&foreign)).expect("load");
+        assert_eq!(stored.ids, ids_of(&ids.iter().cloned().collect()));
+        assert!(
+            matches!(&stored.repairs[..], [Repair::Foreign { records: 2, .. }]),
+            "{:?}",
+            stored.repairs
+        );
+        let mut kept = Vec::new();
+        frames::scan(&path, |line| {
+            kept.push(index::record_id(line)?);
+            Ok(())
+        })
+        .expect("scan");
+        assert_eq!(kept, ids);
+        assert_eq!(load(&path).expect("again").repairs, []);
     }
 
     #[test]

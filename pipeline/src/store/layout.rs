@@ -18,11 +18,48 @@
 //!                                                set aside by `gen run` (their prompts redone)
 //!   sources/NAME/completions.not-answers-MS.jsonl  stored records that were not answers
 //!                                                (aborted, empty), set aside the same way
+//!   sources/NAME/completions.repeated-MS.jsonl   records of a prompt stored before (frames
+//!                                                appended twice), set aside the same way
+//!   sources/NAME/completions.foreign-MS.jsonl    records that are not of the source's prompts
+//!                                                (another source's or run's), set aside
 //!   sources/NAME/completions.jsonl.zst.checked   up to which byte the records were checked to
 //!                                                be answers (frames an older `gen` indexed)
+//!   sources/NAME/prompts.damaged-MS.jsonl.zst    a prompts file that did not read (or did not
+//!                                                match its manifest), set aside by `gen run`,
+//!                                                which prepared the source again
+//!   sources/NAME/manifest.damaged-MS.json        a manifest that did not decode or add up,
+//!                                                set aside the same way
+//!   sources/NAME/rejected.damaged-MS.jsonl       lines of `rejected.jsonl` that were not
+//!                                                records (their prompts are sent again)
 //! ```
 
 use std::path::{Path, PathBuf};
+
+/// The prefixes of the files `gen run` sets aside in a source directory, and what each holds.
+pub const SET_ASIDE: [(&str, &str); 7] = [
+    ("completions.damaged-", "damaged bytes of the completions"),
+    (
+        "completions.not-answers-",
+        "stored records that were not answers",
+    ),
+    (
+        "completions.repeated-",
+        "records of prompts stored before (repeats)",
+    ),
+    (
+        "completions.foreign-",
+        "records that are not of the source's prompts",
+    ),
+    ("prompts.damaged-", "a prompts file that did not read"),
+    (
+        "manifest.damaged-",
+        "a manifest that did not decode or add up",
+    ),
+    (
+        "rejected.damaged-",
+        "lines of `rejected.jsonl` that were not records",
+    ),
+];
 
 /// Bumped when the layout changes incompatibly.
 pub const LAYOUT_VERSION: u32 = 1;
@@ -114,8 +151,35 @@ impl SourceDir {
             .join(format!("completions.not-answers-{unix_ms}.jsonl"))
     }
 
-    /// The files [`SourceDir::damaged_completions`] and [`SourceDir::not_answers`] made, by
-    /// name.
+    /// Records of a prompt stored before, set aside at `unix_ms`.
+    pub fn repeated_completions(&self, unix_ms: u64) -> PathBuf {
+        self.root
+            .join(format!("completions.repeated-{unix_ms}.jsonl"))
+    }
+
+    /// Records that are not of the source's prompts, set aside at `unix_ms`.
+    pub fn foreign_completions(&self, unix_ms: u64) -> PathBuf {
+        self.root
+            .join(format!("completions.foreign-{unix_ms}.jsonl"))
+    }
+
+    /// A prompts file that did not read, set aside at `unix_ms`.
+    pub fn damaged_prompts(&self, unix_ms: u64) -> PathBuf {
+        self.root
+            .join(format!("prompts.damaged-{unix_ms}.jsonl.zst"))
+    }
+
+    /// Lines of `rejected.jsonl` that were not records, set aside at `unix_ms`.
+    pub fn damaged_rejections(&self, unix_ms: u64) -> PathBuf {
+        self.root.join(format!("rejected.damaged-{unix_ms}.jsonl"))
+    }
+
+    /// A manifest that did not decode or add up, set aside at `unix_ms`.
+    pub fn damaged_manifest(&self, unix_ms: u64) -> PathBuf {
+        self.root.join(format!("manifest.damaged-{unix_ms}.json"))
+    }
+
+    /// The files `gen run` set aside in this directory, by name.
     pub fn set_aside(&self) -> std::io::Result<Vec<String>> {
         let mut names = Vec::new();
         let entries = match fs_err::read_dir(&self.root) {
@@ -125,9 +189,7 @@ impl SourceDir {
         };
         for entry in entries {
             let name = entry?.file_name().to_string_lossy().into_owned();
-            if name.starts_with("completions.damaged-")
-                || name.starts_with("completions.not-answers-")
-            {
+            if SET_ASIDE.iter().any(|(prefix, _)| name.starts_with(prefix)) {
                 names.push(name);
             }
         }

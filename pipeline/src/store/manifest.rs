@@ -53,6 +53,49 @@ impl PrepManifest {
     }
 }
 
+impl PrepManifest {
+    /// What is wrong with the manifest's own counters: they must add up
+    /// (`rows_read = kept + dropped + duplicates + sampled_out`, `prompts = kept`).
+    pub fn counter_problems(&self) -> Vec<String> {
+        let c = &self.counters;
+        let dropped: u64 = c.dropped.values().sum();
+        let accounted =
+            c.kept + dropped + c.duplicates_within + c.duplicates_across + c.sampled_out;
+        let mut problems = Vec::new();
+        if c.rows_read != accounted {
+            problems.push(format!(
+                "manifest: rows_read {} != kept {} + dropped {dropped} + duplicates {} + {} + \
+                 sampled_out {} (= {accounted})",
+                c.rows_read, c.kept, c.duplicates_within, c.duplicates_across, c.sampled_out
+            ));
+        }
+        if self.prompts != c.kept {
+            problems.push(format!(
+                "manifest: prompts {} != kept {}",
+                self.prompts, c.kept
+            ));
+        }
+        problems
+    }
+
+    /// Why this manifest is not the record of the prompts file of `prompts_len` bytes next to
+    /// it, if it is not: counters that do not add up (damage), or the size of the file it
+    /// counted (another file replaced it, or it is another run's manifest). `gen run` then
+    /// prepares the source again; `gen verify` reports it.
+    pub fn mismatch(&self, prompts_len: u64) -> Option<String> {
+        if let Some(problem) = self.counter_problems().into_iter().next() {
+            return Some(format!("does not add up ({problem})"));
+        }
+        let counted = self.prompt_ids.as_ref()?.bytes;
+        (counted != prompts_len).then(|| {
+            format!(
+                "describes a prompts file of {counted} bytes, but `prompts.jsonl.zst` has \
+                 {prompts_len}"
+            )
+        })
+    }
+}
+
 /// What a preparation was made from (or kept for, see [`PrepManifest::kept_for`]).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct InputState {

@@ -11,7 +11,7 @@ use std::path::Path;
 
 use anyhow::Context as _;
 use gen_sources::Prompt;
-use gen_sources::prompt::content_hash;
+use gen_sources::prompt::dedup_hash;
 use serde::{Deserialize, Serialize};
 
 /// What identifies the ids of a prepared prompts file without reading it: its size, its
@@ -23,6 +23,10 @@ pub struct PromptIds {
     pub prompts: u64,
     /// 32 hex digits.
     pub digest: String,
+    /// The file's size and modification time when it was counted: a file written since (a
+    /// damaged or replaced one) is read again. Not recorded by older `gen`s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stat: Option<super::manifest::FileStat>,
 }
 
 /// One line of a prepared prompts file, parsed only on demand.
@@ -47,7 +51,7 @@ impl Record<'_> {
     pub fn parse(&self) -> anyhow::Result<Prompt> {
         serde_json::from_slice(self.line).with_context(|| {
             format!(
-                "prompt {} of `{}` is unreadable; delete the source's directory to prepare it again",
+                "prompt {} of `{}` is unreadable; the next `gen run` sets the file aside and prepares the source again, keeping its stored completions",
                 self.row,
                 self.path.display()
             )
@@ -84,7 +88,7 @@ pub fn for_each_record(
         line.clear();
         let read = reader.read_until(b'\n', &mut line).with_context(|| {
             format!(
-                "prompts file `{}` is damaged after {row} prompts; delete the source's directory to prepare it again",
+                "prompts file `{}` is damaged after {row} prompts; the next `gen run` sets it aside and prepares the source again, keeping its stored completions",
                 path.display()
             )
         })?;
@@ -103,11 +107,12 @@ pub fn for_each_record(
     }
 }
 
-/// The content hashes of every prompt of a prepared prompts file.
+/// The deduplication keys ([`gen_sources::prompt::dedup_hash`]) of every prompt of a
+/// prepared prompts file.
 pub fn content_hashes(path: &Path) -> anyhow::Result<HashSet<u64>> {
     let mut hashes = HashSet::new();
     for_each_prompt(path, |prompt| {
-        hashes.insert(content_hash(&prompt.messages));
+        hashes.insert(dedup_hash(&prompt.messages));
     })?;
     Ok(hashes)
 }
@@ -150,7 +155,7 @@ mod tests {
         let text = format!("{error:#}");
         assert!(
             text.starts_with(
-                "prompt 3 of `prompts.jsonl.zst` is unreadable; delete the source's directory"
+                "prompt 3 of `prompts.jsonl.zst` is unreadable; the next `gen run` sets the file aside"
             ),
             "{text}"
         );

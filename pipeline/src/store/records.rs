@@ -282,6 +282,39 @@ pub fn completed_ids(path: &Path) -> io::Result<IdSet> {
     crate::store::done::load(path).map(|stored| stored.ids)
 }
 
+/// Moves the lines of `rejected.jsonl` at `path` that are not records (damage, a torn last
+/// line) to `to`, keeping the others in order (rewritten atomically, after `to` is on disk).
+/// Returns how many were moved. Their prompts are then not settled and are sent again.
+pub fn set_aside_unreadable_rejections(path: &Path, to: &Path) -> io::Result<u64> {
+    let bytes = match fs_err::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(e),
+    };
+    let (mut kept, mut moved, mut count) = (Vec::new(), Vec::new(), 0);
+    for line in bytes
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.trim_ascii().is_empty())
+    {
+        let out = if serde_json::from_slice::<RejectedRecord>(line).is_ok() {
+            &mut kept
+        } else {
+            count += 1;
+            &mut moved
+        };
+        out.extend_from_slice(line);
+        out.push(b'\n');
+    }
+    if count == 0 {
+        return Ok(0);
+    }
+    let mut aside = crate::store::frames::create_private(to)?;
+    io::Write::write_all(&mut aside, &moved)?;
+    aside.sync_all()?;
+    crate::store::atomic::write(path, &kept)?;
+    Ok(count)
+}
+
 /// What `rejected.jsonl` settles.
 #[derive(Debug, Default)]
 pub struct Settled {

@@ -1,5 +1,6 @@
 //! Counters of a source's stored completions that the done-set does not carry: how many were
-//! cut by `max-tokens` (`finish_reason = "length"`). They are counted from
+//! cut by `max-tokens` (`finish_reason = "length"`) and their output tokens (`usage`). They
+//! are counted from
 //! `completions.jsonl.zst` itself, so a run that generates nothing for a source (it was done,
 //! or another source was selected) shows the same count as the run that generated it.
 //!
@@ -22,6 +23,8 @@ use super::layout::SourceDir;
 pub struct Tally {
     /// Stored completions with `finish_reason = "length"`.
     pub truncated: u64,
+    /// Output tokens of the stored completions (`usage.completion_tokens`).
+    pub output_tokens: u64,
 }
 
 /// `tally.json`: a [`Tally`] and the completions file it was counted from.
@@ -30,6 +33,9 @@ struct Cached {
     bytes: u64,
     modified_ns: u128,
     truncated: u64,
+    /// Not counted by older `gen`s: such a cache is counted again.
+    #[serde(default)]
+    output_tokens: Option<u64>,
 }
 
 /// The file's length and modification time: what says it is the file a count was made from.
@@ -55,9 +61,11 @@ pub fn load(dir: &SourceDir) -> io::Result<Tally> {
     };
     if let Ok(Some(cached)) = atomic::read_json::<Cached>(&dir.tally())
         && (cached.bytes, cached.modified_ns) == (bytes, modified_ns)
+        && let Some(output_tokens) = cached.output_tokens
     {
         return Ok(Tally {
             truncated: cached.truncated,
+            output_tokens,
         });
     }
     let tally = count(&path)?;
@@ -75,15 +83,24 @@ pub fn save(dir: &SourceDir, tally: Tally) -> io::Result<()> {
         bytes,
         modified_ns,
         truncated: tally.truncated,
+        output_tokens: Some(tally.output_tokens),
     };
     atomic::write_json(&dir.tally(), &cached)
 }
 
-/// Only the field counted; the rest of a record is skipped unread.
+/// Only the fields counted; the rest of a record is skipped unread.
 #[derive(Deserialize)]
-struct Finish<'a> {
+struct Counted<'a> {
     #[serde(default, borrow)]
     finish_reason: Option<&'a str>,
+    #[serde(default)]
+    usage: Option<Tokens>,
+}
+
+#[derive(Deserialize)]
+struct Tokens {
+    #[serde(default)]
+    completion_tokens: u64,
 }
 
 /// Counts by streaming the file through one zstd decoder (index entries are skippable
@@ -107,10 +124,9 @@ fn count(path: &Path) -> io::Result<Tally> {
             Ok(_) => {}
         }
         // A line that is not a record is the done-set's and `gen verify`'s to report.
-        if let Ok(record) = serde_json::from_slice::<Finish<'_>>(&line)
-            && record.finish_reason == Some("length")
-        {
-            tally.truncated += 1;
+        if let Ok(record) = serde_json::from_slice::<Counted<'_>>(&line) {
+            tally.truncated += u64::from(record.finish_reason == Some("length"));
+            tally.output_tokens += record.usage.map_or(0, |u| u.completion_tokens);
         }
     }
     Ok(tally)
@@ -125,7 +141,8 @@ mod tests {
         let (mut writer, _) = FrameWriter::open(&dir.completions()).expect("open");
         for (i, reason) in reasons.iter().enumerate() {
             writer
-                .push(&serde_json::json!({"id": format!("p{i}"), "content": "x", "finish_reason": reason}))
+                .push(&serde_json::json!({"id": format!("p{i}"), "content": "x", "finish_reason": reason,
+                    "usage": {"prompt_tokens": 3, "completion_tokens": 10, "total_tokens": 13}}))
                 .expect("push");
         }
         writer.flush().expect("flush");
@@ -137,7 +154,13 @@ mod tests {
         let dir = SourceDir::new(temp.path());
         assert_eq!(load(&dir).expect("load"), Tally::default());
         write(&dir, &["length", "stop", "length"]);
-        assert_eq!(load(&dir).expect("load").truncated, 2);
+        assert_eq!(
+            load(&dir).expect("load"),
+            Tally {
+                truncated: 2,
+                output_tokens: 30
+            }
+        );
         assert!(dir.tally().exists());
         // Unchanged: the cache answers (a changed cache proves it was read).
         let mut cached: Cached = atomic::read_json(&dir.tally())
@@ -149,5 +172,12 @@ mod tests {
         // Appended to: counted again from the file.
         write(&dir, &["length"]);
         assert_eq!(load(&dir).expect("load").truncated, 3);
+        // A cache an older `gen` wrote (no token count) is counted again.
+        let mut cached: Cached = atomic::read_json(&dir.tally())
+            .expect("read")
+            .expect("cached");
+        cached.output_tokens = None;
+        atomic::write_json(&dir.tally(), &cached).expect("write");
+        assert_eq!(load(&dir).expect("load").output_tokens, 40);
     }
 }

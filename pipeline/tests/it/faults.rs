@@ -5,6 +5,8 @@
 //!   20-kill soak is the ignored `soak_twenty_kills`, run by `scripts/soak.sh`);
 //! - a torn or corrupted completions tail, repaired by the next run; damage, lost and empty
 //!   answers, failing servers and refusals ([`outcomes`]);
+//! - run files damaged or foreign, every file three ways: repaired, run and verify agree
+//!   ([`run_files`]);
 //! - a corpus of malformed inputs, each with its expected outcome ([`corpus`]);
 //! - bad configs: exit 2 and `file:line:column` ([`configs`]);
 //! - two runs on one run directory (the run lock); SIGTERM mid-generation;
@@ -29,6 +31,8 @@ mod llama;
 mod outcomes;
 #[path = "faults/run_edges/mod.rs"]
 mod run_edges;
+#[path = "faults/run_files.rs"]
+mod run_files;
 #[path = "faults/shards.rs"]
 mod shards;
 
@@ -60,6 +64,22 @@ fn rows(tag: &str, rows: usize) -> String {
             format!("{{\"prompt\": \"{tag} question {i}: why is the sky blue at {i} nm?\"}}\n")
         })
         .collect()
+}
+
+/// The files in `source`'s directory whose names start with `prefix`, by name.
+fn files_starting(project: &Project, source: &str, prefix: &str) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<std::path::PathBuf> =
+        std::fs::read_dir(project.run_path(&format!("sources/{source}")))
+            .expect("read_dir")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with(prefix))
+            })
+            .collect();
+    files.sort();
+    files
 }
 
 /// Asserts the audit of a finished run: every prompt completed exactly once.

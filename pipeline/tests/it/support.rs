@@ -213,6 +213,22 @@ impl Project {
         }
     }
 
+    /// A copy of the project directory (times and modes kept, so a prepared source still
+    /// matches its inputs), with the same config and environment.
+    pub fn copy(&self) -> Project {
+        let mut copy = Project::new();
+        let status = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(self.dir.path().join("."))
+            .arg(copy.dir.path())
+            .status()
+            .expect("run cp");
+        assert!(status.success(), "cp -a: {status}");
+        copy.envs = self.envs.clone();
+        *copy.config.borrow_mut() = self.config.borrow().clone();
+        copy
+    }
+
     /// Sets an environment variable for every `gen` this project starts.
     pub fn env(&mut self, name: &str, value: &str) {
         self.envs.push((name.to_owned(), value.to_owned()));

@@ -49,10 +49,14 @@ pub struct Manifest {
     /// Rows dropped, per reason (`bad_json`, `invalid_utf8`, `no_user_turn`, `excluded:input`,
     /// `too_many_tokens`, …).
     pub dropped: BTreeMap<String, u64>,
-    /// Repeats of a prompt the sample held when they were read. A repeat of a prompt the
-    /// sample had already left out counts in `sampled_out`; with at most `limit` distinct
-    /// prompts nothing is left out, so the count is exact.
+    /// Repeats of a kept prompt (rows beyond its first). Every row of a prompt the sample left
+    /// out counts in `sampled_out`, repeats included.
     pub duplicates_within: u64,
+    /// What two prompts must share to be duplicates ([`crate::prompt::DEDUP_KEY`]); absent
+    /// without deduplication, and in manifests of older `gen`s, which compared the content as
+    /// it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedup_key: Option<String>,
     /// Prompts already kept by an earlier source (only with a shared seen-set).
     #[serde(default)]
     pub duplicates_across: u64,

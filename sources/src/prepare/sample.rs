@@ -3,15 +3,20 @@
 //! [`SampleOptions::memory`] bytes of prompts are held in a heap; past that the sample goes on
 //! on disk ([`super::spill`]) and picks the same prompts.
 //!
-//! Deduplication rides on it. With deduplication on, a prompt's id (and so its key) depends on
-//! its content only, so every copy of a prompt has the same key: once the sample has rejected or
-//! evicted a prompt, every later copy is rejected too (the admission threshold only falls). Only
-//! copies of prompts currently in the sample must be recognised, which takes a set of `limit`
-//! hashes instead of one hash per distinct prompt of the source (30M rows for Nemotron). The
-//! output is exactly that of deduplicating everything first.
+//! Deduplication rides on it. With deduplication on, a prompt's sampling key depends on its
+//! deduplication key only (see `Collector::accept`), so every copy of a prompt has the same
+//! key: once the sample has rejected or evicted a prompt, every later copy is rejected too (the
+//! admission threshold only falls). Only copies of prompts currently in the sample must be
+//! recognised, which takes a map of `limit` hashes instead of one hash per distinct prompt of
+//! the source (30M rows for Nemotron). The output is exactly that of deduplicating everything
+//! first.
+//!
+//! The counts are too, in memory or on disk: a copy of a prompt the sample keeps is a
+//! duplicate, any other row of a prompt it leaves out is sampled out. Copies of a prompt the
+//! sample holds are counted with it (its `copies`), and move to sampled out if it is evicted.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::{BinaryHeap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io;
 use std::path::PathBuf;
@@ -74,8 +79,10 @@ pub(super) struct Sample {
     seed: u64,
     dedup: bool,
     heap: BinaryHeap<Candidate>,
-    /// Content hashes of the prompts in `heap`.
-    members: PrehashedSet,
+    /// Deduplication keys of the prompts in `heap`, with the copies of each met since.
+    members: PrehashedMap,
+    /// Copies of prompts evicted from `heap` (sampled out with them).
+    evicted_copies: u64,
     arrivals: u64,
     /// Estimated bytes of the prompts in `heap`.
     held: usize,
@@ -90,9 +97,10 @@ pub(super) struct Sample {
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(super) struct Finished {
     pub(super) kept: u64,
-    /// Copies of a prompt in the sample, found only when it was picked (on disk).
+    /// Copies of the kept prompts.
     pub(super) duplicates: u64,
-    /// Distinct prompts beyond `limit`, left out only when the sample was picked (on disk).
+    /// Rows left out when the sample was picked (on disk) or with a prompt evicted, beyond
+    /// those [`Sample::offer`] reported.
     pub(super) sampled_out: u64,
 }
 
@@ -103,7 +111,8 @@ impl Sample {
             seed,
             dedup,
             heap: BinaryHeap::new(),
-            members: PrehashedSet::default(),
+            members: PrehashedMap::default(),
+            evicted_copies: 0,
             arrivals: 0,
             held: 0,
             options,
@@ -124,15 +133,22 @@ impl Sample {
             return false;
         }
         if self.spill.is_some() {
-            return key < self.threshold;
+            // The heap's largest key may still be picked: its copies are let in.
+            return key <= self.threshold;
         }
         self.heap.len() < self.limit || self.heap.peek().is_some_and(|top| key < top.key)
     }
 
-    /// Whether a prompt with this content hash is in the sample now (on disk, copies are found
-    /// when the sample is picked instead).
-    pub(super) fn contains(&self, hash: u64) -> bool {
-        self.members.contains(&hash)
+    /// Whether a prompt with this deduplication key is in the sample now, counting this row as
+    /// its copy (on disk, copies are found when the sample is picked instead).
+    pub(super) fn copy_of(&mut self, hash: u64) -> bool {
+        match self.members.get_mut(&hash) {
+            Some(copies) => {
+                *copies += 1;
+                true
+            }
+            None => false,
+        }
     }
 
     /// Offers a prompt the sample [admits](Sample::admits) (with its key and content hash);
@@ -150,7 +166,7 @@ impl Sample {
             prompt: Box::new(prompt),
         };
         self.arrivals += 1;
-        self.members.insert(hash);
+        self.members.insert(hash, 0);
         if self.heap.len() < self.limit {
             self.heap.push(candidate);
             if self.held > self.options.memory {
@@ -163,7 +179,7 @@ impl Sample {
         if let Some(mut top) = self.heap.peek_mut() {
             let evicted = std::mem::replace(&mut *top, candidate);
             self.held = self.held.saturating_sub(held_bytes(&evicted.prompt));
-            self.members.remove(&evicted.hash);
+            self.evicted_copies += self.members.remove(&evicted.hash).unwrap_or(0);
         }
         if self.held > self.options.memory {
             self.start_spill()?;
@@ -181,9 +197,10 @@ impl Sample {
         let mut held = std::mem::take(&mut self.heap).into_vec();
         held.sort_by_key(|c| c.order);
         for candidate in held {
-            spill.push(&candidate.prompt, candidate.key, candidate.hash)?;
+            let copies = self.members.get(&candidate.hash).copied().unwrap_or(0);
+            spill.push_with_copies(&candidate.prompt, candidate.key, candidate.hash, copies)?;
         }
-        self.members = PrehashedSet::default();
+        self.members = PrehashedMap::default();
         self.held = 0;
         self.spill = Some(spill);
         Ok(())
@@ -198,15 +215,22 @@ impl Sample {
             let mut kept = self.heap.into_vec();
             kept.sort_by_key(|c| c.order);
             let count = kept.len() as u64;
+            let duplicates = kept
+                .iter()
+                .map(|c| self.members.get(&c.hash).copied().unwrap_or(0))
+                .sum();
             for candidate in kept {
                 sink(*candidate.prompt, candidate.hash)?;
             }
             return Ok(Finished {
                 kept: count,
-                ..Finished::default()
+                duplicates,
+                sampled_out: self.evicted_copies,
             });
         };
-        spill.finish(self.limit as u64, self.dedup, sink)
+        let mut finished = spill.finish(self.limit as u64, self.dedup, sink)?;
+        finished.sampled_out += self.evicted_copies;
+        Ok(finished)
     }
 }
 
@@ -246,5 +270,5 @@ impl Hasher for Prehashed {
     }
 }
 
-/// A set of content hashes.
-pub(super) type PrehashedSet = HashSet<u64, BuildHasherDefault<Prehashed>>;
+/// Content hashes, each with a count.
+type PrehashedMap = HashMap<u64, u64, BuildHasherDefault<Prehashed>>;

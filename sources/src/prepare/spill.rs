@@ -2,11 +2,12 @@
 //! hold, up to "keep every row" of a 30M-row source).
 //!
 //! Candidates go to an anonymous temporary file in arrival order (a zstd stream of
-//! `hash, length, prompt JSON`), and their sort entries `(key, seq, hash)` — 24 bytes each,
-//! no prompt text — to sorted runs of at most [`RUN_ENTRIES`] entries. [`Spill::finish`] merges
-//! the runs in key order: copies of a prompt share its key (with deduplication on, a prompt's id
-//! and so its key depend on its content only), so they meet in the merge, and the first `limit`
-//! distinct prompts are the sample, exactly as the in-memory bottom-k keeps them. Their
+//! `hash, length, prompt JSON`), and their sort entries `(key, seq, hash, copies)` — 32 bytes
+//! each, no prompt text — to sorted runs of at most [`RUN_ENTRIES`] entries. [`Spill::finish`]
+//! merges the runs in key order: copies of a prompt share its key (with deduplication on, its
+//! key depends on its deduplication key only), so they meet in the merge, and the first `limit`
+//! distinct prompts are the sample, exactly as the in-memory bottom-k keeps them; `copies`
+//! carries the copies a prompt met while the sample held it in memory. Their
 //! sequence numbers go into a bitset (one bit per candidate), and one pass over the candidates
 //! file hands the kept prompts to the sink in arrival order.
 //!
@@ -29,7 +30,7 @@ const RUN_ENTRIES: usize = 1 << 19;
 #[cfg(test)]
 const RUN_ENTRIES: usize = 7;
 /// Bytes of an entry on disk.
-const ENTRY_BYTES: usize = 24;
+const ENTRY_BYTES: usize = 32;
 /// Read buffer per run during the merge.
 const MERGE_BUFFER: usize = 64 << 10;
 
@@ -38,6 +39,8 @@ struct Entry {
     key: u64,
     seq: u64,
     hash: u64,
+    /// Copies met before it was spilled (only the sample's prompts when it spilled have any).
+    copies: u64,
 }
 
 pub(super) struct Spill {
@@ -67,6 +70,17 @@ impl Spill {
 
     /// Adds a candidate (its sampling key and content hash).
     pub(super) fn push(&mut self, prompt: &Prompt, key: u64, hash: u64) -> io::Result<()> {
+        self.push_with_copies(prompt, key, hash, 0)
+    }
+
+    /// [`Spill::push`] for a candidate that already met `copies` copies of itself.
+    pub(super) fn push_with_copies(
+        &mut self,
+        prompt: &Prompt,
+        key: u64,
+        hash: u64,
+        copies: u64,
+    ) -> io::Result<()> {
         self.line.clear();
         serde_json::to_writer(&mut self.line, prompt)?;
         let length = u32::try_from(self.line.len())
@@ -78,6 +92,7 @@ impl Spill {
             key,
             seq: self.seq,
             hash,
+            copies,
         });
         self.seq += 1;
         if self.entries.len() == RUN_ENTRIES {
@@ -94,6 +109,7 @@ impl Spill {
             out.write_all(&entry.key.to_le_bytes())?;
             out.write_all(&entry.seq.to_le_bytes())?;
             out.write_all(&entry.hash.to_le_bytes())?;
+            out.write_all(&entry.copies.to_le_bytes())?;
         }
         let mut file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
         file.seek(SeekFrom::Start(0))?;
@@ -118,23 +134,29 @@ impl Spill {
         let mut chosen = vec![0u64; words];
         let mut counts = Finished::default();
         let mut group_key = None;
-        // Content hashes of the current key's chosen prompts (almost always one).
-        let mut group = Vec::new();
+        // Content hashes of the current key's prompts, each with whether it was chosen (almost
+        // always one).
+        let mut group: Vec<(u64, bool)> = Vec::new();
         merge(std::mem::take(&mut self.runs), |entry| {
             if group_key != Some(entry.key) {
                 group_key = Some(entry.key);
                 group.clear();
             }
-            if dedup && group.contains(&entry.hash) {
-                counts.duplicates += 1;
-            } else if counts.kept < limit {
-                group.push(entry.hash);
-                chosen[(entry.seq / 64) as usize] |= 1 << (entry.seq % 64);
-                counts.kept += 1;
-            } else {
-                // A later copy of it is a duplicate; its key is past the sample's too.
-                group.push(entry.hash);
-                counts.sampled_out += 1;
+            let first = group.iter().find(|(hash, _)| dedup && *hash == entry.hash);
+            match first {
+                // A copy: a duplicate of a kept prompt, or left out with it.
+                Some((_, true)) => counts.duplicates += 1 + entry.copies,
+                Some((_, false)) => counts.sampled_out += 1 + entry.copies,
+                None if counts.kept < limit => {
+                    group.push((entry.hash, true));
+                    chosen[(entry.seq / 64) as usize] |= 1 << (entry.seq % 64);
+                    counts.kept += 1;
+                    counts.duplicates += entry.copies;
+                }
+                None => {
+                    group.push((entry.hash, false));
+                    counts.sampled_out += 1 + entry.copies;
+                }
             }
         })?;
         let mut file = self
@@ -195,6 +217,7 @@ fn read_entry(reader: &mut BufReader<File>) -> io::Result<Option<Entry>> {
         key: word(0),
         seq: word(1),
         hash: word(2),
+        copies: word(3),
     }))
 }
 

@@ -46,6 +46,44 @@ fn counts_drops_and_duplicates() {
     assert_eq!(manifest.examples[0].row, 2);
 }
 
+/// Turns that differ only in surrounding whitespace are duplicates (the manifest names the
+/// key), in memory and spilled to disk; the kept prompt's id is still taken over its content
+/// as it is, so it is the id an earlier `gen` gave it. (Before: not duplicates; a ShareGPT file
+/// with such copies kept 880 of 5,037 of them.)
+#[test]
+fn turns_that_differ_only_in_surrounding_whitespace_are_duplicates() {
+    let conversation = |user: &str, answer: &str| {
+        serde_json::json!({"messages": [
+            {"role": "user", "content": user},
+            {"role": "assistant", "content": answer},
+            {"role": "user", "content": "and then?"},
+        ]})
+        .to_string()
+    };
+    let rows = [
+        conversation("  Why is the sky blue?\n", "Rayleigh scattering."),
+        conversation("Why is the sky blue?", " Rayleigh scattering.  "),
+        conversation("Why is the  sky blue?", "Rayleigh scattering."),
+        conversation("What is rain?", "Water."),
+    ];
+    let rows: Vec<&str> = rows.iter().map(String::as_str).collect();
+    let (dir, spec) = write_source(&rows, "messages-field = \"messages\"\nturns = \"history\"");
+    for memory in [usize::MAX, 1] {
+        let (prompts, manifest) = collect_with(&spec, dir.path(), memory);
+        assert_eq!(manifest.duplicates_within, 1, "memory {memory}");
+        assert_eq!(manifest.kept, 3, "memory {memory}");
+        assert_eq!(
+            manifest.dedup_key.as_deref(),
+            Some(crate::prompt::DEDUP_KEY)
+        );
+        // The first of the two is kept, under the id of its content as it is.
+        let kept = &prompts[0];
+        assert_eq!(kept.messages[0].content, "  Why is the sky blue?\n");
+        let exact = crate::prompt::content_hash(&kept.messages);
+        assert_eq!(kept.id, crate::prompt::prompt_id("t", exact, 0));
+    }
+}
+
 #[test]
 fn repeats_get_distinct_ids_without_dedup() {
     let (dir, spec) = write_source(
@@ -318,16 +356,24 @@ fn a_sample_larger_than_memory_goes_to_disk_and_keeps_the_same_prompts() {
             assert_eq!(spilled, in_memory, "{extra}, memory {memory}");
             assert_eq!(manifest.kept, expected.kept, "{extra}, memory {memory}");
             assert_eq!(manifest.rows_read, expected.rows_read);
-            // Copies of prompts evicted from a sample in memory count as sampled out; on
-            // disk they are found as copies. Together they agree.
+            // The same counts in memory and on disk (before, copies of a prompt evicted from
+            // a sample in memory counted as sampled out, on disk as duplicates).
             assert_eq!(
-                manifest.duplicates_within + manifest.sampled_out,
-                expected.duplicates_within + expected.sampled_out,
+                (manifest.duplicates_within, manifest.sampled_out),
+                (expected.duplicates_within, expected.sampled_out),
                 "{extra}, memory {memory}"
             );
-            if expected.sampled_out == 0 {
-                assert_eq!(manifest.duplicates_within, expected.duplicates_within);
-            }
+        }
+        // A duplicate is a copy of a kept prompt: its rows beyond the first.
+        if !extra.contains("dedup = false") {
+            let copies: u64 = in_memory
+                .iter()
+                .map(|p| {
+                    let text = format!(r#"{{"prompt": "{}"}}"#, p.messages[0].content);
+                    rows.iter().filter(|r| **r == text).count() as u64 - 1
+                })
+                .sum();
+            assert_eq!(expected.duplicates_within, copies, "{extra}");
         }
     }
 }

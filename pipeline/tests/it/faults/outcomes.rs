@@ -17,7 +17,7 @@ use std::time::Duration;
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 use serde_json::Value;
 
-use super::{alpha_project, assert_complete, finished_run, rows};
+use super::{alpha_project, assert_complete, files_starting, finished_run, rows};
 use crate::support::{Config, Project, completion_ids};
 
 fn completions_path(project: &Project) -> PathBuf {
@@ -33,21 +33,6 @@ fn records(path: &Path) -> Vec<Value> {
         .lines()
         .map(|l| serde_json::from_str(l).expect("json"))
         .collect()
-}
-
-/// Names of the files in `alpha`'s source directory that start with `prefix`.
-fn files_starting(project: &Project, prefix: &str) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(project.run_path("sources/alpha"))
-        .expect("read_dir")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(prefix))
-        })
-        .collect();
-    files.sort();
-    files
 }
 
 fn rejected(project: &Project) -> Vec<Value> {
@@ -125,7 +110,7 @@ async fn a_damaged_frame_early_in_the_file_costs_only_its_own_records() {
         200 + lost,
         "only the lost prompts are asked again"
     );
-    let aside = files_starting(&project, "completions.damaged-");
+    let aside = files_starting(&project, "alpha", "completions.damaged-");
     assert_eq!(aside.len(), 1, "{aside:?}");
     assert_eq!(std::fs::read(&aside[0]).expect("read"), damaged);
     let status = project.status().expect("status");
@@ -220,7 +205,7 @@ async fn stored_records_that_are_not_answers_are_not_done_and_are_generated_agai
         out.stderr
     );
     assert_eq!(server.chat_requests(), 12);
-    let aside = files_starting(&project, "completions.not-answers-");
+    let aside = files_starting(&project, "alpha", "completions.not-answers-");
     assert_eq!(aside.len(), 1, "{aside:?}");
     let moved: Vec<Value> = std::fs::read_to_string(&aside[0])
         .expect("read")
