@@ -256,15 +256,16 @@ pub struct SlurmArgs {
     /// Submit the script with `sbatch` (otherwise only write it).
     #[arg(long)]
     pub submit: bool,
-    /// Resubmit only the shards that are not done (and not running or queued).
+    /// Resubmit only the shards that are not done (and not running or queued), with the
+    /// options of the last submission (options given here replace those).
     #[arg(long)]
     pub only_failed: bool,
     /// Requeue a task that is preempted, or stopped by SIGUSR1 before its time limit.
     #[arg(long)]
     pub requeue: bool,
-    /// Seconds before the time limit at which a task is told to stop (SIGUSR1).
-    #[arg(long, value_name = "SECS", default_value_t = 120)]
-    pub signal_secs: u32,
+    /// Seconds before the time limit at which a task is told to stop (SIGUSR1) [default: 120].
+    #[arg(long, value_name = "SECS")]
+    pub signal_secs: Option<u32>,
     /// The `gen` binary the tasks run (default: this one).
     #[arg(long, value_name = "PATH")]
     pub gen_bin: Option<PathBuf>,

@@ -455,13 +455,23 @@ fn job_name(plan: &Plan) -> String {
 
 fn slurm_command(args: cli::SlurmArgs) -> Result<ExitCode, CliError> {
     let mut plan = Plan::load(&args.config)?;
-    if let Some(command) = &args.server_launch {
+    let root = run_dir_for(&plan, args.run_dir);
+    // `--only-failed` resubmits the way the job was submitted; what this line says wins.
+    let last = if args.only_failed {
+        scale::slurm::submitted(root.root())
+    } else {
+        None
+    };
+    let last = last.as_ref();
+    let server_launch = args
+        .server_launch
+        .or_else(|| last.and_then(|j| j.server_launch.clone()));
+    if let Some(command) = &server_launch {
         scale::task::override_launch(&mut plan, command)?;
     }
-    let root = run_dir_for(&plan, args.run_dir);
     let (config, shards, server_launch) =
-        scale::slurm::resolve(&plan, root.root(), args.shards, args.server_launch)?;
-    let gen_bin = match args.gen_bin {
+        scale::slurm::resolve(&plan, root.root(), args.shards, server_launch)?;
+    let gen_bin = match args.gen_bin.or_else(|| last.map(|j| j.gen_bin.clone())) {
         Some(bin) => std::path::absolute(&bin).unwrap_or(bin),
         None => std::env::current_exe().context("failed to find this `gen` binary")?,
     };
@@ -470,11 +480,20 @@ fn slurm_command(args: cli::SlurmArgs) -> Result<ExitCode, CliError> {
         root: root.root().to_path_buf(),
         shards,
         server_launch,
-        requeue: args.requeue,
-        signal_secs: args.signal_secs,
+        requeue: args.requeue || last.is_some_and(|j| j.requeue),
+        signal_secs: args
+            .signal_secs
+            .or_else(|| last.map(|j| j.signal_secs))
+            .unwrap_or(120),
         gen_bin,
-        job_name: args.job_name.unwrap_or_else(|| job_name(&plan)),
-        sbatch_options: args.sbatch,
+        job_name: args
+            .job_name
+            .or_else(|| last.map(|j| j.job_name.clone()))
+            .unwrap_or_else(|| job_name(&plan)),
+        sbatch_options: match (args.sbatch.is_empty(), last) {
+            (true, Some(last)) => last.sbatch_options.clone(),
+            _ => args.sbatch,
+        },
     };
     Ok(scale::slurm::slurm(&job, args.submit, args.only_failed)?)
 }

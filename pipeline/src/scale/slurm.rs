@@ -23,8 +23,9 @@ use super::root::{self, RunRoot};
 use crate::config::Plan;
 use crate::sys;
 
-/// What `gen slurm` was asked for (the command line, resolved).
-#[derive(Debug, Clone)]
+/// What `gen slurm` was asked for (the command line, resolved). Kept in
+/// `RUN_ROOT/slurm/submit.json` so that `--only-failed` resubmits the way the job was submitted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SlurmJob {
     pub config: PathBuf,
     pub root: PathBuf,
@@ -48,6 +49,55 @@ pub struct Submission {
     pub array: String,
     pub script: String,
     pub submitted_unix_ms: u64,
+}
+
+impl SlurmJob {
+    /// How the tasks are submitted, in one line: what `--only-failed` says it reuses.
+    pub fn describe(&self) -> String {
+        self.describe_parts().join(", ")
+    }
+
+    /// [`SlurmJob::describe`] in parts, for `gen status RUN_ROOT` to show a line each.
+    pub fn describe_parts(&self) -> Vec<String> {
+        let mut parts = Vec::new();
+        if !self.sbatch_options.is_empty() {
+            parts.push(format!("sbatch {}", self.sbatch_options.join(" ")));
+        }
+        if self.requeue {
+            parts.push("--requeue".to_owned());
+        }
+        parts.push(format!(
+            "SIGUSR1 {} s before the time limit",
+            self.signal_secs
+        ));
+        match &self.server_launch {
+            Some(launch) => parts.push(format!("server `{launch}`")),
+            None => parts.push("server from `[server] launch`".to_owned()),
+        }
+        parts.push(format!("gen `{}`", self.gen_bin.display()));
+        parts
+    }
+}
+
+/// `RUN_ROOT/slurm/submit.json`.
+fn submit_path(root: &RunRoot) -> PathBuf {
+    root.slurm_dir().join("submit.json")
+}
+
+/// How the job in `root` was last submitted (written or submitted by `gen slurm`), if known.
+/// A damaged record is warned about and ignored: the command line then says everything.
+pub fn submitted(root: &Path) -> Option<SlurmJob> {
+    let path = submit_path(&RunRoot::new(root));
+    match crate::store::atomic::read_json::<SlurmJob>(&path) {
+        Ok(job) => job,
+        Err(error) => {
+            crate::report::plain(&format!(
+                "gen: warning: how the job was submitted cannot be read ({error}); only this \
+                 command line's options are used"
+            ));
+            None
+        }
+    }
 }
 
 /// Quotes `word` for bash when it needs it.
@@ -267,7 +317,10 @@ pub fn slurm(job: &SlurmJob, submit: bool, only_failed: bool) -> anyhow::Result<
         .with_context(|| format!("failed to create `{}`", root.slurm_dir().display()))?;
     let array = if only_failed {
         match array_to_resubmit(&root)? {
-            Some(array) => array,
+            Some(array) => {
+                crate::report::plain(&format!("gen: resubmitting with {}", job.describe()));
+                array
+            }
             None => return Ok(ExitCode::SUCCESS),
         }
     } else {
@@ -282,6 +335,9 @@ pub fn slurm(job: &SlurmJob, submit: bool, only_failed: bool) -> anyhow::Result<
     let path = root.slurm_dir().join(name);
     crate::store::atomic::write(&path, text.as_bytes())
         .with_context(|| format!("failed to write `{}`", path.display()))?;
+    let record = serde_json::to_vec_pretty(job)?;
+    crate::store::atomic::write(&submit_path(&root), &record)
+        .with_context(|| format!("failed to write `{}`", submit_path(&root).display()))?;
     if !submit {
         println!("{}", path.display());
         crate::report::plain(&format!(
@@ -442,5 +498,26 @@ mod tests {
             error.to_string().contains("is not an sbatch option"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn only_failed_reuses_how_the_job_was_submitted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let job = SlurmJob {
+            root: dir.path().to_path_buf(),
+            shards: 2,
+            ..job()
+        };
+        slurm(&job, false, false).expect("written");
+        assert_eq!(submitted(dir.path()), Some(job.clone()));
+        assert_eq!(
+            job.describe(),
+            "sbatch --partition=gpu --gres=gpu:8, --requeue, SIGUSR1 120 s before the time \
+             limit, server `python -m sglang.launch_server --port {port} --tp 8`, gen \
+             `/opt/gen/bin/gen`"
+        );
+        // Damaged: warned about and ignored, never a failed resubmission.
+        std::fs::write(dir.path().join("slurm/submit.json"), "{").expect("write");
+        assert_eq!(submitted(dir.path()), None);
     }
 }

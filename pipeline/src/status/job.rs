@@ -64,6 +64,8 @@ pub struct JobView {
     pub sources: Vec<SourceStatus>,
     /// `RUN_ROOT/merged` exists.
     pub merged: bool,
+    /// How `gen slurm` submitted the tasks (what `--only-failed` reuses), when it did.
+    pub submitted: Option<crate::scale::slurm::SlurmJob>,
 }
 
 fn shard_state(status: Option<&RunStatus>, now_ms: u64) -> ShardState {
@@ -180,6 +182,7 @@ pub fn view(root: &RunRoot, now_ms: u64) -> Result<JobView, RootError> {
         shards: views,
         sources,
         merged: root.merged().is_dir(),
+        submitted: crate::scale::slurm::submitted(root.root()),
     })
 }
 
@@ -188,6 +191,12 @@ pub fn render(job: &JobView, now_ms: u64) -> String {
     let mut out = String::new();
     for line in header(job) {
         writeln!(out, "{}", cut(&line, 80)).ok();
+    }
+    if let Some(submitted) = &job.submitted {
+        for (i, part) in submitted.describe_parts().iter().enumerate() {
+            let label = if i == 0 { "slurm" } else { "" };
+            writeln!(out, "{}", cut(&format!("{label:<6} {part}"), 80)).ok();
+        }
     }
     writeln!(out).ok();
     out.push_str(&render::source_table(&job.sources, render::WIDTH));
@@ -216,8 +225,9 @@ pub fn render(job: &JobView, now_ms: u64) -> String {
             "{}",
             cut(
                 &format!(
-                    "rerun  shards {}: `gen slurm CONFIG --only-failed --submit`",
-                    rerun.join(",")
+                    "rerun  shards {}: `gen slurm {} --only-failed --submit`",
+                    rerun.join(","),
+                    job.config
                 ),
                 80
             )

@@ -270,6 +270,21 @@ async fn a_slurm_array_runs_every_shard_survives_a_cancel_and_refuses_a_duplicat
         "{script}\n{}",
         again.stderr
     );
+    // ... the way the job was submitted: its sbatch options and server launch kept (before,
+    // the rerun dropped both: on a real cluster it would get no GPU or another server).
+    assert!(
+        script.contains("#SBATCH --cpus-per-task=1\n")
+            && script.contains("--server-launch ")
+            && script.contains("--alias smollm2-135m"),
+        "{script}"
+    );
+    assert!(
+        again
+            .stderr
+            .contains("resubmitting with sbatch --cpus-per-task=1"),
+        "{}",
+        again.stderr
+    );
     let tasks: BTreeSet<String> = squeue(&rerun)
         .iter()
         .filter_map(|t| t.split_whitespace().next().map(str::to_owned))
@@ -300,7 +315,11 @@ async fn a_slurm_array_runs_every_shard_survives_a_cancel_and_refuses_a_duplicat
     );
     assert_eq!(view["merged"], true, "{view}\n{}", logs(&root));
     let table = gen_.run(&["status", root.to_str().expect("utf-8")]).await;
-    for line in [format!("{job}_0 e1"), format!("{rerun}_1 e2")] {
+    for line in [
+        format!("{job}_0 e1"),
+        format!("{rerun}_1 e2"),
+        "slurm  sbatch --cpus-per-task=1".to_owned(),
+    ] {
         assert!(table.stdout.contains(&line), "{line}:\n{}", table.stdout);
     }
 
