@@ -46,10 +46,18 @@ config = LlamaConfig(vocab_size=len(fast), hidden_size=128, intermediate_size=25
                      bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id,
                      pad_token_id=fast.pad_token_id, torch_dtype="bfloat16")
 model = LlamaForCausalLM(config).to(torch.bfloat16)
-# No EOS ever: its logit row is pushed far down.
+# No EOS ever, whatever the sampling: hidden dimension 0 of the residual stream is a constant
+# (every embedding has 8 there and no layer writes to it), so after the final norm it is always
+# positive, and EOS's output row reads only that dimension with a large negative weight.
 with torch.no_grad():
+    model.model.embed_tokens.weight[:, 0] = 8.0
+    for layer in model.model.layers:
+        layer.self_attn.o_proj.weight[0, :] = 0.0
+        layer.mlp.down_proj.weight[0, :] = 0.0
     model.lm_head.weight[fast.eos_token_id].fill_(0)
-    model.lm_head.bias = None
+    model.lm_head.weight[fast.eos_token_id, 0] = -100.0
 model.generation_config.eos_token_id = None
 model.save_pretrained(out, safe_serialization=True)
+# install-vllm.sh rebuilds a cached model without this marker (older builds could emit EOS).
+open(f"{out}/gen-tiny-model-v2", "w").close()
 print(f"tiny model in {out}: {sum(p.numel() for p in model.parameters())} parameters")
