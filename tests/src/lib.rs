@@ -5,7 +5,8 @@
 //!   gateway that quotes the API key in its error bodies.
 //! - [`llama`]: a real `llama-server` with a real small model, started on a free port, for the
 //!   end-to-end tests (skipped with a printed reason when it is not installed; the README test
-//!   command always installs it).
+//!   command always installs it); [`vllm`]: a real vLLM (the CPU build from PyPI) serving a
+//!   tiny local model, likewise.
 //! - [`sim`]: a simulated continuous-batching server (KV capacity, running cap, preemption) on
 //!   virtual time, for the concurrency controller's tests and benchmark.
 //! - [`fake_hub`]: a Hugging Face Hub on `127.0.0.1:0` serving what hf-hub (and Python's
@@ -25,3 +26,4 @@ pub mod llama;
 pub mod parquet_fixture;
 pub mod python;
 pub mod sim;
+pub mod vllm;

@@ -228,30 +228,6 @@ async fn auto_concurrency_settles_within_the_servers_slots() {
     assert_eq!(gen_.completions_of("hello").len(), 12);
 }
 
-/// Children of `parent` (from `/proc/*/stat`).
-fn children_of(parent: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("proc").flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // The fields after the parenthesised comm: state, ppid, ...
-        let after = stat.rsplit_once(") ").map_or("", |(_, rest)| rest);
-        if after
-            .split_whitespace()
-            .nth(1)
-            .and_then(|p| p.parse::<u32>().ok())
-            == Some(parent)
-        {
-            out.push(pid);
-        }
-    }
-    out
-}
-
 #[tokio::test]
 async fn a_launched_server_that_dies_mid_run_is_restarted_and_the_run_completes() {
     if let Some(reason) = llama_skip_reason() {
@@ -267,7 +243,7 @@ async fn a_launched_server_that_dies_mid_run_is_restarted_and_the_run_completes(
         s["sources"][0]["done"].as_u64().unwrap_or(0) >= 2
     })
     .await;
-    let servers = children_of(gen_pid);
+    let servers = support::children_of(gen_pid);
     assert_eq!(servers.len(), 1, "one llama-server child: {servers:?}");
     // kill -9 the server gen launched (our own process tree).
     support::signal(servers[0], "KILL");

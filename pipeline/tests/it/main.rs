@@ -27,3 +27,4 @@ mod remote;
 mod run;
 mod servers;
 mod slurm;
+mod vllm;

@@ -78,8 +78,13 @@ impl Config {
             port.to_owned(),
         ];
         launch.extend(args.iter().map(|a| (*a).to_owned()));
+        Config::launching_command(&launch, port)
+    }
+
+    /// A config launching `command` (its `--port` argument `port`: a number, or `{port}`).
+    pub fn launching_command(command: &[String], port: &str) -> Config {
         // A JSON string is a valid TOML basic string.
-        let launch: Vec<String> = launch
+        let launch: Vec<String> = command
             .iter()
             .map(|a| serde_json::to_string(a).expect("string"))
             .collect();
@@ -797,6 +802,32 @@ pub async fn llama_project(slots: u32) -> Option<(Gen, gen_tests::llama::LlamaSe
     Some((gen_, server))
 }
 
+/// `Some(reason)` when a test needing the real vLLM must be skipped; panics instead when
+/// `GEN_REQUIRE_VLLM` is set (as `scripts/test.sh` does), so CI never skips it.
+pub fn vllm_skip_reason() -> Option<String> {
+    match gen_tests::vllm::installed() {
+        Ok(_) => None,
+        Err(reason) if std::env::var_os("GEN_REQUIRE_VLLM").is_some() => {
+            panic!("GEN_REQUIRE_VLLM is set but {reason}")
+        }
+        Err(reason) => Some(reason),
+    }
+}
+
+/// A project directory with a real vLLM started in it with further `args`, or `None` (the
+/// reason printed) when the test must be skipped.
+pub async fn vllm_project(args: &[&str]) -> Option<(Gen, gen_tests::vllm::VllmServer)> {
+    if let Some(reason) = vllm_skip_reason() {
+        eprintln!("skipped: {reason}");
+        return None;
+    }
+    let gen_ = Gen::new();
+    let server = gen_tests::vllm::VllmServer::start(&gen_.path(""), args)
+        .await
+        .expect("vLLM");
+    Some((gen_, server))
+}
+
 /// A project whose `cfg.toml` launches the real llama-server (`bin`, `model`) and whose
 /// source `fruit` holds `prompts` short questions; `generation` is the `[generation]` table's
 /// body.
@@ -815,4 +846,28 @@ pub fn llama_fruit_project(gen_: &Gen, bin: &Path, model: &Path, prompts: usize,
         .generation(generation)
         .source("fruit", "data/a.jsonl"),
     );
+}
+
+/// Children of `parent` (from `/proc/*/stat`).
+pub fn children_of(parent: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // The fields after the parenthesised comm: state, ppid, ...
+        let after = stat.rsplit_once(") ").map_or("", |(_, rest)| rest);
+        if after
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<u32>().ok())
+            == Some(parent)
+        {
+            out.push(pid);
+        }
+    }
+    out
 }
