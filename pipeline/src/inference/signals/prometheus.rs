@@ -130,10 +130,7 @@ mod tests {
             nan_value NaN\n";
         let samples = parse(text);
         assert_eq!(samples.len(), 4, "{samples:?}");
-        assert_eq!(
-            samples[0].label("max_num_seqs"),
-            Some("256")
-        );
+        assert_eq!(samples[0].label("max_num_seqs"), Some("256"));
         assert_eq!(
             samples[0].label("attention_config"),
             Some("AttentionConfig(backend=None, x={})")

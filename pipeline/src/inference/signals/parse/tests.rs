@@ -14,7 +14,10 @@ fn vllm_metrics_as_the_real_server_prints_them() {
     assert_eq!(reading.kind, Some(ServerKind::Vllm));
     // num_gpu_blocks="16384" × block_size="128" (its `kv_cache_size_tokens` label agrees).
     assert_eq!(reading.caps.kv_tokens, Some(2_097_152));
-    assert_eq!(reading.caps.max_running, None, "no vLLM metric carries max_num_seqs");
+    assert_eq!(
+        reading.caps.max_running, None,
+        "no vLLM metric carries max_num_seqs"
+    );
     assert_eq!(
         (reading.load.running, reading.load.queued),
         (Some(128), Some(172)),
