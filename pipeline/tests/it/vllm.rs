@@ -142,6 +142,33 @@ async fn an_external_vllm_runs_a_whole_job_under_its_cap_with_reasoning_and_refu
     let status = gen_.status().expect("status");
     assert_eq!(status["sources"][0]["done"], 300, "{status:#}");
 
+    // `gen bench` on the prepared prompts, at two levels.
+    let bench = gen_
+        .run(&[
+            "bench",
+            "cfg.toml",
+            "--concurrency",
+            "4,32",
+            "--requests",
+            "32",
+            "--json",
+        ])
+        .await;
+    assert_eq!(bench.code, Some(0), "{}", bench.stderr);
+    let report: Value = serde_json::from_str(&bench.stdout).expect("--json parses");
+    assert_eq!(
+        report["servers"][0]["model"],
+        vllm::MODEL_NAME,
+        "{report:#}"
+    );
+    let levels = report["servers"][0]["levels"].as_array().expect("levels");
+    assert_eq!(levels.len(), 2, "{report:#}");
+    for level in levels {
+        assert_eq!(level["failed"], 0, "{level}");
+        assert_eq!(level["completed"], 32, "{level}");
+        assert!(level["output_tokens_per_s"].as_f64() > Some(0.0), "{level}");
+    }
+
     // The wrong model: refused before any prompt is sent, naming what the server serves.
     let wrong = Config::new(&server.url())
         .server("model = \"tiny-thinker\"")
