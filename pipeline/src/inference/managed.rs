@@ -227,6 +227,19 @@ async fn until_healthy(
     }
 }
 
+/// What `{port}` stands for in the launch command: the port `url` names (so the server listens
+/// where `gen` will ask it), or a free one when `url` says `{port}` too.
+fn launch_port(url: &str) -> std::io::Result<u16> {
+    if !url.contains("{port}")
+        && let Some(port) = reqwest::Url::parse(url)
+            .ok()
+            .and_then(|u| u.port_or_known_default())
+    {
+        return Ok(port);
+    }
+    free_port()
+}
+
 fn free_port() -> std::io::Result<u16> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     Ok(listener.local_addr()?.port())
@@ -268,7 +281,7 @@ impl ManagedServer {
         launch: &[String],
         log: &Path,
     ) -> Result<ManagedServer, LaunchError> {
-        let port = free_port()?;
+        let port = launch_port(plan.url())?;
         let env = |name: &str| std::env::var(name).ok();
         let args = launch
             .iter()
@@ -556,6 +569,29 @@ mod tests {
         );
         assert!(text.contains("error: no GPU"), "{text}");
         assert!(!err.to_string().contains("sk-managed"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn port_in_the_launch_command_is_the_port_the_url_names() {
+        // README's config: `url = "http://127.0.0.1:30000"` with `launch = [..., "{port}"]`.
+        // The server must listen where gen asks it, not on a free port of its own.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = dir.path().join("server.log");
+        let port = free_port().expect("port");
+        let launch = ["/bin/sh", "-c", "echo listening on {port}; exit 1"].map(str::to_owned);
+        let url = format!("http://127.0.0.1:{port}");
+        let err = ManagedServer::start(&plan(&url), &launch, &log)
+            .await
+            .expect_err("exits");
+        assert!(
+            err.to_string().contains(&format!("listening on {port}")),
+            "{err}"
+        );
+        // With `{port}` in the url too, a free port is picked for both.
+        let err = ManagedServer::start(&plan("http://127.0.0.1:{port}"), &launch, &log)
+            .await
+            .expect_err("exits");
+        assert!(!err.to_string().contains("{port}"), "{err}");
     }
 
     #[tokio::test]
