@@ -58,7 +58,22 @@ pub async fn health(url: &str) -> Result<bool, String> {
         .await
     {
         Ok(response) => Ok(response.status().is_success()),
-        Err(e) => Err(e.without_url().to_string()),
+        Err(e) => Err(request_error(e)),
+    }
+}
+
+/// Why a request got no answer, in the words an operator knows: `connection refused` (nothing
+/// listens yet: a server loading its model), `no answer within 3s`, or the error itself.
+fn request_error(e: reqwest::Error) -> String {
+    let refused = std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
+        .filter_map(|e| e.downcast_ref::<std::io::Error>())
+        .any(|e| e.kind() == std::io::ErrorKind::ConnectionRefused);
+    if refused {
+        "connection refused".to_owned()
+    } else if e.is_timeout() {
+        "no answer in time".to_owned()
+    } else {
+        e.without_url().to_string()
     }
 }
 
@@ -95,7 +110,7 @@ pub async fn model(
             Ok(response) => {
                 last_error = format!("`/v1/models` answered HTTP {}", response.status())
             }
-            Err(e) => last_error = e.without_url().to_string(),
+            Err(e) => last_error = request_error(e),
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -140,25 +155,32 @@ impl Waiting {
         {
             return;
         }
-        let why = if last_error.is_empty() {
-            String::new()
-        } else {
-            format!("; last: {last_error}")
-        };
-        let line = format!(
-            "gen: waiting for {} to answer (a server loading its model takes minutes): {} of at \
-             most {}{why}",
-            self.url,
-            clock(elapsed),
-            clock(self.wait)
-        );
+        let line = self.line(elapsed, last_error);
         if self.terminal {
-            // Redrawn in place: back to the line's start, the old text erased.
-            eprint!("\r\x1b[K{}", crate::secrets::redact(&line));
+            // Redrawn in place: back to the line's start, the old text erased. A line wider than
+            // the terminal would wrap, and the erase reach only its last row: cut to fit.
+            let width = terminal_size::terminal_size_of(std::io::stderr())
+                .map_or(80, |(terminal_size::Width(w), _)| usize::from(w));
+            eprint!("\r\x1b[K{}", redrawn(&line, width));
         } else {
             crate::report::plain(&line);
         }
         self.shown = Some(elapsed);
+    }
+
+    /// What is said first: the wait and its last reason, then why it can take long.
+    fn line(&self, elapsed: Duration, last_error: &str) -> String {
+        let why = if last_error.is_empty() {
+            String::new()
+        } else {
+            format!(", {last_error}")
+        };
+        format!(
+            "gen: waiting for {}: {} of {}{why}; a server loading its model takes minutes",
+            self.url,
+            clock(elapsed),
+            clock(self.wait)
+        )
     }
 
     /// Ends the redrawn line, so what follows starts on a line of its own.
@@ -173,6 +195,15 @@ impl Drop for Waiting {
     fn drop(&mut self) {
         self.done();
     }
+}
+
+/// `line` as redrawn on a terminal `width` columns wide: secrets out, cut short of the last
+/// column so it never wraps.
+fn redrawn(line: &str, width: usize) -> String {
+    crate::status::render::cut(
+        &crate::secrets::redact(line),
+        width.saturating_sub(1).max(20),
+    )
 }
 
 /// One model of a `/v1/models` answer: its id and the other names it answers to (llama.cpp
@@ -233,6 +264,38 @@ fn choose_model(url: &str, listed: &[Listed], wanted: Option<&str>) -> Result<St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_wait_line_fits_the_terminal_and_names_a_refused_connection() {
+        let waiting = Waiting {
+            url: "http://127.0.0.1:30000".to_owned(),
+            wait: Duration::from_secs(1800),
+            terminal: true,
+            shown: None,
+        };
+        let line = waiting.line(Duration::from_secs(80), "connection refused");
+        assert_eq!(
+            line,
+            "gen: waiting for http://127.0.0.1:30000: 1m20s of 30m00s, connection refused; a server loading its model takes minutes"
+        );
+        for width in [80, 120] {
+            let drawn = redrawn(&line, width);
+            assert!(drawn.chars().count() < width, "{width}: {drawn}");
+            assert!(drawn.contains(", connection refused"), "{drawn}");
+        }
+    }
+
+    #[tokio::test]
+    async fn nothing_listening_is_said_as_connection_refused() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("port")
+            .port();
+        let err = health(&format!("http://127.0.0.1:{port}"))
+            .await
+            .expect_err("nothing listens");
+        assert_eq!(err, "connection refused");
+    }
 
     #[test]
     fn a_model_the_server_does_not_list_is_refused_naming_what_it_serves() {

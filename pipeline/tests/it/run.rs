@@ -213,7 +213,7 @@ async fn a_server_that_starts_listening_late_is_waited_for_and_sources_are_prepa
             .unwrap_or_else(|| panic!("gen ended without waiting:\n{seen}"));
         seen.push_str(&line);
         seen.push('\n');
-        if line.starts_with(&format!("gen: waiting for {url} to answer")) {
+        if line.starts_with(&format!("gen: waiting for {url}: ")) {
             break;
         }
     }
@@ -258,13 +258,16 @@ async fn unreachable_server_is_named_and_no_source_is_marked_failed() {
     assert!(started.elapsed() < std::time::Duration::from_secs(15));
     assert_eq!(out.code, Some(1), "{}", out.stderr);
     assert!(
-        out.stderr.contains(&format!(
-            "gen: waiting for {url} to answer (a server loading its model takes minutes): "
-        )) && out.stderr.contains(&format!(
-            "error: inference server at `{url}` is not reachable"
-        )) && out
-            .stderr
-            .contains("(waited 3s for it to answer; `[server] startup-timeout-secs` waits longer)"),
+        out.stderr.contains(&format!("gen: waiting for {url}: "))
+            && out
+                .stderr
+                .contains(", connection refused; a server loading its model takes minutes")
+            && out.stderr.contains(&format!(
+                "error: inference server at `{url}` is not reachable"
+            ))
+            && out.stderr.contains(
+                "(waited 3s for it to answer; `[server] startup-timeout-secs` waits longer)"
+            ),
         "{}",
         out.stderr
     );
