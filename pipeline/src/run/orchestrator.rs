@@ -295,6 +295,7 @@ impl<'p> RunState<'p> {
             sources: Vec::new(),
             machine: None,
             stopped_by: None,
+            waiting_for: None,
         };
         RunState {
             plan,
@@ -517,6 +518,11 @@ impl<'p> Orchestrator<'p> {
         // Preparation needs no server: it starts at once and goes on while a server loads.
         let mut preparation = Preparation::new(needs_prep, cancel.child_token());
         preparation.start(&mut state.sources, &state.reporter)?;
+        state.status.waiting_for = Some(if state.plan.server.launch.is_some() {
+            "the inference server it launched to start".to_owned()
+        } else {
+            "the inference server to answer".to_owned()
+        });
         state.refresh_status();
         let Some(managed) = managed_server(&mut state, &mut preparation, cancel).await? else {
             return Ok(None);
@@ -534,6 +540,7 @@ impl<'p> Orchestrator<'p> {
             return Ok(None);
         };
         state.status.servers = servers.statuses();
+        state.status.waiting_for = None;
         tokio::spawn(servers.fleet.clone().watch(dispatch_cancel.clone()));
         let (events_tx, dispatched) = mpsc::channel(EVENT_BACKLOG);
         let plan = state.plan;
@@ -901,9 +908,13 @@ async fn preparing_while<T>(
     waited: impl std::future::Future<Output = T>,
 ) -> anyhow::Result<T> {
     tokio::pin!(waited);
+    // The heartbeat goes on while the server loads (minutes): `gen status` must not call a
+    // run that waits dead.
+    let mut tick = tokio::time::interval(TICK);
     loop {
         tokio::select! {
             out = &mut waited => return Ok(out),
+            _ = tick.tick() => state.refresh_status(),
             ended = preparation.next_ended() => {
                 let ended = ended.context("a preparation supervisor panicked")?;
                 preparation

@@ -322,6 +322,7 @@ mod tests {
             sources,
             machine: None,
             stopped_by: None,
+            waiting_for: None,
         }
     }
 

@@ -56,6 +56,11 @@ fn liveness(status: &RunStatus, now_ms: u64) -> String {
             status.pid,
             status.host
         )
+    } else if let Some(what) = &status.waiting_for {
+        format!(
+            "running, waiting for {what} (pid {} on {})",
+            status.pid, status.host
+        )
     } else {
         format!("running (pid {} on {})", status.pid, status.host)
     }
@@ -482,6 +487,7 @@ mod tests {
                 peak_worker_rss_bytes: Some(3 * GIB + GIB / 4),
             }),
             stopped_by: None,
+            waiting_for: None,
         }
     }
 

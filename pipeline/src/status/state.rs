@@ -177,6 +177,10 @@ pub struct RunStatus {
     /// Why the run stopped early, when an error or a signal stopped it.
     #[serde(default)]
     pub stopped_by: Option<String>,
+    /// What the run waits for before it can send (a server it launched starting, or an
+    /// external one not answering yet); preparation goes on meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

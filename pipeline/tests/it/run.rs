@@ -228,6 +228,31 @@ async fn a_server_that_starts_listening_late_is_waited_for_and_sources_are_prepa
     .context(|| seen.clone())
     .until(|| manifest.exists())
     .await;
+    // While gen waits, it is alive to `gen status`: the heartbeat goes on and the state line
+    // says what it waits for.
+    let first = gen_.status().expect("status")["heartbeat_unix_ms"]
+        .as_u64()
+        .expect("heartbeat");
+    wait_for(
+        "the heartbeat to go on while gen waits",
+        Duration::from_secs(20),
+    )
+    .context(|| seen.clone())
+    .until(|| {
+        gen_.status()
+            .and_then(|s| s["heartbeat_unix_ms"].as_u64())
+            .is_some_and(|h| h > first)
+    })
+    .await;
+    let table = gen_.run(&["status", &config]).await;
+    assert_eq!(table.code, Some(0), "{}", table.stdout);
+    assert!(
+        table
+            .stdout
+            .contains("running, waiting for the inference server to answer"),
+        "{}",
+        table.stdout
+    );
     let _server = FakeOpenAi::start_at(addr, Knobs::default()).await;
     while let Some(line) = lines.next_line().await.expect("read stderr") {
         seen.push_str(&line);
