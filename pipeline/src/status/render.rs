@@ -603,17 +603,20 @@ mod tests {
         snapshot("preparing", &status, NOW);
     }
 
+    /// Answers cut by the context get a line of their own (CUT is the `max-tokens` share).
     #[test]
     fn generating_with_eta_and_tokens_per_second() {
         let status = with_server(
             run(vec![
                 SourceStatus {
                     truncated: 412,
+                    cut_by_context: 27,
                     rejected: 3,
                     ..source("sharegpt", Phase::Done, Some(10_000), 9_997)
                 },
                 SourceStatus {
                     truncated: 130,
+                    cut_by_context: 1,
                     ..generating("wildchat", 10_000, 6_512, 2_841.7, 3 * 3_600 + 5 * 60)
                 },
                 generating("ultrachat-200k", 8_000, 120, 312.0, 45 * 60),
@@ -622,25 +625,6 @@ mod tests {
             server(),
         );
         snapshot("generating", &status, NOW);
-    }
-
-    #[test]
-    fn answers_cut_by_the_context_get_a_line_apart_from_the_max_tokens_cut_column() {
-        let status = with_server(
-            run(vec![
-                SourceStatus {
-                    truncated: 412,
-                    cut_by_context: 27,
-                    ..source("sharegpt", Phase::Done, Some(10_000), 10_000)
-                },
-                SourceStatus {
-                    cut_by_context: 1,
-                    ..generating("wildchat", 10_000, 6_512, 2_841.7, 3 * 3_600 + 5 * 60)
-                },
-            ]),
-            server(),
-        );
-        snapshot("context_cuts", &status, NOW);
     }
 
     #[test]
