@@ -562,6 +562,42 @@ async fn an_answer_cut_by_the_context_is_counted_apart_and_never_retried() {
     assert_eq!(json["sources"][0]["truncated"], 0);
 }
 
+/// In a conversation, what cut an answer is stored on its turn, and the record's own
+/// `cut_by` is its last turn's (as `finish_reason` is).
+#[tokio::test]
+async fn a_later_turn_cut_by_the_context_is_marked_on_that_turn() {
+    let server = FakeOpenAi::start(Knobs {
+        context_length: Some(600),
+        shorten_to_context: true,
+        ..Knobs::default()
+    })
+    .await;
+    let gen_ = Gen::new();
+    let filling = vec!["w"; 570].join(" ");
+    gen_.write(
+        "data/a.jsonl",
+        format!(
+            "{{\"messages\": [{{\"role\": \"user\", \"content\": \"q1\"}}, {{\"role\": \"assistant\", \"content\": \"a1\"}}, {{\"role\": \"user\", \"content\": \"{filling}\"}}]}}\n"
+        ),
+    );
+    gen_.config(
+        &Config::new(&server.url())
+            .generation("max-tokens = 64")
+            .source_with("chat", "data/a.jsonl", "turns = \"all\""),
+    );
+    let out = gen_.run(&["run", "cfg.toml"]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let records = gen_.completions_of("chat");
+    let turns = records[0]["turns"].as_array().expect("turns");
+    assert_eq!(turns[0]["finish_reason"], "stop");
+    assert!(turns[0].get("cut_by").is_none(), "{turns:?}");
+    // q1 + "echo: q1" + 570 words leave 27 of the 600.
+    assert_eq!(turns[1]["usage"]["completion_tokens"], 27);
+    assert_eq!(turns[1]["cut_by"], "context");
+    assert_eq!(records[0]["cut_by"], "context");
+    assert_eq!(server.chat_requests(), 2);
+}
+
 #[tokio::test]
 async fn resuming_under_changed_generation_settings_is_refused_unless_allowed() {
     let server = FakeOpenAi::start(Knobs::default()).await;
