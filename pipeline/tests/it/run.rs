@@ -475,12 +475,14 @@ async fn truncated_answers_follow_the_sources_length_policy() {
     assert_eq!(status["sources"][1]["phase"], "done");
 }
 
-/// Issue 23 item 5: when the prompt fits but prompt + `max_tokens` does not, vLLM shortens
-/// `max_tokens` without a word and the answer ends `length` short of its budget. That answer
-/// is stored as cut by the context, counted apart from `max-tokens` cuts, and never asked
-/// again with a larger budget, which cannot help.
-#[tokio::test]
-async fn an_answer_cut_by_the_context_is_counted_apart_and_never_retried() {
+/// Runs `gen` with `max-tokens = 64` on source `name` (its `lines` added), whose rows are made
+/// from a 570-word prompt (`{}` in `rows`), against the fake server as vLLM with a context of
+/// 600 tokens: a request for 64 tokens after that prompt gets 30 at most, silently.
+async fn run_at_a_600_token_context(
+    name: &str,
+    lines: &str,
+    rows: &str,
+) -> (FakeOpenAi, Gen, support::Output) {
     let server = FakeOpenAi::start(Knobs {
         context_length: Some(600),
         shorten_to_context: true,
@@ -488,21 +490,33 @@ async fn an_answer_cut_by_the_context_is_counted_apart_and_never_retried() {
     })
     .await;
     let gen_ = Gen::new();
-    // 570 of the context's 600 tokens: 30 are left for a budget of 64.
-    let filling = vec!["w"; 570].join(" ");
     gen_.write(
         "data/a.jsonl",
-        format!(
-            "{{\"prompt\": \"LONG one\"}}\n{{\"prompt\": \"short\"}}\n{{\"prompt\": \"{filling}\"}}\n"
-        ),
+        rows.replace("{}", &vec!["w"; 570].join(" ")),
     );
     gen_.config(
         &Config::new(&server.url())
             .generation("max-tokens = 64")
-            .source_with("alpha", "data/a.jsonl", "on-length = \"retry\""),
+            .source_with(name, "data/a.jsonl", lines),
     );
     let out = gen_.run(&["run", "cfg.toml"]).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
+    (server, gen_, out)
+}
+
+/// Issue 23 item 5: when the prompt fits but prompt + `max_tokens` does not, vLLM shortens
+/// `max_tokens` without a word and the answer ends `length` short of its budget. That answer
+/// is stored as cut by the context, counted apart from `max-tokens` cuts, and never asked
+/// again with a larger budget, which cannot help.
+#[tokio::test]
+async fn an_answer_cut_by_the_context_is_counted_apart_and_never_retried() {
+    let (server, gen_, out) = run_at_a_600_token_context(
+        "alpha",
+        "on-length = \"retry\"",
+        "{\"prompt\": \"LONG one\"}\n{\"prompt\": \"short\"}\n{\"prompt\": \"{}\"}\n",
+    )
+    .await;
+    let filling = vec!["w"; 570].join(" ");
     let asked = |prompt: &str| {
         server
             .received()
@@ -566,27 +580,12 @@ async fn an_answer_cut_by_the_context_is_counted_apart_and_never_retried() {
 /// `cut_by` is its last turn's (as `finish_reason` is).
 #[tokio::test]
 async fn a_later_turn_cut_by_the_context_is_marked_on_that_turn() {
-    let server = FakeOpenAi::start(Knobs {
-        context_length: Some(600),
-        shorten_to_context: true,
-        ..Knobs::default()
-    })
+    let (server, gen_, _) = run_at_a_600_token_context(
+        "chat",
+        "turns = \"all\"",
+        r#"{"messages": [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"}, {"role": "user", "content": "{}"}]}"#,
+    )
     .await;
-    let gen_ = Gen::new();
-    let filling = vec!["w"; 570].join(" ");
-    gen_.write(
-        "data/a.jsonl",
-        format!(
-            "{{\"messages\": [{{\"role\": \"user\", \"content\": \"q1\"}}, {{\"role\": \"assistant\", \"content\": \"a1\"}}, {{\"role\": \"user\", \"content\": \"{filling}\"}}]}}\n"
-        ),
-    );
-    gen_.config(
-        &Config::new(&server.url())
-            .generation("max-tokens = 64")
-            .source_with("chat", "data/a.jsonl", "turns = \"all\""),
-    );
-    let out = gen_.run(&["run", "cfg.toml"]).await;
-    assert_eq!(out.code, Some(0), "{}", out.stderr);
     let records = gen_.completions_of("chat");
     let turns = records[0]["turns"].as_array().expect("turns");
     assert_eq!(turns[0]["finish_reason"], "stop");
