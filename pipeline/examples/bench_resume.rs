@@ -139,6 +139,7 @@ fn completion(words: &mut Words, id: String, messages: Vec<Message>, i: u64) -> 
         content,
         reasoning_content: Some(reasoning),
         finish_reason: Some("stop".into()),
+        cut_by: None,
         usage: Some(Usage {
             prompt_tokens: 120,
             completion_tokens: 380,

@@ -34,6 +34,7 @@ pub enum EventKind {
     DuplicatesAcross,
     CompletionsRepaired,
     ModelMismatch,
+    ContextCut,
 }
 
 impl EventKind {
@@ -54,6 +55,7 @@ impl EventKind {
             EventKind::DuplicatesAcross => "duplicates_across",
             EventKind::CompletionsRepaired => "completions_repaired",
             EventKind::ModelMismatch => "model_mismatch",
+            EventKind::ContextCut => "context_cut",
         }
     }
 }

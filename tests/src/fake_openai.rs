@@ -5,7 +5,8 @@
 //! Fault knobs: the first `fail_first` chat requests get an HTTP error (503 "loading" by
 //! default, or a queue-full 503 with [`FailKind::QueueFull`]); a prompt containing `REJECT`
 //! gets a 400 (a permanent error); a prompt containing `CUT` gets a stream without `[DONE]`
-//! every time; a prompt containing `LONG` finishes with `length` unless `max_tokens` ≥ 100;
+//! every time; a prompt containing `LONG` finishes with `length` unless `max_tokens` ≥ 100
+//! (usage: the whole budget spent);
 //! with `answer_bytes` set, each answer is padded to that many bytes (deterministic per prompt,
 //! and barely compressible, so outputs fill a disk); `error_event` puts an error event in the
 //! stream after the first answer chunk.
@@ -26,7 +27,11 @@
 //! `EMPTY` or `STALL` gets that every time, one containing `MALFORMED` a chunk cut in the middle
 //! of its JSON. `context_length`
 //! refuses a request whose prompt words plus `max_tokens` exceed it with vLLM's 400 (body as
-//! quoted in ogx-ai/ogx#4534); [`FakeOpenAi::set_failing`] makes every chat request fail with
+//! quoted in ogx-ai/ogx#4534); with `shorten_to_context` it is vLLM 0.32 instead (field notes
+//! 5.1): `/v1/models` lists it as `max_model_len`, only a prompt that fills it is refused, and
+//! one that fits gets `max_tokens` silently shortened to what the context has left (a word is
+//! a token; usage counts the prompt's words), so an answer longer than that ends `length` with
+//! prompt + answer = the context; [`FakeOpenAi::set_failing`] makes every chat request fail with
 //! a status and message while `/health` stays 200 (vLLM after its engine died answers 500
 //! "EngineCore encountered an issue…", vllm-project/vllm#42362).
 //!
@@ -110,6 +115,9 @@ pub struct Knobs {
     /// The model's context in tokens (a word of the messages is a token): a request whose
     /// messages and `max_tokens` do not fit is refused with vLLM's 400.
     pub context_length: Option<u64>,
+    /// With `context_length`: listed as `max_model_len`, and a request whose messages fit but
+    /// messages and `max_tokens` do not gets `max_tokens` shortened to fit, as vLLM does.
+    pub shorten_to_context: bool,
     /// Be a simulated server (the other knobs then do nothing).
     pub sim: Option<SimKnobs>,
 }
@@ -224,11 +232,11 @@ impl FakeOpenAi {
             app = app.route(path, get(sim_endpoint));
         }
         let app = app
-            .route("/health", get(|| async { axum::Json(json!({"status": "ok"})) }))
             .route(
-                "/v1/models",
-                get(|| async { axum::Json(json!({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})) }),
+                "/health",
+                get(|| async { axum::Json(json!({"status": "ok"})) }),
             )
+            .route("/v1/models", get(models))
             .route("/v1/chat/completions", post(chat))
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind(addr)
@@ -367,6 +375,15 @@ fn split_half(text: &str) -> (&str, &str) {
     text.split_at(at)
 }
 
+/// `/v1/models`: one model, with its context as vLLM lists it when it shortens to it.
+async fn models(State(shared): State<Arc<Shared>>) -> axum::Json<Value> {
+    let mut model = json!({"id": "fake-model", "object": "model"});
+    if let (Some(context), true) = (shared.knobs.context_length, shared.knobs.shorten_to_context) {
+        model["max_model_len"] = json!(context);
+    }
+    axum::Json(json!({"object": "list", "data": [model]}))
+}
+
 /// A capacity or load endpoint: the simulated server's flavour answers it, or nothing does.
 async fn sim_endpoint(State(shared): State<Arc<Shared>>, uri: axum::http::Uri) -> Response {
     match shared.sim.as_ref().and_then(|e| e.endpoint(uri.path())) {
@@ -436,24 +453,32 @@ async fn chat(State(shared): State<Arc<Shared>>, axum::Json(body): axum::Json<Va
     if last_user.contains("REJECT") {
         return error_response(knobs, StatusCode::BAD_REQUEST, "prompt too long");
     }
-    let max_tokens = body["max_tokens"].as_u64().unwrap_or(0);
+    let mut max_tokens = body["max_tokens"].as_u64().unwrap_or(0);
+    let prompt_words: u64 = body["messages"]
+        .as_array()
+        .map(|messages| {
+            messages
+                .iter()
+                .filter_map(|m| m["content"].as_str())
+                .map(|c| c.split_whitespace().count() as u64)
+                .sum()
+        })
+        .unwrap_or(0);
+    // What usage reports as the prompt: its words when the context is simulated.
+    let prompt_tokens = if knobs.shorten_to_context {
+        prompt_words
+    } else {
+        5
+    };
     if let Some(limit) = knobs.context_length {
-        let words: u64 = body["messages"]
-            .as_array()
-            .map(|messages| {
-                messages
-                    .iter()
-                    .filter_map(|m| m["content"].as_str())
-                    .map(|c| c.split_whitespace().count() as u64)
-                    .sum()
-            })
-            .unwrap_or(0);
-        if words + max_tokens > limit {
+        if knobs.shorten_to_context && prompt_words < limit {
+            max_tokens = max_tokens.min(limit - prompt_words);
+        } else if prompt_words + max_tokens > limit {
             let message = format!(
                 "This model's maximum context length is {limit} tokens. However, you requested \
-                 {} tokens ({words} in the messages, {max_tokens} in the completion). Please \
+                 {} tokens ({prompt_words} in the messages, {max_tokens} in the completion). Please \
                  reduce the length of the messages or completion.",
-                words + max_tokens
+                prompt_words + max_tokens
             );
             let body = json!({"object": "error", "message": message, "type": "BadRequestError", "param": null, "code": 400});
             return (StatusCode::BAD_REQUEST, axum::Json(body)).into_response();
@@ -525,14 +550,23 @@ async fn chat(State(shared): State<Arc<Shared>>, axum::Json(body): axum::Json<Va
     }
     let mut answer = format!("echo: {last_user}");
     pad(&mut answer, &last_user, knobs.answer_bytes);
-    // A prompt containing LONG is cut by max_tokens unless the budget is at least 100.
-    let finish = if last_user.contains("LONG") && max_tokens < 100 {
-        "length"
+    // A prompt containing LONG is cut by max_tokens unless the budget is at least 100; with
+    // the context simulated, so is an answer of more words than `max_tokens` (as shortened).
+    let over_budget = answer.split_whitespace().count() as u64 > max_tokens;
+    let (finish, words) = if last_user.contains("LONG") && max_tokens < 100 {
+        ("length", max_tokens)
+    } else if knobs.shorten_to_context && over_budget {
+        let kept = usize::try_from(max_tokens).unwrap_or(usize::MAX);
+        answer = answer
+            .split_whitespace()
+            .take(kept)
+            .collect::<Vec<_>>()
+            .join(" ");
+        ("length", max_tokens)
     } else {
-        "stop"
+        ("stop", answer.split_whitespace().count() as u64)
     };
     let (head, tail) = split_half(&answer);
-    let words = answer.split_whitespace().count() as u64;
     let reasoning_key = match knobs.reasoning_field {
         ReasoningField::ReasoningContent => "reasoning_content",
         ReasoningField::Reasoning => "reasoning",
@@ -563,12 +597,12 @@ async fn chat(State(shared): State<Arc<Shared>>, axum::Json(body): axum::Json<Va
         let head_words = head.split_whitespace().count() as u64;
         for (event, done) in events.iter_mut().zip([0, head_words, words]) {
             if event.get("choices").is_some() {
-                event["usage"] = json!({"prompt_tokens": 5, "completion_tokens": done, "total_tokens": 5 + done});
+                event["usage"] = json!({"prompt_tokens": prompt_tokens, "completion_tokens": done, "total_tokens": prompt_tokens + done});
             }
         }
     }
     if knobs.usage != UsageMode::Absent && knobs.error_event.is_none() {
-        events.push(json!({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": words, "total_tokens": 5 + words}}));
+        events.push(json!({"choices": [], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": words, "total_tokens": prompt_tokens + words}}));
     }
     let text = sse_text(knobs, &events, !last_user.contains("CUT"));
     sse_body(cut(knobs.writes, text))

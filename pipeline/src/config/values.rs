@@ -12,9 +12,11 @@ pub enum LengthPolicy {
     /// Keep it (flagged by its finish reason; counted in the truncation rate).
     #[default]
     Keep,
-    /// Do not store it; the prompt is recorded as rejected (`truncated`), not retried.
+    /// Do not store it; the prompt is recorded as rejected (`truncated`), not retried. So is an
+    /// answer the context cut.
     Drop,
-    /// Ask once more with twice the token budget, then keep whatever comes back.
+    /// Ask once more with twice the token budget, then keep whatever comes back. An answer the
+    /// context cut is kept at once: no budget makes room in the context.
     Retry,
 }
 

@@ -146,6 +146,27 @@ pub(crate) async fn context_at(
     context(plan, &client, url, Some(model), &listed, api_key).await
 }
 
+/// The context in tokens of the server at `url` serving `model`, when it says (what tells an
+/// answer the context cut from one `max-tokens` cut, see
+/// [`crate::store::records::heuristic_cut_by`]).
+pub(crate) async fn context_length(url: &str, model: &str, api_key: Option<&str>) -> Option<u64> {
+    let client = reqwest::Client::builder()
+        .timeout(PROBE_TIMEOUT)
+        .build()
+        .ok()?;
+    let models = get_json(&client, &format!("{url}/v1/models"), api_key)
+        .await
+        .ok()?;
+    let listed: Vec<&Value> = models
+        .get("data")
+        .and_then(Value::as_array)
+        .map(|d| d.iter().collect())
+        .unwrap_or_default();
+    server_context(&client, url, Some(model), &listed, api_key)
+        .await
+        .map(|(tokens, _)| tokens)
+}
+
 async fn context(
     plan: &Plan,
     client: &reqwest::Client,
@@ -154,6 +175,25 @@ async fn context(
     listed: &[&Value],
     api_key: Option<&str>,
 ) -> Check {
+    match server_context(client, url, served, listed, api_key).await {
+        Some((tokens, what)) => context_check(tokens, what, plan.generation.max_tokens),
+        None => Check::new(
+            "context",
+            Level::Ok,
+            "the server does not report its context length: not checked",
+        ),
+    }
+}
+
+/// The context the server reports for `served` among the `listed` models, and where it says
+/// it.
+async fn server_context(
+    client: &reqwest::Client,
+    url: &str,
+    served: Option<&str>,
+    listed: &[&Value],
+    api_key: Option<&str>,
+) -> Option<(u64, &'static str)> {
     // vLLM and SGLang list the context with the model; llama.cpp says it in `/props`.
     let max_model_len = served.and_then(|id| {
         listed
@@ -162,7 +202,7 @@ async fn context(
             .and_then(|m| m.get("max_model_len"))
             .and_then(Value::as_u64)
     });
-    let context = match max_model_len {
+    match max_model_len {
         Some(n) => Some((n, "`max_model_len`")),
         None => get_json(client, &format!("{url}/props"), api_key)
             .await
@@ -173,14 +213,6 @@ async fn context(
                     .and_then(Value::as_u64)
             })
             .map(|n| (n, "llama.cpp `n_ctx` per slot")),
-    };
-    match context {
-        Some((tokens, what)) => context_check(tokens, what, plan.generation.max_tokens),
-        None => Check::new(
-            "context",
-            Level::Ok,
-            "the server does not report its context length: not checked",
-        ),
     }
 }
 

@@ -20,7 +20,9 @@
 //! - a refusal (400) is judged once per kind ([`Refusals`]): the prompt's own is final (it is
 //!   recorded with the settings it was refused under); one a test prompt gets too stops the
 //!   run ([`DispatchEvent::Fatal`]) with the prompts left pending;
-//! - `finish_reason = length` follows the source's [`LengthPolicy`].
+//! - `finish_reason = length` follows the source's [`LengthPolicy`] — but an answer the
+//!   context cut ([`CutBy::Context`]) is never asked again with a larger budget, which cannot
+//!   help: it is kept (or dropped, under `drop`) and counted apart.
 //!
 //! A prompt with several user turns is regenerated turn by turn: each turn is answered on the
 //! model's own earlier answers (their reasoning stripped from the history), and the whole
@@ -44,7 +46,9 @@ use crate::inference::RequestError;
 use crate::inference::client::{Completion, Usage};
 use crate::inference::liveness::{Health, Liveness};
 use crate::report::{EventKind, Notice};
-use crate::store::records::{CompletionRecord, RejectKind, RejectedRecord, TurnRecord};
+use crate::store::records::{
+    CompletionRecord, CutBy, RejectKind, RejectedRecord, TurnRecord, heuristic_cut_by,
+};
 use crate::sys::unix_ms;
 use gen_sources::{Message, Prompt, Role};
 
@@ -101,7 +105,8 @@ pub struct Dispatcher {
 
 /// How one request for one turn ended, after retries (with the attempts it spent).
 enum TurnOutcome {
-    Answered(Completion, u32),
+    /// With what cut the answer short, if anything did.
+    Answered(Completion, Option<CutBy>, u32),
     GaveUp(RejectKind, String, u32),
     Fatal(String),
     Cancelled,
@@ -245,8 +250,8 @@ impl Dispatcher {
                 continue;
             }
             let answer = self.answer_turn(&mut lease, &prompt.id, &history, length, &mut attempts);
-            let completion = match answer.await {
-                Ok(completion) => completion,
+            let (completion, cut_by) = match answer.await {
+                Ok(answer) => answer,
                 Err(Unanswered::GaveUp(kind, reason)) => {
                     return Some(self.give_up(source, prompt.id, kind, reason, attempts));
                 }
@@ -262,7 +267,10 @@ impl Dispatcher {
             answered_by = named.to_owned();
             // The model's own answer becomes history; its reasoning does not.
             history.push(Message::new(Role::Assistant, completion.content.clone()));
-            turns.push(TurnRecord::from(completion));
+            turns.push(TurnRecord {
+                cut_by,
+                ..TurnRecord::from(completion)
+            });
         }
         Some(self.completed(source, prompt, answered_by, turns, attempts, started))
     }
@@ -295,9 +303,11 @@ impl Dispatcher {
         Ok(())
     }
 
-    /// Answers the last message of `history` under the source's [`LengthPolicy`]: a cut
-    /// answer is asked again with twice the budget (`Retry`; kept when the larger budget is
-    /// refused) or sets the prompt aside (`Drop`). Adds the attempts spent to `attempts`.
+    /// Answers the last message of `history` under the source's [`LengthPolicy`]: an answer
+    /// cut by `max-tokens` is asked again with twice the budget (`Retry`; kept when the larger
+    /// budget is refused); a cut answer sets the prompt aside under `Drop`. An answer the
+    /// context cut is never asked again: no budget makes room in the context. Adds the
+    /// attempts spent to `attempts`.
     async fn answer_turn(
         &self,
         lease: &mut Option<Lease>,
@@ -305,32 +315,40 @@ impl Dispatcher {
         history: &[Message],
         length: LengthPolicy,
         attempts: &mut u32,
-    ) -> Result<Completion, Unanswered> {
+    ) -> Result<(Completion, Option<CutBy>), Unanswered> {
         let mut budget = self.max_tokens;
         // The answer cut by `max-tokens`, while a larger budget is tried.
         let mut cut: Option<Completion> = None;
         loop {
             match self.turn(lease, id, history, budget).await {
-                TurnOutcome::Answered(completion, used) => {
+                TurnOutcome::Answered(completion, cut_by, used) => {
                     *attempts += used;
-                    let truncated = completion.finish_reason.as_deref() == Some("length");
-                    match length {
-                        LengthPolicy::Retry if truncated && cut.is_none() => {
+                    match (length, cut_by) {
+                        (LengthPolicy::Retry, Some(CutBy::MaxTokens)) if cut.is_none() => {
                             cut = Some(completion);
                             budget = budget.saturating_mul(2);
                         }
-                        LengthPolicy::Drop if truncated => {
-                            let reason =
-                                format!("answer cut at {budget} tokens (finish_reason = length)");
+                        (LengthPolicy::Drop, Some(by)) => {
+                            let reason = match by {
+                                CutBy::MaxTokens => format!(
+                                    "answer cut at {budget} tokens (finish_reason = length)"
+                                ),
+                                CutBy::Context => format!(
+                                    "answer cut by the context before {budget} tokens \
+                                     (finish_reason = length; {})",
+                                    tokens(&completion)
+                                ),
+                            };
                             return Err(Unanswered::GaveUp(RejectKind::Truncated, reason));
                         }
-                        _ => return Ok(completion),
+                        _ => return Ok((completion, cut_by)),
                     }
                 }
                 // The larger budget is refused (beyond the context): keep the cut answer.
                 TurnOutcome::GaveUp(RejectKind::Rejected, _, used) if cut.is_some() => {
                     *attempts += used;
-                    return Ok(cut.take().expect("checked by the guard"));
+                    let cut = cut.take().expect("checked by the guard");
+                    return Ok((cut, Some(CutBy::MaxTokens)));
                 }
                 TurnOutcome::GaveUp(kind, reason, used) => {
                     *attempts += used;
@@ -364,6 +382,7 @@ impl Dispatcher {
                 content: last.content,
                 reasoning_content: last.reasoning_content,
                 finish_reason: last.finish_reason,
+                cut_by: last.cut_by,
                 usage,
                 turns: if turns.len() > 1 { turns } else { Vec::new() },
                 attempts,
@@ -400,7 +419,13 @@ impl Dispatcher {
             let step = match result {
                 Ok(completion) => {
                     answered(&backend, &completion);
-                    return TurnOutcome::Answered(completion, charges.attempt + 1);
+                    let cut_by = heuristic_cut_by(
+                        completion.finish_reason.as_deref(),
+                        completion.usage.as_ref(),
+                        max_tokens,
+                        backend.context,
+                    );
+                    return TurnOutcome::Answered(completion, cut_by, charges.attempt + 1);
                 }
                 Err(RequestError::Fatal(message)) => return TurnOutcome::Fatal(message),
                 Err(RequestError::Rejected(reason)) => {
@@ -661,6 +686,17 @@ fn answered(backend: &Backend, completion: &Completion) {
     backend.finished(output);
 }
 
+/// An answer's token counts, as the server reported them.
+fn tokens(completion: &Completion) -> String {
+    match &completion.usage {
+        Some(u) => format!(
+            "{} prompt + {} answer tokens",
+            u.prompt_tokens, u.completion_tokens
+        ),
+        None => "no usage reported".to_owned(),
+    }
+}
+
 fn total_usage(turns: &[TurnRecord]) -> Option<Usage> {
     let mut total: Option<Usage> = None;
     for usage in turns.iter().filter_map(|t| t.usage.as_ref()) {
@@ -693,6 +729,7 @@ impl From<Completion> for TurnRecord {
             content: c.content,
             reasoning_content: c.reasoning_content,
             finish_reason: c.finish_reason,
+            cut_by: None,
             usage: c.usage,
         }
     }

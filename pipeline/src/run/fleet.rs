@@ -41,6 +41,9 @@ pub struct Backend {
     pub telemetry: Arc<Telemetry>,
     /// With `concurrency = "auto"`: the tuner's ceiling and last decision.
     pub tuner: Option<watch::Receiver<TunerView>>,
+    /// Its context in tokens, when it said at connection (vLLM/SGLang `max_model_len`,
+    /// llama.cpp `n_ctx` per slot): what tells an answer the context cut.
+    pub context: Option<u64>,
     /// Unix time (ms) of the last token (or finish) on any of its streams, or request start.
     activity: Arc<AtomicU64>,
     completed: AtomicU64,
@@ -67,6 +70,7 @@ impl Backend {
             limiter,
             telemetry,
             tuner: None,
+            context: None,
             activity,
             completed: AtomicU64::new(0),
             output_tokens: AtomicU64::new(0),
@@ -374,11 +378,16 @@ pub async fn connect(
                 parts
             }
         };
-        if let Some((_, reason)) = unreachable.iter().find(|(u, _)| u == url) {
-            liveness.report_down(reason);
-        }
+        let context = match unreachable.iter().find(|(u, _)| u == url) {
+            Some((_, reason)) => {
+                liveness.report_down(reason);
+                None
+            }
+            None => crate::doctor::server::context_length(url, &model, api_key.as_deref()).await,
+        };
         backends.push(Backend {
             tuner,
+            context,
             ..Backend::new(client, liveness, limiter, telemetry, activity)
         });
     }

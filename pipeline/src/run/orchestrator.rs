@@ -261,6 +261,7 @@ impl<'p> RunState<'p> {
                 state.sources[i].status = SourceStatus {
                     done: now.done,
                     truncated: now.truncated,
+                    cut_by_context: now.cut_by_context,
                     output_tokens: now.output_tokens,
                     ..old.clone()
                 };
@@ -650,7 +651,7 @@ impl<'p> Orchestrator<'p> {
         let sources = &mut self.state.sources;
         match event {
             DispatchEvent::Completed { source, record } => {
-                self.state.tokens += sources.completed(source, &record)?;
+                self.state.tokens += sources.completed(source, &record, &self.state.reporter)?;
             }
             DispatchEvent::GaveUp { source, record } => sources.record_rejected(source, &record)?,
             DispatchEvent::Fatal(message) => self.fail(Failure::Refused(message)),

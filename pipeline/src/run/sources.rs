@@ -12,6 +12,7 @@ use anyhow::Context as _;
 
 use super::feed::{Census, Feed, Skip};
 use crate::config::Plan;
+use crate::config::values::LengthPolicy;
 use crate::prep;
 use crate::report::{EventKind, Notice, RunReporter};
 use crate::status::state::{Phase, SourceStatus};
@@ -19,7 +20,7 @@ use crate::store::frames::FrameWriter;
 use crate::store::ids::IdSet;
 use crate::store::manifest::{PrepManifest, read_manifest};
 use crate::store::prompts::{content_hashes, for_each_prompt};
-use crate::store::records::{self as record, CompletionRecord, RejectKind, RejectedRecord};
+use crate::store::records::{self as record, CompletionRecord, CutBy, RejectKind, RejectedRecord};
 use crate::store::{RunDir, SourceDir, atomic};
 
 /// Completions buffered before a frame is written (a frame is also written every tick).
@@ -62,6 +63,8 @@ pub(super) struct SourceState {
     refused: u64,
     /// Not prepared, and the last preparation worker failed.
     pub(super) prep_failed: bool,
+    /// An answer cut by the context was stored and said in this run (said once per source).
+    context_cut_said: bool,
 }
 
 /// Sources whose inputs changed after answers were generated from their preparation.
@@ -503,6 +506,7 @@ impl<'p> Sources<'p> {
         let status = &mut self.list[i].status;
         status.warnings.extend(warnings);
         status.truncated = tally.truncated;
+        status.cut_by_context = tally.cut_by_context;
         status.output_tokens = tally.output_tokens;
         Ok(())
     }
@@ -730,8 +734,10 @@ impl<'p> Sources<'p> {
                 String::new()
             };
             reporter.say(format!(
-                "gen: `{}` done: {} completions",
-                status.name, status.done
+                "gen: `{}` done: {} completions{}",
+                status.name,
+                status.done,
+                cuts(status)
             ));
         } else if stopped {
             status.phase = Phase::Prepared;
@@ -760,6 +766,7 @@ impl<'p> Sources<'p> {
         for state in &self.list {
             let tally = crate::store::tally::Tally {
                 truncated: state.status.truncated,
+                cut_by_context: state.status.cut_by_context,
                 output_tokens: state.status.output_tokens,
             };
             crate::store::tally::save(&self.run_dir.source(&state.status.name), tally).ok();
@@ -804,13 +811,26 @@ impl<'p> Sources<'p> {
     }
 
     /// Stores a completion of source `i`; returns its output tokens.
-    pub(super) fn completed(&mut self, i: usize, record: &CompletionRecord) -> anyhow::Result<u64> {
+    pub(super) fn completed(
+        &mut self,
+        i: usize,
+        record: &CompletionRecord,
+        reporter: &RunReporter,
+    ) -> anyhow::Result<u64> {
         let tokens = record.usage.as_ref().map_or(0, |u| u.completion_tokens);
+        let policy = self.plan.worker(&self.list[i].status.name).on_length;
         let state = &mut self.list[i];
         state.status.done += 1;
         state.status.output_tokens += tokens;
-        if record.finish_reason.as_deref() == Some("length") {
-            state.status.truncated += 1;
+        match (record.finish_reason.as_deref(), record.cut_by) {
+            (Some("length"), Some(CutBy::Context)) => {
+                state.status.cut_by_context += 1;
+                if !std::mem::replace(&mut state.context_cut_said, true) {
+                    reporter.notice(context_cut(&state.status.name, record, policy));
+                }
+            }
+            (Some("length"), _) => state.status.truncated += 1,
+            _ => {}
         }
         state.completed_here += 1;
         state.tokens_here += tokens;
@@ -914,6 +934,7 @@ impl SourceState {
             done: done_ids.len() as u64,
             rejected: settled.ids.len() as u64,
             truncated: tally.truncated,
+            cut_by_context: tally.cut_by_context,
             output_tokens: tally.output_tokens,
             duplicates: settled.duplicates
                 + manifest
@@ -948,8 +969,55 @@ impl SourceState {
             writer: None,
             refused,
             prep_failed,
+            context_cut_said: false,
         })
     }
+}
+
+/// The cut answers among a source's completions, told apart: `; 3 cut by max-tokens, 2 by the
+/// context`, or nothing when none was cut.
+fn cuts(status: &SourceStatus) -> String {
+    match (status.truncated, status.cut_by_context) {
+        (0, 0) => String::new(),
+        (by_budget, 0) => format!("; {by_budget} cut by `max-tokens`"),
+        (0, by_context) => format!("; {by_context} cut by the context (not by `max-tokens`)"),
+        (by_budget, by_context) => {
+            format!("; {by_budget} cut by `max-tokens`, {by_context} by the context")
+        }
+    }
+}
+
+/// What the first answer of `source` cut by the context in a run says: that it is not a
+/// `max-tokens` cut, and that no larger budget is asked for (under `policy`).
+fn context_cut(source: &str, record: &CompletionRecord, policy: LengthPolicy) -> Notice {
+    // The last turn's own counts (a record's `usage` sums its turns).
+    let usage = record
+        .turns
+        .last()
+        .and_then(|t| t.usage.as_ref())
+        .or(record.usage.as_ref());
+    let tokens = usage.map_or_else(String::new, |u| {
+        format!(
+            ": {} prompt + {} answer tokens",
+            u.prompt_tokens, u.completion_tokens
+        )
+    });
+    let retry = match policy {
+        LengthPolicy::Retry => {
+            "; not asked again with a larger budget (`on-length = \"retry\"`), which cannot help"
+        }
+        LengthPolicy::Keep | LengthPolicy::Drop => "",
+    };
+    let detail = format!(
+        "answers cut by the server's context before `max-tokens` (first: prompt `{}`{tokens}): \
+         kept and counted apart from `max-tokens` cuts{retry}",
+        record.id
+    );
+    let line = format!(
+        "gen: `{source}`: {detail}; shorter prompts (`max-prompt-tokens`) or a longer context \
+         on the server avoid them"
+    );
+    Notice::recorded(EventKind::ContextCut, Some(source), detail).and_said(line)
 }
 
 /// Removes what an interrupted run left in a source's directory (temp files, a partial prompts

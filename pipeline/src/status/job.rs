@@ -97,6 +97,7 @@ fn sum_source(name: &str, statuses: &[Option<&RunStatus>]) -> SourceStatus {
         sum.rejected += source.rejected;
         sum.duplicates += source.duplicates;
         sum.truncated += source.truncated;
+        sum.cut_by_context += source.cut_by_context;
         sum.output_tokens += source.output_tokens;
         if source.phase == Phase::Generating
             && let Some(rate) = source.tokens_per_sec

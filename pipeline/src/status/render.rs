@@ -187,15 +187,35 @@ fn repeats_verdict(s: &SourceStatus) -> bool {
 
 /// The share of completions cut by `max-tokens`, when any were.
 fn truncation(s: &SourceStatus) -> String {
-    if s.truncated == 0 || s.done == 0 {
-        return "-".to_owned();
+    share(s.truncated, s.done).unwrap_or_else(|| "-".to_owned())
+}
+
+/// `part` of `whole` in percent, when there is any.
+fn share(part: u64, whole: u64) -> Option<String> {
+    if part == 0 || whole == 0 {
+        return None;
     }
-    let percent = 100.0 * s.truncated as f64 / s.done as f64;
-    if percent < 10.0 {
+    let percent = 100.0 * part as f64 / whole as f64;
+    Some(if percent < 0.1 {
+        "<0.1%".to_owned()
+    } else if percent < 10.0 {
         format!("{percent:.1}%")
     } else {
         format!("{percent:.0}%")
-    }
+    })
+}
+
+/// The line under a source's row about its answers cut by the context, which its CUT column
+/// (cut by `max-tokens`) leaves out.
+fn context_cuts(s: &SourceStatus) -> Option<String> {
+    let percent = share(s.cut_by_context, s.done)?;
+    Some(format!(
+        "{} ({percent}) cut by the context: a larger `max-tokens` cannot help",
+        match s.cut_by_context {
+            1 => "1 answer".to_owned(),
+            n => format!("{n} answers"),
+        }
+    ))
 }
 
 /// The table's columns; a source's note and verdict go on lines of their own under its row.
@@ -275,6 +295,9 @@ fn row(s: &SourceStatus, name_width: usize, width: usize) -> Vec<String> {
             "  "
         };
         lines.extend(wrap(&s.note, width, mark, "    "));
+    }
+    if let Some(cuts) = context_cuts(s) {
+        lines.extend(wrap(&cuts, width, "  ", "    "));
     }
     for warning in &s.warnings {
         lines.extend(wrap(warning, width, "  warning: ", "    "));
@@ -586,17 +609,20 @@ mod tests {
         snapshot("preparing", &status, NOW);
     }
 
+    /// Answers cut by the context get a line of their own (CUT is the `max-tokens` share).
     #[test]
     fn generating_with_eta_and_tokens_per_second() {
         let status = with_server(
             run(vec![
                 SourceStatus {
                     truncated: 412,
+                    cut_by_context: 27,
                     rejected: 3,
                     ..source("sharegpt", Phase::Done, Some(10_000), 9_997)
                 },
                 SourceStatus {
                     truncated: 130,
+                    cut_by_context: 1,
                     ..generating("wildchat", 10_000, 6_512, 2_841.7, 3 * 3_600 + 5 * 60)
                 },
                 generating("ultrachat-200k", 8_000, 120, 312.0, 45 * 60),

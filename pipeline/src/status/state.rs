@@ -54,6 +54,10 @@ pub struct SourceStatus {
     /// Completions cut by `max-tokens` (`finish_reason = "length"`).
     #[serde(default)]
     pub truncated: u64,
+    /// Completions cut by the context instead (`cut_by = "context"`): the server stopped them
+    /// before `max-tokens`, where a larger budget cannot help.
+    #[serde(default)]
+    pub cut_by_context: u64,
     /// Output tokens (reasoning included) generated for this source in this run.
     #[serde(default)]
     pub output_tokens: u64,
@@ -90,6 +94,7 @@ impl SourceStatus {
             rejected: 0,
             duplicates: 0,
             truncated: 0,
+            cut_by_context: 0,
             output_tokens: 0,
             tokens_per_sec: None,
             eta_secs: None,

@@ -1,8 +1,8 @@
 //! The records stored per source: one [`CompletionRecord`] per completed prompt in
 //! `completions.jsonl.zst`, one [`RejectedRecord`] per prompt given up on in `rejected.jsonl`,
-//! the readers of their ids ([`completed_ids`], [`settled_ids`]), and the one rule of what
+//! the readers of their ids ([`completed_ids`], [`settled_ids`]), the one rule of what
 //! counts as an answer ([`answer_defect`]), which `gen run` (before storing), the done-set,
-//! `gen verify` and `gen export` all apply.
+//! `gen verify` and `gen export` all apply, and what cut an answer short ([`CutBy`]).
 
 use std::io;
 use std::path::Path;
@@ -70,6 +70,45 @@ pub fn answer_defect(
     }
 }
 
+/// What cut an answer short (`finish_reason = "length"`), stored with it as `cut_by`. Records
+/// of older `gen`s have none: theirs count as cut by `max-tokens`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CutBy {
+    /// The `max-tokens` budget the turn was sent with: a larger one may let it finish.
+    MaxTokens,
+    /// The model's context: prompt and answer filled it before the budget ran out (vLLM
+    /// silently shortens `max_tokens` to what the context has left, llama.cpp stops a full
+    /// slot). A larger budget cannot help.
+    Context,
+}
+
+/// What cut an answer with `finish_reason` and `usage` that was sent with a budget of
+/// `max_tokens`, on a server whose context is `context` tokens when it says so: the context
+/// when the answer stopped short of its budget and, where the context is known, prompt and
+/// answer reach it. `None` for an answer that was not cut. A guess when the context is not
+/// known (a server-side cap on `max_tokens` looks the same), and without usage (then the
+/// budget is assumed).
+pub fn heuristic_cut_by(
+    finish_reason: Option<&str>,
+    usage: Option<&Usage>,
+    max_tokens: u32,
+    context: Option<u64>,
+) -> Option<CutBy> {
+    if finish_reason != Some("length") {
+        return None;
+    }
+    let by_context = usage.is_some_and(|u| {
+        u.completion_tokens < u64::from(max_tokens)
+            && context.is_none_or(|c| u.prompt_tokens + u.completion_tokens >= c)
+    });
+    Some(if by_context {
+        CutBy::Context
+    } else {
+        CutBy::MaxTokens
+    })
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CompletionRecord {
     /// The prompt's stable id: the key that makes resume exactly-once.
@@ -81,6 +120,9 @@ pub struct CompletionRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
     pub finish_reason: Option<String>,
+    /// What cut the last answer short, when `finish_reason` is `length`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_by: Option<CutBy>,
     /// Summed over every turn.
     pub usage: Option<Usage>,
     /// Every answered turn of a multi-turn conversation, in order (empty for one turn).
@@ -98,6 +140,8 @@ pub struct TurnRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
     pub finish_reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut_by: Option<CutBy>,
     pub usage: Option<Usage>,
 }
 
@@ -225,7 +269,7 @@ pub enum RejectKind {
     Rejected,
     /// Transient errors used up every attempt: the next `gen run` tries again.
     Exhausted,
-    /// Cut by `max-tokens` with `on-length = "drop"`: final, not retried.
+    /// Cut by `max-tokens`, or by the context, with `on-length = "drop"`: final, not retried.
     Truncated,
     /// The same prompt (after normalization) is in another source, which answers it: an
     /// earlier one, or a later one that answered it before this source was prepared.
@@ -357,4 +401,65 @@ pub fn settled_ids(path: &Path, resend: &Resend) -> io::Result<Settled> {
     settled.ids = IdSet::from_keys(keys);
     settled.refused = IdSet::from_keys(refused);
     Ok(settled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(prompt_tokens: u64, completion_tokens: u64) -> Usage {
+        Usage {
+            prompt_tokens,
+            completion_tokens,
+            total_tokens: prompt_tokens + completion_tokens,
+        }
+    }
+
+    #[test]
+    fn an_answer_stopped_short_of_its_budget_at_the_context_is_cut_by_the_context() {
+        let length = Some("length");
+        // vLLM 0.32 with `--max-model-len 2048`: a 2,031-token prompt, 17 of 64 tokens.
+        let shortened = usage(2031, 17);
+        let cut = |u: &Usage, context| heuristic_cut_by(length, Some(u), 64, context);
+        assert_eq!(cut(&shortened, Some(2048)), Some(CutBy::Context));
+        // The context unknown: stopping short of the budget is the sign.
+        assert_eq!(cut(&shortened, None), Some(CutBy::Context));
+        // The whole budget spent: `max-tokens`, whatever the context.
+        assert_eq!(cut(&usage(100, 64), Some(2048)), Some(CutBy::MaxTokens));
+        assert_eq!(cut(&usage(100, 64), None), Some(CutBy::MaxTokens));
+        // Short of the budget, but far from a known context: not the context.
+        assert_eq!(cut(&usage(100, 17), Some(2048)), Some(CutBy::MaxTokens));
+        // Without usage nothing tells them apart: `max-tokens`, as before.
+        assert_eq!(
+            heuristic_cut_by(length, None, 64, Some(2048)),
+            Some(CutBy::MaxTokens)
+        );
+        // Not cut at all.
+        assert_eq!(
+            heuristic_cut_by(Some("stop"), Some(&shortened), 64, Some(2048)),
+            None
+        );
+        assert_eq!(heuristic_cut_by(None, Some(&shortened), 64, None), None);
+    }
+
+    #[test]
+    fn what_cut_an_answer_is_stored_and_older_records_without_it_still_read() {
+        let older = r#"{"id":"a","source":"s","model":"m","messages":[],"content":"x","finish_reason":"length","usage":null,"turns":[{"content":"x","finish_reason":"length","usage":null}],"attempts":1,"latency_ms":1,"created_unix_ms":1}"#;
+        let mut record: CompletionRecord = serde_json::from_str(older).expect("older record");
+        assert_eq!(record.cut_by, None);
+        assert_eq!(record.turns[0].cut_by, None);
+        assert!(
+            !serde_json::to_string(&record)
+                .expect("serializes")
+                .contains("cut_by"),
+            "nothing written for an answer nothing is known to have cut"
+        );
+        record.cut_by = Some(CutBy::Context);
+        record.turns[0].cut_by = Some(CutBy::MaxTokens);
+        let text = serde_json::to_string(&record).expect("serializes");
+        assert!(text.contains(r#""cut_by":"context""#), "{text}");
+        assert!(text.contains(r#""cut_by":"max_tokens""#), "{text}");
+        let back: CompletionRecord = serde_json::from_str(&text).expect("reads back");
+        assert_eq!(back, record);
+    }
 }

@@ -1,6 +1,6 @@
 //! Counters of a source's stored completions that the done-set does not carry: how many were
-//! cut by `max-tokens` (`finish_reason = "length"`) and their output tokens (`usage`). They
-//! are counted from
+//! cut by `max-tokens` (`finish_reason = "length"`), how many by the context instead
+//! (`cut_by = "context"`), and their output tokens (`usage`). They are counted from
 //! `completions.jsonl.zst` itself, so a run that generates nothing for a source (it was done,
 //! or another source was selected) shows the same count as the run that generated it.
 //!
@@ -21,8 +21,10 @@ use super::layout::SourceDir;
 /// What [`load`] counted in a source's completions.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Tally {
-    /// Stored completions with `finish_reason = "length"`.
+    /// Stored completions cut by `max-tokens` (`finish_reason = "length"`, not by the context).
     pub truncated: u64,
+    /// Stored completions cut by the context (`cut_by = "context"`).
+    pub cut_by_context: u64,
     /// Output tokens of the stored completions (`usage.completion_tokens`).
     pub output_tokens: u64,
 }
@@ -36,6 +38,9 @@ struct Cached {
     /// Not counted by older `gen`s: such a cache is counted again.
     #[serde(default)]
     output_tokens: Option<u64>,
+    /// The same.
+    #[serde(default)]
+    cut_by_context: Option<u64>,
 }
 
 /// The file's length and modification time: what says it is the file a count was made from.
@@ -61,10 +66,12 @@ pub fn load(dir: &SourceDir) -> io::Result<Tally> {
     };
     if let Ok(Some(cached)) = atomic::read_json::<Cached>(&dir.tally())
         && (cached.bytes, cached.modified_ns) == (bytes, modified_ns)
-        && let Some(output_tokens) = cached.output_tokens
+        && let (Some(output_tokens), Some(cut_by_context)) =
+            (cached.output_tokens, cached.cut_by_context)
     {
         return Ok(Tally {
             truncated: cached.truncated,
+            cut_by_context,
             output_tokens,
         });
     }
@@ -84,6 +91,7 @@ pub fn save(dir: &SourceDir, tally: Tally) -> io::Result<()> {
         modified_ns,
         truncated: tally.truncated,
         output_tokens: Some(tally.output_tokens),
+        cut_by_context: Some(tally.cut_by_context),
     };
     atomic::write_json(&dir.tally(), &cached)
 }
@@ -93,6 +101,8 @@ pub fn save(dir: &SourceDir, tally: Tally) -> io::Result<()> {
 struct Counted<'a> {
     #[serde(default, borrow)]
     finish_reason: Option<&'a str>,
+    #[serde(default, borrow)]
+    cut_by: Option<&'a str>,
     #[serde(default)]
     usage: Option<Tokens>,
 }
@@ -125,7 +135,12 @@ fn count(path: &Path) -> io::Result<Tally> {
         }
         // A line that is not a record is the done-set's and `gen verify`'s to report.
         if let Ok(record) = serde_json::from_slice::<Counted<'_>>(&line) {
-            tally.truncated += u64::from(record.finish_reason == Some("length"));
+            if record.finish_reason == Some("length") {
+                match record.cut_by {
+                    Some("context") => tally.cut_by_context += 1,
+                    _ => tally.truncated += 1,
+                }
+            }
             tally.output_tokens += record.usage.map_or(0, |u| u.completion_tokens);
         }
     }
@@ -136,14 +151,23 @@ fn count(path: &Path) -> io::Result<Tally> {
 mod tests {
     use super::*;
     use crate::store::frames::FrameWriter;
+    use crate::store::records::CutBy;
 
     fn write(dir: &SourceDir, reasons: &[&str]) {
+        let records: Vec<_> = reasons.iter().map(|r| (*r, None)).collect();
+        write_cut(dir, &records);
+    }
+
+    /// Records with a finish reason and what cut them.
+    fn write_cut(dir: &SourceDir, records: &[(&str, Option<CutBy>)]) {
         let (mut writer, _) = FrameWriter::open(&dir.completions()).expect("open");
-        for (i, reason) in reasons.iter().enumerate() {
-            writer
-                .push(&serde_json::json!({"id": format!("p{i}"), "content": "x", "finish_reason": reason,
-                    "usage": {"prompt_tokens": 3, "completion_tokens": 10, "total_tokens": 13}}))
-                .expect("push");
+        for (i, (reason, cut_by)) in records.iter().enumerate() {
+            let mut record = serde_json::json!({"id": format!("p{i}"), "content": "x", "finish_reason": reason,
+                "usage": {"prompt_tokens": 3, "completion_tokens": 10, "total_tokens": 13}});
+            if let Some(cut_by) = cut_by {
+                record["cut_by"] = serde_json::to_value(cut_by).expect("serializes");
+            }
+            writer.push(&record).expect("push");
         }
         writer.flush().expect("flush");
     }
@@ -158,6 +182,7 @@ mod tests {
             load(&dir).expect("load"),
             Tally {
                 truncated: 2,
+                cut_by_context: 0,
                 output_tokens: 30
             }
         );
@@ -179,5 +204,35 @@ mod tests {
         cached.output_tokens = None;
         atomic::write_json(&dir.tally(), &cached).expect("write");
         assert_eq!(load(&dir).expect("load").output_tokens, 40);
+    }
+
+    #[test]
+    fn cuts_by_the_context_are_counted_apart_and_an_older_cache_is_counted_again() {
+        let temp = tempfile::tempdir().expect("tempdir");
+        let dir = SourceDir::new(temp.path());
+        write_cut(
+            &dir,
+            &[
+                ("length", Some(CutBy::Context)),
+                ("length", Some(CutBy::MaxTokens)),
+                // An older `gen`'s cut: by `max-tokens`.
+                ("length", None),
+                ("stop", None),
+            ],
+        );
+        let counted = Tally {
+            truncated: 2,
+            cut_by_context: 1,
+            output_tokens: 40,
+        };
+        assert_eq!(load(&dir).expect("load"), counted);
+        // A cache written before context cuts were counted apart is not trusted.
+        let mut cached: Cached = atomic::read_json(&dir.tally())
+            .expect("read")
+            .expect("cached");
+        cached.cut_by_context = None;
+        cached.truncated = 3;
+        atomic::write_json(&dir.tally(), &cached).expect("write");
+        assert_eq!(load(&dir).expect("load"), counted);
     }
 }

@@ -503,6 +503,128 @@ async fn truncated_answers_follow_the_sources_length_policy() {
     assert_eq!(status["sources"][1]["phase"], "done");
 }
 
+/// Runs `gen` with `max-tokens = 64` on source `name` (its `lines` added), whose rows are made
+/// from a 570-word prompt (`{}` in `rows`), against the fake server as vLLM with a context of
+/// 600 tokens: a request for 64 tokens after that prompt gets 30 at most, silently.
+async fn run_at_a_600_token_context(
+    name: &str,
+    lines: &str,
+    rows: &str,
+) -> (FakeOpenAi, Gen, support::Output) {
+    let server = FakeOpenAi::start(Knobs {
+        context_length: Some(600),
+        shorten_to_context: true,
+        ..Knobs::default()
+    })
+    .await;
+    let gen_ = Gen::new();
+    gen_.write(
+        "data/a.jsonl",
+        rows.replace("{}", &vec!["w"; 570].join(" ")),
+    );
+    gen_.config(
+        &Config::new(&server.url())
+            .generation("max-tokens = 64")
+            .source_with(name, "data/a.jsonl", lines),
+    );
+    let out = gen_.run(&["run", "cfg.toml"]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    (server, gen_, out)
+}
+
+/// Issue 23 item 5: when the prompt fits but prompt + `max_tokens` does not, vLLM shortens
+/// `max_tokens` without a word and the answer ends `length` short of its budget. That answer
+/// is stored as cut by the context, counted apart from `max-tokens` cuts, and never asked
+/// again with a larger budget, which cannot help.
+#[tokio::test]
+async fn an_answer_cut_by_the_context_is_counted_apart_and_never_retried() {
+    let (server, gen_, out) = run_at_a_600_token_context(
+        "alpha",
+        "on-length = \"retry\"",
+        "{\"prompt\": \"LONG one\"}\n{\"prompt\": \"short\"}\n{\"prompt\": \"{}\"}\n",
+    )
+    .await;
+    let filling = vec!["w"; 570].join(" ");
+    let asked = |prompt: &str| {
+        server
+            .received()
+            .iter()
+            .filter(|r| r.prompt == prompt)
+            .count()
+    };
+    assert_eq!(asked(&filling), 1, "a context cut is not asked again");
+    assert_eq!(asked("LONG one"), 2, "a max-tokens cut still is");
+    let records = gen_.completions_of("alpha");
+    let cut = records
+        .iter()
+        .find(|r| r["usage"]["prompt_tokens"] == 570)
+        .expect("the answer to the filling prompt is kept");
+    assert_eq!(cut["finish_reason"], "length");
+    assert_eq!(cut["usage"]["completion_tokens"], 30);
+    assert_eq!(cut["cut_by"], "context");
+    assert!(
+        records
+            .iter()
+            .filter(|r| r["usage"]["prompt_tokens"] != 570)
+            .all(|r| r["finish_reason"] == "stop" && r.get("cut_by").is_none()),
+        "{records:?}"
+    );
+    assert!(
+        out.stderr
+            .contains("gen: `alpha` done: 3 completions; 1 cut by the context"),
+        "{}",
+        out.stderr
+    );
+    let events = gen_.read_run("events.jsonl");
+    let said: Vec<&str> = events
+        .lines()
+        .filter(|l| l.contains("\"context_cut\""))
+        .collect();
+    assert_eq!(said.len(), 1, "{events}");
+    assert!(
+        said[0].contains("not asked again with a larger budget"),
+        "{}",
+        said[0]
+    );
+    let json = gen_.run(&["status", "cfg.toml", "--json"]).await;
+    let json: serde_json::Value = serde_json::from_str(&json.stdout).expect("json");
+    assert_eq!(json["sources"][0]["truncated"], 0);
+    assert_eq!(json["sources"][0]["cut_by_context"], 1);
+    let table = gen_.run(&["status", "cfg.toml"]).await.stdout;
+    assert!(
+        table.contains("1 answer (33%) cut by the context: a larger `max-tokens` cannot help"),
+        "{table}"
+    );
+    // Counted from the file again on the next start (the tally survives a rerun).
+    std::fs::remove_file(gen_.source_path("alpha", "tally.json")).ok();
+    assert_eq!(gen_.run(&["run", "cfg.toml"]).await.code, Some(0));
+    let json = gen_.run(&["status", "cfg.toml", "--json"]).await;
+    let json: serde_json::Value = serde_json::from_str(&json.stdout).expect("json");
+    assert_eq!(json["sources"][0]["cut_by_context"], 1);
+    assert_eq!(json["sources"][0]["truncated"], 0);
+}
+
+/// In a conversation, what cut an answer is stored on its turn, and the record's own
+/// `cut_by` is its last turn's (as `finish_reason` is).
+#[tokio::test]
+async fn a_later_turn_cut_by_the_context_is_marked_on_that_turn() {
+    let (server, gen_, _) = run_at_a_600_token_context(
+        "chat",
+        "turns = \"all\"",
+        r#"{"messages": [{"role": "user", "content": "q1"}, {"role": "assistant", "content": "a1"}, {"role": "user", "content": "{}"}]}"#,
+    )
+    .await;
+    let records = gen_.completions_of("chat");
+    let turns = records[0]["turns"].as_array().expect("turns");
+    assert_eq!(turns[0]["finish_reason"], "stop");
+    assert!(turns[0].get("cut_by").is_none(), "{turns:?}");
+    // q1 + "echo: q1" + 570 words leave 27 of the 600.
+    assert_eq!(turns[1]["usage"]["completion_tokens"], 27);
+    assert_eq!(turns[1]["cut_by"], "context");
+    assert_eq!(records[0]["cut_by"], "context");
+    assert_eq!(server.chat_requests(), 2);
+}
+
 #[tokio::test]
 async fn resuming_under_changed_generation_settings_is_refused_unless_allowed() {
     let server = FakeOpenAi::start(Knobs::default()).await;
