@@ -22,8 +22,14 @@ pub struct Settings {
     pub settle_ticks: u32,
     /// Limit at the very start when the server reports neither a running cap nor its KV
     /// capacity, clamped to the ceiling. Default 8. With either known, the start is the
-    /// ceiling.
+    /// ceiling (see [`start_without_running_cap`](Self::start_without_running_cap)).
     pub initial_limit: u32,
+    /// The most the start may be when the server tells its KV capacity but not how many
+    /// requests it runs at once (vLLM exports nothing carrying `max_num_seqs`): a KV ceiling
+    /// alone may allow thousands while the server runs 128. The ramp doubles it from there
+    /// while the server runs what it is sent, and a queue that stays shows the cap.
+    /// Default 64.
+    pub start_without_running_cap: u32,
     /// Ceiling when neither the server's caps nor the user bound it. Default 4096.
     pub max_limit: u32,
 
@@ -111,7 +117,8 @@ pub struct Settings {
     pub stats_decay: f64,
     /// Weight of the prior (pseudo-observations with output ~ U(0, max_tokens)). Default 20.
     pub prior_weight: f64,
-    /// Prompt length the prior assumes, in tokens. Default 1024.
+    /// Prompt length the prior assumes until the first prompts are sent (then their mean
+    /// length is the prior's), in tokens. Default 1024.
     pub prior_prompt_tokens: f64,
     /// A change of `E_resident` by this factor (either way) since the last (re-)entry re-enters
     /// startup. Default 2.
@@ -125,6 +132,7 @@ impl Default for Settings {
             window_ticks: 60,
             settle_ticks: 5,
             initial_limit: 8,
+            start_without_running_cap: 64,
             max_limit: 4096,
             kv_utilization: 0.90,
             kv_utilization_min: 0.5,
