@@ -1,6 +1,8 @@
 //! Startup. With a running cap or the KV capacity known the controller starts at the ceiling
 //! (at most `start_without_running_cap` when the running cap is unknown) and, every
-//! `ramp_ticks`, follows it upward (×`ramp_growth` at most per step) as the first completions
+//! `ramp_ticks`, follows it upward (×`ramp_growth` at most per step; above the bounded start
+//! ×`ramp_growth_without_running_cap` while the running cap is unknown, so a step passes an
+//! unknown cap by a quarter at most) as the first completions
 //! refine `E_resident` (never while the server queues behind the limit). It keeps following
 //! while that estimate still rises — the prior washes out over the first generations, so
 //! touching the ceiling once says little — and stops at the first sign of saturation: a
@@ -182,7 +184,11 @@ impl Controller {
             && self.ramp.queue_ticks == 0
         {
             let from = self.limit;
-            let grown = (f64::from(self.limit) * s.ramp_growth).ceil() as u32;
+            let growth = match self.running_cap() {
+                None if from >= s.start_without_running_cap => s.ramp_growth_without_running_cap,
+                _ => s.ramp_growth,
+            };
+            let grown = (f64::from(self.limit) * growth).ceil() as u32;
             self.limit = grown.min(ceiling).max(from + 1);
             self.reason = format!(
                 "ramping {from} → {} ({}; KV {}, {} waiting at the server)",

@@ -62,6 +62,10 @@ pub struct Settings {
     pub ramp_ticks: u32,
     /// Ramp: growth per step, at most up to the ceiling. Default 2.
     pub ramp_growth: f64,
+    /// Ramp: growth per step above `start_without_running_cap` while the running cap is
+    /// unknown. A step can pass the unknown cap by this much before the queue shows it (vLLM
+    /// on CPU: 125 → 157 with 128 running, then 135), not by twice. Default 1.25.
+    pub ramp_growth_without_running_cap: f64,
     /// Ramp: KV usage at which it stops (the cache is as full as it should get). Default 0.95.
     pub ramp_kv_full: f64,
     /// Ramp: ticks in a row with a server queue beyond the headroom while fewer than the limit
@@ -145,6 +149,7 @@ impl Default for Settings {
             startup_growth: 1.5,
             ramp_ticks: 2,
             ramp_growth: 2.0,
+            ramp_growth_without_running_cap: 1.25,
             ramp_kv_full: 0.95,
             ramp_queue_ticks: 3,
             creep_divisor: 50,
