@@ -194,44 +194,50 @@ async fn bench_controller_http() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run with scripts/bench-controller.sh"]
 async fn bench_short_jobs_http() {
-    // (name, flavour, server, lengths, prompts, speed, fixed levels)
+    // (name, flavour, server, lengths, prompts, speed, fixed levels). "Dear recompute":
+    // prefill 1.5·10⁻⁴ s a token, the engine shape whose best fixed level is the KV knee, as
+    // on the simulator issue 23 measured (best fixed 44–48 KV-bound).
     let short = Workload::short(0);
+    let dear = |kv_tokens| ServerConfig {
+        prefill_per_token: 1.5e-4,
+        ..ServerConfig::new(kv_tokens, 256)
+    };
     let rows = [
         (
-            "vLLM, KV-bound (22k KV), short answers",
+            "vLLM, KV-bound (22k KV, dear recompute), short answers",
             Flavour::Vllm,
-            ServerConfig::new(22_000, 256),
+            dear(22_000),
             short.clone(),
             800,
             SHORT_SPEED,
-            vec![32, 40, 48, 56],
+            vec![40, 48, 56, 64],
         ),
         (
-            "vLLM, KV-bound (22k KV), short answers",
+            "vLLM, KV-bound (22k KV, dear recompute), short answers",
             Flavour::Vllm,
-            ServerConfig::new(22_000, 256),
+            dear(22_000),
             short.clone(),
             2000,
+            SHORT_SPEED,
+            vec![48, 56, 64],
+        ),
+        (
+            "vLLM, prefill-heavy (110k KV, dear recompute)",
+            Flavour::Vllm,
+            dear(110_000),
+            Workload::prefill_heavy(0),
+            800,
             SHORT_SPEED,
             vec![40, 48, 56],
         ),
         (
-            "vLLM, prefill-heavy (110k KV)",
+            "vLLM, reasoning-length (250k KV, dear recompute)",
             Flavour::Vllm,
-            ServerConfig::new(110_000, 256),
-            Workload::prefill_heavy(0),
-            800,
-            SHORT_SPEED,
-            vec![32, 40, 48, 56],
-        ),
-        (
-            "vLLM, reasoning-length (250k KV)",
-            Flavour::Vllm,
-            ServerConfig::new(250_000, 256),
+            dear(250_000),
             Workload::long_outputs(0),
             300,
             SHORT_SPEED,
-            vec![96, 128, 160],
+            vec![128, 192, 256],
         ),
         (
             "vLLM, cap-bound (cap 48 not reported)",
@@ -246,10 +252,19 @@ async fn bench_short_jobs_http() {
             "llama.cpp, 8 slots",
             Flavour::LlamaCpp,
             ServerConfig::new(8 * 4096, 8),
-            short,
+            short.clone(),
             800,
             4.0 * SHORT_SPEED,
             vec![8, 10],
+        ),
+        (
+            "vLLM, KV-bound (22k KV), short answers",
+            Flavour::Vllm,
+            ServerConfig::new(22_000, 256),
+            short,
+            800,
+            SHORT_SPEED,
+            vec![48, 64, 96],
         ),
     ];
     let only = std::env::var("GEN_BENCH_HTTP_ONLY").unwrap_or_default();

@@ -930,6 +930,13 @@ fn short_jobs() -> Vec<(&'static str, ServerConfig, Flavour, Workload, u64)> {
             800,
         ),
         (
+            "vLLM, KV-bound (22k KV, dear recompute), short answers",
+            dear(22_000),
+            Flavour::Vllm,
+            short.clone(),
+            2000,
+        ),
+        (
             "vLLM, prefill-heavy (110k KV, dear recompute)",
             dear(110_000),
             Flavour::Vllm,
