@@ -35,8 +35,8 @@ pub(super) struct Ramp {
     ceiling_high: u32,
     finishes_at_high: u64,
     /// While the server shows headroom (KV below plan, nothing waiting): the requests the
-    /// cache would hold at the planned use at their size now (at most `ramp_growth` × the
-    /// KV ceiling); 0 otherwise. The first generation of a job starts together and is young,
+    /// cache would hold at the planned use at their size now (at most `ramp_room` × the KV
+    /// ceiling); 0 otherwise. The first generation of a job starts together and is young,
     /// so the cache has room the steady-state ceiling does not count; what is sent into it
     /// beyond that ceiling drains once the ramp ends.
     pub(super) room: u32,
@@ -88,7 +88,7 @@ impl Controller {
                 .filter(|usage| *usage > 0.0 && *usage < self.u)
                 .map_or(0, |usage| {
                     let room = f64::from(running) * self.u / usage;
-                    let most = f64::from(kv) * self.settings.ramp_growth;
+                    let most = f64::from(kv) * self.settings.ramp_room;
                     room.min(most).floor() as u32
                 }),
             _ => 0,

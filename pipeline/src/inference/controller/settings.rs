@@ -66,6 +66,11 @@ pub struct Settings {
     /// unknown. A step can pass the unknown cap by this much before the queue shows it (vLLM
     /// on CPU: 125 → 157 with 128 running, then 135), not by twice. Default 1.25.
     pub ramp_growth_without_running_cap: f64,
+    /// Ramp: while the server shows headroom (KV below plan, nothing waiting) the ramp may go
+    /// past the KV ceiling to what the cache holds at the requests' size now, at most this
+    /// many times the ceiling: a job's first requests start together and hold little yet, but
+    /// they grow, and what passes the cache is preempted. Default 1.5.
+    pub ramp_room: f64,
     /// Ramp: KV usage at which it stops (the cache is as full as it should get). Default 0.95.
     pub ramp_kv_full: f64,
     /// Ramp: ticks in a row with a server queue beyond the headroom while fewer than the limit
@@ -150,6 +155,7 @@ impl Default for Settings {
             ramp_ticks: 2,
             ramp_growth: 2.0,
             ramp_growth_without_running_cap: 1.25,
+            ramp_room: 1.5,
             ramp_kv_full: 0.95,
             ramp_queue_ticks: 3,
             creep_divisor: 50,

@@ -142,29 +142,32 @@ impl Controller {
             seen_running_cap: None,
             prompts_sent,
         };
-        let ceiling = controller.ceiling();
-        let s = &controller.settings;
-        controller.limit = match (controller.has_caps(), controller.running_cap()) {
+        controller.start(0, "");
+        controller
+    }
+
+    /// Starts (again, `at` a tick) at the ceiling, or at most `start_without_running_cap`
+    /// when the server tells its KV capacity but no running cap, or at `initial_limit` when
+    /// it tells neither. `why` prefixes the reason.
+    fn start(&mut self, at: u64, why: &str) {
+        let ceiling = self.ceiling();
+        let s = &self.settings;
+        self.limit = match (self.has_caps(), self.running_cap()) {
             (true, Some(_)) => ceiling,
             (true, None) => ceiling.min(s.start_without_running_cap.max(1)),
             (false, _) => s.initial_limit.clamp(1, ceiling),
         };
-        controller.ramp.begin(0, controller.limit);
-        controller.reason = if controller.limit < ceiling && controller.has_caps() {
-            format!(
-                "starting at {}: the server does not say how many requests it runs at once \
-                 ({})",
-                controller.limit,
-                controller.ceiling_reason()
-            )
+        self.ramp.begin(at, self.limit);
+        let unknown_cap = if self.limit < ceiling && self.has_caps() {
+            ": the server does not say how many requests it runs at once"
         } else {
-            format!(
-                "starting at {} ({})",
-                controller.limit,
-                controller.ceiling_reason()
-            )
+            ""
         };
-        controller
+        self.reason = format!(
+            "{why}starting at {}{unknown_cap} ({})",
+            self.limit,
+            self.ceiling_reason()
+        );
     }
 
     /// A controller that starts where an earlier run (or this server before a restart) got
@@ -347,9 +350,17 @@ impl Controller {
         if let Some((sent, tokens)) = &mut self.prompts_sent
             && obs.sent > 0
         {
+            let first = *sent == 0;
             *sent += u64::from(obs.sent);
             *tokens += obs.sent_prompt_tokens;
-            self.stats.set_mean_prompt(*tokens as f64 / *sent as f64);
+            let mean = *tokens as f64 / *sent as f64;
+            self.stats.set_mean_prompt(mean);
+            // The start assumed prompts of `prior_prompt_tokens`: start again from what the
+            // first ones say, unless the ramp already moved.
+            if first && self.phase == ControllerPhase::Startup && self.ramp.path.len() == 1 {
+                self.reference_resident = self.stats.expected_resident();
+                self.start(self.ticks, &format!("prompts of {} tokens: ", kilo(mean)));
+            }
         }
         if !obs.finishes.is_empty() {
             self.prompts_sent = None;
