@@ -870,6 +870,31 @@ fn a_resumed_job_starts_at_the_limit_the_last_one_reached() {
     assert!(resumed_span <= fresh_span * 1.04, "{}", resumed.log());
 }
 
+fn print_job_header() {
+    println!(
+        "| server | prompts | seed | best fixed L | its makespan | auto makespan | **auto / best** | auto at the end |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+}
+
+/// Runs a whole job against `sweep` and prints its row (with `GEN_BENCH_LOG`, auto's
+/// decisions too).
+fn print_job_row(name: &str, scenario: &Scenario, sweep: &[u32]) {
+    let c = compare(scenario, sweep);
+    let (best_l, best) = c.best_makespan();
+    let auto = c.auto.makespan.expect("done");
+    let prompts = scenario.prompts.unwrap_or(0);
+    println!(
+        "| {name} | {prompts} | {} | {best_l} | {best:.0} s | {auto:.0} s | **{:.3}** | {} |",
+        scenario.seed,
+        best / auto,
+        c.auto.summary
+    );
+    if std::env::var_os("GEN_BENCH_LOG").is_some() {
+        eprintln!("{}", c.job_report(name));
+    }
+}
+
 /// The whole-job table in `BENCHMARKS.md`: run with `scripts/bench-controller.sh`.
 #[test]
 #[ignore = "benchmark: run with scripts/bench-controller.sh"]
@@ -882,10 +907,7 @@ fn bench_whole_jobs() {
                 .collect()
         })
         .unwrap_or_else(|| vec![800, 2000, 20_000]);
-    println!(
-        "| server | prompts | seed | best fixed L | its makespan | auto makespan | **auto / best** | auto at the end |"
-    );
-    println!("|---|---|---|---|---|---|---|---|");
+    print_job_header();
     let only = std::env::var("GEN_BENCH_JOB_SERVERS").unwrap_or_default();
     for (name, server, flavour) in job_servers() {
         if !name.contains(&only) {
@@ -895,17 +917,7 @@ fn bench_whole_jobs() {
             for seed in [42, 7] {
                 let mut scenario = Scenario::job(server.clone(), flavour, prompts);
                 scenario.seed = seed;
-                let c = compare(&scenario, &JOB_SWEEP);
-                let (best_l, best) = c.best_makespan();
-                let auto = c.auto.makespan.expect("done");
-                println!(
-                    "| {name} | {prompts} | {seed} | {best_l} | {best:.0} s | {auto:.0} s | **{:.3}** | {} |",
-                    best / auto,
-                    c.auto.summary
-                );
-                if std::env::var_os("GEN_BENCH_LOG").is_some() {
-                    eprintln!("{}", c.job_report(name));
-                }
+                print_job_row(name, &scenario, &JOB_SWEEP);
             }
         }
     }
@@ -999,26 +1011,13 @@ fn short_jobs() -> Vec<(&'static str, ServerConfig, Flavour, Workload, u64)> {
 #[test]
 #[ignore = "benchmark: run with scripts/bench-controller.sh"]
 fn bench_short_jobs() {
-    println!(
-        "| server | prompts | seed | best fixed L | its makespan | auto makespan | **auto / best** | auto at the end |"
-    );
-    println!("|---|---|---|---|---|---|---|---|");
+    print_job_header();
     for (name, server, flavour, workload, prompts) in short_jobs() {
         for seed in [42, 7] {
             let mut scenario = Scenario::job(server.clone(), flavour, prompts);
             scenario.workload = workload.clone();
             scenario.seed = seed;
-            let c = compare(&scenario, &SWEEP);
-            let (best_l, best) = c.best_makespan();
-            let auto = c.auto.makespan.expect("done");
-            println!(
-                "| {name} | {prompts} | {seed} | {best_l} | {best:.0} s | {auto:.0} s | **{:.3}** | {} |",
-                best / auto,
-                c.auto.summary
-            );
-            if std::env::var_os("GEN_BENCH_LOG").is_some() {
-                eprintln!("{}", c.job_report(name));
-            }
+            print_job_row(name, &scenario, &SWEEP);
         }
     }
 }

@@ -34,7 +34,8 @@ pub(super) struct Ramp {
     /// The highest ceiling it saw, and its completions when the ceiling last rose there.
     ceiling_high: u32,
     finishes_at_high: u64,
-    /// While the server shows headroom (KV below plan, nothing waiting): the requests the
+    /// While the server shows headroom (KV below plan, no more waiting than the queue
+    /// headroom): the requests the
     /// cache would hold at the planned use at their size now (at most `ramp_room` × the KV
     /// ceiling); 0 otherwise. The first generation of a job starts together and is young,
     /// so the cache has room the steady-state ceiling does not count; what is sent into it
@@ -82,8 +83,10 @@ impl Controller {
         if self.ramp_found_running_cap(obs) {
             return;
         }
+        // A queue within the headroom is requests on their way in, not a cache that is full.
+        let headroom = self.settings.headroom(self.limit);
         self.ramp.room = match (self.kv_limit(), obs.server_running, obs.server_queued) {
-            (Some(kv), Some(running), Some(0)) => obs
+            (Some(kv), Some(running), Some(queued)) if queued <= headroom => obs
                 .kv_usage
                 .filter(|usage| *usage > 0.0 && *usage < self.u)
                 .map_or(0, |usage| {

@@ -6,15 +6,17 @@
 //! - **Ceiling** = min(`max_running` + `q_headroom`, `L_kv`, user max), with
 //!   `L_kv = ⌊u·KV_tokens / E_resident⌋`; a missing cap simply does not bound it.
 //! - **Start**: at the ceiling when the server reports a running cap or its KV capacity (at
-//!   most 64 when it tells no running cap: the ramp doubles from there while the server runs
-//!   what it is sent); the ramp then follows the ceiling up every 2 s as completions refine
-//!   `E_resident` — for as long as that estimate still rises — and stops at the first
-//!   saturation sign: a preemption, KV ≥ 95% full, or a server queue that stays while fewer
-//!   than the limit run, which makes the running count the cap (raised later if the server
-//!   ever runs more); at 8, ×1.5 per window, when it reports neither. Until the first
-//!   completion the length prior takes the mean length of the prompts sent. A resumed run
-//!   starts at the limit it reached ([`Controller::resume`]), checked against the current
-//!   caps.
+//!   most 64 when it tells no running cap: the ramp grows from there, a quarter a step, while
+//!   the server runs what it is sent); again from the first prompts' lengths once they are
+//!   sent (the length prior takes their mean until the first completion). The ramp then
+//!   follows the ceiling up every 2 s as completions refine `E_resident` — for as long as
+//!   that estimate still rises, and past it up to 1.5× while the cache has room at the
+//!   requests' size now (a young first generation) — and stops at the first saturation
+//!   sign: a preemption, KV ≥ 95% full (or as full as planned at the ceiling), or a server
+//!   queue that stays while fewer than the limit run, which makes the running count the cap
+//!   (raised later if the server ever runs more); at 8, ×1.5 per window, when it reports
+//!   neither. A resumed run starts at the limit it reached ([`Controller::resume`]),
+//!   checked against the current caps.
 //! - **Guards** per window: (1) retryable 5xx > max(3, 5% of finishes) → L×0.5, backoff;
 //!   (2) any 503/429/stall → L×0.7, backoff; (3) preemptions beyond the tolerance (max(2, 25%
 //!   of finishes)) → u−0.01, L within the new ceiling; beyond the severe level (max(8, 3×
