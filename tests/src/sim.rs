@@ -364,6 +364,52 @@ impl Workload {
         }
     }
 
+    /// The same lengths from another seed.
+    pub fn reseeded(&self, seed: u64) -> Workload {
+        Workload {
+            rng: SplitMix64(seed),
+            ..self.clone()
+        }
+    }
+
+    /// Short chat answers: prompts U[100, 300], outputs lognormal(ln 200, 0.8) clipped to
+    /// 16–1024 (mean ≈ 270; `max_tokens` 1024).
+    pub fn short(seed: u64) -> Workload {
+        Workload {
+            prompt_min: 100,
+            prompt_max: 300,
+            output_median: 200.0,
+            output_min: 16,
+            output_max: 1024,
+            ..Workload::new(seed)
+        }
+    }
+
+    /// Prefill-heavy: prompts U[1000, 3000], outputs lognormal(ln 150, 0.8) clipped to 16–512.
+    pub fn prefill_heavy(seed: u64) -> Workload {
+        Workload {
+            prompt_min: 1000,
+            prompt_max: 3000,
+            output_median: 150.0,
+            output_min: 16,
+            output_max: 512,
+            ..Workload::new(seed)
+        }
+    }
+
+    /// Reasoning-length outputs of a small model: prompts U[100, 500], outputs
+    /// lognormal(ln 1100, 0.8) clipped to 64–8192 (mean ≈ 1.5k; `max_tokens` 8192).
+    pub fn long_outputs(seed: u64) -> Workload {
+        Workload {
+            prompt_min: 100,
+            prompt_max: 500,
+            output_median: 1100.0,
+            output_min: 64,
+            output_max: 8192,
+            ..Workload::new(seed)
+        }
+    }
+
     pub fn next_request(&mut self) -> RequestSpec {
         let span = f64::from(self.prompt_max - self.prompt_min + 1);
         let prompt = self.prompt_min + (self.rng.uniform() * span) as u32;

@@ -409,6 +409,9 @@ impl Dispatcher {
                 return TurnOutcome::Cancelled;
             };
             backend.touch();
+            if backend.tuner.is_some() {
+                backend.telemetry.sent(messages);
+            }
             let result = tokio::select! {
                 result = backend.client.complete(messages, max_tokens) => result,
                 // Another request found the server down (or the stall watchdog did): this

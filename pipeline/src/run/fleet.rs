@@ -363,6 +363,11 @@ pub async fn connect(
                         model: &model,
                         api_key: api_key.as_deref(),
                         user_max: max,
+                        launched_running_cap: plan
+                            .server
+                            .launch
+                            .as_deref()
+                            .and_then(signals::launch::running_cap),
                         max_tokens: plan.generation.max_tokens,
                         stats_path: controller_stats(run_dir, i),
                     },

@@ -21,6 +21,7 @@ use crate::inference::controller::{
 use crate::inference::liveness::{Health, Liveness};
 use crate::inference::signals::SignalReader;
 use crate::store::atomic;
+use gen_sources::Message;
 
 /// Ticks between two saves of `controller.json` (and one more at the end).
 const SAVE_EVERY_TICKS: u64 = 10;
@@ -28,6 +29,8 @@ const SAVE_EVERY_TICKS: u64 = 10;
 /// What requests report for the sampler, between two ticks.
 #[derive(Debug, Default)]
 pub struct Telemetry {
+    sent: AtomicU32,
+    sent_prompt_tokens: AtomicU64,
     output_tokens: AtomicU64,
     finishes: Mutex<Vec<Finish>>,
     retryable: AtomicU32,
@@ -35,6 +38,13 @@ pub struct Telemetry {
 }
 
 impl Telemetry {
+    /// A request goes out with these messages.
+    pub fn sent(&self, messages: &[Message]) {
+        self.sent.fetch_add(1, Ordering::Relaxed);
+        self.sent_prompt_tokens
+            .fetch_add(heuristic_prompt_tokens(messages), Ordering::Relaxed);
+    }
+
     pub fn finished(&self, prompt_tokens: u64, output_tokens: u64) {
         self.output_tokens
             .fetch_add(output_tokens, Ordering::Relaxed);
@@ -64,10 +74,22 @@ impl Telemetry {
             ),
             retryable_errors: self.retryable.swap(0, Ordering::Relaxed),
             overloaded: self.overloaded.swap(0, Ordering::Relaxed),
+            sent: self.sent.swap(0, Ordering::Relaxed),
+            sent_prompt_tokens: self.sent_prompt_tokens.swap(0, Ordering::Relaxed),
             in_flight,
             ..TickObservation::default()
         }
     }
+}
+
+/// A prompt's tokens before the server counts them: about four bytes of text a token, plus a
+/// few for each message's chat template. Only the length prior uses it, until the first
+/// completion reports the real count.
+fn heuristic_prompt_tokens(messages: &[Message]) -> u64 {
+    messages
+        .iter()
+        .map(|m| m.content.len() as u64 / 4 + 4)
+        .sum()
 }
 
 /// The controller's state for `gen status`.
@@ -101,6 +123,8 @@ pub struct Tuner {
     pub key: String,
     pub stats_path: PathBuf,
     pub view: watch::Sender<TunerView>,
+    /// See [`TunerTarget::launched_running_cap`].
+    pub launched_running_cap: Option<u32>,
 }
 
 /// What a [`Tuner`] is for.
@@ -110,6 +134,8 @@ pub struct TunerTarget<'a> {
     pub api_key: Option<&'a str>,
     /// `max-concurrency`, the user's bound.
     pub user_max: Option<u32>,
+    /// The running cap `[server] launch` sets, for a server that does not report it.
+    pub launched_running_cap: Option<u32>,
     pub max_tokens: u32,
     /// Where `controller.json` lives.
     pub stats_path: PathBuf,
@@ -120,8 +146,11 @@ impl Tuner {
     /// to when the run directory says so.
     pub async fn new(target: TunerTarget<'_>, liveness: Liveness) -> Tuner {
         let (signals, reading) = SignalReader::probe(target.url, target.api_key).await;
-        let mut caps = reading.caps;
-        caps.user_max = target.user_max;
+        let caps = Caps {
+            max_running: reading.caps.max_running.or(target.launched_running_cap),
+            user_max: target.user_max,
+            ..reading.caps
+        };
         let key = format!("{} {}", target.url, target.model);
         let saved: Option<Saved> = atomic::read_json(&target.stats_path)
             .ok()
@@ -163,6 +192,7 @@ impl Tuner {
             key,
             stats_path: target.stats_path,
             view,
+            launched_running_cap: target.launched_running_cap,
         }
     }
 
@@ -193,8 +223,11 @@ impl Tuner {
                     let (signals, reading) =
                         SignalReader::probe(&self.url, self.api_key.as_deref()).await;
                     self.signals = signals;
-                    let mut caps = reading.caps;
-                    caps.user_max = self.controller.caps().user_max;
+                    let caps = Caps {
+                        max_running: reading.caps.max_running.or(self.launched_running_cap),
+                        user_max: self.controller.caps().user_max,
+                        ..reading.caps
+                    };
                     let decision = self.controller.on_server_restart(caps);
                     self.apply(&decision);
                     continue;

@@ -14,7 +14,7 @@ use crate::support;
 use std::time::Duration;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs, SimKnobs};
-use gen_tests::sim::{Flavour, ServerConfig};
+use gen_tests::sim::{Flavour, ServerConfig, Workload};
 use support::{Config, Gen};
 
 /// Virtual seconds of the engine per real second: a job that takes the simulated engine 45
@@ -29,23 +29,40 @@ async fn job(
     prompts: usize,
     concurrency: &str,
 ) -> (Duration, String, Gen) {
+    job_on(SimKnobs::new(flavour, server, SPEED), prompts, concurrency).await
+}
+
+/// [`job`] on a server built from `knobs`. With `prompt_tokens_from_text`, each prompt's text
+/// is as long as its tokens (4 bytes a token, drawn from the workload's prompt range), so
+/// `gen` can estimate them before sending; `max-tokens` is the workload's longest output.
+async fn job_on(knobs: SimKnobs, prompts: usize, concurrency: &str) -> (Duration, String, Gen) {
+    let max_tokens = knobs.workload.output_max;
+    let mut lengths = knobs.workload.reseeded(0x5eed);
+    let from_text = knobs.prompt_tokens_from_text;
     let fake = FakeOpenAi::start(Knobs {
-        sim: Some(SimKnobs {
-            flavour,
-            server,
-            speed: SPEED,
-        }),
+        sim: Some(knobs),
         ..Knobs::default()
     })
     .await;
     let gen_ = Gen::new();
     let rows: String = (0..prompts)
-        .map(|i| format!("{{\"prompt\": \"Tell me about item {i}.\"}}\n"))
+        .map(|i| {
+            let mut text = format!("Tell me about item {i}.");
+            if from_text {
+                let bytes = 4 * lengths.next_request().prompt_tokens as usize;
+                while text.len() < bytes {
+                    text.push_str(" and more");
+                }
+            }
+            format!("{{\"prompt\": \"{text}\"}}\n")
+        })
         .collect();
     gen_.write("data/job.jsonl", &rows);
     gen_.config(
         &Config::new(&fake.url())
-            .generation(&format!("max-tokens = 30000\nconcurrency = {concurrency}"))
+            .generation(&format!(
+                "max-tokens = {max_tokens}\nconcurrency = {concurrency}"
+            ))
             .source("job", "data/job.jsonl"),
     );
     let mut run = gen_.command(&["run", "cfg.toml"]);
@@ -168,3 +185,132 @@ async fn bench_controller_http() {
         }
     }
 }
+
+/// Issue 23's jobs end to end: a few minutes of engine time each, sped up `speed` times (each
+/// job ~20–40 s of real time), prompts whose text is as long as their tokens. Run with
+/// `TABLES=short scripts/bench-controller.sh`; `GEN_BENCH_HTTP_ONLY` picks rows by name,
+/// `GEN_BENCH_GEN` another build for auto (fixed levels do not depend on the build, so
+/// `GEN_BENCH_AUTO_ONLY=1` skips them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: run with scripts/bench-controller.sh"]
+async fn bench_short_jobs_http() {
+    // (name, flavour, server, lengths, prompts, speed, fixed levels). "Dear recompute":
+    // prefill 1.5·10⁻⁴ s a token, the engine shape whose best fixed level is the KV knee, as
+    // on the simulator issue 23 measured (best fixed 44–48 KV-bound).
+    let short = Workload::short(0);
+    let dear = |kv_tokens| ServerConfig {
+        prefill_per_token: 1.5e-4,
+        ..ServerConfig::new(kv_tokens, 256)
+    };
+    let rows = [
+        (
+            "vLLM, KV-bound (22k KV, dear recompute), short answers",
+            Flavour::Vllm,
+            dear(22_000),
+            short.clone(),
+            800,
+            SHORT_SPEED,
+            vec![40, 48, 56, 64],
+        ),
+        (
+            "vLLM, KV-bound (22k KV, dear recompute), short answers",
+            Flavour::Vllm,
+            dear(22_000),
+            short.clone(),
+            2000,
+            SHORT_SPEED,
+            vec![48, 56, 64],
+        ),
+        (
+            "vLLM, prefill-heavy (110k KV, dear recompute)",
+            Flavour::Vllm,
+            dear(110_000),
+            Workload::prefill_heavy(0),
+            800,
+            SHORT_SPEED,
+            vec![40, 48, 56],
+        ),
+        (
+            "vLLM, reasoning-length (250k KV, dear recompute)",
+            Flavour::Vllm,
+            dear(250_000),
+            Workload::long_outputs(0),
+            300,
+            SHORT_SPEED,
+            vec![128, 192, 256],
+        ),
+        (
+            "vLLM, cap-bound (cap 48 not reported)",
+            Flavour::Vllm,
+            ServerConfig::new(1_000_000, 48),
+            short.clone(),
+            800,
+            SHORT_SPEED,
+            vec![48, 56],
+        ),
+        (
+            "llama.cpp, 8 slots",
+            Flavour::LlamaCpp,
+            ServerConfig::new(8 * 4096, 8),
+            short.clone(),
+            800,
+            4.0 * SHORT_SPEED,
+            vec![8, 10],
+        ),
+        (
+            "vLLM, KV-bound (22k KV), short answers",
+            Flavour::Vllm,
+            ServerConfig::new(22_000, 256),
+            short,
+            800,
+            SHORT_SPEED,
+            vec![48, 64, 96],
+        ),
+    ];
+    let only = std::env::var("GEN_BENCH_HTTP_ONLY").unwrap_or_default();
+    let auto_only = std::env::var_os("GEN_BENCH_AUTO_ONLY").is_some();
+    println!(
+        "| server | prompts | speed | fixed levels: makespan | best fixed | auto | **auto / best** |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for (name, flavour, server, workload, prompts, speed, levels) in rows {
+        if !format!("{name} {prompts}").contains(&only) {
+            continue;
+        }
+        let knobs = SimKnobs {
+            workload,
+            prompt_tokens_from_text: true,
+            ..SimKnobs::new(flavour, server, speed)
+        };
+        let mut fixed = Vec::new();
+        for level in levels.iter().filter(|_| !auto_only) {
+            let (span, _, _) = job_on(knobs.clone(), prompts, &level.to_string()).await;
+            fixed.push((*level, span.as_secs_f64()));
+        }
+        let (auto, stderr, _) = job_on(knobs.clone(), prompts, "\"auto\"").await;
+        let auto = auto.as_secs_f64();
+        let cells: Vec<String> = fixed
+            .iter()
+            .map(|(l, s)| format!("{l}: {s:.1} s"))
+            .collect();
+        let best = fixed.iter().copied().min_by(|a, b| a.1.total_cmp(&b.1));
+        let (best_l, ratio) = best.map_or((String::from("–"), String::from("–")), |(l, b)| {
+            (l.to_string(), format!("{:.3}", b / auto))
+        });
+        println!(
+            "| {name} | {prompts} | {speed}× | {} | {best_l} | {auto:.1} s | **{ratio}** |",
+            cells.join(", "),
+        );
+        for line in stderr
+            .lines()
+            .filter(|l| l.contains("concurrency"))
+            .take(12)
+        {
+            eprintln!("    {line}");
+        }
+    }
+}
+
+/// Virtual seconds per real second for issue 23's jobs: a job of ~2 minutes of engine time
+/// takes ~30 s.
+const SHORT_SPEED: f64 = 4.0;

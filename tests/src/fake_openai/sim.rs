@@ -5,8 +5,10 @@
 //! or llama.cpp, so a whole job's makespan with `concurrency = "auto"` can be compared with
 //! fixed levels, tuner and dispatcher included.
 //!
-//! Each prompt's lengths are drawn from the simulation's [`Workload`] seeded by the prompt's
-//! text, so every run of the same prompts does the same work whatever the concurrency.
+//! Each prompt's lengths are drawn from the knobs' [`Workload`] seeded by the prompt's text, so
+//! every run of the same prompts does the same work whatever the concurrency; with
+//! [`SimKnobs::prompt_tokens_from_text`] the prompt's tokens are its text's bytes ÷ 4 instead
+//! (what a client can estimate before sending it).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -25,6 +27,23 @@ pub struct SimKnobs {
     pub server: ServerConfig,
     /// Virtual seconds per real second.
     pub speed: f64,
+    /// The request lengths, reseeded per prompt.
+    pub workload: Workload,
+    /// A prompt's tokens are its text's bytes ÷ 4 (else drawn from `workload`).
+    pub prompt_tokens_from_text: bool,
+}
+
+impl SimKnobs {
+    /// A `flavour` server of shape `server` at `speed`, with the default workload.
+    pub fn new(flavour: Flavour, server: ServerConfig, speed: f64) -> SimKnobs {
+        SimKnobs {
+            flavour,
+            server,
+            speed,
+            workload: Workload::new(0),
+            prompt_tokens_from_text: false,
+        }
+    }
 }
 
 /// Output tokens a stream chunk carries at most (the engine decodes several per step).
@@ -41,6 +60,8 @@ struct Stream {
 
 struct EngineState {
     server: SimServer,
+    workload: Workload,
+    prompt_tokens_from_text: bool,
     streams: HashMap<u64, Stream>,
     first_submit: Option<Instant>,
     last_finish: Option<Instant>,
@@ -81,6 +102,8 @@ impl SimEngine {
     pub(super) fn start(knobs: &SimKnobs) -> SimEngine {
         let state = Arc::new(Mutex::new(EngineState {
             server: SimServer::new(knobs.server.clone()),
+            workload: knobs.workload.clone(),
+            prompt_tokens_from_text: knobs.prompt_tokens_from_text,
             streams: HashMap::new(),
             first_submit: None,
             last_finish: None,
@@ -108,12 +131,15 @@ impl SimEngine {
     /// Queues a request for `prompt`; its stream's events come out of the receiver.
     pub(super) fn submit(&self, prompt: &str, max_tokens: u32) -> mpsc::UnboundedReceiver<Bytes> {
         let (sender, receiver) = mpsc::unbounded_channel();
-        let mut spec = Workload::new(seed(prompt)).next_request();
-        spec.output_tokens = spec.output_tokens.min(max_tokens.max(1));
         let mut state = self
             .state
             .lock()
             .expect("no panic while holding the engine");
+        let mut spec = state.workload.reseeded(seed(prompt)).next_request();
+        spec.output_tokens = spec.output_tokens.min(max_tokens.max(1));
+        if state.prompt_tokens_from_text {
+            spec.prompt_tokens = u32::try_from(prompt.len() / 4).unwrap_or(u32::MAX).max(1);
+        }
         // The receiver is still here: the first send cannot fail.
         sender
             .send(event(

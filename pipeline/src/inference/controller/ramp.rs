@@ -1,11 +1,16 @@
 //! Startup. With a running cap or the KV capacity known the controller starts at the ceiling
-//! and, every `ramp_ticks`, follows it upward (×`ramp_growth` at most per step) as the first
-//! completions refine `E_resident` (never while the server queues behind the limit); it stops
-//! at the first sign of saturation: a preemption,
-//! the KV cache `ramp_kv_full`, or a server queue that stays while fewer than the limit run
-//! (then the running count is the server's real cap: SGLang's hybrid models and vLLM's
-//! unreported `max_num_seqs` run fewer than the caps say). Knowing nothing, it grows ×1.5 per
-//! window while throughput rises ([`Controller::startup_step`]).
+//! (at most `start_without_running_cap` when the running cap is unknown) and, every
+//! `ramp_ticks`, follows it upward (×`ramp_growth` at most per step; above the bounded start
+//! ×`ramp_growth_without_running_cap` while the running cap is unknown, so a step passes an
+//! unknown cap by a quarter at most) as the first completions
+//! refine `E_resident` (never while the server queues behind the limit). It keeps following
+//! while that estimate still rises — the prior washes out over the first generations, so
+//! touching the ceiling once says little — and stops at the first sign of saturation: a
+//! preemption, the KV cache `ramp_kv_full`, or a server queue that stays while fewer than the
+//! limit run (then the running count is the server's real cap: SGLang's hybrid models and
+//! vLLM's unreported `max_num_seqs` run fewer than the caps say; a server seen running more
+//! later raises it). Knowing nothing, it grows ×1.5 per window while throughput rises
+//! ([`Controller::startup_step`]).
 
 use super::state::Controller;
 use super::types::{ControllerPhase, TickObservation};
@@ -26,6 +31,16 @@ pub(super) struct Ramp {
     running_peak: u32,
     /// Completions since it began.
     pub(super) finishes: u64,
+    /// The highest ceiling it saw, and its completions when the ceiling last rose there.
+    ceiling_high: u32,
+    finishes_at_high: u64,
+    /// While the server shows headroom (KV below plan, no more waiting than the queue
+    /// headroom): the requests the
+    /// cache would hold at the planned use at their size now (at most `ramp_room` × the KV
+    /// ceiling); 0 otherwise. The first generation of a job starts together and is young,
+    /// so the cache has room the steady-state ceiling does not count; what is sent into it
+    /// beyond that ceiling drains once the ramp ends.
+    pub(super) room: u32,
 }
 
 impl Ramp {
@@ -68,6 +83,19 @@ impl Controller {
         if self.ramp_found_running_cap(obs) {
             return;
         }
+        // A queue within the headroom is requests on their way in, not a cache that is full.
+        let headroom = self.settings.headroom(self.limit);
+        self.ramp.room = match (self.kv_limit(), obs.server_running, obs.server_queued) {
+            (Some(kv), Some(running), Some(queued)) if queued <= headroom => obs
+                .kv_usage
+                .filter(|usage| *usage > 0.0 && *usage < self.u)
+                .map_or(0, |usage| {
+                    let room = f64::from(running) * self.u / usage;
+                    let most = f64::from(kv) * self.settings.ramp_room;
+                    room.min(most).floor() as u32
+                }),
+            _ => 0,
+        };
         if self.ticks < self.ramp.last_step_tick + u64::from(self.settings.ramp_ticks) {
             return;
         }
@@ -119,12 +147,38 @@ impl Controller {
         true
     }
 
+    /// A server seen running more than the running cap learnt from a queue runs at least that
+    /// many (the queue was seen at a dip: requests finishing between two samples): the cap
+    /// rises, and a limit that was at the ceiling goes with it.
+    pub(super) fn follow_running_cap(&mut self, obs: &TickObservation) {
+        let (Some(seen), Some(running)) = (self.seen_running_cap, obs.server_running) else {
+            return;
+        };
+        if running <= seen || self.caps.max_running.is_some() {
+            return;
+        }
+        let at_ceiling = self.limit >= self.ceiling();
+        self.seen_running_cap = Some(running);
+        let ceiling = self.ceiling();
+        if at_ceiling && ceiling > self.limit {
+            self.reason = format!(
+                "the server ran {running} at once, more than it seemed to: {} → {ceiling}",
+                self.limit
+            );
+            self.limit = ceiling;
+        }
+    }
+
     /// A step of the ramp: toward the ceiling when the job fills the limit; the ramp ends at
     /// the ceiling once that is settled.
     fn ramp_step(&mut self, obs: &TickObservation) {
         let s = &self.settings;
         let headroom = s.headroom(self.limit);
         let ceiling = self.ceiling();
+        if ceiling > self.ramp.ceiling_high {
+            self.ramp.ceiling_high = ceiling;
+            self.ramp.finishes_at_high = self.ramp.finishes;
+        }
         // Grow only a limit the job fills and the server runs: a larger one would say nothing,
         // and one the server queues behind (counted in `ramp_found_running_cap`) only makes
         // the queue longer.
@@ -133,7 +187,11 @@ impl Controller {
             && self.ramp.queue_ticks == 0
         {
             let from = self.limit;
-            let grown = (f64::from(self.limit) * s.ramp_growth).ceil() as u32;
+            let growth = match self.running_cap() {
+                None if from >= s.start_without_running_cap => s.ramp_growth_without_running_cap,
+                _ => s.ramp_growth,
+            };
+            let grown = (f64::from(self.limit) * growth).ceil() as u32;
             self.limit = grown.min(ceiling).max(from + 1);
             self.reason = format!(
                 "ramping {from} → {} ({}; KV {}, {} waiting at the server)",
@@ -147,11 +205,14 @@ impl Controller {
         }
         self.ramp.step(self.ticks, self.limit);
         // A ceiling set by the KV cache is settled once a generation of requests has finished
-        // (the first completions are the short ones, and the length prior fades only with
-        // them); one set by a running cap once a queue had time to show.
+        // since it last rose (the first completions are the short ones, and the length prior
+        // fades only with them), or once the cache is as full as planned; one set by a
+        // running cap once a queue had time to show.
         let s = &self.settings;
-        let settled = if self.kv_limit() == Some(ceiling) {
-            self.ramp.finishes >= u64::from(self.limit)
+        let kv_bound = self.kv_limit().map(|kv| kv.max(self.ramp.room)) == Some(ceiling);
+        let settled = if kv_bound {
+            self.ramp.finishes >= self.ramp.finishes_at_high + u64::from(self.limit)
+                || obs.kv_usage.is_some_and(|usage| usage >= self.u)
         } else {
             self.ticks >= self.ramp.began_tick + 2 * u64::from(s.ramp_queue_ticks)
         };
@@ -163,6 +224,7 @@ impl Controller {
     fn end_ramp(&mut self, why: String) {
         self.reason = format!("ramp done at {}: {why}", self.limit);
         self.ramp.end(self.ticks, why);
+        self.ramp.room = 0;
         self.enter_steady();
     }
 

@@ -22,8 +22,14 @@ pub struct Settings {
     pub settle_ticks: u32,
     /// Limit at the very start when the server reports neither a running cap nor its KV
     /// capacity, clamped to the ceiling. Default 8. With either known, the start is the
-    /// ceiling.
+    /// ceiling (see [`start_without_running_cap`](Self::start_without_running_cap)).
     pub initial_limit: u32,
+    /// The most the start may be when the server tells its KV capacity but not how many
+    /// requests it runs at once (vLLM exports nothing carrying `max_num_seqs`): a KV ceiling
+    /// alone may allow thousands while the server runs 128. The ramp doubles it from there
+    /// while the server runs what it is sent, and a queue that stays shows the cap.
+    /// Default 64.
+    pub start_without_running_cap: u32,
     /// Ceiling when neither the server's caps nor the user bound it. Default 4096.
     pub max_limit: u32,
 
@@ -56,6 +62,15 @@ pub struct Settings {
     pub ramp_ticks: u32,
     /// Ramp: growth per step, at most up to the ceiling. Default 2.
     pub ramp_growth: f64,
+    /// Ramp: growth per step above `start_without_running_cap` while the running cap is
+    /// unknown. A step can pass the unknown cap by this much before the queue shows it (vLLM
+    /// on CPU: 125 → 157 with 128 running, then 135), not by twice. Default 1.25.
+    pub ramp_growth_without_running_cap: f64,
+    /// Ramp: while the server shows headroom (KV below plan, nothing waiting) the ramp may go
+    /// past the KV ceiling to what the cache holds at the requests' size now, at most this
+    /// many times the ceiling: a job's first requests start together and hold little yet, but
+    /// they grow, and what passes the cache is preempted. Default 1.5.
+    pub ramp_room: f64,
     /// Ramp: KV usage at which it stops (the cache is as full as it should get). Default 0.95.
     pub ramp_kv_full: f64,
     /// Ramp: ticks in a row with a server queue beyond the headroom while fewer than the limit
@@ -111,7 +126,8 @@ pub struct Settings {
     pub stats_decay: f64,
     /// Weight of the prior (pseudo-observations with output ~ U(0, max_tokens)). Default 20.
     pub prior_weight: f64,
-    /// Prompt length the prior assumes, in tokens. Default 1024.
+    /// Prompt length the prior assumes until the first prompts are sent (then their mean
+    /// length is the prior's), in tokens. Default 1024.
     pub prior_prompt_tokens: f64,
     /// A change of `E_resident` by this factor (either way) since the last (re-)entry re-enters
     /// startup. Default 2.
@@ -125,6 +141,7 @@ impl Default for Settings {
             window_ticks: 60,
             settle_ticks: 5,
             initial_limit: 8,
+            start_without_running_cap: 64,
             max_limit: 4096,
             kv_utilization: 0.90,
             kv_utilization_min: 0.5,
@@ -137,6 +154,8 @@ impl Default for Settings {
             startup_growth: 1.5,
             ramp_ticks: 2,
             ramp_growth: 2.0,
+            ramp_growth_without_running_cap: 1.25,
+            ramp_room: 1.5,
             ramp_kv_full: 0.95,
             ramp_queue_ticks: 3,
             creep_divisor: 50,

@@ -5,12 +5,18 @@
 //!
 //! - **Ceiling** = min(`max_running` + `q_headroom`, `L_kv`, user max), with
 //!   `L_kv = ⌊u·KV_tokens / E_resident⌋`; a missing cap simply does not bound it.
-//! - **Start**: at the ceiling when the server reports a running cap or its KV capacity (the
-//!   ramp then follows the ceiling up every 2 s as completions refine `E_resident`, and stops
-//!   at the first saturation sign: a preemption, KV ≥ 95% full, or a server queue that stays
-//!   while fewer than the limit run, which makes the running count the cap); at 8, ×1.5 per
-//!   window, when it reports neither. A resumed run starts at the limit it reached
-//!   ([`Controller::resume`]), checked against the current caps.
+//! - **Start**: at the ceiling when the server reports a running cap or its KV capacity (at
+//!   most 64 when it tells no running cap: the ramp grows from there, a quarter a step, while
+//!   the server runs what it is sent); again from the first prompts' lengths once they are
+//!   sent (the length prior takes their mean until the first completion). The ramp then
+//!   follows the ceiling up every 2 s as completions refine `E_resident` — for as long as
+//!   that estimate still rises, and past it up to 1.5× while the cache has room at the
+//!   requests' size now (a young first generation) — and stops at the first saturation
+//!   sign: a preemption, KV ≥ 95% full (or as full as planned at the ceiling), or a server
+//!   queue that stays while fewer than the limit run, which makes the running count the cap
+//!   (raised later if the server ever runs more); at 8, ×1.5 per window, when it reports
+//!   neither. A resumed run starts at the limit it reached ([`Controller::resume`]),
+//!   checked against the current caps.
 //! - **Guards** per window: (1) retryable 5xx > max(3, 5% of finishes) → L×0.5, backoff;
 //!   (2) any 503/429/stall → L×0.7, backoff; (3) preemptions beyond the tolerance (max(2, 25%
 //!   of finishes)) → u−0.01, L within the new ceiling; beyond the severe level (max(8, 3×
@@ -91,6 +97,9 @@ pub struct Controller {
     /// A running cap the server did not report but showed: it queued requests while running
     /// this many with the KV cache not full (vLLM's `max_num_seqs`, a hybrid model's cap).
     pub(super) seen_running_cap: Option<u32>,
+    /// While the length statistics are the prior alone: requests sent and their prompts'
+    /// estimated tokens, whose mean is the prior's prompt length.
+    pub(super) prompts_sent: Option<(u64, u64)>,
 }
 
 impl Controller {
@@ -102,6 +111,7 @@ impl Controller {
         max_tokens: u32,
         stats: Option<LengthStats>,
     ) -> Controller {
+        let prompts_sent = stats.is_none().then_some((0, 0));
         let stats = stats.unwrap_or_else(|| {
             LengthStats::prior(
                 max_tokens,
@@ -132,20 +142,34 @@ impl Controller {
             last_seen: LastSeen::default(),
             last_cut: String::new(),
             seen_running_cap: None,
+            prompts_sent,
         };
-        let ceiling = controller.ceiling();
-        controller.limit = if controller.has_caps() {
-            ceiling
-        } else {
-            controller.settings.initial_limit.clamp(1, ceiling)
-        };
-        controller.ramp.begin(0, controller.limit);
-        controller.reason = format!(
-            "starting at {} ({})",
-            controller.limit,
-            controller.ceiling_reason()
-        );
+        controller.start(0, "");
         controller
+    }
+
+    /// Starts (again, `at` a tick) at the ceiling, or at most `start_without_running_cap`
+    /// when the server tells its KV capacity but no running cap, or at `initial_limit` when
+    /// it tells neither. `why` prefixes the reason.
+    fn start(&mut self, at: u64, why: &str) {
+        let ceiling = self.ceiling();
+        let s = &self.settings;
+        self.limit = match (self.has_caps(), self.running_cap()) {
+            (true, Some(_)) => ceiling,
+            (true, None) => ceiling.min(s.start_without_running_cap.max(1)),
+            (false, _) => s.initial_limit.clamp(1, ceiling),
+        };
+        self.ramp.begin(at, self.limit);
+        let unknown_cap = if self.limit < ceiling && self.has_caps() {
+            ": the server does not say how many requests it runs at once"
+        } else {
+            ""
+        };
+        self.reason = format!(
+            "{why}starting at {}{unknown_cap} ({})",
+            self.limit,
+            self.ceiling_reason()
+        );
     }
 
     /// A controller that starts where an earlier run (or this server before a restart) got
@@ -249,7 +273,11 @@ impl Controller {
             ceiling = ceiling.min(running.saturating_add(self.settings.headroom(running)));
         }
         if let Some(kv) = kv_limit {
-            ceiling = ceiling.min(kv);
+            let room = match self.phase {
+                ControllerPhase::Startup => self.ramp.room,
+                _ => 0,
+            };
+            ceiling = ceiling.min(kv.max(room));
         }
         if let Some(user) = self.caps.user_max {
             ceiling = ceiling.min(user);
@@ -293,6 +321,7 @@ impl Controller {
     pub fn observe(&mut self, obs: &TickObservation) -> Decision {
         self.ticks += 1;
         self.learn(obs);
+        self.follow_running_cap(obs);
         let Some(new_preemptions) = self.new_preemptions(obs) else {
             return self.decision();
         };
@@ -317,6 +346,27 @@ impl Controller {
     /// Takes the tick's completions into the length statistics and the ramp's count, and its
     /// server load into what the status line shows.
     fn learn(&mut self, obs: &TickObservation) {
+        // Before any completion the prior takes the prompts sent (those of this tick too: a
+        // fast server answers within the first tick); real lengths from then on, the prior
+        // keeping the prompt length it had.
+        if let Some((sent, tokens)) = &mut self.prompts_sent
+            && obs.sent > 0
+        {
+            let first = *sent == 0;
+            *sent += u64::from(obs.sent);
+            *tokens += obs.sent_prompt_tokens;
+            let mean = *tokens as f64 / *sent as f64;
+            self.stats.set_mean_prompt(mean);
+            // The start assumed prompts of `prior_prompt_tokens`: start again from what the
+            // first ones say, unless the ramp already moved.
+            if first && self.phase == ControllerPhase::Startup && self.ramp.path.len() == 1 {
+                self.reference_resident = self.stats.expected_resident();
+                self.start(self.ticks, &format!("prompts of {} tokens: ", kilo(mean)));
+            }
+        }
+        if !obs.finishes.is_empty() {
+            self.prompts_sent = None;
+        }
         for finish in &obs.finishes {
             self.stats.record(
                 finish.prompt_tokens,

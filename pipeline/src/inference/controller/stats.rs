@@ -33,6 +33,12 @@ impl LengthStats {
         }
     }
 
+    /// Makes `tokens` the mean prompt length of a prior (before any completion: the prompts
+    /// being sent replace the prior's guess).
+    pub fn set_mean_prompt(&mut self, tokens: f64) {
+        self.prompt = self.weight * tokens.max(0.0);
+    }
+
     /// Adds one completion after decaying the sums by `decay`.
     pub fn record(&mut self, prompt_tokens: u32, output_tokens: u32, decay: f64) {
         let out = f64::from(output_tokens);

@@ -31,6 +31,11 @@ pub struct TickObservation {
     pub output_tokens: u64,
     /// Requests that completed during the tick.
     pub finishes: Vec<Finish>,
+    /// Requests sent during the tick.
+    pub sent: u32,
+    /// Their prompts' tokens, as estimated from the text before the server counts them: the
+    /// length prior takes their mean until the first completion reports real counts.
+    pub sent_prompt_tokens: u64,
     /// Retryable server errors (500, error events, `abort`) other than 503.
     pub retryable_errors: u32,
     /// 503 and 429 answers.

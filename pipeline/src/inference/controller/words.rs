@@ -15,6 +15,17 @@ impl Controller {
         if self.caps.user_max == Some(ceiling) {
             return format!("your max-concurrency {ceiling}");
         }
+        if let Some(kv) = self.kv_limit()
+            && kv < ceiling
+            && self.ramp.room == ceiling
+            && self.phase == ControllerPhase::Startup
+        {
+            return format!(
+                "the KV cache has room for about {ceiling} requests as they are now; about {kv} \
+                 of {} tokens once they grow",
+                kilo(self.stats.expected_resident())
+            );
+        }
         if self.kv_limit() == Some(ceiling) {
             return format!(
                 "the KV cache fits about {ceiling} requests of {} tokens at {} use",
