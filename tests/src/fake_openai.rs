@@ -1,4 +1,4 @@
-//! A fake OpenAI-compatible server: `/health`, `/v1/models`, and streaming
+//! A fake OpenAI-compatible server: `/health`, `/version`, `/v1/models`, and streaming
 //! `/v1/chat/completions` that answers `echo: <last user message>` in a few chunks, with
 //! reasoning, a finish reason and a usage chunk.
 //!
@@ -190,6 +190,9 @@ pub struct Received {
     pub at: Instant,
 }
 
+/// What the fake answers at `/version`, in vLLM's shape (`{"version": "0.32.0"}`).
+pub const VERSION: &str = "0.32.0-fake";
+
 /// A running fake server; it stops when dropped.
 #[derive(Debug)]
 pub struct FakeOpenAi {
@@ -225,6 +228,7 @@ impl FakeOpenAi {
         }
         let app = app
             .route("/health", get(|| async { axum::Json(json!({"status": "ok"})) }))
+            .route("/version", get(|| async { axum::Json(json!({"version": VERSION})) }))
             .route(
                 "/v1/models",
                 get(|| async { axum::Json(json!({"object": "list", "data": [{"id": "fake-model", "object": "model"}]})) }),

@@ -181,7 +181,7 @@ fn server_facts(server: &ServerStatus) -> ServerFacts {
         url: server.url.clone(),
         model: server.model.clone(),
         answered_by: server.answered_by.clone(),
-        version: None,
+        version: server.version.clone(),
     }
 }
 

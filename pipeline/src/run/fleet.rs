@@ -49,6 +49,8 @@ pub struct Backend {
     queued: AtomicU64,
     /// The model its first answer named ([`Fleet::answered_as`]).
     answered_by: OnceLock<String>,
+    /// Its version as it reported it when the run connected.
+    version: Option<String>,
 }
 
 impl Backend {
@@ -72,6 +74,7 @@ impl Backend {
             output_tokens: AtomicU64::new(0),
             queued: AtomicU64::new(u64::MAX),
             answered_by: OnceLock::new(),
+            version: None,
         }
     }
 
@@ -107,6 +110,7 @@ impl Backend {
                 .get()
                 .filter(|named| *named != self.client.model())
                 .cloned(),
+            version: self.version.clone(),
             concurrency: self.limiter.limit() as usize,
             down_since_unix_ms: match self.liveness.health() {
                 Health::Up => None,
@@ -377,8 +381,13 @@ pub async fn connect(
         if let Some((_, reason)) = unreachable.iter().find(|(u, _)| u == url) {
             liveness.report_down(reason);
         }
+        let version = match unreachable.iter().any(|(u, _)| u == url) {
+            true => None,
+            false => probe::version(url, api_key.as_deref()).await,
+        };
         backends.push(Backend {
             tuner,
+            version,
             ..Backend::new(client, liveness, limiter, telemetry, activity)
         });
     }

@@ -590,6 +590,14 @@ async fn the_provenance_file_and_card_agree_with_gen_status() {
     assert_eq!(provenance["gen_version"], env!("CARGO_PKG_VERSION"));
     assert_eq!(provenance["model"]["name"], "fake-model");
     assert_eq!(provenance["model"]["servers"][0]["model"], "fake-model");
+    assert_eq!(
+        provenance["model"]["servers"][0]["version"],
+        gen_tests::fake_openai::VERSION
+    );
+    assert_eq!(
+        provenance["model"]["servers"][0]["version"],
+        status["servers"][0]["version"]
+    );
     assert_eq!(provenance["sampling"]["max_tokens"], 16);
     assert_eq!(provenance["export"]["schema"], "specforge");
     assert_eq!(provenance["export"]["data_file"], "data/train.parquet");
