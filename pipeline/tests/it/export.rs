@@ -668,69 +668,66 @@ async fn the_provenance_file_and_card_agree_with_gen_status() {
     );
 }
 
-/// Loads `specforge` JSONL with SpecForge's own `build_eagle3_dataset`
-/// (`specforge/data/preprocessing.py`, its `GeneralParser` from `specforge/data/parse.py`),
-/// tokenizing with the tiny local model (a `ChatTemplate` for its chat template registered in
-/// SpecForge's `TEMPLATE_REGISTRY`). Counts rows and the assistant spans its loss mask trains,
-/// and every warning it gives about a conversation it truncated or a turn it dropped.
-const SPECFORGE: &str = r#"
-import json, sys, warnings
+/// Loads each `conversations` JSONL of its arguments (after the model folder) with two
+/// trainers' own code, in one Python (importing torch is the slow part), and reports per file:
+///
+/// * SpecForge's `build_eagle3_dataset` (`specforge/data/preprocessing.py`, its
+///   `GeneralParser` in `specforge/data/parse.py`), tokenizing with the tiny local model (a
+///   `ChatTemplate` for its chat template registered in SpecForge's `TEMPLATE_REGISTRY`): rows,
+///   the assistant spans its loss mask trains, and every warning about a conversation it
+///   truncated or a turn it dropped;
+/// * speculators' reader (`load_raw_dataset`) and preprocessing
+///   (`build_speculator_training_dataset`, `speculators/data_generation/preprocessing.py`),
+///   which fans out one row per assistant turn: rows, and every warning or error it logs. Its
+///   renders go to vLLM's `/v1/chat/completions/render`, which applies the model's chat
+///   template; the test stands in for that one call with the tiny model's tokenizer applying
+///   the same template, so every other step is speculators' own.
+const TRAINERS: &str = r#"
+import json, logging, sys, warnings
 import datasets
 from transformers import AutoTokenizer
 from specforge.data.preprocessing import build_eagle3_dataset
 from specforge.data.template import TEMPLATE_REGISTRY, ChatTemplate
-path, model = sys.argv[1], sys.argv[2]
+import speculators.data_generation.preprocessing as speculators
+model, paths = sys.argv[1], sys.argv[2:]
 tokenizer = AutoTokenizer.from_pretrained(model)
 # scripts/vllm/tiny_model.py's chat template: <|role|>content<|end|> per message.
 TEMPLATE_REGISTRY.register(name="gen-tiny-llama-think", override=True, template=ChatTemplate(
     assistant_header="<|assistant|>", user_header="<|user|>", end_of_turn_token="<|end|>",
     system_prompt=None))
-raw = datasets.load_dataset("json", data_files=path, split="train")
-answers = sum(sum(t["role"] == "assistant" for t in c) for c in raw["conversations"])
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    ds = build_eagle3_dataset(raw, tokenizer, chat_template="gen-tiny-llama-think",
-                              max_length=4096, num_proc=1)
-def spans(mask):
-    flat = [int(x) for x in mask.flatten().tolist()]
-    return sum(1 for i, v in enumerate(flat) if v == 1 and (i == 0 or flat[i - 1] == 0))
-print(json.dumps({"rows_in": raw.num_rows, "rows": ds.num_rows, "answers": answers,
-                  "trained_answers": sum(spans(r["loss_mask"]) for r in ds),
-                  "problems": [str(w.message) for w in caught
-                               if "truncated" in str(w.message) or "Dropping" in str(w.message)]}))
-"#;
-
-/// Loads a `conversations` JSONL with speculators' own reader (`load_raw_dataset`) and
-/// preprocessing (`build_speculator_training_dataset`, `speculators/data_generation/
-/// preprocessing.py`), which fans out one row per assistant turn. Its renders go to vLLM's
-/// `/v1/chat/completions/render`, which applies the model's chat template; the test stands in
-/// for that one call with the tiny model's tokenizer applying the same template, so every other
-/// step is speculators' own. Counts rows, and every warning or error it logs.
-const SPECULATORS: &str = r#"
-import json, logging, sys
-from transformers import AutoTokenizer
-import speculators.data_generation.preprocessing as preprocessing
-path, model = sys.argv[1], sys.argv[2]
-tokenizer = AutoTokenizer.from_pretrained(model)
 def render(endpoint, messages, *, add_generation_prompt, tools=None, chat_template_kwargs=None,
            truncate_prompt_tokens=None, truncation_side=None, **_):
     out = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt,
                                         tokenize=True, tools=tools, **(chat_template_kwargs or {}))
     ids = list(out["input_ids"] if hasattr(out, "keys") else out)
     return ids[:truncate_prompt_tokens] if truncate_prompt_tokens else ids
-preprocessing.render_conversation = render
-problems = []
+speculators.render_conversation = render
+logged = []
 class Collect(logging.Handler):
     def emit(self, record):
         if record.levelno >= logging.WARNING:
-            problems.append(record.getMessage())
+            logged.append(record.getMessage())
 logging.getLogger().addHandler(Collect())
-raw, _ = preprocessing.load_raw_dataset(path)
-answers = sum(sum(t["role"] == "assistant" for t in c) for c in raw["conversations"])
-ds = preprocessing.build_speculator_training_dataset(
-    raw, tokenizer, max_length=4096, num_proc=1, render_endpoint="http://127.0.0.1:9")
-print(json.dumps({"rows_in": raw.num_rows, "rows": ds.num_rows, "answers": answers,
-                  "problems": problems}))
+def spans(mask):
+    flat = [int(x) for x in mask.flatten().tolist()]
+    return sum(1 for i, v in enumerate(flat) if v == 1 and (i == 0 or flat[i - 1] == 0))
+out = []
+for path in paths:
+    raw = datasets.load_dataset("json", data_files=path, split="train")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ds = build_eagle3_dataset(raw, tokenizer, chat_template="gen-tiny-llama-think",
+                                  max_length=4096, num_proc=1)
+    specforge = {"rows": ds.num_rows, "trained_answers": sum(spans(r["loss_mask"]) for r in ds),
+                 "problems": [str(w.message) for w in caught
+                              if "truncated" in str(w.message) or "Dropping" in str(w.message)]}
+    logged.clear()
+    raw, _ = speculators.load_raw_dataset(path)
+    ds = speculators.build_speculator_training_dataset(
+        raw, tokenizer, max_length=4096, num_proc=1, render_endpoint="http://127.0.0.1:9")
+    out.append({"specforge": specforge, "speculators": {
+        "rows_in": raw.num_rows, "rows": ds.num_rows, "problems": list(logged)}})
+print(json.dumps(out))
 "#;
 
 /// Every row of each schema loads in the trainers' own readers, with every assistant turn:
@@ -759,42 +756,51 @@ async fn each_schema_loads_in_its_trainers_own_reader_without_losing_a_row() {
             })
             .sum()
     };
-    let model = std::ffi::OsStr::new(&model);
-    for name in ["specforge", "per-turn"] {
+    let names = ["specforge", "per-turn"];
+    let paths: Vec<std::path::PathBuf> = names
+        .iter()
+        .map(|name| gen_.path(&format!("out/{name}/data/train.jsonl")))
+        .collect();
+    let mut args = vec![std::ffi::OsStr::new(&model)];
+    args.extend(paths.iter().map(|p| p.as_os_str()));
+    let loaded = gen_tests::python::run_json(
+        &python,
+        TRAINERS,
+        &args,
+        &[],
+        "SpecForge and speculators loading the `specforge` exports",
+    );
+    for (name, loaded) in names
+        .iter()
+        .zip(loaded.as_array().expect("one result per file"))
+    {
         let rows = jsonl_rows(&gen_, name).len();
-        let path = gen_.path(&format!("out/{name}/data/train.jsonl"));
-        let loaded = gen_tests::python::run_json(
-            &python,
-            SPECFORGE,
-            &[path.as_os_str(), model],
-            &[],
-            &format!("SpecForge loading the `{name}` export"),
-        );
-        assert_eq!(loaded["rows"], rows, "{name}: {loaded}");
-        assert_eq!(loaded["trained_answers"], answers(name), "{name}: {loaded}");
+        let specforge = &loaded["specforge"];
+        assert_eq!(specforge["rows"], rows, "SpecForge, {name}: {specforge}");
         assert_eq!(
-            loaded["problems"],
-            serde_json::json!([]),
-            "{name}: {loaded}"
-        );
-
-        let loaded = gen_tests::python::run_json(
-            &python,
-            SPECULATORS,
-            &[path.as_os_str(), model],
-            &[],
-            &format!("speculators loading the `{name}` export"),
-        );
-        assert_eq!(loaded["rows_in"], rows, "{name}: {loaded}");
-        assert_eq!(
-            loaded["rows"],
+            specforge["trained_answers"],
             answers(name),
-            "{name}: one row per assistant turn: {loaded}"
+            "SpecForge, {name}: every assistant turn trained: {specforge}"
         );
         assert_eq!(
-            loaded["problems"],
+            specforge["problems"],
             serde_json::json!([]),
-            "{name}: {loaded}"
+            "{name}: {specforge}"
+        );
+        let speculators = &loaded["speculators"];
+        assert_eq!(
+            speculators["rows_in"], rows,
+            "speculators, {name}: {speculators}"
+        );
+        assert_eq!(
+            speculators["rows"],
+            answers(name),
+            "speculators, {name}: one row per assistant turn: {speculators}"
+        );
+        assert_eq!(
+            speculators["problems"],
+            serde_json::json!([]),
+            "{name}: {speculators}"
         );
     }
 
