@@ -563,6 +563,16 @@ async fn every_schema_keeps_every_turn_under_its_trainers_rules() {
         assert_eq!(conversation.len(), assistant_index + 1, "{id}");
     }
 
+    let unknown = gen_.run(&["export", "cfg.toml", "--schema", "alpaca"]).await;
+    assert_eq!(unknown.code, Some(2), "{}", unknown.stderr);
+    assert!(
+        unknown
+            .stderr
+            .contains("[possible values: messages, specforge, sharegpt, modelopt]"),
+        "{}",
+        unknown.stderr
+    );
+
     // Answers cut by `max-tokens` left out, counted per reason.
     let out = export_as(&gen_, "uncut", "sharegpt", "jsonl", &["--drop-cut"]).await;
     assert!(
