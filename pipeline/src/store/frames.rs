@@ -88,6 +88,21 @@ fn scan_batched(
     batch_bytes: usize,
     on_line: &mut impl FnMut(&[u8]) -> io::Result<()>,
 ) -> io::Result<Scan> {
+    let mut decoder = FrameDecoder::new();
+    read_stretches(path, batch_bytes, |file, offset, scan| {
+        scan_stretch(file, offset, batch_bytes, &mut decoder, on_line, scan)
+    })
+}
+
+/// Reads `path` stretch by stretch: `stretch` handles the valid units from an offset on and
+/// returns where they end; damage after a stretch is passed over to the next valid data frame
+/// (recorded in the result), and what is left at the end is damage or a torn tail. A missing
+/// file is empty.
+fn read_stretches(
+    path: &Path,
+    batch_bytes: usize,
+    mut stretch: impl FnMut(&mut fs_err::File, u64, &mut Scan) -> io::Result<u64>,
+) -> io::Result<Scan> {
     let mut file = match fs_err::File::open(path) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Scan::default()),
@@ -98,17 +113,9 @@ fn scan_batched(
         len,
         ..Scan::default()
     };
-    let mut decoder = FrameDecoder::new();
     let mut offset = 0u64;
     while offset < len {
-        let end = scan_stretch(
-            &mut file,
-            offset,
-            batch_bytes,
-            &mut decoder,
-            on_line,
-            &mut scan,
-        )?;
+        let end = stretch(&mut file, offset, &mut scan)?;
         if end >= len {
             break;
         }
@@ -234,46 +241,18 @@ fn survey_batched<T: Send>(
     legacy_checked_until: u64,
     on_frame: impl Fn(FrameBody<'_>) -> io::Result<T> + Sync,
 ) -> io::Result<(Vec<Frame<T>>, Scan)> {
-    let mut file = match fs_err::File::open(path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), Scan::default())),
-        Err(e) => return Err(e),
-    };
-    let len = file.metadata()?.len();
-    let mut scan = Scan {
-        len,
-        ..Scan::default()
-    };
     let mut frames = Vec::new();
-    let mut offset = 0u64;
-    while offset < len {
-        let end = survey_stretch(
-            &mut file,
+    let scan = read_stretches(path, batch_bytes, |file, offset, scan| {
+        survey_stretch(
+            file,
             offset,
             batch_bytes,
             legacy_checked_until,
             &on_frame,
             &mut frames,
-            &mut scan,
-        )?;
-        if end >= len {
-            break;
-        }
-        match resync(&mut file, end, len, batch_bytes)? {
-            Some(next) => {
-                scan.damaged.push(end..next);
-                offset = next;
-            }
-            None => {
-                if starts_with_whole_data_frame(&mut file, end, len, batch_bytes)? {
-                    scan.damaged.push(end..len);
-                } else {
-                    scan.torn_bytes = len - end;
-                }
-                break;
-            }
-        }
-    }
+            scan,
+        )
+    })?;
     Ok((frames, scan))
 }
 

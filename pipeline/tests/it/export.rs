@@ -563,7 +563,9 @@ async fn every_schema_keeps_every_turn_under_its_trainers_rules() {
         assert_eq!(conversation.len(), assistant_index + 1, "{id}");
     }
 
-    let unknown = gen_.run(&["export", "cfg.toml", "--schema", "alpaca"]).await;
+    let unknown = gen_
+        .run(&["export", "cfg.toml", "--schema", "alpaca"])
+        .await;
     assert_eq!(unknown.code, Some(2), "{}", unknown.stderr);
     assert!(
         unknown
