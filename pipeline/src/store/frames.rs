@@ -149,8 +149,38 @@ fn scan_stretch(
     on_line: &mut impl FnMut(&[u8]) -> io::Result<()>,
     scan: &mut Scan,
 ) -> io::Result<u64> {
+    unit_batches(file, start, batch_bytes, |pending, units, checked| {
+        for unit in units {
+            let data = &pending[unit.data.clone()];
+            if !is_skippable(data) {
+                let Some(text) = decoder.decode(data)? else {
+                    return Ok(Some(checked + unit.data.start as u64));
+                };
+                for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                    on_line(line)?;
+                    scan.records += 1;
+                }
+            }
+            scan.valid_len += (unit.end() - unit.data.start) as u64;
+        }
+        Ok(None)
+    })
+}
+
+/// Reads the file from `start` on in batches of about `batch_bytes` and hands each batch's
+/// whole units to `on_units` (with the file offset the batch's bytes start at), until
+/// `on_units` returns where an invalid unit starts, or no whole unit is left; returns where
+/// the valid units end.
+fn unit_batches(
+    file: &mut fs_err::File,
+    start: u64,
+    batch_bytes: usize,
+    mut on_units: impl FnMut(&[u8], &[Unit], u64) -> io::Result<Option<u64>>,
+) -> io::Result<u64> {
     file.seek(SeekFrom::Start(start))?;
+    // Bytes read but not yet checked; they start at file offset `checked`.
     let mut checked = start;
+    // Sized once: grown by doubling, the last step held both halves at once.
     let mut pending = Vec::with_capacity(batch_bytes);
     let mut want = batch_bytes;
     let mut eof = false;
@@ -162,24 +192,16 @@ fn scan_stretch(
         }
         let units = whole_units(&pending, eof);
         let Some(consumed) = units.last().map(Unit::end) else {
+            // A whole data frame is held back while the entry after it may be unread.
             if eof || !(is_whole_data_frame(&pending) || could_be_cut_frame(&pending)) {
                 return Ok(checked);
             }
+            // A frame larger than a batch.
             want = pending.len() * 2;
             continue;
         };
-        for unit in &units {
-            let data = &pending[unit.data.clone()];
-            if !is_skippable(data) {
-                let Some(text) = decoder.decode(data)? else {
-                    return Ok(checked + unit.data.start as u64);
-                };
-                for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-                    on_line(line)?;
-                    scan.records += 1;
-                }
-            }
-            scan.valid_len += (unit.end() - unit.data.start) as u64;
+        if let Some(invalid) = on_units(&pending, &units, checked)? {
+            return Ok(invalid);
         }
         pending.drain(..consumed);
         checked += consumed as u64;
@@ -267,35 +289,13 @@ fn survey_stretch<T: Send>(
     frames: &mut Vec<Frame<T>>,
     scan: &mut Scan,
 ) -> io::Result<u64> {
-    file.seek(SeekFrom::Start(start))?;
-    // Bytes read but not yet checked; they start at file offset `checked`.
-    let mut checked = start;
-    // Sized once: grown by doubling, the last step held both halves at once.
-    let mut pending = Vec::with_capacity(batch_bytes);
-    let mut want = batch_bytes;
-    let mut eof = false;
-    loop {
-        if !eof && pending.len() < want {
-            let missing = (want - pending.len()) as u64;
-            let read = (&mut *file).take(missing).read_to_end(&mut pending)?;
-            eof = (read as u64) < missing;
-        }
-        let units = whole_units(&pending, eof);
-        let Some(consumed) = units.last().map(Unit::end) else {
-            // A whole data frame is held back while the entry after it may be unread.
-            if eof || !(is_whole_data_frame(&pending) || could_be_cut_frame(&pending)) {
-                return Ok(checked);
-            }
-            // A frame larger than a batch.
-            want = pending.len() * 2;
-            continue;
-        };
+    unit_batches(file, start, batch_bytes, |pending, units, checked| {
         let outcomes: Vec<io::Result<Checked<T>>> = units
             .par_iter()
             .map_init(FrameDecoder::new, |decoder, unit| {
                 check_unit(
                     decoder,
-                    &pending,
+                    pending,
                     checked,
                     unit,
                     legacy_checked_until,
@@ -306,7 +306,7 @@ fn survey_stretch<T: Send>(
         for (unit, outcome) in units.iter().zip(outcomes) {
             let bytes = checked + unit.data.start as u64..checked + unit.end() as u64;
             match outcome? {
-                Checked::Invalid => return Ok(bytes.start),
+                Checked::Invalid => return Ok(Some(bytes.start)),
                 Checked::Skippable => {}
                 Checked::Data(value, records) => {
                     frames.push(Frame {
@@ -318,10 +318,8 @@ fn survey_stretch<T: Send>(
             }
             scan.valid_len += bytes.end - bytes.start;
         }
-        pending.drain(..consumed);
-        checked += consumed as u64;
-        want = batch_bytes;
-    }
+        Ok(None)
+    })
 }
 
 /// Checks one unit of `pending` (which starts at file offset `start`): a skippable frame, a
