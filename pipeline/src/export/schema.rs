@@ -188,3 +188,42 @@ fn sharegpt_turns(messages: Vec<ExportMessage>) -> Result<(Option<String>, Vec<T
     }
     Ok((system, turns))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn messages(roles: &[&str]) -> Vec<ExportMessage> {
+        roles
+            .iter()
+            .map(|role| ExportMessage {
+                role: (*role).to_owned(),
+                content: format!("{role} text"),
+                reasoning_content: (*role == "assistant").then(|| "why".to_owned()),
+                answer: None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn sharegpt_takes_the_system_prompt_aside_and_refuses_what_eagle_would_assert_on() {
+        let (system, turns) =
+            sharegpt_turns(messages(&["system", "user", "assistant"])).expect("alternates");
+        assert_eq!(system.as_deref(), Some("system text"));
+        let from: Vec<&str> = turns.iter().map(|t| t.role.as_str()).collect();
+        assert_eq!(from, ["human", "gpt"]);
+        assert!(turns.iter().all(|t| t.reasoning.is_none()));
+        assert_eq!(
+            sharegpt_turns(messages(&["user", "user", "assistant"])),
+            Err(NOT_ALTERNATING)
+        );
+        assert_eq!(
+            sharegpt_turns(messages(&["assistant", "user"])),
+            Err(NOT_ALTERNATING)
+        );
+        assert_eq!(
+            sharegpt_turns(messages(&["user", "system", "assistant"])),
+            Err(SYSTEM_INSIDE)
+        );
+    }
+}
