@@ -42,6 +42,10 @@ export GEN_REQUIRE_SSHD=1
 if [ "$profile" = ci ]; then
   eval "$(./scripts/install-vllm.sh)"
   export GEN_VLLM_PYTHON GEN_VLLM_MODEL GEN_REQUIRE_VLLM=1
+  # The trainers' own readers (speculators 0.9.0; SpecForge 0.2.0's data modules, --no-deps)
+  # load every `gen export` schema (pipeline/tests/it/export.rs), installed once into that venv.
+  eval "$(./scripts/install-trainers.sh)"
+  export GEN_TRAINERS_PYTHON GEN_REQUIRE_TRAINERS=1
 fi
 # A real single-node Slurm cluster for `gen slurm` (pipeline/tests/it/slurm.rs): installed from
 # Debian's packages when missing, started here and stopped when the suite ends.

@@ -48,7 +48,8 @@ pub enum Command {
         #[arg(long, value_name = "USER@HOST:RUN_DIR", conflicts_with = "target")]
         remote: Option<String>,
     },
-    /// Write a run's completions as a training-ready dataset (messages with reasoning).
+    /// Write a run's completions as a training-ready dataset in a trainer's schema, with a
+    /// dataset card and a provenance file.
     #[command(after_help = EXPORT_HELP)]
     Export(ExportArgs),
     /// Audit a run: every prompt completed or rejected exactly once, every file readable.
@@ -148,8 +149,14 @@ although it did not finish.";
 
 const EXPORT_HELP: &str = "Examples:
   gen export datasets.toml
-  gen export runs/datasets --format parquet -o train.parquet
+  gen export runs/datasets --schema specforge -o out/specforge
+  gen export runs/datasets --schema sharegpt --per-turn --drop-cut
+  gen export runs/datasets --format parquet -o out/train
   gen export runs/datasets --allow-incomplete
+
+The output is a dataset folder ready for `hf upload USER/NAME DIR --repo-type dataset`:
+`README.md` (a dataset card), `provenance.json` (model, sources, settings, counts) and
+`data/train.jsonl` or `data/train.parquet`, alone in its folder.
 
 An unfinished run (a source that failed or was not prepared, prompts without a
 completion) is not exported, with what is missing, unless `--allow-incomplete`
@@ -445,10 +452,25 @@ pub struct RunArgs {
 pub struct ExportArgs {
     /// A run directory or a config file.
     pub target: PathBuf,
+    /// The trainer's schema: `messages` (gen's own), `specforge` (SpecForge, speculators),
+    /// `sharegpt` (SafeAILab EAGLE: `from`/`value`, no reasoning), `modelopt` (NVIDIA
+    /// ModelOpt: `conversation_id`, `conversations`).
+    #[arg(long, value_enum, default_value = "messages")]
+    pub schema: ExportSchema,
     /// The file format: JSONL (one row per line) or Parquet.
     #[arg(long, value_enum, default_value = "jsonl")]
     pub format: ExportFormat,
-    /// Output file (default: `export.jsonl` / `export.parquet` in the run directory).
+    /// One row per generated assistant turn, with the conversation before it as history;
+    /// reasoning only on the turn the row answers.
+    #[arg(long)]
+    pub per_turn: bool,
+    /// Leave out answers cut short (by `max-tokens` or the context); the count dropped per
+    /// reason is printed and written to the provenance file.
+    #[arg(long)]
+    pub drop_cut: bool,
+    /// The dataset folder to create: `README.md` (dataset card), `provenance.json`, and the
+    /// data file alone in `data/` (default: `export-SCHEMA` in the run directory). It must
+    /// not exist yet.
     #[arg(long, short)]
     pub output: Option<PathBuf>,
     /// Export what is there although the run is not finished (a source not prepared or
@@ -461,6 +483,15 @@ pub struct ExportArgs {
 pub enum ExportFormat {
     Jsonl,
     Parquet,
+}
+
+/// The column layout of an export, named after the trainers that read it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExportSchema {
+    Messages,
+    Specforge,
+    Sharegpt,
+    Modelopt,
 }
 
 #[derive(Debug, clap::Args)]

@@ -1,11 +1,21 @@
-//! `gen export`: a run's completions as a training-ready dataset (JSONL or Parquet).
+//! `gen export`: a run's completions as a training-ready dataset folder, in the schema of the
+//! trainer that will read it (`schema`: `messages`, `specforge`, `sharegpt`, `modelopt`),
+//! as JSONL or Parquet.
 //!
 //! Reads every source's `completions.jsonl.zst` (whole frames only, so a run still writing is
-//! safe to export), keeps the first record of each prompt id, and writes one row per
-//! completion: `id`, `source`, `source_key`, `messages` (the prompt followed by the model's answer, with its
-//! reasoning), `reasoning_content`, `finish_reason`, `model`, `prompt_tokens`,
-//! `completion_tokens`. The file is written under a temporary name and renamed, so a reader
-//! never sees half an export. The Parquet layout is in [`columnar`].
+//! safe to export), keeps the first record of each prompt id, turns each into an
+//! [`ExportRow`] (the prompt followed by the model's answers, with their reasoning), selects
+//! (`select`: one row per answer with `--per-turn`, answers cut short left out with
+//! `--drop-cut`), maps it to the schema's cells (`schema`) and streams them to the file
+//! (`table` for JSONL, `columnar` for Parquet). The folder is written under a temporary name
+//! and renamed, so a reader never sees half an export:
+//!
+//! ```text
+//! OUTPUT/README.md        dataset card with the Hub's YAML header (`card`)
+//! OUTPUT/provenance.json  how the data was made (`provenance`)
+//! OUTPUT/data/train.jsonl or train.parquet, alone in its folder (readers that load a
+//!                         folder, like NeMo Automodel's, take every file in it)
+//! ```
 //!
 //! A run that is not finished (a source not prepared or whose preparation failed, prompts
 //! without a completion: [`crate::verify::audit`] decides) is not exported unless
@@ -13,9 +23,14 @@
 //! none. Each row keeps the dataset's own key for its prompt (`source_key`), read from the
 //! source's `prompts.jsonl.zst`, so rows can be joined back to the original data.
 //!
-//! It must not change the run directory except for adding the export file itself.
+//! It must not change the run directory except for adding the export folder itself.
 
+mod card;
 mod columnar;
+mod provenance;
+mod schema;
+mod select;
+mod table;
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{self, BufWriter, Write as _};
@@ -23,13 +38,15 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
-use crate::cli::{ExportArgs, ExportFormat};
+use crate::CliError;
+use crate::cli::{ExportArgs, ExportFormat, ExportSchema};
 use gen_sources::{Message, Role};
+use table::{Cell, Column};
 
-/// One row of the exported dataset.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// One conversation of the export, before a schema shapes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExportRow {
     pub id: String,
     pub source: String,
@@ -45,12 +62,22 @@ pub struct ExportRow {
     pub completion_tokens: Option<u64>,
 }
 
-/// One chat turn of an exported row; `reasoning_content` is set on generated answers only.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// One chat turn of an exported row; `reasoning_content` and `answer` are set on generated
+/// answers only.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExportMessage {
     pub role: String,
     pub content: String,
     pub reasoning_content: Option<String>,
+    pub answer: Option<Answer>,
+}
+
+/// How a generated answer ended and what it cost.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Answer {
+    pub finish_reason: Option<String>,
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
 }
 
 /// The fields of a stored [`crate::store::records::CompletionRecord`] an export needs. Read
@@ -86,6 +113,14 @@ struct StoredTurn {
     content: String,
     #[serde(default)]
     reasoning_content: Option<String>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+    #[serde(default)]
+    usage: Option<StoredUsage>,
+}
+
+fn tokens(usage: Option<&StoredUsage>) -> (Option<u64>, Option<u64>) {
+    usage.map_or((None, None), |u| (u.prompt_tokens, u.completion_tokens))
 }
 
 fn role_name(role: Role) -> &'static str {
@@ -101,14 +136,26 @@ fn prompt_message(message: &Message) -> ExportMessage {
         role: role_name(message.role).to_owned(),
         content: message.content.clone(),
         reasoning_content: None,
+        answer: None,
     }
 }
 
-fn answer(content: String, reasoning_content: Option<String>) -> ExportMessage {
+fn answer(
+    content: String,
+    reasoning_content: Option<String>,
+    finish_reason: Option<String>,
+    usage: Option<&StoredUsage>,
+) -> ExportMessage {
+    let (prompt_tokens, completion_tokens) = tokens(usage);
     ExportMessage {
         role: "assistant".to_owned(),
         content,
         reasoning_content,
+        answer: Some(Answer {
+            finish_reason,
+            prompt_tokens,
+            completion_tokens,
+        }),
     }
 }
 
@@ -117,7 +164,12 @@ impl From<StoredCompletion> for ExportRow {
         let mut messages = Vec::with_capacity(stored.messages.len() + 1 + stored.turns.len());
         if stored.turns.is_empty() {
             messages.extend(stored.messages.iter().map(prompt_message));
-            messages.push(answer(stored.content, stored.reasoning_content.clone()));
+            messages.push(answer(
+                stored.content,
+                stored.reasoning_content.clone(),
+                stored.finish_reason.clone(),
+                stored.usage.as_ref(),
+            ));
         } else {
             // A multi-turn regeneration answered each user turn in order: each answer follows
             // the user message it answers.
@@ -127,13 +179,16 @@ impl From<StoredCompletion> for ExportRow {
                 if message.role == Role::User
                     && let Some(turn) = answers.next()
                 {
-                    messages.push(answer(turn.content, turn.reasoning_content));
+                    messages.push(answer(
+                        turn.content,
+                        turn.reasoning_content,
+                        turn.finish_reason,
+                        turn.usage.as_ref(),
+                    ));
                 }
             }
         }
-        let (prompt_tokens, completion_tokens) = stored
-            .usage
-            .map_or((None, None), |u| (u.prompt_tokens, u.completion_tokens));
+        let (prompt_tokens, completion_tokens) = tokens(stored.usage.as_ref());
         ExportRow {
             id: stored.id,
             source: stored.source,
@@ -148,27 +203,31 @@ impl From<StoredCompletion> for ExportRow {
     }
 }
 
-/// Where rows go: a JSONL file or a Parquet writer, both on the temporary file.
+/// Where rows go: a JSONL file or a Parquet writer, both in the temporary folder.
 enum Sink {
-    Jsonl(BufWriter<fs_err::File>),
+    Jsonl(BufWriter<fs_err::File>, &'static [Column]),
     Parquet(Box<columnar::ParquetSink>),
 }
 
 impl Sink {
-    fn push(&mut self, row: ExportRow) -> anyhow::Result<()> {
+    fn push(&mut self, cells: Vec<Cell>) -> anyhow::Result<()> {
         match self {
-            Sink::Jsonl(out) => {
+            Sink::Jsonl(out, columns) => {
+                let row = table::JsonRow {
+                    columns,
+                    cells: &cells,
+                };
                 serde_json::to_writer(&mut *out, &row).context("cannot write a JSONL row")?;
                 out.write_all(b"\n")?;
                 Ok(())
             }
-            Sink::Parquet(sink) => sink.push(row),
+            Sink::Parquet(sink) => sink.push(cells),
         }
     }
 
     fn finish(self) -> anyhow::Result<()> {
         match self {
-            Sink::Jsonl(out) => {
+            Sink::Jsonl(out, _) => {
                 let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
                 file.sync_all()?;
                 Ok(())
@@ -178,11 +237,38 @@ impl Sink {
     }
 }
 
-/// What an export wrote.
+/// What to export, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExportOptions {
+    pub schema: ExportSchema,
+    pub format: ExportFormat,
+    /// One row per generated answer (`--per-turn`).
+    pub per_turn: bool,
+    /// Leave out rows whose answer was cut short (`--drop-cut`).
+    pub drop_cut: bool,
+}
+
+impl ExportOptions {
+    /// The data file's path inside the export folder.
+    pub fn data_file(&self) -> &'static str {
+        match self.format {
+            ExportFormat::Jsonl => "data/train.jsonl",
+            ExportFormat::Parquet => "data/train.parquet",
+        }
+    }
+}
+
+/// What an export wrote and left out, per source directory (by name).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct ExportSummary {
-    /// Rows per source directory, by name.
+    /// Rows written per source.
     pub rows: BTreeMap<String, u64>,
+    /// Assistant turns in the rows written, per source.
+    pub answers: BTreeMap<String, u64>,
+    /// Rows left out per source and reason (`--drop-cut`, or a row the schema cannot carry).
+    pub dropped: BTreeMap<String, BTreeMap<&'static str, u64>>,
+    /// Token counts of the rows written, per source.
+    pub tokens: BTreeMap<String, TokenStats>,
     /// Records skipped because their id was already exported.
     pub duplicates: u64,
     /// Stored records skipped because they are not answers (aborted, empty: an older `gen`
@@ -190,22 +276,78 @@ pub struct ExportSummary {
     pub not_answers: u64,
 }
 
+/// Token counts of exported rows, as the server reported them (rows without usage are not
+/// counted).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct TokenStats {
+    pub rows_with_usage: u64,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    pub completion_tokens_min: Option<u64>,
+    pub completion_tokens_max: Option<u64>,
+}
+
+impl TokenStats {
+    fn add(&mut self, prompt: Option<u64>, completion: Option<u64>) {
+        let Some(completion) = completion else {
+            return;
+        };
+        self.rows_with_usage += 1;
+        self.prompt_tokens += prompt.unwrap_or(0);
+        self.completion_tokens += completion;
+        self.completion_tokens_min = Some(
+            self.completion_tokens_min
+                .map_or(completion, |m| m.min(completion)),
+        );
+        self.completion_tokens_max = Some(
+            self.completion_tokens_max
+                .map_or(completion, |m| m.max(completion)),
+        );
+    }
+}
+
 impl ExportSummary {
     pub fn total(&self) -> u64 {
         self.rows.values().sum()
     }
+
+    /// Rows left out, per reason, over every source.
+    pub fn dropped_by_reason(&self) -> BTreeMap<&'static str, u64> {
+        let mut total = BTreeMap::new();
+        for (&reason, &count) in self.dropped.values().flatten() {
+            *total.entry(reason).or_insert(0) += count;
+        }
+        total
+    }
 }
 
-/// `gen export TARGET [--format jsonl|parquet] [--output FILE]`.
-pub fn export(args: &ExportArgs) -> anyhow::Result<ExitCode> {
-    let run_dir = crate::resolve_run_dir(&args.target).map_err(|failure| failure.error)?;
+/// `gen export TARGET [--schema S] [--format F] [--per-turn] [--drop-cut] [--output DIR]`.
+pub fn export(args: &ExportArgs) -> Result<ExitCode, CliError> {
+    let run_dir = crate::resolve_run_dir(&args.target)?;
+    let options = ExportOptions {
+        schema: args.schema,
+        format: args.format,
+        per_turn: args.per_turn,
+        drop_cut: args.drop_cut,
+    };
     let output = match &args.output {
         Some(path) => path.clone(),
-        None => run_dir.root().join(match args.format {
-            ExportFormat::Jsonl => "export.jsonl",
-            ExportFormat::Parquet => "export.parquet",
-        }),
+        None => run_dir.root().join(format!(
+            "export-{}{}",
+            options.schema.name(),
+            if options.per_turn { "-per-turn" } else { "" }
+        )),
     };
+    if output.exists() {
+        return Err(CliError {
+            code: crate::exit::USAGE,
+            error: anyhow::anyhow!(
+                "`{}` already exists: an export creates a new folder; remove it or choose \
+                 another with `--output DIR`",
+                output.display()
+            ),
+        });
+    }
     let config = args
         .target
         .is_file()
@@ -217,72 +359,131 @@ pub fn export(args: &ExportArgs) -> anyhow::Result<ExitCode> {
             .map(|(name, what)| format!("\n  `{name}`: {what}"))
             .collect();
         if !args.allow_incomplete {
-            anyhow::bail!(
+            return Err(anyhow::anyhow!(
                 "the run at `{}` is not finished, so an export would miss prompts:{}\n\
                  finish it with `gen run {}`, or export what is there with \
                  `--allow-incomplete`",
                 run_dir.root().display(),
                 missing.concat(),
                 audit.config
-            );
+            )
+            .into());
         }
         eprintln!(
             "gen: exporting an unfinished run (--allow-incomplete):{}",
             missing.concat()
         );
     }
-    let summary = export_run(run_dir.root(), args.format, &output)?;
+    for what in options.schema.not_carried() {
+        eprintln!(
+            "gen: the `{}` schema does not carry {what}",
+            options.schema.name()
+        );
+    }
+    let summary = export_run(run_dir.root(), options, &output)?;
+    print!("{}", summary_text(&summary, options, &output));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `gen export` prints on success.
+fn summary_text(summary: &ExportSummary, options: ExportOptions, output: &Path) -> String {
     let per_source: Vec<String> = summary
         .rows
         .iter()
         .map(|(name, rows)| format!("{name} {rows}"))
         .collect();
-    let mut duplicates = match summary.duplicates {
-        0 => String::new(),
-        n => format!("; {n} duplicate(s) skipped"),
+    let format = match options.format {
+        ExportFormat::Jsonl => "JSONL",
+        ExportFormat::Parquet => "Parquet",
     };
+    let mut text = format!(
+        "exported {} rows ({}) as `{}` {format} to `{}`\n",
+        summary.total(),
+        per_source.join(", "),
+        options.schema.name(),
+        output.display()
+    );
+    for (reason, count) in summary.dropped_by_reason() {
+        text.push_str(&format!("  left out {count}: {reason}\n"));
+    }
+    if summary.duplicates > 0 {
+        text.push_str(&format!(
+            "  skipped {}: duplicate records of an exported prompt\n",
+            summary.duplicates
+        ));
+    }
     if summary.not_answers > 0 {
-        duplicates.push_str(&format!(
-            "; {} stored record(s) that are not answers skipped (`gen run` generates them again)",
+        text.push_str(&format!(
+            "  skipped {}: stored records that are not answers (`gen run` generates them again)\n",
             summary.not_answers
         ));
     }
-    println!(
-        "exported {} completions ({}{duplicates}) to `{}`",
-        summary.total(),
-        per_source.join(", "),
+    text.push_str(&format!(
+        "upload with: hf upload USER/NAME {} --repo-type dataset\n",
         output.display()
-    );
-    Ok(ExitCode::SUCCESS)
+    ));
+    text
 }
 
-/// Writes the completions of the run at `run_dir` to `output` in `format`.
+/// Writes the completions of the run at `run_dir` as the dataset folder `output` (which
+/// must not exist).
 pub fn export_run(
     run_dir: &Path,
-    format: ExportFormat,
+    options: ExportOptions,
     output: &Path,
 ) -> anyhow::Result<ExportSummary> {
     let sources = source_dirs(run_dir)?;
+    if output.exists() {
+        anyhow::bail!("`{}` already exists", output.display());
+    }
     if let Some(parent) = output.parent().filter(|p| !p.as_os_str().is_empty()) {
         fs_err::create_dir_all(parent)?;
     }
     let temp = temp_path(output);
-    let result = write_all(&sources, format, &temp);
-    let summary = match result {
-        Ok(summary) if summary.total() > 0 => summary,
-        Ok(_) => {
-            fs_err::remove_file(&temp).ok();
-            anyhow::bail!(
-                "no completions to export in `{}`: run `gen run` first",
-                run_dir.display()
-            );
+    let written = write_folder(run_dir, &sources, options, &temp);
+    match written {
+        Ok(summary) => {
+            fs_err::rename(&temp, output)?;
+            Ok(summary)
         }
         Err(e) => {
-            fs_err::remove_file(&temp).ok();
-            return Err(e);
+            fs_err::remove_dir_all(&temp).ok();
+            Err(e)
         }
-    };
-    fs_err::rename(&temp, output)?;
+    }
+}
+
+fn write_folder(
+    run_dir: &Path,
+    sources: &[(String, PathBuf)],
+    options: ExportOptions,
+    temp: &Path,
+) -> anyhow::Result<ExportSummary> {
+    use std::os::unix::fs::PermissionsExt as _;
+    fs_err::create_dir(temp)?;
+    // Owner-only like every file holding prompts and outputs.
+    fs_err::set_permissions(temp, std::fs::Permissions::from_mode(0o700))?;
+    fs_err::create_dir(temp.join("data"))?;
+    let summary = write_data(sources, options, &temp.join(options.data_file()))?;
+    if summary.total() > 0 {
+        provenance::write(run_dir, options, &summary, temp)?;
+    }
+    if summary.total() == 0 {
+        let dropped: Vec<String> = summary
+            .dropped_by_reason()
+            .into_iter()
+            .map(|(reason, count)| format!("\n  {count} left out: {reason}"))
+            .collect();
+        anyhow::bail!(
+            "no completions to export in `{}`{}",
+            run_dir.display(),
+            if dropped.is_empty() {
+                ": run `gen run` first".to_owned()
+            } else {
+                format!(":{}", dropped.concat())
+            }
+        );
+    }
     Ok(summary)
 }
 
@@ -318,29 +519,30 @@ fn temp_path(output: &Path) -> PathBuf {
     output.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
 }
 
-fn write_all(
+/// Streams every source's completions through the selection and the schema into `path`.
+fn write_data(
     sources: &[(String, PathBuf)],
-    format: ExportFormat,
-    temp: &Path,
+    options: ExportOptions,
+    path: &Path,
 ) -> anyhow::Result<ExportSummary> {
     use fs_err::os::unix::fs::OpenOptionsExt as _;
-    // Owner-only like every file holding prompts and outputs.
     let file = fs_err::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(0o600)
-        .open(temp)?;
-    let mut sink = match format {
-        ExportFormat::Jsonl => Sink::Jsonl(BufWriter::with_capacity(1 << 20, file)),
-        ExportFormat::Parquet => Sink::Parquet(Box::new(columnar::ParquetSink::new(file)?)),
+        .open(path)?;
+    let columns = options.schema.columns();
+    let mut sink = match options.format {
+        ExportFormat::Jsonl => Sink::Jsonl(BufWriter::with_capacity(1 << 20, file), columns),
+        ExportFormat::Parquet => {
+            Sink::Parquet(Box::new(columnar::ParquetSink::new(file, columns)?))
+        }
     };
     let mut summary = ExportSummary::default();
     let mut seen = crate::store::ids::SeenIds::default();
     for (name, dir) in sources {
         let path = dir.join("completions.jsonl.zst");
         let keys = source_keys(&dir.join("prompts.jsonl.zst"))?;
-        let mut rows = 0u64;
         let mut failure: Option<anyhow::Error> = None;
         crate::store::frames::scan(&path, |line| {
             if crate::store::records::line_defect(line)?.is_some() {
@@ -355,12 +557,18 @@ fn write_all(
             }
             let mut row = ExportRow::from(stored);
             row.source_key = keys.get(&row.id).cloned();
-            if let Err(e) = sink.push(row) {
-                let message = e.to_string();
-                failure = Some(e);
-                return Err(io::Error::other(message));
+            let rows = if options.per_turn {
+                select::per_turn(row)
+            } else {
+                vec![row]
+            };
+            for row in rows {
+                if let Err(e) = write_row(&mut sink, &mut summary, name, options, row) {
+                    let message = e.to_string();
+                    failure = Some(e);
+                    return Err(io::Error::other(message));
+                }
             }
-            rows += 1;
             Ok(())
         })
         .map_err(|e| match failure.take() {
@@ -368,12 +576,53 @@ fn write_all(
             None => anyhow::Error::new(e),
         })
         .with_context(|| format!("cannot export `{}`", path.display()))?;
-        if rows > 0 {
-            summary.rows.insert(name.clone(), rows);
-        }
     }
     sink.finish()?;
     Ok(summary)
+}
+
+/// Writes `row` unless it is left out, counting either way.
+fn write_row(
+    sink: &mut Sink,
+    summary: &mut ExportSummary,
+    source: &str,
+    options: ExportOptions,
+    row: ExportRow,
+) -> anyhow::Result<()> {
+    let mut left_out = |reason: &'static str| {
+        *summary
+            .dropped
+            .entry(source.to_owned())
+            .or_default()
+            .entry(reason)
+            .or_insert(0) += 1;
+    };
+    if options.drop_cut
+        && let Some(cut) = select::cut(&row)
+    {
+        left_out(cut.label());
+        return Ok(());
+    }
+    let answers = row
+        .messages
+        .iter()
+        .filter(|m| m.role == "assistant")
+        .count() as u64;
+    let (prompt_tokens, completion_tokens) = (row.prompt_tokens, row.completion_tokens);
+    match options.schema.cells(row) {
+        Ok(cells) => {
+            sink.push(cells)?;
+            summary
+                .tokens
+                .entry(source.to_owned())
+                .or_default()
+                .add(prompt_tokens, completion_tokens);
+            *summary.rows.entry(source.to_owned()).or_insert(0) += 1;
+            *summary.answers.entry(source.to_owned()).or_insert(0) += answers;
+        }
+        Err(unfit) => left_out(unfit),
+    }
+    Ok(())
 }
 
 /// The dataset's own key of each prompt in `prompts` that has one, by prompt id (a missing
@@ -397,6 +646,13 @@ mod tests {
     use super::*;
     use crate::store::frames::FrameWriter;
 
+    const JSONL: ExportOptions = ExportOptions {
+        schema: ExportSchema::Messages,
+        format: ExportFormat::Jsonl,
+        per_turn: false,
+        drop_cut: false,
+    };
+
     fn stored(json: serde_json::Value) -> ExportRow {
         ExportRow::from(serde_json::from_value::<StoredCompletion>(json).expect("record"))
     }
@@ -418,6 +674,11 @@ mod tests {
                 role: "assistant".into(),
                 content: "hello".into(),
                 reasoning_content: Some("greet back".into()),
+                answer: Some(Answer {
+                    finish_reason: Some("stop".into()),
+                    prompt_tokens: Some(7),
+                    completion_tokens: Some(2),
+                }),
             }
         );
         assert_eq!(row.messages[1].reasoning_content, None);
@@ -475,11 +736,11 @@ mod tests {
         writer.flush().expect("flush");
         drop(writer);
 
-        let output = run.join("out/export.jsonl");
-        let summary = export_run(run, ExportFormat::Jsonl, &output).expect("export");
+        let output = run.join("out/export");
+        let summary = export_run(run, JSONL, &output).expect("export");
         assert_eq!(summary.rows, BTreeMap::from([("alpha".to_owned(), 2)]));
         assert_eq!(summary.duplicates, 1);
-        let text = fs_err::read_to_string(&output).expect("read");
+        let text = fs_err::read_to_string(output.join("data/train.jsonl")).expect("read");
         let contents: Vec<String> = text
             .lines()
             .map(|l| {
@@ -495,23 +756,26 @@ mod tests {
             .expect("ls")
             .map(|e| e.expect("entry").file_name())
             .collect();
-        assert_eq!(leftovers, [std::ffi::OsString::from("export.jsonl")]);
+        assert_eq!(leftovers, [std::ffi::OsString::from("export")]);
+        let again = export_run(run, JSONL, &output).expect_err("exists");
+        assert!(again.to_string().ends_with("already exists"), "{again}");
 
         let empty = tempfile::tempdir().expect("tempdir");
         fs_err::create_dir_all(empty.path().join("sources/alpha")).expect("mkdir");
-        let error = export_run(
-            empty.path(),
-            ExportFormat::Parquet,
-            &empty.path().join("e.parquet"),
-        )
-        .expect_err("nothing to export");
+        let parquet = ExportOptions {
+            format: ExportFormat::Parquet,
+            ..JSONL
+        };
+        let error = export_run(empty.path(), parquet, &empty.path().join("e"))
+            .expect_err("nothing to export");
         assert!(
             error.to_string().starts_with("no completions to export"),
             "{error}"
         );
-        assert!(!empty.path().join("e.parquet").exists());
-        let missing =
-            export_run(&run.join("nope"), ExportFormat::Jsonl, &output).expect_err("no run");
+        assert!(!empty.path().join("e").exists());
+        let leftovers = fs_err::read_dir(empty.path()).expect("ls").count();
+        assert_eq!(leftovers, 1, "only `sources` is left");
+        let missing = export_run(&run.join("nope"), JSONL, &run.join("other")).expect_err("no run");
         assert!(
             missing.to_string().starts_with("no run found at"),
             "{missing}"

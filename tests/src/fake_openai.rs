@@ -1,4 +1,4 @@
-//! A fake OpenAI-compatible server: `/health`, `/v1/models`, and streaming
+//! A fake OpenAI-compatible server: `/health`, `/version`, `/v1/models`, and streaming
 //! `/v1/chat/completions` that answers `echo: <last user message>` in a few chunks, with
 //! reasoning, a finish reason and a usage chunk.
 //!
@@ -198,6 +198,9 @@ pub struct Received {
     pub at: Instant,
 }
 
+/// What the fake answers at `/version`, in vLLM's shape (`{"version": "0.32.0"}`).
+pub const VERSION: &str = "0.32.0-fake";
+
 /// A running fake server; it stops when dropped.
 #[derive(Debug)]
 pub struct FakeOpenAi {
@@ -232,6 +235,7 @@ impl FakeOpenAi {
             app = app.route(path, get(sim_endpoint));
         }
         let app = app
+            .route("/version", get(|| async { axum::Json(json!({"version": VERSION})) }))
             .route(
                 "/health",
                 get(|| async { axum::Json(json!({"status": "ok"})) }),

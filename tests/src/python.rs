@@ -59,3 +59,25 @@ pub fn run_json(
 }
 
 static NEXT_HOME: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The trainers' readers: a Python that imports speculators, SpecForge's data modules and
+/// `datasets` (`GEN_TRAINERS_PYTHON`), and the tiny local model whose tokenizer they tokenize
+/// with (`GEN_VLLM_MODEL`); `scripts/install-trainers.sh` prints both. `None` (printing why)
+/// when either is unset; panics instead when `GEN_REQUIRE_TRAINERS=1`, so CI never skips.
+pub fn with_trainers() -> Option<(String, String)> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    match (var("GEN_TRAINERS_PYTHON"), var("GEN_VLLM_MODEL")) {
+        (Some(python), Some(model)) => Some((python, model)),
+        _ if std::env::var("GEN_REQUIRE_TRAINERS").as_deref() == Ok("1") => panic!(
+            "GEN_REQUIRE_TRAINERS=1 but GEN_TRAINERS_PYTHON or GEN_VLLM_MODEL is not set \
+             (eval \"$(scripts/install-trainers.sh)\")"
+        ),
+        _ => {
+            eprintln!(
+                "skipping the trainers' readers: GEN_TRAINERS_PYTHON or GEN_VLLM_MODEL is not \
+                 set (eval \"$(scripts/install-trainers.sh)\" sets both)"
+            );
+            None
+        }
+    }
+}

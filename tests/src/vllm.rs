@@ -146,10 +146,11 @@ pub fn metric(text: &str, name: &str) -> Option<f64> {
 /// Kills the process group `pid` leads (vLLM's API server and its engine core).
 pub fn kill_group(pid: u32) {
     // Best effort: the group may already be gone.
-    let _ = Command::new("kill")
+    Command::new("kill")
         .args(["-KILL", "--", &format!("-{pid}")])
         .stderr(Stdio::null())
-        .status();
+        .status()
+        .ok();
 }
 
 impl Drop for VllmServer {

@@ -1,8 +1,9 @@
 //! The Parquet form of an export: rows buffered into Arrow record batches and written with
-//! zstd compression. `messages` is `list<struct<role: string, content: string,
-//! reasoning_content: string (nullable)>>`, the shape `datasets` and pyarrow read as a list
-//! of dicts. Memory stays bounded: a batch is at most [`BATCH_ROWS`] rows and a row group is
-//! flushed once its encoded size passes [`ROW_GROUP_BYTES`].
+//! zstd compression. A list of turns is `list<struct<…>>` with the schema's keys (`role`,
+//! `content`, `reasoning_content` nullable; `from`, `value` for ShareGPT), the shape
+//! `datasets` and pyarrow read as a list of dicts. Memory stays bounded: a batch is at most
+//! [`BATCH_ROWS`] rows and a row group is flushed once its encoded size passes
+//! [`ROW_GROUP_BYTES`].
 
 use std::sync::Arc;
 
@@ -14,52 +15,58 @@ use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::properties::WriterProperties;
 
-use super::ExportRow;
+use super::table::{Cell, Column, Kind, Turn, TurnKeys};
 
 const BATCH_ROWS: usize = 1024;
 const ROW_GROUP_BYTES: usize = 64 << 20;
 
-fn message_fields() -> Fields {
-    Fields::from(vec![
-        Field::new("role", DataType::Utf8, false),
-        Field::new("content", DataType::Utf8, false),
-        Field::new("reasoning_content", DataType::Utf8, true),
-    ])
+fn turn_fields(keys: &TurnKeys) -> Fields {
+    let mut fields = vec![
+        Field::new(keys.role, DataType::Utf8, false),
+        Field::new(keys.content, DataType::Utf8, false),
+    ];
+    if let Some(reasoning) = keys.reasoning {
+        fields.push(Field::new(reasoning, DataType::Utf8, true));
+    }
+    Fields::from(fields)
 }
 
-fn message_item() -> Arc<Field> {
+fn turn_item(keys: &TurnKeys) -> Arc<Field> {
     Arc::new(Field::new(
         "item",
-        DataType::Struct(message_fields()),
+        DataType::Struct(turn_fields(keys)),
         false,
     ))
 }
 
-/// The export's Arrow schema.
-pub(super) fn schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Utf8, false),
-        Field::new("source", DataType::Utf8, false),
-        Field::new("source_key", DataType::Utf8, true),
-        Field::new("messages", DataType::List(message_item()), false),
-        Field::new("reasoning_content", DataType::Utf8, true),
-        Field::new("finish_reason", DataType::Utf8, true),
-        Field::new("model", DataType::Utf8, false),
-        Field::new("prompt_tokens", DataType::Int64, true),
-        Field::new("completion_tokens", DataType::Int64, true),
-    ]))
+/// The Arrow schema of `columns`.
+pub(super) fn schema(columns: &[Column]) -> SchemaRef {
+    let fields: Vec<Field> = columns
+        .iter()
+        .map(|column| match column.kind {
+            Kind::Text => Field::new(column.name, DataType::Utf8, false),
+            Kind::OptionalText => Field::new(column.name, DataType::Utf8, true),
+            Kind::Count => Field::new(column.name, DataType::Int64, true),
+            Kind::Turns(keys) => Field::new(column.name, DataType::List(turn_item(keys)), false),
+        })
+        .collect();
+    Arc::new(Schema::new(fields))
 }
 
 /// Writes rows to a Parquet file.
 pub(super) struct ParquetSink {
     writer: ArrowWriter<fs_err::File>,
+    columns: &'static [Column],
     schema: SchemaRef,
-    pending: Vec<ExportRow>,
+    pending: Vec<Vec<Cell>>,
 }
 
 impl ParquetSink {
-    pub(super) fn new(file: fs_err::File) -> anyhow::Result<ParquetSink> {
-        let schema = schema();
+    pub(super) fn new(
+        file: fs_err::File,
+        columns: &'static [Column],
+    ) -> anyhow::Result<ParquetSink> {
+        let schema = schema(columns);
         let level = ZstdLevel::try_new(3).context("zstd level 3 is valid")?;
         let properties = WriterProperties::builder()
             .set_compression(Compression::ZSTD(level))
@@ -68,12 +75,13 @@ impl ParquetSink {
             .context("cannot start the Parquet file")?;
         Ok(ParquetSink {
             writer,
+            columns,
             schema,
             pending: Vec::with_capacity(BATCH_ROWS),
         })
     }
 
-    pub(super) fn push(&mut self, row: ExportRow) -> anyhow::Result<()> {
+    pub(super) fn push(&mut self, row: Vec<Cell>) -> anyhow::Result<()> {
         self.pending.push(row);
         if self.pending.len() >= BATCH_ROWS {
             self.write_pending()?;
@@ -85,7 +93,7 @@ impl ParquetSink {
         if self.pending.is_empty() {
             return Ok(());
         }
-        let batch = record_batch(&self.schema, &self.pending)?;
+        let batch = record_batch(&self.schema, self.columns, &self.pending)?;
         self.pending.clear();
         self.writer
             .write(&batch)
@@ -109,71 +117,98 @@ impl ParquetSink {
     }
 }
 
-fn tokens(value: Option<u64>) -> Option<i64> {
+fn count(value: Option<u64>) -> Option<i64> {
     value.map(|n| i64::try_from(n).unwrap_or(i64::MAX))
 }
 
-/// The rows as one Arrow batch of [`schema`].
-pub(super) fn record_batch(schema: &SchemaRef, rows: &[ExportRow]) -> anyhow::Result<RecordBatch> {
-    let messages = rows.iter().flat_map(|r| &r.messages);
-    let roles = StringArray::from_iter_values(messages.clone().map(|m| m.role.as_str()));
-    let contents = StringArray::from_iter_values(messages.clone().map(|m| m.content.as_str()));
-    let reasoning: StringArray = messages.map(|m| m.reasoning_content.as_deref()).collect();
-    let structs = StructArray::try_new(
-        message_fields(),
-        vec![
-            Arc::new(roles) as ArrayRef,
-            Arc::new(contents),
-            Arc::new(reasoning),
-        ],
-        None,
-    )?;
-    let offsets = OffsetBuffer::from_lengths(rows.iter().map(|r| r.messages.len()));
-    let lists = ListArray::try_new(message_item(), offsets, Arc::new(structs), None)?;
-    let columns: Vec<ArrayRef> = vec![
+/// Column `index` of `rows`, each row's cell at that index as `T` (a cell of another kind
+/// is a bug in the schema's mapping, reported rather than written wrong).
+fn cells<'a, T>(
+    rows: &'a [Vec<Cell>],
+    index: usize,
+    name: &str,
+    pick: impl Fn(&'a Cell) -> Option<T>,
+) -> anyhow::Result<Vec<T>> {
+    rows.iter()
+        .map(|row| {
+            row.get(index)
+                .and_then(&pick)
+                .with_context(|| format!("a row has no value of the right kind for `{name}`"))
+        })
+        .collect()
+}
+
+fn turns_array(keys: &TurnKeys, lists: &[&Vec<Turn>]) -> anyhow::Result<ListArray> {
+    let turns = || lists.iter().flat_map(|turns| turns.iter());
+    let mut arrays: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from_iter_values(
-            rows.iter().map(|r| r.id.as_str()),
+            turns().map(|t| t.role.as_str()),
         )),
         Arc::new(StringArray::from_iter_values(
-            rows.iter().map(|r| r.source.as_str()),
+            turns().map(|t| t.content.as_str()),
         )),
-        Arc::new(
-            rows.iter()
-                .map(|r| r.source_key.as_deref())
-                .collect::<StringArray>(),
-        ),
-        Arc::new(lists),
-        Arc::new(
-            rows.iter()
-                .map(|r| r.reasoning_content.as_deref())
-                .collect::<StringArray>(),
-        ),
-        Arc::new(
-            rows.iter()
-                .map(|r| r.finish_reason.as_deref())
-                .collect::<StringArray>(),
-        ),
-        Arc::new(StringArray::from_iter_values(
-            rows.iter().map(|r| r.model.as_str()),
-        )),
-        Arc::new(
-            rows.iter()
-                .map(|r| tokens(r.prompt_tokens))
-                .collect::<Int64Array>(),
-        ),
-        Arc::new(
-            rows.iter()
-                .map(|r| tokens(r.completion_tokens))
-                .collect::<Int64Array>(),
-        ),
     ];
-    Ok(RecordBatch::try_new(schema.clone(), columns)?)
+    if keys.reasoning.is_some() {
+        let reasoning: StringArray = turns().map(|t| t.reasoning.as_deref()).collect();
+        arrays.push(Arc::new(reasoning));
+    }
+    let structs = StructArray::try_new(turn_fields(keys), arrays, None)?;
+    let offsets = OffsetBuffer::from_lengths(lists.iter().map(|turns| turns.len()));
+    Ok(ListArray::try_new(
+        turn_item(keys),
+        offsets,
+        Arc::new(structs),
+        None,
+    )?)
+}
+
+/// The rows as one Arrow batch of [`schema`].
+pub(super) fn record_batch(
+    schema: &SchemaRef,
+    columns: &[Column],
+    rows: &[Vec<Cell>],
+) -> anyhow::Result<RecordBatch> {
+    let mut arrays: Vec<ArrayRef> = Vec::with_capacity(columns.len());
+    for (index, column) in columns.iter().enumerate() {
+        let name = column.name;
+        let array: ArrayRef = match column.kind {
+            Kind::Text => Arc::new(StringArray::from_iter_values(cells(
+                rows,
+                index,
+                name,
+                |c| match c {
+                    Cell::Text(text) => Some(text.as_str()),
+                    _ => None,
+                },
+            )?)),
+            Kind::OptionalText => {
+                Arc::new(StringArray::from(cells(rows, index, name, |c| match c {
+                    Cell::OptionalText(text) => Some(text.as_deref()),
+                    _ => None,
+                })?))
+            }
+            Kind::Count => Arc::new(Int64Array::from(cells(rows, index, name, |c| match c {
+                Cell::Count(n) => Some(count(*n)),
+                _ => None,
+            })?)),
+            Kind::Turns(keys) => Arc::new(turns_array(
+                keys,
+                &cells(rows, index, name, |c| match c {
+                    Cell::Turns(turns) => Some(turns),
+                    _ => None,
+                })?,
+            )?),
+        };
+        arrays.push(array);
+    }
+    Ok(RecordBatch::try_new(schema.clone(), arrays)?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::export::ExportMessage;
+    use crate::cli::ExportSchema;
+    use crate::export::{ExportMessage, ExportRow};
     use arrow_array::Array as _;
 
     fn row(id: &str, answer: &str, reasoning: Option<&str>) -> ExportRow {
@@ -186,11 +221,13 @@ mod tests {
                     role: "user".into(),
                     content: format!("q {id}"),
                     reasoning_content: None,
+                    answer: None,
                 },
                 ExportMessage {
                     role: "assistant".into(),
                     content: answer.into(),
                     reasoning_content: reasoning.map(str::to_owned),
+                    answer: None,
                 },
             ],
             reasoning_content: reasoning.map(str::to_owned),
@@ -203,11 +240,10 @@ mod tests {
 
     #[test]
     fn a_batch_holds_the_messages_as_a_list_of_structs() {
-        let batch = record_batch(
-            &schema(),
-            &[row("a", "A", Some("think")), row("b", "B", None)],
-        )
-        .expect("batch");
+        let columns = ExportSchema::Messages.columns();
+        let rows = [row("a", "A", Some("think")), row("b", "B", None)]
+            .map(|r| ExportSchema::Messages.cells(r).expect("cells"));
+        let batch = record_batch(&schema(columns), columns, &rows).expect("batch");
         assert_eq!(batch.num_rows(), 2);
         let lists = batch
             .column_by_name("messages")
@@ -231,5 +267,40 @@ mod tests {
             .column_by_name("completion_tokens")
             .expect("completion_tokens");
         assert_eq!(completion.null_count(), 2);
+    }
+}
+
+#[cfg(test)]
+mod sharegpt_tests {
+    use super::*;
+    use crate::cli::ExportSchema;
+
+    #[test]
+    fn sharegpt_turns_are_from_and_value_without_reasoning() {
+        let columns = ExportSchema::Sharegpt.columns();
+        let turns = vec![Turn {
+            role: "human".into(),
+            content: "hi".into(),
+            reasoning: None,
+        }];
+        let rows = [vec![
+            Cell::Text("a".into()),
+            Cell::OptionalText(None),
+            Cell::Turns(turns),
+        ]];
+        let batch = record_batch(&schema(columns), columns, &rows).expect("batch");
+        let field = batch
+            .schema()
+            .field_with_name("conversations")
+            .cloned()
+            .expect("field");
+        let DataType::List(item) = field.data_type() else {
+            panic!("a list: {field:?}")
+        };
+        let DataType::Struct(fields) = item.data_type() else {
+            panic!("structs: {item:?}")
+        };
+        let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(names, ["from", "value"]);
     }
 }

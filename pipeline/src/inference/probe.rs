@@ -77,6 +77,36 @@ fn request_error(e: reqwest::Error) -> String {
     }
 }
 
+/// The server's version as it reports it, or `None` when it reports none: vLLM's and
+/// SGLang's `GET /version` (`{"version": "0.32.0"}`), SGLang's `/get_server_info` and
+/// llama.cpp's `/props` (`build_info`, e.g. `b6000-0123abc`). Asked once, after the server
+/// answered `/v1/models`; a server that answers none of them is no error.
+pub async fn version(url: &str, api_key: Option<&str>) -> Option<String> {
+    for (path, field) in [
+        ("/version", "version"),
+        ("/get_server_info", "version"),
+        ("/props", "build_info"),
+    ] {
+        let mut request = client(Duration::from_secs(2)).get(format!("{url}{path}"));
+        if let Some(key) = api_key {
+            request = request.bearer_auth(key);
+        }
+        let Ok(response) = request.send().await else {
+            continue;
+        };
+        if !response.status().is_success() {
+            continue;
+        }
+        let Ok(body) = response.json::<Value>().await else {
+            continue;
+        };
+        if let Some(version) = body.get(field).and_then(Value::as_str) {
+            return Some(version.to_owned());
+        }
+    }
+    None
+}
+
 /// The served model, as the server names it: `wanted` when `/v1/models` lists it (a server
 /// that does not would answer another model's completions under that name, or refuse them),
 /// else the first listed model.

@@ -52,6 +52,8 @@ pub struct Backend {
     queued: AtomicU64,
     /// The model its first answer named ([`Fleet::answered_as`]).
     answered_by: OnceLock<String>,
+    /// Its version as it reported it when the run connected.
+    version: Option<String>,
 }
 
 impl Backend {
@@ -76,6 +78,7 @@ impl Backend {
             output_tokens: AtomicU64::new(0),
             queued: AtomicU64::new(u64::MAX),
             answered_by: OnceLock::new(),
+            version: None,
         }
     }
 
@@ -111,6 +114,7 @@ impl Backend {
                 .get()
                 .filter(|named| *named != self.client.model())
                 .cloned(),
+            version: self.version.clone(),
             concurrency: self.limiter.limit() as usize,
             down_since_unix_ms: match self.liveness.health() {
                 Health::Up => None,
@@ -383,6 +387,7 @@ pub async fn connect(
                 parts
             }
         };
+<<<<<<< HEAD
         let context = match unreachable.iter().find(|(u, _)| u == url) {
             Some((_, reason)) => {
                 liveness.report_down(reason);
@@ -393,6 +398,18 @@ pub async fn connect(
         backends.push(Backend {
             tuner,
             context,
+=======
+        if let Some((_, reason)) = unreachable.iter().find(|(u, _)| u == url) {
+            liveness.report_down(reason);
+        }
+        let version = match unreachable.iter().any(|(u, _)| u == url) {
+            true => None,
+            false => probe::version(url, api_key.as_deref()).await,
+        };
+        backends.push(Backend {
+            tuner,
+            version,
+>>>>>>> wip-export
             ..Backend::new(client, liveness, limiter, telemetry, activity)
         });
     }

@@ -520,6 +520,7 @@ mod tests {
             url: "http://127.0.0.1:30000".into(),
             model: "Qwen/Qwen3-8B".into(),
             answered_by: None,
+            version: None,
             concurrency: 64,
             down_since_unix_ms: None,
             down_reason: None,

@@ -135,6 +135,10 @@ pub struct ServerStatus {
     /// the answers are stored under this name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answered_by: Option<String>,
+    /// The server's version as it reported it (`/version`, `/get_server_info`, `/props`),
+    /// when it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
     pub concurrency: usize,
     /// Set while the server is down: dispatch is paused, nothing is marked failed.
     #[serde(default)]

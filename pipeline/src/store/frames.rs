@@ -76,27 +76,85 @@ impl Scan {
 }
 
 /// Calls `on_line` for every JSONL line in the valid frames of `path`, in order, passing over
-/// damaged ranges (reported in the result). A missing file is empty.
+/// damaged ranges (reported in the result). A missing file is empty. The file is read in
+/// batches of [`BATCH_BYTES`] (a frame larger than a batch grows it), so memory stays flat
+/// whatever the file's size (`gen export` reads 1M completions this way).
 pub fn scan(path: &Path, mut on_line: impl FnMut(&[u8]) -> io::Result<()>) -> io::Result<Scan> {
-    let bytes = match fs_err::read(path) {
-        Ok(bytes) => bytes,
+    scan_batched(path, BATCH_BYTES, &mut on_line)
+}
+
+fn scan_batched(
+    path: &Path,
+    batch_bytes: usize,
+    on_line: &mut impl FnMut(&[u8]) -> io::Result<()>,
+) -> io::Result<Scan> {
+    let mut decoder = FrameDecoder::new();
+    read_stretches(path, batch_bytes, |file, offset, scan| {
+        scan_stretch(file, offset, batch_bytes, &mut decoder, on_line, scan)
+    })
+}
+
+/// Reads `path` stretch by stretch: `stretch` handles the valid units from an offset on and
+/// returns where they end; damage after a stretch is passed over to the next valid data frame
+/// (recorded in the result), and what is left at the end is damage or a torn tail. A missing
+/// file is empty.
+fn read_stretches(
+    path: &Path,
+    batch_bytes: usize,
+    mut stretch: impl FnMut(&mut fs_err::File, u64, &mut Scan) -> io::Result<u64>,
+) -> io::Result<Scan> {
+    let mut file = match fs_err::File::open(path) {
+        Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Scan::default()),
         Err(e) => return Err(e),
     };
+    let len = file.metadata()?.len();
     let mut scan = Scan {
-        len: bytes.len() as u64,
+        len,
         ..Scan::default()
     };
-    let mut decoder = FrameDecoder::new();
-    let mut offset = 0usize;
-    while offset < bytes.len() {
-        let units = whole_units(&bytes[offset..], true);
-        let mut valid_units = 0;
-        for unit in &units {
-            let data = &bytes[offset + unit.data.start..offset + unit.data.end];
+    let mut offset = 0u64;
+    while offset < len {
+        let end = stretch(&mut file, offset, &mut scan)?;
+        if end >= len {
+            break;
+        }
+        // `end` starts bytes that are not a valid frame: resume at the next one.
+        match resync(&mut file, end, len, batch_bytes)? {
+            Some(next) => {
+                scan.damaged.push(end..next);
+                offset = next;
+            }
+            None => {
+                if starts_with_whole_data_frame(&mut file, end, len, batch_bytes)? {
+                    scan.damaged.push(end..len);
+                } else {
+                    scan.torn_bytes = len - end;
+                }
+                break;
+            }
+        }
+    }
+    Ok(scan)
+}
+
+/// Decodes the valid units from `start` on, batch by batch, handing their lines to `on_line`,
+/// until one is not valid or the file ends; returns where they end. [`survey_stretch`] without
+/// the parallel check: every data frame is decoded, in order.
+fn scan_stretch(
+    file: &mut fs_err::File,
+    start: u64,
+    batch_bytes: usize,
+    decoder: &mut FrameDecoder,
+    on_line: &mut impl FnMut(&[u8]) -> io::Result<()>,
+    scan: &mut Scan,
+) -> io::Result<u64> {
+    unit_batches(file, start, batch_bytes, |pending, units, checked| {
+        for unit in units {
+            let data = &pending[unit.data.clone()];
             if !is_skippable(data) {
                 let Some(text) = decoder.decode(data)? else {
-                    break;
+                    return Ok(Some(checked + unit.data.start as u64));
                 };
                 for line in text.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
                     on_line(line)?;
@@ -104,33 +162,51 @@ pub fn scan(path: &Path, mut on_line: impl FnMut(&[u8]) -> io::Result<()>) -> io
                 }
             }
             scan.valid_len += (unit.end() - unit.data.start) as u64;
-            valid_units += 1;
         }
-        if let Some(last) = units[..valid_units].last() {
-            offset += last.end();
+        Ok(None)
+    })
+}
+
+/// Reads the file from `start` on in batches of about `batch_bytes` and hands each batch's
+/// whole units to `on_units` (with the file offset the batch's bytes start at), until
+/// `on_units` returns where an invalid unit starts, or no whole unit is left; returns where
+/// the valid units end.
+fn unit_batches(
+    file: &mut fs_err::File,
+    start: u64,
+    batch_bytes: usize,
+    mut on_units: impl FnMut(&[u8], &[Unit], u64) -> io::Result<Option<u64>>,
+) -> io::Result<u64> {
+    file.seek(SeekFrom::Start(start))?;
+    // Bytes read but not yet checked; they start at file offset `checked`.
+    let mut checked = start;
+    // Sized once: grown by doubling, the last step held both halves at once.
+    let mut pending = Vec::with_capacity(batch_bytes);
+    let mut want = batch_bytes;
+    let mut eof = false;
+    loop {
+        if !eof && pending.len() < want {
+            let missing = (want - pending.len()) as u64;
+            let read = (&mut *file).take(missing).read_to_end(&mut pending)?;
+            eof = (read as u64) < missing;
         }
-        if offset >= bytes.len() {
-            break;
-        }
-        // `offset` starts bytes that are not a valid frame: resume at the next one.
-        match next_data_frame(&bytes[offset + 1..], true, &mut decoder)? {
-            Resync::Found(at) => {
-                let next = offset + 1 + at;
-                scan.damaged.push(offset as u64..next as u64);
-                offset = next;
+        let units = whole_units(&pending, eof);
+        let Some(consumed) = units.last().map(Unit::end) else {
+            // A whole data frame is held back while the entry after it may be unread.
+            if eof || !(is_whole_data_frame(&pending) || could_be_cut_frame(&pending)) {
+                return Ok(checked);
             }
-            Resync::NotFound | Resync::NeedMore(_) => {
-                let tail = offset as u64..bytes.len() as u64;
-                if is_whole_data_frame(&bytes[offset..]) {
-                    scan.damaged.push(tail);
-                } else {
-                    scan.torn_bytes = tail.end - tail.start;
-                }
-                break;
-            }
+            // A frame larger than a batch.
+            want = pending.len() * 2;
+            continue;
+        };
+        if let Some(invalid) = on_units(&pending, &units, checked)? {
+            return Ok(invalid);
         }
+        pending.drain(..consumed);
+        checked += consumed as u64;
+        want = batch_bytes;
     }
-    Ok(scan)
 }
 
 /// A valid data frame as [`survey`] hands it over.
@@ -187,46 +263,18 @@ fn survey_batched<T: Send>(
     legacy_checked_until: u64,
     on_frame: impl Fn(FrameBody<'_>) -> io::Result<T> + Sync,
 ) -> io::Result<(Vec<Frame<T>>, Scan)> {
-    let mut file = match fs_err::File::open(path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), Scan::default())),
-        Err(e) => return Err(e),
-    };
-    let len = file.metadata()?.len();
-    let mut scan = Scan {
-        len,
-        ..Scan::default()
-    };
     let mut frames = Vec::new();
-    let mut offset = 0u64;
-    while offset < len {
-        let end = survey_stretch(
-            &mut file,
+    let scan = read_stretches(path, batch_bytes, |file, offset, scan| {
+        survey_stretch(
+            file,
             offset,
             batch_bytes,
             legacy_checked_until,
             &on_frame,
             &mut frames,
-            &mut scan,
-        )?;
-        if end >= len {
-            break;
-        }
-        match resync(&mut file, end, len, batch_bytes)? {
-            Some(next) => {
-                scan.damaged.push(end..next);
-                offset = next;
-            }
-            None => {
-                if starts_with_whole_data_frame(&mut file, end, len, batch_bytes)? {
-                    scan.damaged.push(end..len);
-                } else {
-                    scan.torn_bytes = len - end;
-                }
-                break;
-            }
-        }
-    }
+            scan,
+        )
+    })?;
     Ok((frames, scan))
 }
 
@@ -241,35 +289,13 @@ fn survey_stretch<T: Send>(
     frames: &mut Vec<Frame<T>>,
     scan: &mut Scan,
 ) -> io::Result<u64> {
-    file.seek(SeekFrom::Start(start))?;
-    // Bytes read but not yet checked; they start at file offset `checked`.
-    let mut checked = start;
-    // Sized once: grown by doubling, the last step held both halves at once.
-    let mut pending = Vec::with_capacity(batch_bytes);
-    let mut want = batch_bytes;
-    let mut eof = false;
-    loop {
-        if !eof && pending.len() < want {
-            let missing = (want - pending.len()) as u64;
-            let read = (&mut *file).take(missing).read_to_end(&mut pending)?;
-            eof = (read as u64) < missing;
-        }
-        let units = whole_units(&pending, eof);
-        let Some(consumed) = units.last().map(Unit::end) else {
-            // A whole data frame is held back while the entry after it may be unread.
-            if eof || !(is_whole_data_frame(&pending) || could_be_cut_frame(&pending)) {
-                return Ok(checked);
-            }
-            // A frame larger than a batch.
-            want = pending.len() * 2;
-            continue;
-        };
+    unit_batches(file, start, batch_bytes, |pending, units, checked| {
         let outcomes: Vec<io::Result<Checked<T>>> = units
             .par_iter()
             .map_init(FrameDecoder::new, |decoder, unit| {
                 check_unit(
                     decoder,
-                    &pending,
+                    pending,
                     checked,
                     unit,
                     legacy_checked_until,
@@ -280,7 +306,7 @@ fn survey_stretch<T: Send>(
         for (unit, outcome) in units.iter().zip(outcomes) {
             let bytes = checked + unit.data.start as u64..checked + unit.end() as u64;
             match outcome? {
-                Checked::Invalid => return Ok(bytes.start),
+                Checked::Invalid => return Ok(Some(bytes.start)),
                 Checked::Skippable => {}
                 Checked::Data(value, records) => {
                     frames.push(Frame {
@@ -292,10 +318,8 @@ fn survey_stretch<T: Send>(
             }
             scan.valid_len += bytes.end - bytes.start;
         }
-        pending.drain(..consumed);
-        checked += consumed as u64;
-        want = batch_bytes;
-    }
+        Ok(None)
+    })
 }
 
 /// Checks one unit of `pending` (which starts at file offset `start`): a skippable frame, a
@@ -872,6 +896,14 @@ mod tests {
                 .expect("survey");
                 let per_frame: Vec<_> = per_frame.into_iter().map(|f| f.value).collect();
                 assert_eq!(got, expected, "batch {batch}");
+                let mut lines = Vec::new();
+                let scanned = scan_batched(&path, batch, &mut |line| {
+                    lines.push(String::from_utf8_lossy(line).into_owned());
+                    Ok(())
+                })
+                .expect("scan");
+                assert_eq!(scanned, expected, "scan, batch {batch}");
+                assert_eq!(lines, expected_lines, "scan, batch {batch}");
                 let from_index = per_frame.iter().filter(|(ids, _)| *ids).count();
                 if indexed {
                     assert_eq!(from_index, flushes, "batch {batch}");

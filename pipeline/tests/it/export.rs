@@ -22,13 +22,25 @@ const COLUMNS: [&str; 9] = [
 
 /// Loads `path` with `datasets.load_dataset(format, …)` and reports what it holds as JSON.
 const LOAD: &str = r#"
-import json, sys
+import json, os, sys
 import datasets
 fmt, path = sys.argv[1], sys.argv[2]
-ds = datasets.load_dataset(fmt, data_files=path, split="train")
+# A folder loads every file in it, as NeMo Automodel's ChatDataset does with a Parquet folder.
+where = {"data_dir": path} if os.path.isdir(path) else {"data_files": path}
+ds = datasets.load_dataset(fmt, split="train", **where)
 three = next(r for r in ds if any(m["content"] == "three" for m in r["messages"]))
 print(json.dumps({"rows": ds.num_rows, "columns": ds.column_names, "three": three}))
 "#;
+
+/// The names in folder `path`, sorted.
+fn ls(path: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(path)
+        .unwrap_or_else(|e| panic!("ls {}: {e}", path.display()))
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
 
 fn load_with_datasets(python: &str, format: &str, path: &std::path::Path) -> serde_json::Value {
     gen_tests::python::run_json(
@@ -85,18 +97,19 @@ async fn an_export_loads_with_the_python_datasets_package_in_both_formats() {
 
     let jsonl = gen_.run(&["export", &config]).await;
     assert_eq!(jsonl.code, Some(0), "{}", jsonl.stderr);
+    let folder = format!("{}/export-messages", gen_.run_dir());
     assert!(
         jsonl
             .stdout
-            .starts_with("exported 6 completions (alpha 4, beta 2) to `")
+            .starts_with("exported 6 rows (alpha 4, beta 2) as `messages` JSONL to `")
+            && jsonl.stdout.contains(&format!("{folder}`\n"))
             && jsonl
                 .stdout
-                .trim_end()
-                .ends_with(&format!("{}/export.jsonl`", gen_.run_dir())),
+                .ends_with(&format!("{folder} --repo-type dataset\n")),
         "{}",
         jsonl.stdout
     );
-    let text = gen_.read_run("export.jsonl");
+    let text = gen_.read_run("export-messages/data/train.jsonl");
     let rows: Vec<serde_json::Value> = text
         .lines()
         .map(|l| serde_json::from_str(l).expect("json row"))
@@ -121,19 +134,40 @@ async fn an_export_loads_with_the_python_datasets_package_in_both_formats() {
             "--format",
             "parquet",
             "--output",
-            "out/train.parquet",
+            "out/train",
         ])
         .await;
     assert_eq!(parquet.code, Some(0), "{}", parquet.stderr);
-    assert_eq!(
-        parquet.stdout,
-        "exported 6 completions (alpha 4, beta 2) to `out/train.parquet`\n"
+    assert!(
+        parquet.stdout.starts_with(
+            "exported 6 rows (alpha 4, beta 2) as `messages` Parquet to `out/train`\n"
+        ),
+        "{}",
+        parquet.stdout
     );
-    let leftovers: Vec<String> = std::fs::read_dir(gen_.path("out"))
-        .expect("ls out")
-        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-        .collect();
-    assert_eq!(leftovers, ["train.parquet"], "no temporary file is left");
+    assert_eq!(
+        ls(&gen_.path("out")),
+        ["train"],
+        "no temporary folder is left"
+    );
+    assert_eq!(
+        ls(&gen_.path("out/train")),
+        ["README.md", "data", "provenance.json"]
+    );
+    assert_eq!(
+        ls(&gen_.path("out/train/data")),
+        ["train.parquet"],
+        "the data file is alone in its folder"
+    );
+    let again = gen_
+        .run(&["export", &gen_.run_dir(), "--output", "out/train"])
+        .await;
+    assert_eq!(again.code, Some(2), "{}", again.stderr);
+    assert!(
+        again.stderr.contains("`out/train` already exists"),
+        "{}",
+        again.stderr
+    );
 
     let nothing = gen_.run(&["export", "no-such-dir"]).await;
     assert_eq!(nothing.code, Some(2), "{}", nothing.stderr);
@@ -142,11 +176,15 @@ async fn an_export_loads_with_the_python_datasets_package_in_both_formats() {
         return;
     };
     assert_loaded(
-        &load_with_datasets(&python, "json", &gen_.run_path("export.jsonl")),
+        &load_with_datasets(
+            &python,
+            "json",
+            &gen_.run_path("export-messages/data/train.jsonl"),
+        ),
         "jsonl",
     );
     assert_loaded(
-        &load_with_datasets(&python, "parquet", &gen_.path("out/train.parquet")),
+        &load_with_datasets(&python, "parquet", &gen_.path("out/train/data")),
         "parquet",
     );
 }
@@ -206,7 +244,7 @@ async fn a_run_with_a_failed_source_fails_status_export_and_verify_unless_allowe
         "{}",
         export.stderr
     );
-    assert!(!gen_.run_path("export.jsonl").exists());
+    assert!(!gen_.run_path("export-messages").exists());
 
     let verify = gen_.run(&["verify", &config]).await;
     assert_eq!(verify.code, Some(1), "{}", verify.stdout);
@@ -231,7 +269,7 @@ async fn a_run_with_a_failed_source_fails_status_export_and_verify_unless_allowe
         export.stderr
     );
     let mut keys: Vec<(String, String)> = gen_
-        .read_run("export.jsonl")
+        .read_run("export-messages/data/train.jsonl")
         .lines()
         .map(|l| {
             let row: serde_json::Value = serde_json::from_str(l).expect("json row");
@@ -282,3 +320,547 @@ async fn a_rerun_keeps_the_truncation_count_of_a_source_it_did_not_generate_for(
     assert_eq!(gen_.run(&["run", &config]).await.code, Some(1));
     assert_eq!(truncated(&gen_), 1);
 }
+
+/// A finished run for the schema tests: `alpha` (single turns: one with a system prompt, one
+/// cut by `max-tokens`, one the server refuses) and `chat` (a conversation regenerated turn by
+/// turn, and a single turn).
+async fn two_kinds_of_conversation(gen_: &Gen, url: &str) -> String {
+    gen_.write(
+        "data/a.jsonl",
+        concat!(
+            "{\"id\": \"row-1\", \"prompt\": \"one\"}\n",
+            "{\"id\": \"row-2\", \"messages\": [{\"role\": \"system\", \"content\": \"be brief\"}, {\"role\": \"user\", \"content\": \"three\"}]}\n",
+            "{\"id\": \"row-3\", \"prompt\": \"two LONG\"}\n",
+            "{\"id\": \"row-4\", \"prompt\": \"REJECT me\"}\n",
+        ),
+    );
+    gen_.write(
+        "data/chat.jsonl",
+        concat!(
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"q1\"}, {\"role\": \"assistant\", \"content\": \"dataset answer\"}, {\"role\": \"user\", \"content\": \"q2\"}]}\n",
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"alone\"}]}\n",
+        ),
+    );
+    let config = gen_.config(
+        &Config::new(url)
+            .source_with("alpha", "data/a.jsonl", "id-field = \"id\"")
+            .source_with("chat", "data/chat.jsonl", "turns = \"all\""),
+    );
+    let run = gen_.run(&["run", &config]).await;
+    // Exit 1 says a prompt was refused; it is settled, so the run is finished and exports.
+    assert_eq!(run.code, Some(1), "{}", run.stderr);
+    assert!(run.stderr.contains("1 prompt(s) refused"), "{}", run.stderr);
+    config
+}
+
+/// Exports the run in `schema` and `format` (plus `extra` flags) to `out/NAME` and returns
+/// the command's output.
+async fn export_as(
+    gen_: &Gen,
+    name: &str,
+    schema: &str,
+    format: &str,
+    extra: &[&str],
+) -> support::Output {
+    let output = format!("out/{name}");
+    let mut args = vec![
+        "export", "cfg.toml", "--schema", schema, "--format", format, "--output", &output,
+    ];
+    args.extend_from_slice(extra);
+    let out = gen_.run(&args).await;
+    assert_eq!(out.code, Some(0), "{name}: {}", out.stderr);
+    let data = ls(&gen_.path(&format!("{output}/data")));
+    let file = if format == "jsonl" {
+        "train.jsonl"
+    } else {
+        "train.parquet"
+    };
+    assert_eq!(data, [file], "{name}: the data file is alone in its folder");
+    out
+}
+
+fn jsonl_rows(gen_: &Gen, name: &str) -> Vec<serde_json::Value> {
+    gen_.read(&format!("out/{name}/data/train.jsonl"))
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json row"))
+        .collect()
+}
+
+/// The keys of a JSON object, sorted.
+fn keys(value: &serde_json::Value) -> Vec<&str> {
+    let mut keys: Vec<&str> = value
+        .as_object()
+        .expect("an object")
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    keys
+}
+
+fn turns(row: &serde_json::Value, column: &str) -> Vec<serde_json::Value> {
+    row[column].as_array().expect("a list of turns").clone()
+}
+
+/// Each schema's rows follow the rules of the trainer's reader (checked here, in Rust, from
+/// the reader's source, so they hold where the reader itself cannot be installed), carry every
+/// turn of the `messages` export, and say what they could not carry.
+#[tokio::test]
+async fn every_schema_keeps_every_turn_under_its_trainers_rules() {
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let gen_ = Gen::new();
+    two_kinds_of_conversation(&gen_, &server.url()).await;
+
+    export_as(&gen_, "messages", "messages", "jsonl", &[]).await;
+    let reference: std::collections::BTreeMap<String, Vec<serde_json::Value>> =
+        jsonl_rows(&gen_, "messages")
+            .iter()
+            .map(|r| {
+                (
+                    r["id"].as_str().expect("id").to_owned(),
+                    turns(r, "messages"),
+                )
+            })
+            .collect();
+    assert_eq!(reference.len(), 5, "3 of alpha (one refused), 2 of chat");
+    let roles = |id: &str| -> Vec<String> {
+        reference[id]
+            .iter()
+            .map(|m| m["role"].as_str().expect("role").to_owned())
+            .collect()
+    };
+    let conversation = reference
+        .keys()
+        .find(|id| reference[*id].len() > 3)
+        .expect("the multi-turn conversation")
+        .clone();
+    assert_eq!(
+        roles(&conversation),
+        ["user", "assistant", "user", "assistant"],
+        "{:?}",
+        reference[&conversation]
+    );
+
+    // SpecForge (`specforge/data/preprocessing.py` wants `conversations`; its expander
+    // `scripts/expand_reasoning_conversations.py` wants `status == "success"`, a non-empty
+    // string `id`, user first after system, non-empty `reasoning_content` on every assistant
+    // turn, and an assistant turn last).
+    let out = export_as(&gen_, "specforge", "specforge", "jsonl", &[]).await;
+    assert!(
+        out.stderr
+            .contains("the `specforge` schema does not carry `source`"),
+        "{}",
+        out.stderr
+    );
+    let text = gen_.read("out/specforge/data/train.jsonl");
+    assert!(
+        text.starts_with("{\"id\":"),
+        "columns in the schema's order: {text}"
+    );
+    for row in jsonl_rows(&gen_, "specforge") {
+        assert_eq!(keys(&row), ["conversations", "id", "status"]);
+        assert_eq!(row["status"], "success");
+        let id = row["id"].as_str().expect("id");
+        let conversation = turns(&row, "conversations");
+        assert_eq!(
+            conversation, reference[id],
+            "{id}: every turn, as `messages`"
+        );
+        let first = conversation
+            .iter()
+            .find(|m| m["role"] != "system")
+            .expect("a turn");
+        assert_eq!(first["role"], "user", "{id}");
+        assert_eq!(conversation.last().expect("a turn")["role"], "assistant");
+        for answer in conversation.iter().filter(|m| m["role"] == "assistant") {
+            assert!(
+                answer["reasoning_content"]
+                    .as_str()
+                    .is_some_and(|r| !r.trim().is_empty()),
+                "{id}: {answer}"
+            );
+        }
+    }
+
+    // SafeAILab EAGLE (`eagle/traineagle3/main.py`): `id`, `conversations` of `from`
+    // (`human`/`gpt`, nothing else) and `value`; after a leading `gpt` turn is skipped, turns
+    // must alternate human, gpt (an assert). The system prompt has its own column.
+    let out = export_as(&gen_, "sharegpt", "sharegpt", "jsonl", &[]).await;
+    assert!(
+        out.stderr
+            .contains("the `sharegpt` schema does not carry reasoning (`reasoning_content`)"),
+        "{}",
+        out.stderr
+    );
+    for row in jsonl_rows(&gen_, "sharegpt") {
+        assert_eq!(keys(&row), ["conversations", "id", "system"]);
+        let id = row["id"].as_str().expect("id");
+        let conversation = turns(&row, "conversations");
+        for (index, turn) in conversation.iter().enumerate() {
+            assert_eq!(keys(turn), ["from", "value"], "{id}");
+            let expected = if index % 2 == 0 { "human" } else { "gpt" };
+            assert_eq!(turn["from"], expected, "{id}: turn {index}");
+        }
+        let system = usize::from(!row["system"].is_null());
+        assert_eq!(conversation.len() + system, reference[id].len(), "{id}");
+        if system == 1 {
+            assert_eq!(row["system"], reference[id][0]["content"]);
+        }
+    }
+
+    // NVIDIA ModelOpt (`examples/speculative_decoding/eagle_utils.py`): `conversation_id`
+    // (else `uuid`, else `id`), `conversations` of `role` and `content`.
+    let out = export_as(&gen_, "modelopt", "modelopt", "jsonl", &[]).await;
+    assert!(
+        out.stderr
+            .contains("the `modelopt` schema does not carry reasoning"),
+        "{}",
+        out.stderr
+    );
+    for row in jsonl_rows(&gen_, "modelopt") {
+        assert_eq!(keys(&row), ["conversation_id", "conversations"]);
+        let id = row["conversation_id"].as_str().expect("conversation_id");
+        let conversation = turns(&row, "conversations");
+        let expected: Vec<serde_json::Value> = reference[id]
+            .iter()
+            .map(|m| serde_json::json!({"role": m["role"], "content": m["content"]}))
+            .collect();
+        assert_eq!(conversation, expected, "{id}");
+    }
+
+    // One row per answer: the history before it, reasoning only on the answer it trains.
+    let out = export_as(&gen_, "per-turn", "specforge", "jsonl", &["--per-turn"]).await;
+    let answers: usize = reference
+        .values()
+        .map(|t| t.iter().filter(|m| m["role"] == "assistant").count())
+        .sum();
+    assert!(
+        out.stdout.starts_with(&format!("exported {answers} rows ")),
+        "{}",
+        out.stdout
+    );
+    let rows = jsonl_rows(&gen_, "per-turn");
+    assert_eq!(rows.len(), answers);
+    for row in &rows {
+        let conversation = turns(row, "conversations");
+        let (last, history) = conversation.split_last().expect("turns");
+        assert_eq!(last["role"], "assistant");
+        assert!(last["reasoning_content"].is_string(), "{row}");
+        assert!(
+            history.iter().all(|m| m["reasoning_content"].is_null()),
+            "{row}"
+        );
+        let id = row["id"].as_str().expect("id");
+        let (parent, turn) = id.split_once("#turn").expect("ID#turnK");
+        let turn: usize = turn.parse().expect("K");
+        let assistant_index = reference[parent]
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m["role"] == "assistant")
+            .nth(turn)
+            .expect("the K-th answer")
+            .0;
+        assert_eq!(conversation.len(), assistant_index + 1, "{id}");
+    }
+
+    let unknown = gen_
+        .run(&["export", "cfg.toml", "--schema", "alpaca"])
+        .await;
+    assert_eq!(unknown.code, Some(2), "{}", unknown.stderr);
+    assert!(
+        unknown
+            .stderr
+            .contains("[possible values: messages, specforge, sharegpt, modelopt]"),
+        "{}",
+        unknown.stderr
+    );
+
+    // Answers cut by `max-tokens` left out, counted per reason.
+    let out = export_as(&gen_, "uncut", "sharegpt", "jsonl", &["--drop-cut"]).await;
+    assert!(
+        out.stdout
+            .contains("\n  left out 1: cut: finish_reason = length (max-tokens or the context)\n"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(jsonl_rows(&gen_, "uncut").len(), reference.len() - 1);
+}
+
+/// `provenance.json` and the card say what `gen status --json` says about the run, and the
+/// card's YAML header points the Hub at the data file.
+#[tokio::test]
+async fn the_provenance_file_and_card_agree_with_gen_status() {
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let gen_ = Gen::new();
+    let config = two_kinds_of_conversation(&gen_, &server.url()).await;
+    export_as(&gen_, "p", "specforge", "parquet", &["--drop-cut"]).await;
+    let status = gen_.run(&["status", &config, "--json"]).await;
+    let status: serde_json::Value = serde_json::from_str(&status.stdout).expect("status json");
+    let provenance: serde_json::Value =
+        serde_json::from_str(&gen_.read("out/p/provenance.json")).expect("provenance json");
+
+    assert_eq!(provenance["gen_version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(provenance["model"]["name"], "fake-model");
+    assert_eq!(provenance["model"]["servers"][0]["model"], "fake-model");
+    assert_eq!(
+        provenance["model"]["servers"][0]["version"],
+        gen_tests::fake_openai::VERSION
+    );
+    assert_eq!(
+        provenance["model"]["servers"][0]["version"],
+        status["servers"][0]["version"]
+    );
+    assert_eq!(provenance["sampling"]["max_tokens"], 16);
+    assert_eq!(provenance["export"]["schema"], "specforge");
+    assert_eq!(provenance["export"]["data_file"], "data/train.parquet");
+    assert_eq!(provenance["export"]["rows"], 4);
+    let sources = provenance["sources"].as_array().expect("sources");
+    let names: Vec<&str> = sources
+        .iter()
+        .map(|s| s["name"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(names, ["alpha", "chat"]);
+    for (source, seen) in sources
+        .iter()
+        .zip(status["sources"].as_array().expect("status"))
+    {
+        let generation = &source["generation"];
+        for (ours, theirs) in [
+            ("done", "done"),
+            ("rejected", "rejected"),
+            ("failed", "failed"),
+            ("duplicates", "duplicates"),
+            ("cut", "truncated"),
+            ("prepared", "prepared"),
+            ("output_tokens", "output_tokens"),
+        ] {
+            assert_eq!(generation[ours], seen[theirs], "{}: {ours}", source["name"]);
+        }
+        assert_eq!(source["system_prompt"], "keep", "{source}");
+        assert!(
+            source["checksums"].as_object().is_some_and(|c| c
+                .values()
+                .all(|v| v.as_str().is_some_and(|v| v.starts_with("xxh3-128:")))
+                && !c.is_empty()),
+            "{source}"
+        );
+    }
+    let alpha = &sources[0];
+    assert_eq!(alpha["generation"]["done"], 3);
+    assert_eq!(alpha["generation"]["rejected"], 1);
+    assert_eq!(alpha["generation"]["cut"], 1);
+    assert_eq!(
+        alpha["rejected_by_kind"],
+        serde_json::json!({"rejected": 1})
+    );
+    assert_eq!(alpha["exported_rows"], 2);
+    assert_eq!(
+        alpha["dropped"],
+        serde_json::json!({"cut: finish_reason = length (max-tokens or the context)": 1})
+    );
+    assert_eq!(alpha["tokens"]["rows_with_usage"], 2);
+
+    let card = gen_.read("out/p/README.md");
+    let header = card
+        .strip_prefix("---\n")
+        .and_then(|rest| rest.split_once("\n---\n"))
+        .map(|(header, _)| header)
+        .expect("a YAML header");
+    for line in [
+        "configs:\n- config_name: default\n  data_files:\n  - split: train\n    path: data/train.parquet",
+        "  - name: conversations\n    list:\n    - name: role\n      dtype: string\n    - name: content\n      dtype: string\n    - name: reasoning_content\n      dtype: string",
+        "  splits:\n  - name: train\n    num_examples: 4",
+        "# license: choose",
+    ] {
+        assert!(header.contains(line), "{line}\nin\n{header}");
+    }
+    assert!(
+        card.contains("hf upload USER/NAME . --repo-type dataset"),
+        "{card}"
+    );
+}
+
+/// Loads each `conversations` JSONL of its arguments (after the model folder) with two
+/// trainers' own code, in one Python (importing torch is the slow part), and reports per file:
+///
+/// * SpecForge's `build_eagle3_dataset` (`specforge/data/preprocessing.py`, its
+///   `GeneralParser` in `specforge/data/parse.py`), tokenizing with the tiny local model (a
+///   `ChatTemplate` for its chat template registered in SpecForge's `TEMPLATE_REGISTRY`): rows,
+///   the assistant spans its loss mask trains, and every warning about a conversation it
+///   truncated or a turn it dropped;
+/// * speculators' reader (`load_raw_dataset`) and preprocessing
+///   (`build_speculator_training_dataset`, `speculators/data_generation/preprocessing.py`),
+///   which fans out one row per assistant turn: rows, and every warning or error it logs. Its
+///   renders go to vLLM's `/v1/chat/completions/render`, which applies the model's chat
+///   template; the test stands in for that one call with the tiny model's tokenizer applying
+///   the same template, so every other step is speculators' own.
+const TRAINERS: &str = r#"
+import json, logging, sys, warnings
+import datasets
+from transformers import AutoTokenizer
+from specforge.data.preprocessing import build_eagle3_dataset
+from specforge.data.template import TEMPLATE_REGISTRY, ChatTemplate
+import speculators.data_generation.preprocessing as speculators
+model, paths = sys.argv[1], sys.argv[2:]
+tokenizer = AutoTokenizer.from_pretrained(model)
+# scripts/vllm/tiny_model.py's chat template: <|role|>content<|end|> per message.
+TEMPLATE_REGISTRY.register(name="gen-tiny-llama-think", override=True, template=ChatTemplate(
+    assistant_header="<|assistant|>", user_header="<|user|>", end_of_turn_token="<|end|>",
+    system_prompt=None))
+def render(endpoint, messages, *, add_generation_prompt, tools=None, chat_template_kwargs=None,
+           truncate_prompt_tokens=None, truncation_side=None, **_):
+    out = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt,
+                                        tokenize=True, tools=tools, **(chat_template_kwargs or {}))
+    ids = list(out["input_ids"] if hasattr(out, "keys") else out)
+    return ids[:truncate_prompt_tokens] if truncate_prompt_tokens else ids
+speculators.render_conversation = render
+logged = []
+class Collect(logging.Handler):
+    def emit(self, record):
+        if record.levelno >= logging.WARNING:
+            logged.append(record.getMessage())
+logging.getLogger().addHandler(Collect())
+def spans(mask):
+    flat = [int(x) for x in mask.flatten().tolist()]
+    return sum(1 for i, v in enumerate(flat) if v == 1 and (i == 0 or flat[i - 1] == 0))
+out = []
+for path in paths:
+    raw = datasets.load_dataset("json", data_files=path, split="train")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ds = build_eagle3_dataset(raw, tokenizer, chat_template="gen-tiny-llama-think",
+                                  max_length=4096, num_proc=1)
+    specforge = {"rows": ds.num_rows, "trained_answers": sum(spans(r["loss_mask"]) for r in ds),
+                 "problems": [str(w.message) for w in caught
+                              if "truncated" in str(w.message) or "Dropping" in str(w.message)]}
+    logged.clear()
+    raw, _ = speculators.load_raw_dataset(path)
+    ds = speculators.build_speculator_training_dataset(
+        raw, tokenizer, max_length=4096, num_proc=1, render_endpoint="http://127.0.0.1:9")
+    out.append({"specforge": specforge, "speculators": {
+        "rows_in": raw.num_rows, "rows": ds.num_rows, "problems": list(logged)}})
+print(json.dumps(out))
+"#;
+
+/// Every row of each schema loads in the trainers' own readers, with every assistant turn:
+/// SpecForge and speculators on the `specforge` export (whole conversations and `--per-turn`),
+/// and the Python `datasets` package on every schema's Parquet folder (how NeMo Automodel's
+/// `ChatDataset` and the Hub read a folder: every Parquet file in it). Needs
+/// `scripts/install-trainers.sh` (skips with the reason unless `GEN_REQUIRE_TRAINERS=1`).
+#[tokio::test]
+async fn each_schema_loads_in_its_trainers_own_reader_without_losing_a_row() {
+    let Some((python, model)) = gen_tests::python::with_trainers() else {
+        return;
+    };
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let gen_ = Gen::new();
+    two_kinds_of_conversation(&gen_, &server.url()).await;
+    export_as(&gen_, "specforge", "specforge", "jsonl", &[]).await;
+    export_as(&gen_, "per-turn", "specforge", "jsonl", &["--per-turn"]).await;
+    let answers = |name: &str| -> usize {
+        jsonl_rows(&gen_, name)
+            .iter()
+            .map(|r| {
+                turns(r, "conversations")
+                    .iter()
+                    .filter(|m| m["role"] == "assistant")
+                    .count()
+            })
+            .sum()
+    };
+    let names = ["specforge", "per-turn"];
+    let paths: Vec<std::path::PathBuf> = names
+        .iter()
+        .map(|name| gen_.path(&format!("out/{name}/data/train.jsonl")))
+        .collect();
+    let mut args = vec![std::ffi::OsStr::new(&model)];
+    args.extend(paths.iter().map(|p| p.as_os_str()));
+    let loaded = gen_tests::python::run_json(
+        &python,
+        TRAINERS,
+        &args,
+        &[],
+        "SpecForge and speculators loading the `specforge` exports",
+    );
+    for (name, loaded) in names
+        .iter()
+        .zip(loaded.as_array().expect("one result per file"))
+    {
+        let rows = jsonl_rows(&gen_, name).len();
+        let specforge = &loaded["specforge"];
+        assert_eq!(specforge["rows"], rows, "SpecForge, {name}: {specforge}");
+        assert_eq!(
+            specforge["trained_answers"],
+            answers(name),
+            "SpecForge, {name}: every assistant turn trained: {specforge}"
+        );
+        assert_eq!(
+            specforge["problems"],
+            serde_json::json!([]),
+            "{name}: {specforge}"
+        );
+        let speculators = &loaded["speculators"];
+        assert_eq!(
+            speculators["rows_in"], rows,
+            "speculators, {name}: {speculators}"
+        );
+        assert_eq!(
+            speculators["rows"],
+            answers(name),
+            "speculators, {name}: one row per assistant turn: {speculators}"
+        );
+        assert_eq!(
+            speculators["problems"],
+            serde_json::json!([]),
+            "{name}: {speculators}"
+        );
+    }
+
+    // Each schema as JSONL and as a Parquet folder, loaded in one Python.
+    let mut args = Vec::new();
+    for schema in ["messages", "specforge", "sharegpt", "modelopt"] {
+        for format in ["jsonl", "parquet"] {
+            let name = format!("{schema}-{format}");
+            export_as(&gen_, &name, schema, format, &[]).await;
+            let (format, path) = match format {
+                "jsonl" => ("json", format!("out/{name}/data/train.jsonl")),
+                _ => ("parquet", format!("out/{name}/data")),
+            };
+            args.push(std::ffi::OsString::from(format));
+            args.push(gen_.path(&path).into_os_string());
+        }
+    }
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsString::as_os_str).collect();
+    let loaded = gen_tests::python::run_json(
+        &python,
+        LOAD_TURNS,
+        &args,
+        &[],
+        "loading every schema with datasets",
+    );
+    let loaded = loaded.as_array().expect("one result per export");
+    for pair in loaded.chunks(2) {
+        let (jsonl, parquet) = (&pair[0], &pair[1]);
+        assert_eq!(jsonl["rows"], 5, "{jsonl}");
+        assert_eq!(
+            parquet, jsonl,
+            "Parquet and JSONL load the same rows and turns"
+        );
+    }
+}
+
+/// Loads each `FORMAT PATH` pair of its arguments (a file, or a folder: every file in it)
+/// with `datasets` and reports, per pair, the rows, columns and each row's turns by id.
+const LOAD_TURNS: &str = r#"
+import json, os, sys
+import datasets
+out = []
+for fmt, path in zip(sys.argv[1::2], sys.argv[2::2]):
+    where = {"data_dir": path} if os.path.isdir(path) else {"data_files": path}
+    ds = datasets.load_dataset(fmt, split="train", **where)
+    ids = next(c for c in ("id", "conversation_id") if c in ds.column_names)
+    turns = next(c for c in ("messages", "conversations") if c in ds.column_names)
+    out.append({"rows": ds.num_rows, "columns": ds.column_names,
+                "turns": {r[ids]: r[turns] for r in ds}})
+print(json.dumps(out, sort_keys=True))
+"#;

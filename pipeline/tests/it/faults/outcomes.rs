@@ -182,16 +182,16 @@ async fn stored_records_that_are_not_answers_are_not_done_and_are_generated_agai
             "export",
             &project.run_dir(),
             "-o",
-            "out.jsonl",
+            "out",
             "--allow-incomplete",
         ])
         .await;
     assert_eq!(export.code, Some(0), "{}", export.stderr);
     assert!(
-        export.stdout.contains("exported 8 completions")
+        export.stdout.starts_with("exported 8 rows")
             && export
                 .stdout
-                .contains("2 stored record(s) that are not answers skipped"),
+                .contains("skipped 2: stored records that are not answers"),
         "{}",
         export.stdout
     );
