@@ -76,6 +76,8 @@ pub struct ExportMessage {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Answer {
     pub finish_reason: Option<String>,
+    /// What cut it short, as `gen run` recorded it (`None`: not cut, or an older record).
+    pub cut_by: Option<crate::store::records::CutBy>,
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
 }
@@ -93,6 +95,8 @@ struct StoredCompletion {
     reasoning_content: Option<String>,
     #[serde(default)]
     finish_reason: Option<String>,
+    #[serde(default)]
+    cut_by: Option<crate::store::records::CutBy>,
     #[serde(default)]
     usage: Option<StoredUsage>,
     /// Every answered user turn of a multi-turn prompt (empty for a single turn).
@@ -115,6 +119,8 @@ struct StoredTurn {
     reasoning_content: Option<String>,
     #[serde(default)]
     finish_reason: Option<String>,
+    #[serde(default)]
+    cut_by: Option<crate::store::records::CutBy>,
     #[serde(default)]
     usage: Option<StoredUsage>,
 }
@@ -144,6 +150,7 @@ fn answer(
     content: String,
     reasoning_content: Option<String>,
     finish_reason: Option<String>,
+    cut_by: Option<crate::store::records::CutBy>,
     usage: Option<&StoredUsage>,
 ) -> ExportMessage {
     let (prompt_tokens, completion_tokens) = tokens(usage);
@@ -153,6 +160,7 @@ fn answer(
         reasoning_content,
         answer: Some(Answer {
             finish_reason,
+            cut_by,
             prompt_tokens,
             completion_tokens,
         }),
@@ -168,6 +176,7 @@ impl From<StoredCompletion> for ExportRow {
                 stored.content,
                 stored.reasoning_content.clone(),
                 stored.finish_reason.clone(),
+                stored.cut_by,
                 stored.usage.as_ref(),
             ));
         } else {
@@ -183,6 +192,7 @@ impl From<StoredCompletion> for ExportRow {
                         turn.content,
                         turn.reasoning_content,
                         turn.finish_reason,
+                        turn.cut_by,
                         turn.usage.as_ref(),
                     ));
                 }
@@ -676,6 +686,7 @@ mod tests {
                 reasoning_content: Some("greet back".into()),
                 answer: Some(Answer {
                     finish_reason: Some("stop".into()),
+                    cut_by: None,
                     prompt_tokens: Some(7),
                     completion_tokens: Some(2),
                 }),

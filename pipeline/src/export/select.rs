@@ -7,17 +7,20 @@ use super::{ExportMessage, ExportRow};
 /// Why an answer was cut short.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) enum Cut {
-    /// `finish_reason = "length"`: the answer reached `max-tokens`, or the server shortened
-    /// `max_tokens` to fit the context (vLLM does so silently), which the record cannot tell
-    /// apart yet. A record field for context cuts gets its own variant here.
+    /// `finish_reason = "length"` within its `max-tokens` budget (or a record of an older
+    /// `gen`, which did not tell the two apart).
     Length,
+    /// The model's context ended it: `gen run` recorded `cut_by = "context"` (the server
+    /// shortened `max_tokens` to what the context had left).
+    Context,
 }
 
 impl Cut {
     /// The reason as the summary, the card and `provenance.json` name it.
     pub(super) fn label(self) -> &'static str {
         match self {
-            Cut::Length => "cut: finish_reason = length (max-tokens or the context)",
+            Cut::Length => "cut: finish_reason = length (max-tokens)",
+            Cut::Context => "cut: finish_reason = length (the model's context)",
         }
     }
 }
@@ -25,6 +28,9 @@ impl Cut {
 /// Why `message`, a generated answer, was cut short, if it was.
 fn answer_cut(message: &ExportMessage) -> Option<Cut> {
     let answer = message.answer.as_ref()?;
+    if answer.cut_by == Some(crate::store::records::CutBy::Context) {
+        return Some(Cut::Context);
+    }
     (answer.finish_reason.as_deref() == Some("length")).then_some(Cut::Length)
 }
 
@@ -83,6 +89,7 @@ mod tests {
             reasoning_content: answer.map(|(reasoning, _)| reasoning.to_owned()),
             answer: answer.map(|(_, finish)| Answer {
                 finish_reason: Some(finish.to_owned()),
+                cut_by: None,
                 prompt_tokens: Some(1),
                 completion_tokens: Some(content.len() as u64),
             }),
@@ -126,5 +133,15 @@ mod tests {
         assert_eq!(cut(&rows[0]), Some(Cut::Length));
         assert_eq!(cut(&rows[1]), None);
         assert_eq!(cut(&two_turns()), Some(Cut::Length));
+    }
+
+    #[test]
+    fn a_cut_recorded_as_the_contexts_is_told_apart() {
+        let mut row = two_turns();
+        if let Some(answer) = row.messages[2].answer.as_mut() {
+            answer.cut_by = Some(crate::store::records::CutBy::Context);
+        }
+        assert_eq!(cut(&row), Some(Cut::Context));
+        assert_ne!(Cut::Context.label(), Cut::Length.label());
     }
 }

@@ -387,29 +387,21 @@ pub async fn connect(
                 parts
             }
         };
-<<<<<<< HEAD
-        let context = match unreachable.iter().find(|(u, _)| u == url) {
+        let down = unreachable.iter().find(|(u, _)| u == url);
+        let (context, version) = match down {
             Some((_, reason)) => {
                 liveness.report_down(reason);
-                None
+                (None, None)
             }
-            None => crate::doctor::server::context_length(url, &model, api_key.as_deref()).await,
+            None => (
+                crate::doctor::server::context_length(url, &model, api_key.as_deref()).await,
+                probe::version(url, api_key.as_deref()).await,
+            ),
         };
         backends.push(Backend {
             tuner,
             context,
-=======
-        if let Some((_, reason)) = unreachable.iter().find(|(u, _)| u == url) {
-            liveness.report_down(reason);
-        }
-        let version = match unreachable.iter().any(|(u, _)| u == url) {
-            true => None,
-            false => probe::version(url, api_key.as_deref()).await,
-        };
-        backends.push(Backend {
-            tuner,
             version,
->>>>>>> wip-export
             ..Backend::new(client, liveness, limiter, telemetry, activity)
         });
     }

@@ -579,7 +579,7 @@ async fn every_schema_keeps_every_turn_under_its_trainers_rules() {
     let out = export_as(&gen_, "uncut", "sharegpt", "jsonl", &["--drop-cut"]).await;
     assert!(
         out.stdout
-            .contains("\n  left out 1: cut: finish_reason = length (max-tokens or the context)\n"),
+            .contains("\n  left out 1: cut: finish_reason = length (max-tokens)\n"),
         "{}",
         out.stdout
     );
@@ -656,7 +656,7 @@ async fn the_provenance_file_and_card_agree_with_gen_status() {
     assert_eq!(alpha["exported_rows"], 2);
     assert_eq!(
         alpha["dropped"],
-        serde_json::json!({"cut: finish_reason = length (max-tokens or the context)": 1})
+        serde_json::json!({"cut: finish_reason = length (max-tokens)": 1})
     );
     assert_eq!(alpha["tokens"]["rows_with_usage"], 2);
 
