@@ -235,7 +235,10 @@ impl FakeOpenAi {
             app = app.route(path, get(sim_endpoint));
         }
         let app = app
-            .route("/version", get(|| async { axum::Json(json!({"version": VERSION})) }))
+            .route(
+                "/version",
+                get(|| async { axum::Json(json!({"version": VERSION})) }),
+            )
             .route(
                 "/health",
                 get(|| async { axum::Json(json!({"status": "ok"})) }),
