@@ -154,9 +154,10 @@ const EXPORT_HELP: &str = "Examples:
   gen export runs/datasets --format parquet -o out/train
   gen export runs/datasets --allow-incomplete
 
-The output is a dataset folder ready for `hf upload USER/NAME DIR --repo-type dataset`:
-`README.md` (a dataset card), `provenance.json` (model, sources, settings, counts) and
-`data/train.jsonl` or `data/train.parquet`, alone in its folder.
+The output is a dataset folder: `README.md` (a dataset card), `provenance.json`
+(model, sources, settings, counts) and `data/train.jsonl` or `data/train.parquet`,
+alone in its folder. Upload it with
+`hf upload USER/NAME DIR --repo-type dataset`.
 
 An unfinished run (a source that failed or was not prepared, prompts without a
 completion) is not exported, with what is missing, unless `--allow-incomplete`
