@@ -155,8 +155,8 @@ const EXPORT_HELP: &str = "Examples:
   gen export runs/datasets --allow-incomplete
 
 The output is a dataset folder: `README.md` (a dataset card), `provenance.json`
-(model, sources, settings, counts) and `data/train.jsonl` or `data/train.parquet`,
-alone in its folder. Upload it with
+(model, sources, settings, counts) and `data/train.jsonl` or
+`data/train.parquet`, alone in its folder. Upload it with
 `hf upload USER/NAME DIR --repo-type dataset`.
 
 An unfinished run (a source that failed or was not prepared, prompts without a

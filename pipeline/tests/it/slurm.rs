@@ -47,7 +47,8 @@ fn slurm_skip_reason() -> Option<String> {
 }
 
 /// The quickstart (each task's llama-server from [`SERVER_LAUNCH`]) with answers of up to
-/// `max_tokens`: 96 keeps a shard generating long enough to be cancelled and duplicated.
+/// `max_tokens`: 256 keeps a shard generating long enough to be cancelled and duplicated (the
+/// duplicate starts only once the cancelled task has left, ~20 s later).
 fn project(max_tokens: u32) -> Gen {
     let gen_ = Gen::new();
     copy_examples(&gen_);
@@ -173,7 +174,7 @@ async fn a_slurm_array_runs_every_shard_survives_a_cancel_and_refuses_a_duplicat
         eprintln!("skipped: {reason}");
         return;
     }
-    let gen_ = project(96);
+    let gen_ = project(256);
     let root: PathBuf = gen_.run_path("");
     let started = Instant::now();
     let step = |what: &str| eprintln!("[{:>5.1}s] {what}", started.elapsed().as_secs_f64());
