@@ -1,5 +1,5 @@
-//! The `${NAME}`, `${NAME:-default}` and `{port}` syntax of `[server] launch`, `url` and a
-//! worker's `command`: the variables an argument names ([`variables`], for checking the config
+//! The `${NAME}`, `${NAME:-default}`, `~/` and `{port}` syntax of `[server] launch`, `url` and
+//! a worker's `command`: the variables an argument names ([`variables`], for checking the config
 //! before a run) and the argument with them filled in ([`expand`], when starting a process).
 
 /// A launch argument names a variable that is not set and has no default.
@@ -10,7 +10,8 @@ pub struct UnsetVariable {
     pub var: String,
 }
 
-/// Expands `${VAR}`, `${VAR:-default}` and `{port}` in one launch argument.
+/// Expands `${VAR}`, `${VAR:-default}` and `{port}` in one launch argument, then a leading
+/// `~/` (also from a default: `${MODEL:-~/models/m.gguf}`) to `$HOME/`, as a shell would.
 pub fn expand(
     arg: &str,
     port: u16,
@@ -44,6 +45,11 @@ pub fn expand(
         rest = &after[end + 1..];
     }
     out.push_str(rest);
+    if let Some(under_home) = out.strip_prefix("~/")
+        && let Some(home) = env("HOME").filter(|h| !h.is_empty())
+    {
+        out = format!("{}/{under_home}", home.trim_end_matches('/'));
+    }
     Ok(out.replace("{port}", &port.to_string()))
 }
 
@@ -86,5 +92,17 @@ mod tests {
             err.to_string(),
             "launch argument `-m=${NOPE}` uses `${NOPE}`, which is not set"
         );
+    }
+
+    #[test]
+    fn a_leading_tilde_is_the_home_folder_also_from_a_default() {
+        let env = |name: &str| (name == "HOME").then(|| "/home/me/".to_owned());
+        assert_eq!(
+            expand("${MODEL:-~/m.gguf}", 9, &env).expect("default"),
+            "/home/me/m.gguf"
+        );
+        assert_eq!(expand("~/bin/x", 9, &env).expect("plain"), "/home/me/bin/x");
+        assert_eq!(expand("a~/b", 9, &env).expect("inside"), "a~/b");
+        assert_eq!(expand("~/x", 9, &|_| None).expect("no HOME"), "~/x");
     }
 }

@@ -691,9 +691,8 @@ async fn the_provenance_file_and_card_agree_with_gen_status() {
 /// * speculators' reader (`load_raw_dataset`) and preprocessing
 ///   (`build_speculator_training_dataset`, `speculators/data_generation/preprocessing.py`),
 ///   which fans out one row per assistant turn: rows, and every warning or error it logs. Its
-///   renders go to vLLM's `/v1/chat/completions/render`, which applies the model's chat
-///   template; the test stands in for that one call with the tiny model's tokenizer applying
-///   the same template, so every other step is speculators' own.
+///   renders go to a real vLLM's `/v1/chat/completions/render` (the tiny model's chat
+///   template; vLLM serves it with `--enable-scale-out`), the URL after the model folder.
 const TRAINERS: &str = r#"
 import json, logging, sys, warnings
 import datasets
@@ -701,19 +700,12 @@ from transformers import AutoTokenizer
 from specforge.data.preprocessing import build_eagle3_dataset
 from specforge.data.template import TEMPLATE_REGISTRY, ChatTemplate
 import speculators.data_generation.preprocessing as speculators
-model, paths = sys.argv[1], sys.argv[2:]
+model, render_endpoint, paths = sys.argv[1], sys.argv[2], sys.argv[3:]
 tokenizer = AutoTokenizer.from_pretrained(model)
 # scripts/vllm/tiny_model.py's chat template: <|role|>content<|end|> per message.
 TEMPLATE_REGISTRY.register(name="gen-tiny-llama-think", override=True, template=ChatTemplate(
     assistant_header="<|assistant|>", user_header="<|user|>", end_of_turn_token="<|end|>",
     system_prompt=None))
-def render(endpoint, messages, *, add_generation_prompt, tools=None, chat_template_kwargs=None,
-           truncate_prompt_tokens=None, truncation_side=None, **_):
-    out = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt,
-                                        tokenize=True, tools=tools, **(chat_template_kwargs or {}))
-    ids = list(out["input_ids"] if hasattr(out, "keys") else out)
-    return ids[:truncate_prompt_tokens] if truncate_prompt_tokens else ids
-speculators.render_conversation = render
 logged = []
 class Collect(logging.Handler):
     def emit(self, record):
@@ -736,7 +728,7 @@ for path in paths:
     logged.clear()
     raw, _ = speculators.load_raw_dataset(path)
     ds = speculators.build_speculator_training_dataset(
-        raw, tokenizer, max_length=4096, num_proc=1, render_endpoint="http://127.0.0.1:9")
+        raw, tokenizer, max_length=1024, num_proc=1, render_endpoint=render_endpoint)
     out.append({"specforge": specforge, "speculators": {
         "rows_in": raw.num_rows, "rows": ds.num_rows, "problems": list(logged)}})
 print(json.dumps(out))
@@ -746,7 +738,8 @@ print(json.dumps(out))
 /// SpecForge and speculators on the `specforge` export (whole conversations and `--per-turn`),
 /// and the Python `datasets` package on every schema's Parquet folder (how NeMo Automodel's
 /// `ChatDataset` and the Hub read a folder: every Parquet file in it). Needs
-/// `scripts/install-trainers.sh` (skips with the reason unless `GEN_REQUIRE_TRAINERS=1`).
+/// `scripts/install-trainers.sh` (skips with the reason unless `GEN_REQUIRE_TRAINERS=1`) and
+/// starts the real vLLM that speculators renders with.
 #[tokio::test]
 async fn each_schema_loads_in_its_trainers_own_reader_without_losing_a_row() {
     let Some((python, model)) = gen_tests::python::with_trainers() else {
@@ -773,7 +766,12 @@ async fn each_schema_loads_in_its_trainers_own_reader_without_losing_a_row() {
         .iter()
         .map(|name| gen_.path(&format!("out/{name}/data/train.jsonl")))
         .collect();
-    let mut args = vec![std::ffi::OsStr::new(&model)];
+    let logs = tempfile::tempdir().expect("tempdir");
+    let vllm = gen_tests::vllm::VllmServer::start(logs.path(), &["--enable-scale-out"])
+        .await
+        .expect("start vLLM for speculators' renders");
+    let render = vllm.url();
+    let mut args = vec![std::ffi::OsStr::new(&model), std::ffi::OsStr::new(&render)];
     args.extend(paths.iter().map(|p| p.as_os_str()));
     let loaded = gen_tests::python::run_json(
         &python,

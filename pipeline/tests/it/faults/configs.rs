@@ -249,6 +249,29 @@ async fn preflight_finds_unset_variables_missing_programs_and_paths_matching_not
     assert_eq!(out.code, Some(1), "{}", out.stdout);
 }
 
+/// The quickstart re-run as a newcomer types it, in a new shell after `./scripts/quickstart.sh`
+/// (`LLAMA_SERVER_BIN` and `GEN_TEST_MODEL` gone): its launch line finds the server and model
+/// where the install script caches them (was: "`${GEN_TEST_MODEL}` … is not set here").
+#[tokio::test]
+async fn the_quickstart_finds_the_cached_server_and_model_without_the_scripts_environment() {
+    let project = Project::new();
+    crate::support::copy_examples(&project);
+    project.write(".cache/gen/models/SmolLM2-135M-Instruct.Q4_1.gguf", "gguf");
+    let server = project.path(".cache/gen/llama/bin/llama-server");
+    project.write(".cache/gen/llama/bin/llama-server", "#!/bin/sh\n");
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&server, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let home = project.path("");
+    let out = project
+        .command(&["check", "examples/quickstart.toml"])
+        .env_remove("LLAMA_SERVER_BIN")
+        .env_remove("GEN_TEST_MODEL")
+        .env("HOME", &home.to_string_lossy())
+        .output()
+        .await;
+    assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
+}
+
 #[tokio::test]
 async fn bad_configs_exit_2_with_file_line_column() {
     let project = Project::new();
