@@ -88,6 +88,8 @@ pub struct Answer {
 struct StoredCompletion {
     id: String,
     source: String,
+    #[serde(default)]
+    source_key: Option<String>,
     model: String,
     messages: Vec<Message>,
     content: String,
@@ -202,7 +204,7 @@ impl From<StoredCompletion> for ExportRow {
         ExportRow {
             id: stored.id,
             source: stored.source,
-            source_key: None,
+            source_key: stored.source_key,
             messages,
             reasoning_content: stored.reasoning_content,
             finish_reason: stored.finish_reason,
@@ -552,7 +554,9 @@ fn write_data(
     let mut seen = crate::store::ids::SeenIds::default();
     for (name, dir) in sources {
         let path = dir.join("completions.jsonl.zst");
-        let keys = source_keys(&dir.join("prompts.jsonl.zst"))?;
+        // Records carry their prompt's key; only those of older `gen`s are looked up in the
+        // prompts file, read into memory the first time one is met.
+        let mut keys: Option<HashMap<String, String>> = None;
         let mut failure: Option<anyhow::Error> = None;
         crate::store::frames::scan(&path, |line| {
             if crate::store::records::line_defect(line)?.is_some() {
@@ -566,7 +570,16 @@ fn write_data(
                 return Ok(());
             }
             let mut row = ExportRow::from(stored);
-            row.source_key = keys.get(&row.id).cloned();
+            if row.source_key.is_none() {
+                let prompts = dir.join("prompts.jsonl.zst");
+                let keys = match &mut keys {
+                    Some(keys) => keys,
+                    None => keys.insert(
+                        source_keys(&prompts).map_err(|e| io::Error::other(format!("{e:#}")))?,
+                    ),
+                };
+                row.source_key = keys.get(&row.id).cloned();
+            }
             let rows = if options.per_turn {
                 select::per_turn(row)
             } else {

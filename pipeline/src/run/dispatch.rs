@@ -377,6 +377,7 @@ impl Dispatcher {
             record: Box::new(CompletionRecord {
                 id: prompt.id,
                 source: prompt.source,
+                source_key: prompt.source_key,
                 model,
                 messages: prompt.messages,
                 content: last.content,

@@ -114,6 +114,9 @@ pub struct CompletionRecord {
     /// The prompt's stable id: the key that makes resume exactly-once.
     pub id: String,
     pub source: String,
+    /// The dataset's own key of the prompt (a source's `id-field`), for exports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_key: Option<String>,
     pub model: String,
     pub messages: Vec<Message>,
     pub content: String,

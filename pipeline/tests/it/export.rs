@@ -261,6 +261,21 @@ async fn a_run_with_a_failed_source_fails_status_export_and_verify_unless_allowe
     let allowed = gen_.run(&["verify", &config, "--allow-incomplete"]).await;
     assert_eq!(allowed.code, Some(0), "{}", allowed.stdout);
 
+    // Each record carries its prompt's own key, so an export need not hold the prompts' keys
+    // in memory (1M rows of a source with `id-field`).
+    let mut stored: Vec<String> = gen_
+        .completions_of("alpha")
+        .iter()
+        .map(|r| {
+            r["source_key"]
+                .as_str()
+                .expect("a stored source_key")
+                .to_owned()
+        })
+        .collect();
+    stored.sort();
+    assert_eq!(stored, ["row-1", "row-2", "row-3", "row-4"]);
+
     let export = gen_.run(&["export", &config, "--allow-incomplete"]).await;
     assert_eq!(export.code, Some(0), "{}", export.stderr);
     assert!(
