@@ -164,8 +164,11 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
 
 /// `gen check CONFIG`: loads the config and checks its inputs, running nothing.
 fn check_command(config: &Path) -> Result<ExitCode, CliError> {
-    let plan = Plan::load(config)?;
-    plan.check_inputs(&|_| false)?;
+    let env = |name: &str| std::env::var(name).ok();
+    let plan = Plan::load_checked(config, &env, &|_| false)?;
+    for warning in plan.input_warnings(&env) {
+        report::plain(&format!("warning: {warning}"));
+    }
     println!(
         "`{}` is valid: {} sources, run directory `{}`",
         config.display(),
