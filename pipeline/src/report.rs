@@ -364,7 +364,7 @@ impl Progress {
 }
 
 /// `h:mm:ss`.
-fn clock(duration: Duration) -> String {
+pub fn clock(duration: Duration) -> String {
     let secs = duration.as_secs();
     format!("{}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
 }

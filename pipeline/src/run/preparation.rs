@@ -330,7 +330,7 @@ fn prepared(
         // The manifest is written last: the output is complete, the crash came after it.
         let headline = ending
             .verdict
-            .map_or_else(|| ending.report.exit.describe(), Verdict::headline);
+            .map_or_else(|| ending.report.exit.describe(), Verdict::full_headline);
         state.note = format!("{headline}; output kept");
         reporter.say(format!("gen: `{name}`: {}", state.note));
     }
@@ -380,7 +380,7 @@ fn not_prepared(
             ending.import_error.clone().unwrap_or_default()
         ),
         Some(v) if v.class != gen_diagnostics::Class::Success => {
-            format!("{}; {}", v.headline(), v.next_action())
+            format!("{}; {}", v.full_headline(), v.next_action())
         }
         _ => format!(
             "preparation ended ({}) without completing its output: {}",

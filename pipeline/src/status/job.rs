@@ -324,6 +324,7 @@ mod tests {
             machine: None,
             stopped_by: None,
             waiting_for: None,
+            eta_secs: None,
         }
     }
 
