@@ -269,11 +269,37 @@ fn load_run_plan(args: &RunArgs) -> Result<(Plan, RunDir), CliError> {
     Ok((plan, run_dir))
 }
 
+/// The command line that goes on with the run `args` started: the same config, run
+/// directory, sources and shard.
+fn resume_command(args: &RunArgs) -> String {
+    let verb = if args.prepare_only { "prepare" } else { "run" };
+    let mut command = format!("gen {verb} {}", args.config.display());
+    if let Some(dir) = &args.run_dir {
+        command.push_str(&format!(" --run-dir {}", dir.display()));
+    }
+    for source in &args.sources {
+        command.push_str(&format!(" --source {source}"));
+    }
+    match args.shard {
+        Some(run::shard::ShardArg::Fixed(shard)) => command.push_str(&format!(" --shard {shard}")),
+        Some(run::shard::ShardArg::Auto) => command.push_str(" --shard auto"),
+        None => {}
+    }
+    command
+}
+
 /// Says on stderr how a run ended and what to do next; returns its exit code.
 fn report_outcome(args: &RunArgs, run_dir: &RunDir, outcome: RunOutcome) -> u8 {
     let (failed, refused) = match outcome {
         RunOutcome::NothingToDo => return exit::OK,
-        RunOutcome::Interrupted => return exit::FAILED,
+        RunOutcome::Interrupted => {
+            // Not `eprintln!`: after a hangup the terminal is gone, and this must not panic.
+            report::plain(&format!(
+                "gen: interrupted; run `{}` again to resume",
+                resume_command(args)
+            ));
+            return exit::FAILED;
+        }
         RunOutcome::Finished { failed, refused } => (failed, refused),
     };
     let config = args.config.display();
