@@ -243,17 +243,21 @@ fn run_command(args: RunArgs) -> Result<ExitCode, CliError> {
 /// The plan (with `--server-launch` applied) and the run directory, once the inputs of the
 /// sources to run are checked and every `--source` names one of the config's.
 fn load_run_plan(args: &RunArgs) -> Result<(Plan, RunDir), CliError> {
-    let mut plan = Plan::load(&args.config)?;
+    let sources = &args.sources;
+    let left_out = |name: &str| !sources.is_empty() && !sources.iter().any(|s| s == name);
+    // A file with problems: those on this machine too, in the same list, as `gen check` says
+    // them (which sources are prepared already is not known before the plan is).
+    let env = |name: &str| std::env::var(name).ok();
+    let mut plan =
+        Plan::load(&args.config).or_else(|_| Plan::load_checked(&args.config, &env, &left_out))?;
     if let Some(command) = &args.server_launch {
         scale::task::override_launch(&mut plan, command)?;
     }
     let run_dir = run_dir_for(&plan, args.run_dir.clone());
-    let sources = &args.sources;
     // Before anything starts. A prepared source does not read its files again, and one left
     // out by `--source` not at all.
     plan.check_inputs(&|name| {
-        (!sources.is_empty() && !sources.iter().any(|s| s == name))
-            || prep::read_manifest(&run_dir, name).is_ok_and(|m| m.is_some())
+        left_out(name) || prep::read_manifest(&run_dir, name).is_ok_and(|m| m.is_some())
     })?;
     if let Some(unknown) = sources.iter().find(|s| plan.source(s).is_none()) {
         let known: Vec<&str> = plan.sources.iter().map(|s| s.name()).collect();

@@ -155,6 +155,9 @@ async fn every_problem_is_reported_in_one_pass() {
     );
     let out = project.run(&["check", "many.toml"]).await;
     assert_eq!(out.code, Some(2), "{}", out.stderr);
+    // `gen run` refuses it with the same list.
+    let run = project.run(&["run", "many.toml"]).await;
+    assert_eq!((run.code, &run.stderr), (Some(2), &out.stderr));
     let lines: Vec<&str> = out.stderr.lines().collect();
     assert_eq!(
         lines[0], "error: `many.toml` has 7 problems",
