@@ -223,15 +223,15 @@ impl Contender {
     ) -> anyhow::Result<()> {
         let (label, shown) = (&self.label, &self.shown);
         let progress = level_progress(label, level, requests);
-        let result = measure::run_level(&self.client, prompts, level, requests, &progress)
-            .await
-            .map_err(|error| match error {
-                RequestError::Fatal(message) => {
-                    anyhow::anyhow!("server {label} `{shown}` refused the bench: {message}")
-                }
-                other => anyhow::anyhow!("server {label} `{shown}`: {other}"),
-            })?;
+        let result = measure::run_level(&self.client, prompts, level, requests, &progress).await;
+        // Gone before anything else is said, the error too.
         progress.finish_and_clear();
+        let result = result.map_err(|error| match error {
+            RequestError::Fatal(message) => {
+                anyhow::anyhow!("server {label} `{shown}` refused the bench: {message}")
+            }
+            other => anyhow::anyhow!("server {label} `{shown}`: {other}"),
+        })?;
         eprintln!(
             "gen bench: {label} L={level}: {:.1} output tok/s, {} of {requests} completed",
             result.output_tokens_per_s, result.completed
