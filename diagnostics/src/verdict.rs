@@ -243,9 +243,16 @@ impl Verdict {
         }
     }
 
-    /// One line (≤ 60 chars) for `gen status`, e.g. `oom (kernel memcg): killed at 96 MiB limit`.
+    /// One short line (≤ 60 chars) for events and messages, e.g. `oom (kernel memcg): killed
+    /// at 96 MiB limit`.
     pub fn headline(&self) -> String {
-        let line = match (self.class, self.subtype) {
+        truncate(&self.full_headline(), 60)
+    }
+
+    /// [`Verdict::headline`] not shortened, for places that wrap it rather than cut it (`gen
+    /// diagnose`, the lines under a failed source in `gen status`).
+    pub fn full_headline(&self) -> String {
+        match (self.class, self.subtype) {
             (Class::Success, _) => "success".to_string(),
             (Class::Oom, Some(subtype)) if subtype.is_server() => {
                 format!(
@@ -299,8 +306,7 @@ impl Verdict {
                 (None, None) => subtype_label(subtype).to_string(),
             },
             (Class::Other, None) => format!("failed: {}", self.signature_or("unknown cause")),
-        };
-        truncate(&line, 60)
+        }
     }
 
     /// A short next step, e.g. `raise memory-limit to 192M`.

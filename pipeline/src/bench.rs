@@ -222,14 +222,16 @@ impl Contender {
         requests: usize,
     ) -> anyhow::Result<()> {
         let (label, shown) = (&self.label, &self.shown);
-        let result = measure::run_level(&self.client, prompts, level, requests)
-            .await
-            .map_err(|error| match error {
-                RequestError::Fatal(message) => {
-                    anyhow::anyhow!("server {label} `{shown}` refused the bench: {message}")
-                }
-                other => anyhow::anyhow!("server {label} `{shown}`: {other}"),
-            })?;
+        let progress = level_progress(label, level, requests);
+        let result = measure::run_level(&self.client, prompts, level, requests, &progress).await;
+        // Gone before anything else is said, the error too.
+        progress.finish_and_clear();
+        let result = result.map_err(|error| match error {
+            RequestError::Fatal(message) => {
+                anyhow::anyhow!("server {label} `{shown}` refused the bench: {message}")
+            }
+            other => anyhow::anyhow!("server {label} `{shown}`: {other}"),
+        })?;
         eprintln!(
             "gen bench: {label} L={level}: {:.1} output tok/s, {} of {requests} completed",
             result.output_tokens_per_s, result.completed
@@ -254,6 +256,23 @@ impl Contender {
             levels: self.results,
         }
     }
+}
+
+/// The line that shows a level while it runs (a level can take a minute): redrawn in place on
+/// a terminal, nothing at all when stderr is not one (indicatif's stderr target hides itself).
+fn level_progress(label: &str, level: usize, requests: usize) -> indicatif::ProgressBar {
+    let style = indicatif::ProgressStyle::with_template(
+        "gen bench: {prefix} {pos}/{len} requests finished [{elapsed}]",
+    )
+    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+    let bar = indicatif::ProgressBar::with_draw_target(
+        Some(requests as u64),
+        indicatif::ProgressDrawTarget::stderr(),
+    )
+    .with_style(style)
+    .with_prefix(format!("{label} L={level}:"));
+    bar.enable_steady_tick(std::time::Duration::from_millis(500));
+    bar
 }
 
 /// Runs the sweeps in rounds until every one is over: in round k each server still sweeping

@@ -218,7 +218,7 @@ fn moment(flag: &str, text: Option<&str>) -> anyhow::Result<Option<Moment>> {
 )]
 pub fn render(title: &str, verdict: &Verdict) -> String {
     let mut out = String::new();
-    let _ = writeln!(out, "{title}: {}", verdict.headline());
+    let _ = writeln!(out, "{title}: {}", verdict.full_headline());
     let class = serde_json::to_value(verdict.class)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
@@ -255,4 +255,27 @@ pub fn render(title: &str, verdict: &Verdict) -> String {
     }
     let _ = writeln!(out, "  next        {}", next_action(verdict));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use gen_diagnostics::{Class, Confidence, Subtype, Verdict};
+
+    /// The headline says the whole reason, however long; the terminal wraps it.
+    #[test]
+    fn the_headline_is_not_cut() {
+        let stderr = "Traceback (most recent call last):\n  File \"prep.py\", line 3, in <module>\nFileNotFoundError: [Errno 2] No such file or directory: '/data/hf/science/train.parquet'\n";
+        let verdict = Verdict {
+            error: gen_diagnostics::traceback::parse(stderr),
+            ..Verdict::new(Class::Traceback, Some(Subtype::Python), Confidence::High)
+        };
+        let text = super::render("source `science`", &verdict);
+        assert_eq!(
+            text.lines().next(),
+            Some(
+                "source `science`: traceback: FileNotFoundError: [Errno 2] No such file or directory: '/data/hf/science/train.parquet'"
+            ),
+            "{text}"
+        );
+    }
 }

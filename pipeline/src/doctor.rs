@@ -481,9 +481,10 @@ fn gpus(plan: &Plan, machine: &Machine) -> Check {
 /// `gen doctor CONFIG`: the preflight plus the server checks, one line each; exit 1 when
 /// something cannot fit.
 pub fn doctor(config: &Path) -> anyhow::Result<ExitCode> {
-    let plan = Plan::load(config)?;
-    let mut report = preflight(&plan, &Overrides::from_env());
     let env = |name: &str| std::env::var(name).ok();
+    // A file with problems: those on this machine too, in the same list (`gen check`'s).
+    let plan = Plan::load(config).or_else(|_| Plan::load_checked(config, &env, &|_| false))?;
+    let mut report = preflight(&plan, &Overrides::from_env());
     let inputs = plan.input_problems(&env, &|_| false);
     if inputs.is_empty() {
         report.checks.push(Check::new(
@@ -491,6 +492,11 @@ pub fn doctor(config: &Path) -> anyhow::Result<ExitCode> {
             Level::Ok,
             "launch variables and program, and every source's files, are there",
         ));
+    }
+    for warning in plan.input_warnings(&env) {
+        report
+            .checks
+            .push(Check::new("inputs", Level::Warn, warning));
     }
     for problem in inputs {
         report.checks.push(Check::new(

@@ -164,8 +164,11 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
 
 /// `gen check CONFIG`: loads the config and checks its inputs, running nothing.
 fn check_command(config: &Path) -> Result<ExitCode, CliError> {
-    let plan = Plan::load(config)?;
-    plan.check_inputs(&|_| false)?;
+    let env = |name: &str| std::env::var(name).ok();
+    let plan = Plan::load_checked(config, &env, &|_| false)?;
+    for warning in plan.input_warnings(&env) {
+        report::plain(&format!("warning: {warning}"));
+    }
     println!(
         "`{}` is valid: {} sources, run directory `{}`",
         config.display(),
@@ -240,17 +243,21 @@ fn run_command(args: RunArgs) -> Result<ExitCode, CliError> {
 /// The plan (with `--server-launch` applied) and the run directory, once the inputs of the
 /// sources to run are checked and every `--source` names one of the config's.
 fn load_run_plan(args: &RunArgs) -> Result<(Plan, RunDir), CliError> {
-    let mut plan = Plan::load(&args.config)?;
+    let sources = &args.sources;
+    let left_out = |name: &str| !sources.is_empty() && !sources.iter().any(|s| s == name);
+    // A file with problems: those on this machine too, in the same list, as `gen check` says
+    // them (which sources are prepared already is not known before the plan is).
+    let env = |name: &str| std::env::var(name).ok();
+    let mut plan =
+        Plan::load(&args.config).or_else(|_| Plan::load_checked(&args.config, &env, &left_out))?;
     if let Some(command) = &args.server_launch {
         scale::task::override_launch(&mut plan, command)?;
     }
     let run_dir = run_dir_for(&plan, args.run_dir.clone());
-    let sources = &args.sources;
     // Before anything starts. A prepared source does not read its files again, and one left
     // out by `--source` not at all.
     plan.check_inputs(&|name| {
-        (!sources.is_empty() && !sources.iter().any(|s| s == name))
-            || prep::read_manifest(&run_dir, name).is_ok_and(|m| m.is_some())
+        left_out(name) || prep::read_manifest(&run_dir, name).is_ok_and(|m| m.is_some())
     })?;
     if let Some(unknown) = sources.iter().find(|s| plan.source(s).is_none()) {
         let known: Vec<&str> = plan.sources.iter().map(|s| s.name()).collect();
@@ -266,11 +273,37 @@ fn load_run_plan(args: &RunArgs) -> Result<(Plan, RunDir), CliError> {
     Ok((plan, run_dir))
 }
 
+/// The command line that goes on with the run `args` started: the same config, run
+/// directory, sources and shard.
+fn resume_command(args: &RunArgs) -> String {
+    let verb = if args.prepare_only { "prepare" } else { "run" };
+    let mut command = format!("gen {verb} {}", args.config.display());
+    if let Some(dir) = &args.run_dir {
+        command.push_str(&format!(" --run-dir {}", dir.display()));
+    }
+    for source in &args.sources {
+        command.push_str(&format!(" --source {source}"));
+    }
+    match args.shard {
+        Some(run::shard::ShardArg::Fixed(shard)) => command.push_str(&format!(" --shard {shard}")),
+        Some(run::shard::ShardArg::Auto) => command.push_str(" --shard auto"),
+        None => {}
+    }
+    command
+}
+
 /// Says on stderr how a run ended and what to do next; returns its exit code.
 fn report_outcome(args: &RunArgs, run_dir: &RunDir, outcome: RunOutcome) -> u8 {
     let (failed, refused) = match outcome {
         RunOutcome::NothingToDo => return exit::OK,
-        RunOutcome::Interrupted => return exit::FAILED,
+        RunOutcome::Interrupted => {
+            // Not `eprintln!`: after a hangup the terminal is gone, and this must not panic.
+            report::plain(&format!(
+                "gen: interrupted; run `{}` again to resume",
+                resume_command(args)
+            ));
+            return exit::FAILED;
+        }
         RunOutcome::Finished { failed, refused } => (failed, refused),
     };
     let config = args.config.display();

@@ -37,7 +37,9 @@ pub fn prepare_source(
         )
     })?;
     let mut exclude = exclude.map(read_hashes).transpose()?;
-    prepare_spec(plan, spec, &plan.base_dir, run_dir, exclude.as_mut())
+    let manifest = prepare_spec(plan, spec, &plan.base_dir, run_dir, exclude.as_mut())?;
+    print_summary(&manifest);
+    Ok(manifest)
 }
 
 /// The arguments of the `gen prep` worker of `source`. Values are joined to their options
@@ -177,8 +179,15 @@ fn prepare_spec(
         fs_err::remove_file(&final_path).ok();
         return Err(e).with_context(|| format!("failed to write `{}`", dir.manifest().display()));
     }
+    Ok(manifest)
+}
+
+/// What `gen prep` prepared, for its log (its stdout). Not for a custom worker's output, which
+/// `gen run` imports itself: its terminal gets `gen:` lines from the run's reporter instead.
+fn print_summary(manifest: &PrepManifest) {
     println!(
-        "prepared {written} prompts from {} rows ({} dropped, {} duplicates, {} in earlier sources)",
+        "prepared {} prompts from {} rows ({} dropped, {} duplicates, {} in earlier sources)",
+        manifest.prompts,
         manifest.counters.rows_read,
         manifest.counters.dropped.values().sum::<u64>(),
         manifest.counters.duplicates_within,
@@ -195,7 +204,6 @@ fn prepare_spec(
             example.reason
         );
     }
-    Ok(manifest)
 }
 
 /// Bytes of prompts the sample may hold in memory: the default, or a quarter of the worker's

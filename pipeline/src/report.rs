@@ -118,6 +118,27 @@ struct Bars {
     bars: Vec<ProgressBar>,
     /// The whole run's line under the sources' bars ([`Progress::line_within`]).
     status: ProgressBar,
+    /// A source with prompts to count, and one without (pending, preparing, failed).
+    counted: ProgressStyle,
+    uncounted: ProgressStyle,
+}
+
+const COUNTED_TEMPLATE: &str = "{prefix:<18} {bar:24} {pos:>7}/{len:<7} {msg}";
+/// No bar: indicatif draws an empty length as a full one (`████ 0/0 failed`).
+const UNCOUNTED_TEMPLATE: &str = "{prefix:<18} {msg}";
+
+/// What a source's progress bar shows: its position and length once it has prompts to count,
+/// and its message (the rate while generating, else the phase).
+fn bar_view(source: &SourceStatus) -> (Option<(u64, u64)>, String) {
+    let message = match (source.phase, source.tokens_per_sec) {
+        (Phase::Generating, Some(rate)) => format!("{rate:.0} tok/s"),
+        (phase, _) => phase.label().to_owned(),
+    };
+    let count = source
+        .prepared
+        .filter(|prepared| *prepared > 0)
+        .map(|prepared| (source.done + source.rejected, prepared));
+    (count, message)
 }
 
 impl RunReporter {
@@ -173,7 +194,7 @@ impl RunReporter {
             return;
         }
         let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(4));
-        let style = ProgressStyle::with_template("{prefix:<18} {bar:24} {pos:>7}/{len:<7} {msg}")
+        let style = ProgressStyle::with_template(UNCOUNTED_TEMPLATE)
             .unwrap_or_else(|_| ProgressStyle::default_bar());
         let bars = names
             .iter()
@@ -193,6 +214,9 @@ impl RunReporter {
             multi,
             bars,
             status,
+            counted: ProgressStyle::with_template(COUNTED_TEMPLATE)
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            uncounted: style,
         });
     }
 
@@ -220,12 +244,15 @@ impl RunReporter {
             return;
         };
         for (bar, source) in bars.bars.iter().zip(sources) {
-            bar.set_length(source.prepared.unwrap_or(0));
-            bar.set_position(source.done + source.rejected);
-            let message = match (source.phase, source.tokens_per_sec) {
-                (Phase::Generating, Some(rate)) => format!("{rate:.0} tok/s"),
-                (phase, _) => phase.label().to_owned(),
-            };
+            let (count, message) = bar_view(source);
+            match count {
+                Some((position, length)) => {
+                    bar.set_style(bars.counted.clone());
+                    bar.set_length(length);
+                    bar.set_position(position);
+                }
+                None => bar.set_style(bars.uncounted.clone()),
+            }
             bar.set_message(message);
         }
     }
@@ -364,7 +391,7 @@ impl Progress {
 }
 
 /// `h:mm:ss`.
-fn clock(duration: Duration) -> String {
+pub fn clock(duration: Duration) -> String {
     let secs = duration.as_secs();
     format!("{}:{:02}:{:02}", secs / 3600, secs / 60 % 60, secs % 60)
 }
@@ -385,7 +412,29 @@ fn bars_wanted() -> bool {
 mod tests {
     use std::time::Duration;
 
-    use super::{EventKind, Notice, Progress, RunReporter};
+    use super::{EventKind, Notice, Progress, RunReporter, bar_view};
+    use crate::status::state::{Phase, SourceStatus};
+
+    /// A source without prompts to count (failed before any were prepared, pending,
+    /// preparing) gets no bar; before, an empty length drew a full one (`████ 0/0 failed`).
+    #[test]
+    fn only_a_source_with_prompts_to_count_gets_a_bar() {
+        let failed = SourceStatus::new("wildchat", Phase::Failed);
+        assert_eq!(bar_view(&failed), (None, "failed".to_owned()));
+        let preparing = SourceStatus::new("sharegpt", Phase::Preparing);
+        assert_eq!(bar_view(&preparing).0, None);
+        let generating = SourceStatus {
+            prepared: Some(400),
+            done: 120,
+            rejected: 3,
+            tokens_per_sec: Some(512.4),
+            ..SourceStatus::new("lmsys", Phase::Generating)
+        };
+        assert_eq!(
+            bar_view(&generating),
+            (Some((123, 400)), "512 tok/s".to_owned())
+        );
+    }
 
     #[test]
     fn the_progress_line_says_elapsed_done_eta_and_what_runs() {

@@ -60,7 +60,7 @@ pub struct SourceSpec {
     pub content_key: Option<String>,
     /// Field holding the dataset's own row key, kept for tracing.
     pub id_field: Option<String>,
-    /// Which turns to keep.
+    /// Which turns to keep: `first` (default), `all` or `history` (see [`TurnMode`]).
     #[serde(default)]
     pub turns: TurnMode,
     /// Keep at most this many user turns (later ones are cut, the row is kept).

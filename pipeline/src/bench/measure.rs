@@ -58,11 +58,13 @@ impl From<&TimedCompletion> for Sample {
 /// been sent), prompts taken in order from `prompts` (the level's own slice; wrapping around
 /// if it is shorter than `requests`). A request error
 /// counts as a failure; a [`RequestError::Fatal`] (bad key, model or path) ends the bench.
+/// `progress` advances by one per finished request.
 pub async fn run_level(
     client: &ChatClient,
     prompts: &Arc<Vec<Vec<Message>>>,
     level: usize,
     requests: usize,
+    progress: &indicatif::ProgressBar,
 ) -> Result<LevelResult, RequestError> {
     let max_tokens = client.max_tokens();
     let mut in_flight = JoinSet::new();
@@ -93,6 +95,7 @@ pub async fn run_level(
             Ok(Err(error)) => failures.push(error.to_string()),
             Err(join) => failures.push(format!("request task ended: {join}")),
         }
+        progress.inc(1);
         if samples.len() + failures.len() + in_flight.len() < requests {
             send(&mut in_flight);
         }

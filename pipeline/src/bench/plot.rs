@@ -61,7 +61,7 @@ fn draw<DB: DrawingBackend>(
         .x_desc("concurrency (requests in flight)")
         .y_desc("output tok/s")
         .x_label_formatter(&|x| format!("{x:.0}"))
-        .y_label_formatter(&|y| format!("{y:.0}"))
+        .y_label_formatter(&|y| format!("{y:.decimals$}", decimals = decimals(max_rate * 1.1)))
         .draw()?;
     for (index, (server, line)) in report.servers.iter().zip(&points).enumerate() {
         let color = Palette99::pick(index).to_rgba();
@@ -86,4 +86,35 @@ fn draw<DB: DrawingBackend>(
         .border_style(BLACK)
         .draw()?;
     Ok(())
+}
+
+/// Decimals for the labels of an axis from 0 to `top`: enough that ten steps read apart
+/// (`0.5 1.0 1.5`, not `0 1 1 2`), none when a step is a whole number or more.
+fn decimals(top: f64) -> usize {
+    let step = top / 10.0;
+    if !step.is_finite() || step <= 0.0 || step >= 1.0 {
+        return 0;
+    }
+    (-step.log10()).ceil() as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decimals;
+
+    /// A sweep at a few tok/s gets labels that differ, not `4 4 4 3 2 2 2 1 0 0`.
+    #[test]
+    fn labels_of_a_small_axis_read_apart() {
+        for top in [4.84, 0.37, 0.05, 12.0, 4800.0] {
+            let places = decimals(top);
+            let labels: Vec<String> = (0..10)
+                .map(|i| format!("{:.places$}", top * f64::from(i) / 10.0))
+                .collect();
+            let mut distinct = labels.clone();
+            distinct.dedup();
+            assert_eq!(distinct.len(), labels.len(), "{top}: {labels:?}");
+        }
+        assert_eq!(decimals(4800.0), 0);
+        assert_eq!(decimals(4.84), 1);
+    }
 }

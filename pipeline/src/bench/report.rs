@@ -2,7 +2,7 @@
 //! columns per server (two servers side by side per table), the best level of each marked, and
 //! a line saying whether every level got fresh prompts or from which level they were reused.
 
-use crate::status::render::cut;
+use crate::status::render::{cut, wrap};
 use std::fmt::Write as _;
 
 use serde::Serialize;
@@ -197,18 +197,23 @@ pub fn render(report: &Report) -> String {
             server.label, server.url, server.model
         );
         writeln!(out, "{}", cut(&line, WIDTH)).ok();
+        // Reasons are wrapped, not cut: the end of a server's answer is often what says why.
         if let Some(stopped) = &server.stopped {
-            writeln!(out, "{}", cut(&format!("   stopped: {stopped}"), WIDTH)).ok();
+            for line in wrap(stopped, WIDTH, "   stopped: ", "            ") {
+                writeln!(out, "{line}").ok();
+            }
         }
         for level in server.levels.iter().filter(|l| l.failed > 0) {
-            let line = format!(
-                "   ! L={}: {} of {} requests failed: {}",
+            let text = format!(
+                "L={}: {} of {} requests failed: {}",
                 level.concurrency,
                 level.failed,
                 level.failed + level.completed,
                 level.first_error.as_deref().unwrap_or("")
             );
-            writeln!(out, "{}", cut(&line, WIDTH)).ok();
+            for line in wrap(&text, WIDTH, "   ! ", "     ") {
+                writeln!(out, "{line}").ok();
+            }
         }
     }
     out
@@ -275,6 +280,26 @@ mod tests {
         assert!(text.contains("250ms") && text.contains("1.50s"), "{text}");
         assert!(text.contains("! prompts ran out at L=4"), "{text}");
         assert!(text.contains("servers take turns at each level"), "{text}");
+    }
+
+    /// A failed request's reason is wrapped under the table, whole.
+    #[test]
+    fn a_long_failure_reason_is_wrapped_not_cut() {
+        let mut failing = level(2, 35.0, 1);
+        failing.first_error = Some(
+            "HTTP 400: This model's maximum context length is 4096 tokens. However, you requested 4608 tokens (512 in the messages, 4096 in the completion). Please reduce the length of the messages or completion.".to_owned(),
+        );
+        let report = Report {
+            requests_per_level: 8,
+            prompts: 20,
+            prompts_reused_from: None,
+            sources: vec!["alpha".into()],
+            max_tokens: 4096,
+            servers: vec![server("A", vec![level(1, 20.0, 0), failing])],
+        };
+        let text = render(&report);
+        assert!(text.lines().all(|l| l.chars().count() <= WIDTH), "{text}");
+        insta::assert_snapshot!(text);
     }
 
     #[test]

@@ -19,12 +19,75 @@ impl Plan {
         env: &dyn Fn(&str) -> Option<String>,
         skip: &dyn Fn(&str) -> bool,
     ) -> Vec<Problem> {
+        self.inputs().problems(env, skip)
+    }
+
+    /// What may work against intent on this machine without stopping a run: an
+    /// `api-key-env` naming a variable that is not set (requests then go without a key).
+    pub fn input_warnings(&self, env: &dyn Fn(&str) -> Option<String>) -> Vec<String> {
+        let unset = |name: &&String| env(name).is_none_or(|v| v.is_empty());
+        self.server
+            .api_key_env
+            .iter()
+            .filter(unset)
+            .map(|name| {
+                format!(
+                    "`[server] api-key-env` names `{name}`, which is not set here: requests go without an API key"
+                )
+            })
+            .collect()
+    }
+
+    /// What the checks against this machine read.
+    fn inputs(&self) -> Inputs<'_> {
+        Inputs {
+            text: &self.config_text,
+            base_dir: &self.base_dir,
+            launch: self.server.launch.as_deref().unwrap_or_default(),
+            launch_spans: &self.launch_spans,
+            sources: &self.sources,
+            workers: &self.workers,
+        }
+    }
+
+    /// [`Plan::input_problems`] in the process environment, as one error.
+    pub fn check_inputs(&self, skip: &dyn Fn(&str) -> bool) -> Result<(), ConfigError> {
+        let env = |name: &str| std::env::var(name).ok();
+        let mut problems = self.input_problems(&env, skip);
+        if problems.is_empty() {
+            return Ok(());
+        }
+        problems.sort_by_key(|p| (p.line, p.column));
+        Err(ConfigError::Invalid {
+            path: self.config_path.clone(),
+            problems,
+        })
+    }
+}
+
+/// What the checks against this machine read: a whole plan's, or, when the file has
+/// problems, the parts of it that resolved (so that a missing data file is reported together
+/// with a misspelt key, not after it is fixed).
+pub(super) struct Inputs<'p> {
+    pub(super) text: &'p str,
+    pub(super) base_dir: &'p Path,
+    pub(super) launch: &'p [String],
+    pub(super) launch_spans: &'p [std::ops::Range<usize>],
+    pub(super) sources: &'p [gen_sources::SourceSpec],
+    pub(super) workers: &'p [super::plan::WorkerPlan],
+}
+
+impl Inputs<'_> {
+    pub(super) fn problems(
+        &self,
+        env: &dyn Fn(&str) -> Option<String>,
+        skip: &dyn Fn(&str) -> bool,
+    ) -> Vec<Problem> {
         let mut problems = Vec::new();
         let mut push = |span: std::ops::Range<usize>, message: String| {
-            problems.push(Problem::at(&self.config_text, Some(span), message));
+            problems.push(Problem::at(self.text, Some(span), message));
         };
-        let launch = self.server.launch.iter().flatten();
-        for (i, (arg, span)) in launch.zip(&self.launch_spans).enumerate() {
+        for (i, (arg, span)) in self.launch.iter().zip(self.launch_spans).enumerate() {
             let unset: Vec<&str> = variables(arg)
                 .into_iter()
                 .filter(|(name, default)| !default && env(name).is_none_or(|v| v.is_empty()))
@@ -51,30 +114,16 @@ impl Plan {
                 push(span.clone(), format!("`launch` program{from} {why}"));
             }
         }
-        for (spec, worker) in self.sources.iter().zip(&self.workers) {
+        for (spec, worker) in self.sources.iter().zip(self.workers) {
             let Some(path) = &spec.path else { continue };
             if worker.command.is_some() || skip(spec.name()) {
                 continue;
             }
-            if let Err(e) = gen_sources::prepare::resolve_files(spec, &self.base_dir) {
+            if let Err(e) = gen_sources::prepare::resolve_files(spec, self.base_dir) {
                 push(path.span(), e.to_string());
             }
         }
         problems
-    }
-
-    /// [`Plan::input_problems`] in the process environment, as one error.
-    pub fn check_inputs(&self, skip: &dyn Fn(&str) -> bool) -> Result<(), ConfigError> {
-        let env = |name: &str| std::env::var(name).ok();
-        let mut problems = self.input_problems(&env, skip);
-        if problems.is_empty() {
-            return Ok(());
-        }
-        problems.sort_by_key(|p| (p.line, p.column));
-        Err(ConfigError::Invalid {
-            path: self.config_path.clone(),
-            problems,
-        })
     }
 }
 

@@ -264,7 +264,7 @@ pub fn diagnosis(log: &Path) -> String {
         .map(|b| String::from_utf8_lossy(&b).into_owned())
         .unwrap_or_default();
     let verdict = gen_diagnostics::classify_server_log(&text);
-    let mut out = format!("diagnosis: {}", verdict.headline());
+    let mut out = format!("diagnosis: {}", verdict.full_headline());
     for line in &verdict.evidence {
         out.push_str(&format!("\n  evidence: {line}"));
     }

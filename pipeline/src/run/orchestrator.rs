@@ -297,6 +297,7 @@ impl<'p> RunState<'p> {
             machine: None,
             stopped_by: None,
             waiting_for: None,
+            eta_secs: None,
         };
         RunState {
             plan,
@@ -427,6 +428,7 @@ impl<'p> RunState<'p> {
         self.log_changes();
         self.status.heartbeat_unix_ms = crate::sys::unix_ms();
         self.status.sources = self.sources.statuses();
+        self.status.eta_secs = self.progress(0).eta.map(|eta| eta.as_secs());
         state::write(&self.run_dir.status(), &self.status)
             .with_context(|| format!("failed to write `{}`", self.run_dir.status().display()))
     }

@@ -125,6 +125,16 @@ impl Preparation {
             let input = spec.map(|spec| (spec.clone(), sources.plan().base_dir.clone()));
             Some(self.verdict(&report, &dir, manifest.is_some(), input).await)
         };
+        // The last worker's verdict, before this one replaces it.
+        let said_before = atomic::read_json::<WorkerFile>(&dir.worker())
+            .ok()
+            .flatten()
+            .and_then(|w| w.verdict)
+            .is_some_and(|before| {
+                verdict
+                    .as_ref()
+                    .is_some_and(|v| v.full_headline() == before.full_headline())
+            });
         record_worker(&dir, &report, verdict.as_ref(), manifest.is_some())?;
         sources[i].status.verdict = verdict.as_ref().map(VerdictLine::from);
         if let Some(verdict) = &verdict {
@@ -141,6 +151,7 @@ impl Preparation {
             verdict: verdict.as_ref(),
             import_error,
             restored,
+            said_before,
         };
         match manifest {
             Some(manifest) => prepared(sources, i, &manifest, &ending, reporter),
@@ -209,6 +220,8 @@ struct Ending<'a> {
     import_error: Option<String>,
     /// A preparation again failed and the first sample was put back.
     restored: bool,
+    /// The last run's worker of this source failed the same way: its evidence was said then.
+    said_before: bool,
 }
 
 /// The command that prepares source `i`: `gen prep` (this executable), or the source's
@@ -330,7 +343,7 @@ fn prepared(
         // The manifest is written last: the output is complete, the crash came after it.
         let headline = ending
             .verdict
-            .map_or_else(|| ending.report.exit.describe(), Verdict::headline);
+            .map_or_else(|| ending.report.exit.describe(), Verdict::full_headline);
         state.note = format!("{headline}; output kept");
         reporter.say(format!("gen: `{name}`: {}", state.note));
     }
@@ -362,6 +375,7 @@ fn not_prepared(
     if partial.exists() {
         fs_err::remove_file(&partial)?;
     }
+    let config = sources.plan().config_path.display().to_string();
     let state = &mut sources[i].status;
     if interrupted {
         state.phase = Phase::Pending;
@@ -380,7 +394,7 @@ fn not_prepared(
             ending.import_error.clone().unwrap_or_default()
         ),
         Some(v) if v.class != gen_diagnostics::Class::Success => {
-            format!("{}; {}", v.headline(), v.next_action())
+            format!("{}; {}", v.full_headline(), v.next_action())
         }
         _ => format!(
             "preparation ended ({}) without completing its output: {}",
@@ -389,10 +403,19 @@ fn not_prepared(
         ),
     };
     reporter.say(format!("gen: `{}` failed: {}", state.name, state.note));
-    if let Some(v) = ending.verdict {
-        for line in &v.evidence {
-            reporter.say(format!("gen:   evidence: {line}"));
+    match ending.verdict {
+        Some(v) if ending.said_before && !v.evidence.is_empty() => {
+            reporter.say(format!(
+                "gen:   as in the last run; `gen diagnose {} --config {config}` shows the evidence",
+                state.name
+            ));
         }
+        Some(v) => {
+            for line in &v.evidence {
+                reporter.say(format!("gen:   evidence: {line}"));
+            }
+        }
+        None => {}
     }
     Ok(())
 }

@@ -210,8 +210,11 @@ pub fn render(job: &JobView, now_ms: u64) -> String {
     .ok();
     for shard in &job.shards {
         writeln!(out, "{}", cut(shard_row(shard, now_ms).trim_end(), 80)).ok();
+        // Why a shard stopped is wrapped whole, not cut: its end often says what to do.
         if let Some(error) = &shard.stopped_by {
-            writeln!(out, "{}", cut(&format!("      stopped by: {error}"), 80)).ok();
+            for line in render::wrap(error, render::WIDTH, "      stopped by: ", "        ") {
+                writeln!(out, "{line}").ok();
+            }
         }
     }
     let rerun: Vec<String> = job
@@ -324,6 +327,7 @@ mod tests {
             machine: None,
             stopped_by: None,
             waiting_for: None,
+            eta_secs: None,
         }
     }
 
@@ -402,5 +406,39 @@ mod tests {
         }
         let text = text.replace(&tmp.path().display().to_string(), "[TEMP_DIR]");
         insta::assert_snapshot!(text);
+    }
+
+    /// Why a shard stopped is wrapped under its row, whole (it was cut at 80 columns).
+    #[test]
+    fn a_shard_stopped_by_a_long_error_says_all_of_it() {
+        let reason = "the server refused the requests: HTTP 400: This model's maximum context length is 4096 tokens; lower `max-tokens` or leave out the longest prompts";
+        let view = JobView {
+            root: "/data/runs/job".into(),
+            config: "/data/jobs/datasets.toml".into(),
+            shards: vec![ShardView {
+                index: 0,
+                dir: "shard-000".into(),
+                state: ShardState::Stopped,
+                host: Some("gpu-node-01".into()),
+                owner: None,
+                prepared: 10,
+                done: 4,
+                tokens_per_sec: None,
+                heartbeat_unix_ms: Some(NOW - 60_000),
+                stopped_by: Some(reason.into()),
+            }],
+            sources: Vec::new(),
+            merged: false,
+            submitted: None,
+        };
+        let text = super::render(&view, NOW);
+        assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
+        let said: Vec<&str> = text
+            .lines()
+            .skip_while(|l| !l.contains("stopped by:"))
+            .take_while(|l| l.starts_with("      "))
+            .map(str::trim)
+            .collect();
+        assert_eq!(said.join(" "), format!("stopped by: {reason}"), "{text}");
     }
 }

@@ -5,8 +5,10 @@
 //! say whether the run failed, and [`exit_code`] says it to scripts.
 
 use std::fmt::Write as _;
+use std::time::Duration;
 
 use super::state::{Phase, RunStatus, ServerStatus, SourceStatus, VerdictLine};
+use crate::report::clock;
 
 /// The width when there is no terminal to ask, and the least one rendered for.
 pub const WIDTH: usize = 80;
@@ -64,6 +66,24 @@ fn liveness(status: &RunStatus, now_ms: u64) -> String {
     } else {
         format!("running (pid {} on {})", status.pid, status.host)
     }
+}
+
+/// How long the run has been going (or went), and while it runs, what is left of it as `gen
+/// run`'s progress line says it: `1:30:00 elapsed, ETA 0:02:31`.
+fn times(status: &RunStatus, now_ms: u64) -> String {
+    let running =
+        !status.finished && now_ms.saturating_sub(status.heartbeat_unix_ms) <= STALE_AFTER_MS;
+    let end = if running {
+        now_ms
+    } else {
+        status.heartbeat_unix_ms
+    };
+    let elapsed = Duration::from_millis(end.saturating_sub(status.started_unix_ms));
+    let eta = match status.eta_secs {
+        Some(eta) if running => format!(", ETA {}", clock(Duration::from_secs(eta))),
+        _ => String::new(),
+    };
+    format!("{} elapsed{eta}", clock(elapsed))
 }
 
 /// Bytes in GiB with one decimal, or MiB below 1 GiB.
@@ -318,6 +338,11 @@ pub fn render(status: &RunStatus, now_ms: u64, width: usize) -> String {
     for state in wrap(&liveness(status, now_ms), width, "state  ", "       ") {
         line(&mut out, &state, width);
     }
+    line(
+        &mut out,
+        &format!("time   {}", times(status, now_ms)),
+        width,
+    );
     let all_down = status
         .servers
         .iter()
@@ -408,7 +433,9 @@ fn server_lines(
 }
 
 /// What an up server is doing: its concurrency, and while the run is `live` the requests in
-/// flight and queued, then its rate.
+/// flight and how many of them wait in the server's own queue, then its rate. The tuning line
+/// says the wait in the same words from its own reading; then it is said there only, so the
+/// two lines never disagree.
 fn serving(server: &ServerStatus, live: bool) -> String {
     let tuned = server
         .ceiling
@@ -417,10 +444,17 @@ fn serving(server: &ServerStatus, live: bool) -> String {
         .in_flight
         .filter(|_| live)
         .map_or_else(String::new, |n| format!(", {n} in flight"));
+    let tuning_says_it = server
+        .decision
+        .as_ref()
+        .is_some_and(|d| d.contains("waiting at the server"));
     let queued = server
         .queued
-        .filter(|_| live)
-        .map_or_else(String::new, |q| format!(", {q} queued"));
+        .filter(|_| live && !tuning_says_it && server.in_flight.is_some())
+        .map_or_else(String::new, |q| match q {
+            0 => ", none waiting at the server".to_owned(),
+            q => format!(", {q} of them waiting at the server"),
+        });
     let rate = server
         .tokens_per_sec
         .map_or_else(String::new, |r| format!(", {r:.0} tok/s"));
@@ -511,6 +545,7 @@ mod tests {
             }),
             stopped_by: None,
             waiting_for: None,
+            eta_secs: None,
         }
     }
 
@@ -558,7 +593,7 @@ mod tests {
     /// A source whose worker ended with `verdict`, with the note the orchestrator writes.
     fn failed(name: &str, verdict: &Verdict) -> SourceStatus {
         SourceStatus {
-            note: format!("{}; {}", verdict.headline(), verdict.next_action()),
+            note: format!("{}; {}", verdict.full_headline(), verdict.next_action()),
             verdict: Some(VerdictLine::from(verdict)),
             ..source(name, Phase::Failed, None, 0)
         }
@@ -631,6 +666,10 @@ mod tests {
             ]),
             server(),
         );
+        let status = RunStatus {
+            eta_secs: Some(3 * 3_600 + 5 * 60),
+            ..status
+        };
         snapshot("generating", &status, NOW);
     }
 
@@ -658,6 +697,26 @@ mod tests {
         snapshot("traceback_verdict", &status, NOW);
     }
 
+    /// A reason longer than the terminal is wrapped under the row at 80 and at 120 columns,
+    /// never cut ("No such file or dir…").
+    #[test]
+    fn a_long_reason_is_wrapped_not_cut() {
+        let stderr = "Traceback (most recent call last):\n  File \"prep.py\", line 3, in <module>\n    open(path)\nFileNotFoundError: [Errno 2] No such file or directory: '/data/hf/mixture-of-thoughts/science/train-00000-of-00004.parquet'\n";
+        let verdict = Verdict {
+            error: gen_diagnostics::traceback::parse(stderr),
+            ..Verdict::new(Class::Traceback, Some(Subtype::Python), Confidence::High)
+        };
+        let status = with_server(run(vec![failed("my-script", &verdict)]), server());
+        for (name, width) in [("long_reason_80", 80), ("long_reason_120", 120)] {
+            snapshot_at(name, &status, NOW, width);
+            let text = render(&status, NOW, width).replace("\n    ", " ");
+            assert!(
+                text.contains("train-00000-of-00004.parquet'"),
+                "{width}: {text}"
+            );
+        }
+    }
+
     #[test]
     fn a_cleanup_crash_after_complete_output_keeps_generating() {
         let verdict = Verdict {
@@ -669,7 +728,7 @@ mod tests {
             )
         };
         let mut crashed = generating("nemotron-post-training", 10_000, 4_100, 1_820.4, 55 * 60);
-        crashed.note = format!("{}; output kept", verdict.headline());
+        crashed.note = format!("{}; output kept", verdict.full_headline());
         crashed.verdict = Some(VerdictLine::from(&verdict));
         let status = with_server(run(vec![crashed]), server());
         snapshot("cleanup_crash_verdict", &status, NOW);
@@ -708,10 +767,17 @@ mod tests {
                 concurrency: 48,
                 in_flight: Some(47),
                 ceiling: Some(52),
-                decision: Some("ramped 8 → 24 → 48 in 9 s; holding at 48: KV 91% full".into()),
+                decision: Some(
+                    "ramped 8 → 24 → 48 in 9 s; holding at 48: KV 91% full, 2 waiting at the server"
+                        .into(),
+                ),
+                // An older reading of the server's queue than the tuner's: not said beside it.
+                queued: Some(0),
                 ..server()
             },
         );
+        let text = render(&status, NOW, WIDTH);
+        assert!(!text.contains("none waiting"), "{text}");
         snapshot("auto_concurrency", &status, NOW);
     }
 

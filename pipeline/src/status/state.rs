@@ -121,7 +121,7 @@ impl From<&gen_diagnostics::Verdict> for VerdictLine {
             .unwrap_or_default();
         VerdictLine {
             class,
-            headline: verdict.headline(),
+            headline: verdict.full_headline(),
             next_action: verdict.next_action(),
         }
     }
@@ -190,6 +190,10 @@ pub struct RunStatus {
     /// external one not answering yet); preparation goes on meanwhile.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_for: Option<String>,
+    /// What is left of the whole run, at its tokens per completion and rate (the ETA of
+    /// `gen run`'s progress line); absent until something completed in this run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eta_secs: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

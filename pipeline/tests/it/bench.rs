@@ -80,6 +80,12 @@ async fn sweeps_two_servers_side_by_side_and_plots_them() {
         ])
         .await;
     assert_eq!(bench.code, Some(0), "{}", bench.stderr);
+    // A level's progress line is drawn only on a terminal: a pipe gets one line per level.
+    assert!(
+        !bench.stderr.contains("requests finished") && !bench.stderr.contains('\r'),
+        "{}",
+        bench.stderr
+    );
     let table = &bench.stdout;
     assert!(
         table.contains(&fast_url) && table.contains(&slow_url),

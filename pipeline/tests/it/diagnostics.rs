@@ -168,6 +168,18 @@ async fn a_python_traceback_is_reported_with_type_and_message() {
     let note = status["sources"][0]["note"].as_str().unwrap_or("");
     assert!(note.contains("KeyError"), "{note}");
     assert_eq!(server.chat_requests(), 0);
+    // The evidence is said once; the same failure on the next run points to `gen diagnose`.
+    assert!(out.stderr.contains("gen:   evidence: "), "{}", out.stderr);
+    let again = gen_.run(&["run", "cfg.toml"]).await;
+    assert_eq!(again.code, Some(1), "{}", again.stderr);
+    assert!(!again.stderr.contains("evidence: "), "{}", again.stderr);
+    assert!(
+        again.stderr.contains(
+            "gen:   as in the last run; `gen diagnose broken --config cfg.toml` shows the evidence"
+        ),
+        "{}",
+        again.stderr
+    );
 }
 
 #[tokio::test]
@@ -185,6 +197,14 @@ async fn a_crash_after_complete_output_keeps_the_output_and_generates() {
     gen_.config(&config(&server.url()).python_source("teardown", script, "expected-prompts = 5"));
     let out = gen_.run(&["run", "cfg.toml"]).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
+    // The import of a custom worker's output speaks through `gen:` lines only.
+    let unprefixed: Vec<&str> = out
+        .stdout
+        .lines()
+        .chain(out.stderr.lines())
+        .filter(|l| l.starts_with("prepared ") || l.starts_with("  skipped "))
+        .collect();
+    assert!(unprefixed.is_empty(), "{}{}", out.stdout, out.stderr);
     let verdict = &worker(&gen_, "teardown")["verdict"];
     assert_eq!(verdict["class"], "cleanup_after_completion", "{verdict:#}");
     let records = gen_.completions_of("teardown");

@@ -337,6 +337,7 @@ async fn config_errors_name_file_line_and_column_and_exit_2() {
         "bad.toml",
         "[server]\nurl = \"http://127.0.0.1:1\"\ncolour = 1\n\n[generation]\nmax-tokens = 0\n\n[[source]]\nname = \"a b\"\npath = \"x\"\n",
     );
+    gen_.write("x", "{\"prompt\": \"hi\"}\n");
     let out = gen_.run(&["check", "bad.toml"]).await;
     assert_eq!(out.code, Some(2), "{}", out.stderr);
     assert_eq!(

@@ -44,7 +44,7 @@ fn cases() -> Vec<(&'static str, String, Option<&'static str>)> {
         pin(
             "worker_key_with_underscore",
             format!("{base}{SOURCE}memory_limit = \"8G\"\n"),
-            "  worker_key_with_underscore.toml:10:1  unknown key `memory_limit` in `[[source]]`: did you mean `memory-limit`? (accepted: `name`, `path`, `repo`, `revision`, `config`, `split`, `files`, `format`, `limit`, `seed`, `prompt-field`, `messages-field`, `role-key`, `content-key`, `id-field`, `turns`, `max-turns`, `system-prompt`, `system-prompt-text`, `prompt-template`, `strip-tags`, `include`, `exclude`, `languages`, `language-field`, `dedup`, `min-chars`, `max-chars`, `tokenizer`, `min-prompt-tokens`, `max-prompt-tokens`, `resolve`, `resolve-placeholder`, `memory-limit`, `command`, `expected-prompts`, `on-length`, `order`)",
+            "  worker_key_with_underscore.toml:10:1  unknown key `memory_limit` in `[[source]]`: did you mean `memory-limit`?",
         ),
         pin(
             "name_starts_with_a_dash",
@@ -142,20 +142,25 @@ fn cases() -> Vec<(&'static str, String, Option<&'static str>)> {
     ]
 }
 
-/// Several problems of different kinds in one file, a source among them with three: all are
-/// reported by one `gen check`, none waits for another to be fixed.
+/// Several problems of different kinds in one file, a source among them with four (its data
+/// file misspelt too): all are reported by one `gen check`, none waits for another to be
+/// fixed, and each unknown key is one line saying what was meant.
 #[tokio::test]
 async fn every_problem_is_reported_in_one_pass() {
     let project = Project::new();
+    project.write("data.jsonl", "{\"prompt\": \"hi\"}\n");
     project.write(
         "many.toml",
-        "[server]\nurl = \"http://127.0.0.1:9\"\nstall-secs = \"long\"\n\n[generation]\nmax-tokens = 16\ntemperatur = 0.5\n\n[[source]]\nname = \"a\"\npath = \"a.jsonl\"\nlimt = 5\nlimit = 0\nturns = \"some\"\nmemory_limit = \"8G\"\n",
+        "[server]\nurl = \"http://127.0.0.1:9\"\nstall-secs = \"long\"\n\n[generation]\nmax-tokens = 16\ntemperatur = 0.5\n\n[[source]]\nname = \"a\"\npath = \"dtaa.jsonl\"\nlimt = 5\nlimit = 0\nturns = \"some\"\nmemory_limit = \"8G\"\n",
     );
     let out = project.run(&["check", "many.toml"]).await;
     assert_eq!(out.code, Some(2), "{}", out.stderr);
+    // `gen run` refuses it with the same list.
+    let run = project.run(&["run", "many.toml"]).await;
+    assert_eq!((run.code, &run.stderr), (Some(2), &out.stderr));
     let lines: Vec<&str> = out.stderr.lines().collect();
     assert_eq!(
-        lines[0], "error: `many.toml` has 6 problems",
+        lines[0], "error: `many.toml` has 7 problems",
         "{}",
         out.stderr
     );
@@ -168,6 +173,7 @@ async fn every_problem_is_reported_in_one_pass() {
         [
             "many.toml:3:14",
             "many.toml:7:1",
+            "many.toml:11:8",
             "many.toml:12:1",
             "many.toml:13:9",
             "many.toml:14:9",
@@ -176,17 +182,54 @@ async fn every_problem_is_reported_in_one_pass() {
         "{}",
         out.stderr
     );
-    assert!(
-        lines[2].contains("did you mean `temperature`?"),
+    assert_eq!(
+        lines[2],
+        "  many.toml:7:1  unknown key `temperatur` in `[generation]`: did you mean `temperature`?",
         "{}",
         out.stderr
     );
-    assert!(lines[3].contains("did you mean `limit`?"), "{}", out.stderr);
     assert!(
-        lines[5].contains("unknown variant `some`"),
+        lines[3].ends_with("dtaa.jsonl` matches no file"),
         "{}",
         out.stderr
     );
+    assert_eq!(
+        lines[4], "  many.toml:12:1  unknown key `limt` in `[[source]]`: did you mean `limit`?",
+        "{}",
+        out.stderr
+    );
+    assert!(
+        lines[6].contains("unknown variant `some`"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// `api-key-env` naming a variable that is not set passes, with a warning from `gen check`
+/// and from `gen doctor`: requests would go without a key.
+#[tokio::test]
+async fn an_unset_api_key_variable_is_a_warning() {
+    let project = Project::new();
+    project.write("a.jsonl", "{\"prompt\": \"hi\"}\n");
+    project.write(
+        "key.toml",
+        format!("[server]\nurl = \"http://127.0.0.1:9\"\napi-key-env = \"GEN_TEST_UNSET_KEY\"\n\n[generation]\nmax-tokens = 16\n{SOURCE}"),
+    );
+    let warning = "`[server] api-key-env` names `GEN_TEST_UNSET_KEY`, which is not set here: requests go without an API key";
+    let out = project.run(&["check", "key.toml"]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(
+        out.stderr.lines().next(),
+        Some(format!("warning: {warning}").as_str()),
+        "{}",
+        out.stderr
+    );
+    let out = project.run(&["doctor", "key.toml"]).await;
+    assert!(out.stdout.contains(warning), "{}", out.stdout);
+    let set = project
+        .run_with_env(&["check", "key.toml"], &[("GEN_TEST_UNSET_KEY", "k")])
+        .await;
+    assert_eq!((set.code, set.stderr.as_str()), (Some(0), ""));
 }
 
 /// A file that is not TOML at all (here JSON lines) stops after a few errors, saying so.
@@ -275,6 +318,7 @@ async fn the_quickstart_finds_the_cached_server_and_model_without_the_scripts_en
 #[tokio::test]
 async fn bad_configs_exit_2_with_file_line_column() {
     let project = Project::new();
+    project.write("a.jsonl", "{\"prompt\": \"hi\"}\n");
     let cases = cases();
     assert!(cases.len() >= 15);
     assert!(cases.iter().filter(|c| c.2.is_some()).count() >= 8);

@@ -66,6 +66,33 @@ async fn sighup_with_the_terminal_gone_stops_gracefully_and_keeps_every_answer()
     assert_complete(&audit, PROMPTS as u64);
 }
 
+/// Ctrl-C stops the run gracefully and says the one line that resumes it.
+#[tokio::test]
+async fn ctrl_c_says_how_to_resume() {
+    let server = FakeOpenAi::start(Knobs {
+        delay: Duration::from_millis(100),
+        ..Knobs::default()
+    })
+    .await;
+    let project = alpha_project(&server.url(), rows("alpha", 60));
+    let mut child = project.start(&["run", "cfg.toml", "--source", "alpha"]);
+    child
+        .until("8 requests", Duration::from_secs(60), || {
+            server.chat_requests() >= 8
+        })
+        .await;
+    child.signal("INT");
+    let out = child.finish(Duration::from_secs(60)).await;
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .lines()
+            .any(|l| l == "gen: interrupted; run `gen run cfg.toml --source alpha` again to resume"),
+        "{}",
+        out.stderr
+    );
+}
+
 /// Before: the requests waiting for a server to come back held the run for the whole 30 s
 /// grace, although none was in flight.
 #[tokio::test]
