@@ -134,6 +134,7 @@ fn completion(words: &mut Words, id: String, messages: Vec<Message>, i: u64) -> 
     CompletionRecord {
         id,
         source: "bench".into(),
+        source_key: None,
         model: "Qwen/Qwen3-8B".into(),
         messages,
         content,
