@@ -44,7 +44,24 @@ fn cases() -> Vec<(&'static str, String, Option<&'static str>)> {
         pin(
             "worker_key_with_underscore",
             format!("{base}{SOURCE}memory_limit = \"8G\"\n"),
-            "  worker_key_with_underscore.toml:10:1  unknown key `memory_limit` in `[[source]]`: did you mean `memory-limit`? (accepted: `name`, `path`, `repo`, `revision`, `config`, `split`, `files`, `format`, `limit`, `seed`, `prompt-field`, `messages-field`, `role-key`, `content-key`, `id-field`, `turns`, `max-turns`, `system-prompt`, `system-prompt-text`, `prompt-template`, `strip-tags`, `include`, `exclude`, `languages`, `language-field`, `dedup`, `min-chars`, `max-chars`, `tokenizer`, `min-prompt-tokens`, `max-prompt-tokens`, `resolve`, `resolve-placeholder`, `memory-limit`, `command`, `expected-prompts`, `on-length`, `order`)",
+            "  worker_key_with_underscore.toml:10:1  unknown key `memory_limit` in `[[source]]`: did you mean `memory-limit`? (accepted: `name`, `path`, `repo`, `revision`, `config`, `split`, `files`, `format`, `limit`, `seed`, `prompt-field`, `messages-field`, `role-key`, `content-key`, `id-field`, `turns`, `max-turns`, `system-prompt`, `system-prompt-text`, `prompt-template`, `strip-tags`, `include`, `exclude`, `languages`, `language-field`, `dedup`, `min-chars`, `max-chars`, `tokenizer`, `min-prompt-tokens`, `max-prompt-tokens`, `resolve`, `resolve-placeholder`, `memory-limit`, `command`, `expected-prompts`, `on-length`, `order`, `generation`)",
+        ),
+        pin(
+            "weight_not_a_number",
+            format!(
+                "{base}{SOURCE}[source.generation]\ntemperature = [{{ value = 0.6, weight = \"three\" }}]\n"
+            ),
+            "  weight_not_a_number.toml:11:40  invalid type: string \"three\", expected f64",
+        ),
+        pin(
+            "samples_zero",
+            format!("{base}samples = 0\n{SOURCE}"),
+            "  samples_zero.toml:6:11  `samples` must be at least 1",
+        ),
+        pin(
+            "distribution_on_seed",
+            format!("{base}{SOURCE}[source.generation]\nseed = [{{ value = 1, weight = 1 }}]\n"),
+            "  distribution_on_seed.toml:11:8  `seed` takes one value, not a weighted list (only `temperature`, `top-p`, `top-k`, `min-p` and `reasoning-effort` are drawn per request)",
         ),
         pin(
             "name_starts_with_a_dash",
