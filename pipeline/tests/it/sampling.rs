@@ -216,3 +216,35 @@ async fn samples_are_sent_back_to_back_with_their_own_seeds_and_survive_kill_nin
     let status = project.run(&["status", "cfg.toml"]).await.stdout;
     assert!(status.contains("30 prompts × 3 samples each"), "{status}");
 }
+
+/// Shards of a run with `samples = 2` merge into one directory `gen verify` accounts for:
+/// two ids per prompt, no gap.
+#[tokio::test]
+async fn shards_with_samples_merge_and_verify() {
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let project = Project::new();
+    project.write("data/math.jsonl", rows("math", 12));
+    let config = Config::new(&server.url())
+        .generation("max-tokens = 16\nconcurrency = 3\nsamples = 2")
+        .source("math", "data/math.jsonl");
+    project.config(&config);
+    for (shard, dir) in [("1/2", "host-1"), ("2/2", "host-2")] {
+        let out = project
+            .run(&["run", "cfg.toml", "--shard", shard, "--run-dir", dir])
+            .await;
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+    }
+    let merged = project
+        .run(&["merge", "--output", "merged", "host-1", "host-2"])
+        .await;
+    assert_eq!(merged.code, Some(0), "{}{}", merged.stdout, merged.stderr);
+    assert!(
+        merged.stdout.contains("0 gaps, 0 duplicates"),
+        "{}",
+        merged.stdout
+    );
+    let (code, audit) = project.verify_at("merged").await;
+    assert_eq!(code, Some(0), "{audit:#}");
+    assert_eq!(audit["totals"]["completed"], 24, "{audit:#}");
+    assert_eq!(audit["totals"]["unknown"], 0, "{audit:#}");
+}
