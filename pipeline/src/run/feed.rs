@@ -56,9 +56,7 @@ pub struct Skip {
 }
 
 impl Skip {
-    /// How the samples of prompt `id` stand. Sample 0's id is the prompt's own; a later one is
-    /// settled by its own id or by the prompt's (a duplicate of another source is settled
-    /// under the prompt's id: all its samples with it).
+    /// How the samples of prompt `id` stand, each by its own id (sample 0's is the prompt's).
     fn samples_of(&self, id: &str) -> Samples {
         let mut samples = Samples::default();
         for sample in 0..self.samples.max(1) {
@@ -71,8 +69,7 @@ impl Skip {
             };
             if self.done.contains(sample_id) {
                 samples.done += 1;
-            } else if self.settled.contains(sample_id) || (sample > 0 && self.settled.contains(id))
-            {
+            } else if self.settled.contains(sample_id) {
                 samples.settled += 1;
             } else {
                 samples.pending.push(sample);
@@ -222,7 +219,7 @@ impl Feed {
                 Fate::Answered(samples) | Fate::Send(_, samples) => samples,
                 Fate::Duplicate(prompt, earlier) => {
                     census.duplicates.push((prompt.id, earlier));
-                    // Settled under the prompt's id, every sample with it.
+                    // Every sample is settled with it: the others count as settled.
                     census.settled += u64::from(skip.samples.max(1)) - 1;
                     Samples::default()
                 }
@@ -471,8 +468,8 @@ mod tests {
         assert_eq!(drain(feed).await, ["b", "e"]);
     }
 
-    /// With `samples = 3` each prompt is three units: counted, streamed and told foreign by
-    /// their own ids; a prompt settled under its own id (a duplicate) settles its samples.
+    /// With `samples = 3` each prompt is three units: counted, streamed, settled and told
+    /// foreign by their own ids (a refused first sample leaves the others to send).
     #[tokio::test]
     async fn samples_are_units_of_work_with_ids_of_their_own() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -480,16 +477,16 @@ mod tests {
         let path = write(dir.path(), &prompts);
         let skip = Skip {
             samples: 3,
-            ..skip(&["a", "a#2", "c#1", "elsewhere#1"], &["b"])
+            ..skip(&["a", "a#2", "c#1", "elsewhere#1"], &["b", "b#2"])
         };
         let (census, feed) = Feed::open(&path, skip, Order::File).expect("open");
         assert_eq!(
             (census.prepared, census.done, census.settled, census.pending),
-            (9, 3, 3, 3)
+            (9, 3, 2, 4)
         );
         let foreign: Vec<u128> = census.foreign.keys().collect();
         assert_eq!(foreign, [ids::key("elsewhere#1")]);
-        assert_eq!(drain(feed).await, ["a#1", "c", "c#2"]);
+        assert_eq!(drain(feed).await, ["a#1", "b#1", "c", "c#2"]);
     }
 
     fn skip(done: &[&str], settled: &[&str]) -> Skip {

@@ -567,7 +567,7 @@ impl<'p> Sources<'p> {
     }
 
     /// Records source `i`'s prompts that another source holds (`(id, holder)`) as settled
-    /// duplicates in its `rejected.jsonl`.
+    /// duplicates in its `rejected.jsonl`, each sample of them.
     fn settle_duplicates(
         &mut self,
         i: usize,
@@ -575,8 +575,9 @@ impl<'p> Sources<'p> {
         reporter: &RunReporter,
     ) -> anyhow::Result<()> {
         let name = &self.list[i].status.name;
+        let samples = self.plan.settings[i].samples.get();
         let mut records = Vec::new();
-        for (id, j) in duplicates {
+        for (prompt_id, j) in duplicates {
             let holder = &self.list[*j].status.name;
             let reason = if *j < i {
                 format!("the same prompt is in the earlier source `{holder}`, which answers it")
@@ -586,14 +587,16 @@ impl<'p> Sources<'p> {
                      (this source was prepared after it had generated)"
                 )
             };
-            records.push(RejectedRecord {
-                id: id.clone(),
-                kind: RejectKind::Duplicate,
-                reason,
-                attempts: 0,
-                created_unix_ms: crate::sys::unix_ms(),
-                settings: None,
-            });
+            for sample in 0..samples {
+                records.push(RejectedRecord {
+                    id: crate::config::settings::sample_id(prompt_id, sample),
+                    kind: RejectKind::Duplicate,
+                    reason: reason.clone(),
+                    attempts: 0,
+                    created_unix_ms: crate::sys::unix_ms(),
+                    settings: None,
+                });
+            }
         }
         crate::store::append::json_lines(&self.run_dir.source(name).rejected(), &records, true)?;
         let later = duplicates.iter().filter(|(_, j)| *j > i).count();

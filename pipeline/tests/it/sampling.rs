@@ -248,3 +248,36 @@ async fn shards_with_samples_merge_and_verify() {
     assert_eq!(audit["totals"]["completed"], 24, "{audit:#}");
     assert_eq!(audit["totals"]["unknown"], 0, "{audit:#}");
 }
+
+/// A prompt an earlier source answers is settled in the later one for each of its samples:
+/// the audit adds up and a rerun sends nothing.
+#[tokio::test]
+async fn a_duplicate_of_an_earlier_source_is_settled_for_every_sample() {
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let project = Project::new();
+    let shared = "{\"prompt\": \"shared question\"}\n";
+    project.write("data/chat.jsonl", format!("{}{shared}", rows("chat", 3)));
+    project.write("data/math.jsonl", format!("{}{shared}", rows("math", 3)));
+    let config = Config::new(&server.url())
+        .generation("max-tokens = 16\nconcurrency = 3\nsamples = 2")
+        .source("chat", "data/chat.jsonl")
+        .source("math", "data/math.jsonl");
+    project.config(&config);
+    let out = project.run(&["run", "cfg.toml"]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(server.chat_requests(), 14);
+    let duplicates: Vec<Value> = project.rejected_of("math");
+    let ids: BTreeSet<&str> = duplicates.iter().filter_map(|r| r["id"].as_str()).collect();
+    assert_eq!(ids.len(), 2, "{duplicates:?}");
+    assert!(
+        duplicates.iter().all(|r| r["kind"] == "duplicate"),
+        "{duplicates:?}"
+    );
+    let (code, audit) = project.verify().await;
+    assert_eq!(code, Some(0), "{audit:#}");
+    assert_eq!(audit["totals"]["completed"], 14, "{audit:#}");
+    assert_eq!(audit["totals"]["rejected"], 2, "{audit:#}");
+    let again = project.run(&["run", "cfg.toml"]).await;
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
+    assert_eq!(server.chat_requests(), 14, "nothing sent again");
+}
