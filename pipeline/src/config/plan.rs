@@ -192,12 +192,6 @@ impl Plan {
         self.sources.iter().find(|s| s.name() == name)
     }
 
-    /// What the requests of source `name` ask for.
-    pub fn settings_of(&self, name: &str) -> Option<&Settings> {
-        let index = self.sources.iter().position(|s| s.name() == name)?;
-        self.settings.get(index)
-    }
-
     /// The worker settings of source `name`.
     pub fn worker(&self, name: &str) -> WorkerPlan {
         self.sources
