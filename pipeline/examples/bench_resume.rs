@@ -150,6 +150,11 @@ fn completion(words: &mut Words, id: String, messages: Vec<Message>, i: u64) -> 
         attempts: 1,
         latency_ms: 12_345,
         created_unix_ms: 1_760_000_000_000 + i,
+        sample: 0,
+        // What each record now stores of its request.
+        settings: serde_json::json!({"temperature": 0.6, "top_p": 0.95, "max_tokens": 8192})
+            .as_object()
+            .cloned(),
     }
 }
 

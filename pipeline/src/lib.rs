@@ -175,6 +175,10 @@ fn check_command(config: &Path) -> Result<ExitCode, CliError> {
         plan.sources.len(),
         plan.run_dir.display()
     );
+    for (source, settings) in plan.sources.iter().zip(&plan.settings) {
+        println!("  {}: {settings}", source.name());
+    }
+    println!("{}", run::pin::RULE);
     Ok(ExitCode::SUCCESS)
 }
 

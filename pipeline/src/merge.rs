@@ -39,8 +39,13 @@ fn source_names(shards: &[RunDir]) -> anyhow::Result<BTreeSet<String>> {
     Ok(names)
 }
 
-/// Merges one source of every shard into `out`.
-fn merge_source(name: &str, shards: &[RunDir], out: &RunDir) -> anyhow::Result<MergedSource> {
+/// Merges one source of every shard into `out`; each prompt is `samples` ids to account for.
+fn merge_source(
+    name: &str,
+    shards: &[RunDir],
+    out: &RunDir,
+    samples: u32,
+) -> anyhow::Result<MergedSource> {
     let target = out.source(name);
     fs_err::create_dir_all(target.root())?;
     let mut result = MergedSource::default();
@@ -52,7 +57,10 @@ fn merge_source(name: &str, shards: &[RunDir], out: &RunDir) -> anyhow::Result<M
         .find(|d| d.prompts().exists())
     {
         crate::store::prompts::for_each_prompt(&first.prompts(), |prompt| {
-            prompt_keys.push(ids::key(&prompt.id));
+            for sample in 0..samples {
+                let id = crate::config::settings::sample_id(&prompt.id, sample);
+                prompt_keys.push(ids::key(&id));
+            }
         })?;
         fs_err::copy(first.prompts(), target.prompts())?;
         if first.manifest().exists() {
@@ -119,9 +127,27 @@ pub fn merge_dirs(
         "`{}` already holds a run: merge into a new directory",
         output.display()
     );
+    // Every shard ran with the same settings: the first pin says them (samples per prompt,
+    // for the merge and for `gen verify` of the merged directory), for all prompts.
+    let pin = shards.iter().find_map(|shard| {
+        atomic::read_json::<crate::run::pin::RunPin>(&shard.root().join("run.json"))
+            .ok()
+            .flatten()
+    });
+    if let Some(pin) = &pin {
+        fs_err::create_dir_all(out.root())?;
+        let merged = crate::run::pin::RunPin {
+            shard: None,
+            ..pin.clone()
+        };
+        atomic::write_json(&out.root().join("run.json"), &merged)?;
+    }
     let mut results = BTreeMap::new();
     for name in source_names(shards)? {
-        let merged = merge_source(&name, shards, &out)?;
+        let samples = pin
+            .as_ref()
+            .map_or(1, |p| p.settings_of(&name).samples.get());
+        let merged = merge_source(&name, shards, &out, samples)?;
         results.insert(name, merged);
     }
     Ok(results)

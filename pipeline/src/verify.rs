@@ -156,17 +156,20 @@ pub fn audit(run_dir: &RunDir, config: Option<&str>) -> anyhow::Result<Audit> {
         .map(str::to_owned)
         .or_else(|| status.as_ref()?["config"].as_str().map(str::to_owned))
         .unwrap_or_else(|| "CONFIG".to_owned());
-    let (settings, shard, notes) = last_run(run_dir, &config);
+    let (pin, shard, notes) = last_run(run_dir, &config);
     let mut sources = Vec::new();
     for name in names {
         let phase = listed_sources
             .iter()
             .find(|(n, _)| *n == name)
             .and_then(|(_, phase)| *phase);
+        let settings = pin.as_ref().map(|pin| pin.settings_of(&name));
+        let fingerprint = settings.as_ref().map(crate::config::Settings::fingerprint);
         let judged = Judged {
             phase,
             run_finished,
-            settings: settings.as_deref(),
+            settings: fingerprint.as_deref(),
+            samples: settings.map_or(1, |s| s.samples.get()),
             shard,
             config: &config,
         };
@@ -239,10 +242,13 @@ fn source_names(
     Ok(names)
 }
 
-/// The fingerprint of the settings the last run used (a refusal recorded under others is sent
-/// again), and the share of prompts it holds (`--shard`), from `run.json`; a note when it does
-/// not decode (`config` for the advice).
-fn last_run(run_dir: &RunDir, config: &str) -> (Option<String>, Option<Shard>, Vec<String>) {
+/// The settings the last run used (`run.json`: a refusal recorded under others is sent again;
+/// each source's samples per prompt), and the share of prompts it holds (`--shard`); a note
+/// when it does not decode (`config` for the advice).
+fn last_run(
+    run_dir: &RunDir,
+    config: &str,
+) -> (Option<crate::run::pin::RunPin>, Option<Shard>, Vec<String>) {
     let pin = match atomic::read_json::<crate::run::pin::RunPin>(&run_dir.root().join("run.json")) {
         Ok(Some(pin)) => pin,
         Ok(None) => return (None, None, Vec::new()),
@@ -256,11 +262,7 @@ fn last_run(run_dir: &RunDir, config: &str) -> (Option<String>, Option<Shard>, V
         }
     };
     let shard = pin.shard.as_deref().and_then(|s| s.parse().ok());
-    (
-        Some(record::settings_fingerprint(pin.max_tokens, &pin.params)),
-        shard,
-        Vec::new(),
-    )
+    (Some(pin), shard, Vec::new())
 }
 
 impl Totals {
@@ -326,6 +328,8 @@ struct Judged<'a> {
     phase: Option<Phase>,
     run_finished: Option<bool>,
     settings: Option<&'a str>,
+    /// Answers per prompt: each prompt is that many ids to account for.
+    samples: u32,
     shard: Option<Shard>,
     config: &'a str,
 }
@@ -336,6 +340,7 @@ fn audit_source(dir: &SourceDir, name: &str, judged: &Judged<'_>) -> anyhow::Res
         phase: judged.phase,
         run_finished: judged.run_finished,
         settings: judged.settings,
+        samples: judged.samples.max(1),
         shard: judged.shard,
         config: judged.config,
         prompts_in_file: 0,
@@ -375,6 +380,8 @@ struct SourceAuditor<'a> {
     run_finished: Option<bool>,
     /// The fingerprint of the settings of the last run.
     settings: Option<&'a str>,
+    /// Answers per prompt, as the last run asked for them.
+    samples: u32,
     /// The share of prompts this run directory holds (`--shard`), from `run.json`.
     shard: Option<Shard>,
     /// The config to name in advice.
@@ -438,8 +445,8 @@ impl SourceAuditor<'_> {
             }
             return Ok(None);
         }
-        let shard = self.shard;
-        let (frames, scan) = frames::survey(&path, 0, |body| prompt_frame(body, shard))
+        let (shard, samples) = (self.shard, self.samples);
+        let (frames, scan) = frames::survey(&path, 0, |body| prompt_frame(body, shard, samples))
             .with_context(|| format!("failed to read `{}`", path.display()))?;
         let mut keys = Vec::with_capacity(scan.records as usize);
         let mut own = Vec::new();
@@ -456,7 +463,7 @@ impl SourceAuditor<'_> {
             Some(_) => IdSet::from_keys(own),
             None => prompt_ids.clone(),
         };
-        let repeated = listed - prompt_ids.len() as u64;
+        let repeated = (listed - prompt_ids.len() as u64) / u64::from(samples);
         let mut problems = Vec::new();
         if check.torn_bytes > 0 {
             // The prompts file is renamed into place whole: any damage is a problem.
@@ -496,7 +503,7 @@ impl SourceAuditor<'_> {
                     .to_owned(),
             );
         }
-        self.prompts_in_file = prompt_ids.len() as u64;
+        self.prompts_in_file = prompt_ids.len() as u64 / u64::from(samples);
         self.audit.prompts = own.len() as u64;
         Ok(Some((prompt_ids, own)))
     }
@@ -736,22 +743,34 @@ impl SourceAuditor<'_> {
         } else {
             String::new()
         };
+        let of = match self.samples {
+            1 => "prompts".to_owned(),
+            k => format!("samples ({k} per prompt)"),
+        };
         audit.missing = Some(format!(
-            "{} of its {} prompts have no completion yet{retry}: {why}; `gen run {}` sends \
+            "{} of its {} {of} have no completion yet{retry}: {why}; `gen run {}` sends \
              them",
             audit.pending, audit.prompts, self.config
         ));
     }
 }
 
-/// One frame of the prompts file: the keys of its prompt ids, and of those in `shard`.
-fn prompt_frame(body: frames::FrameBody<'_>, shard: Option<Shard>) -> std::io::Result<FrameAudit> {
+/// One frame of the prompts file: the keys of its prompts' sample ids (with one sample per
+/// prompt, the prompt ids), and of those in `shard`.
+fn prompt_frame(
+    body: frames::FrameBody<'_>,
+    shard: Option<Shard>,
+    samples: u32,
+) -> std::io::Result<FrameAudit> {
     let mut audit = FrameAudit::default();
     let mut add = |id: &str| {
-        let key = ids::key(id);
-        audit.keys.push(key);
-        if shard.is_some_and(|s| s.contains(id)) {
-            audit.own.push(key);
+        let own = shard.is_some_and(|s| s.contains(id));
+        for sample in 0..samples {
+            let key = ids::key(&crate::config::settings::sample_id(id, sample));
+            audit.keys.push(key);
+            if own {
+                audit.own.push(key);
+            }
         }
     };
     match body {
@@ -1115,6 +1134,47 @@ mod tests {
             text.lines().last(),
             Some("verdict: consistent: 0 lost, 0 duplicated, 0 unknown ids, every file decodes"),
             "{text}"
+        );
+    }
+
+    /// With `samples = 2` in `run.json`, each prompt is two ids to account for: a second
+    /// sample is no unknown id, and a missing one is pending.
+    #[test]
+    fn each_prompt_is_accounted_for_samples_times() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let run_dir = RunDir::new(tmp.path());
+        let prompts = prepared(&run_dir, 2);
+        let settings = crate::config::Settings {
+            max_tokens: 8,
+            samples: std::num::NonZeroU32::new(2).expect("non-zero"),
+            params: serde_json::Map::new(),
+            drawn: Default::default(),
+        };
+        let pin = crate::run::pin::RunPin {
+            layout: 1,
+            model: "m".into(),
+            max_tokens: 8,
+            params: serde_json::Map::new(),
+            sources: [("s".to_owned(), settings)].into(),
+            shard: None,
+        };
+        atomic::write_json(&run_dir.root().join("run.json"), &pin).expect("pin");
+        let second = Prompt {
+            id: format!("{}#1", prompts[0].id),
+            ..prompts[0].clone()
+        };
+        complete(&run_dir, &[&prompts[0], &prompts[1], &second]);
+        let audit = audit(&run_dir, None).expect("audit");
+        assert!(audit.consistent, "{audit:#?}");
+        let source = &audit.sources[0];
+        assert_eq!(
+            (source.prompts, source.completed, source.pending),
+            (4, 3, 1)
+        );
+        let missing = source.missing.as_deref().expect("a sample is missing");
+        assert!(
+            missing.starts_with("1 of its 4 samples (2 per prompt) have no completion yet"),
+            "{missing}"
         );
     }
 

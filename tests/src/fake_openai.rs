@@ -196,6 +196,8 @@ pub struct Received {
     /// The last user message of the request.
     pub prompt: String,
     pub at: Instant,
+    /// The request body as sent.
+    pub body: Value,
 }
 
 /// What the fake answers at `/version`, in vLLM's shape (`{"version": "0.32.0"}`).
@@ -433,6 +435,7 @@ async fn chat(State(shared): State<Arc<Shared>>, axum::Json(body): axum::Json<Va
         .push(Received {
             prompt: last_user.clone(),
             at: Instant::now(),
+            body: body.clone(),
         });
     if !knobs.delay.is_zero() {
         tokio::time::sleep(knobs.delay).await;

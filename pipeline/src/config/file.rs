@@ -55,23 +55,132 @@ pub struct ServerTable {
     pub stall_secs: Option<Spanned<i64>>,
 }
 
-/// `[generation]`: what each request asks for.
-#[derive(Debug, Clone, Deserialize)]
+/// `[generation]`: how many requests run at once and how often one is tried. What each
+/// request asks for is its [`SettingsTable`] keys, written in the same table.
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct GenerationTable {
-    pub max_tokens: Spanned<i64>,
     /// Requests in flight at once: a number, or `"auto"` (default) to let the controller tune
     /// it from the server's own signals.
     pub concurrency: Option<Spanned<toml::Value>>,
     /// Upper bound for `concurrency = "auto"`.
     pub max_concurrency: Option<Spanned<i64>>,
-    pub temperature: Option<Spanned<f64>>,
-    pub top_p: Option<Spanned<f64>>,
-    pub seed: Option<i64>,
-    /// Passed through as `chat_template_kwargs` (e.g. `{ enable_thinking = true }`).
-    pub chat_template_kwargs: Option<toml::Table>,
     /// Attempts per prompt on transient errors (default 4).
     pub max_attempts: Option<Spanned<i64>>,
+}
+
+/// What each request asks for: in `[generation]` for every source, and in a source's
+/// `[source.generation]`, whose keys replace those of `[generation]` for that source. The
+/// sampling keys take one value or a weighted list ([`Drawn`]) drawn per request.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct SettingsTable {
+    /// Answer budget in tokens (required in `[generation]`).
+    pub max_tokens: Option<Spanned<Drawn<i64>>>,
+    pub temperature: Option<Spanned<Drawn<f64>>>,
+    pub top_p: Option<Spanned<Drawn<f64>>>,
+    pub top_k: Option<Spanned<Drawn<i64>>>,
+    pub min_p: Option<Spanned<Drawn<f64>>>,
+    /// Passed through as `reasoning_effort` (e.g. `"low"`, `"high"`).
+    pub reasoning_effort: Option<Spanned<Drawn<String>>>,
+    pub seed: Option<Spanned<Drawn<i64>>>,
+    /// Answers per prompt (default 1), each its own record with its own seed.
+    pub samples: Option<Spanned<Drawn<i64>>>,
+    /// Passed through as `chat_template_kwargs` (e.g. `{ enable_thinking = true }`).
+    pub chat_template_kwargs: Option<toml::Table>,
+    /// Further keys of the request body, passed through as they are.
+    pub extra_body: Option<toml::Table>,
+}
+
+impl SettingsTable {
+    /// `self` with each key it lacks taken from `defaults`.
+    pub fn or(self, defaults: &SettingsTable) -> SettingsTable {
+        let d = defaults.clone();
+        SettingsTable {
+            max_tokens: self.max_tokens.or(d.max_tokens),
+            temperature: self.temperature.or(d.temperature),
+            top_p: self.top_p.or(d.top_p),
+            top_k: self.top_k.or(d.top_k),
+            min_p: self.min_p.or(d.min_p),
+            reasoning_effort: self.reasoning_effort.or(d.reasoning_effort),
+            seed: self.seed.or(d.seed),
+            samples: self.samples.or(d.samples),
+            chat_template_kwargs: self.chat_template_kwargs.or(d.chat_template_kwargs),
+            extra_body: self.extra_body.or(d.extra_body),
+        }
+    }
+}
+
+/// A setting's value as written: one value, or a weighted list to draw from
+/// (`[{ value = 0.6, weight = 3 }, { value = 1.0, weight = 1 }]`). Which keys may be drawn is
+/// decided at resolution, so a list on any other key gets a message that says so.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Drawn<T> {
+    One(T),
+    Weighted(Vec<Spanned<Choice<T>>>),
+}
+
+/// One entry of a weighted list.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a `{ value = …, weight = … }` table")]
+pub struct Choice<T> {
+    pub value: Spanned<T>,
+    pub weight: Spanned<f64>,
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Drawn<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(DrawnVisitor(std::marker::PhantomData))
+    }
+}
+
+struct DrawnVisitor<T>(std::marker::PhantomData<T>);
+
+impl<T> DrawnVisitor<T> {
+    fn one<'de, E, V>(value: V) -> Result<Drawn<T>, E>
+    where
+        T: Deserialize<'de>,
+        E: serde::de::Error,
+        V: serde::de::IntoDeserializer<'de, E>,
+    {
+        T::deserialize(value.into_deserializer()).map(Drawn::One)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for DrawnVisitor<T> {
+    type Value = Drawn<T>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a value, or a list of `{ value = …, weight = … }` tables")
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<Self::Value, E> {
+        Self::one(v)
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Self::Value, E> {
+        Self::one(v)
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Self::Value, E> {
+        Self::one(v)
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Self::Value, E> {
+        Self::one(v)
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Self::one(v.to_owned())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let mut choices = Vec::new();
+        while let Some(choice) = seq.next_element()? {
+            choices.push(choice);
+        }
+        Ok(Drawn::Weighted(choices))
+    }
 }
 
 /// The top-level keys, for "expected one of" messages.

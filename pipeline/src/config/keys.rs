@@ -7,7 +7,9 @@ use std::collections::BTreeSet;
 use serde::Deserialize;
 use serde::de::{self, Visitor};
 
-use super::file::{GenerationTable, RunTable, ServerTable, TOP_LEVEL_KEYS, WorkerTable};
+use super::file::{
+    GenerationTable, RunTable, ServerTable, SettingsTable, TOP_LEVEL_KEYS, WorkerTable,
+};
 
 /// A table of the config file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,8 +18,11 @@ pub enum Table {
     Run,
     Server,
     Generation,
-    /// One `[[source]]`: the data keys of `gen_sources::SourceSpec` and the worker keys.
+    /// One `[[source]]`: the data keys of `gen_sources::SourceSpec`, the worker keys and
+    /// `generation`.
     Source,
+    /// A source's `[source.generation]`: the request settings of `[generation]`.
+    SourceGeneration,
     /// One dataset of a source's `resolve`.
     Resolve,
 }
@@ -29,12 +34,18 @@ impl Table {
             Table::TopLevel => TOP_LEVEL_KEYS.to_vec(),
             Table::Run => fields_of::<RunTable>().to_vec(),
             Table::Server => fields_of::<ServerTable>().to_vec(),
-            Table::Generation => fields_of::<GenerationTable>().to_vec(),
+            Table::Generation => {
+                let mut keys = fields_of::<GenerationTable>().to_vec();
+                keys.extend(settings_keys());
+                keys
+            }
             Table::Source => {
                 let mut keys = fields_of::<gen_sources::SourceSpec>().to_vec();
                 keys.extend(worker_keys());
+                keys.push(SOURCE_GENERATION);
                 keys
             }
+            Table::SourceGeneration => settings_keys().to_vec(),
             Table::Resolve => fields_of::<gen_sources::spec::ResolveSpec>().to_vec(),
         }
     }
@@ -47,6 +58,7 @@ impl Table {
             Table::Server => "in `[server]`",
             Table::Generation => "in `[generation]`",
             Table::Source => "in `[[source]]`",
+            Table::SourceGeneration => "in `[source.generation]`",
             Table::Resolve => "in a `resolve` dataset",
         }
     }
@@ -58,6 +70,15 @@ pub fn worker_keys() -> &'static [&'static str] {
     fields_of::<WorkerTable>()
 }
 
+/// The key of a `[[source]]` that holds its `[source.generation]` table.
+pub const SOURCE_GENERATION: &str = "generation";
+
+/// The keys of `[generation]` that say what a request asks for ([`SettingsTable`]); a
+/// `[source.generation]` takes these only.
+pub fn settings_keys() -> &'static [&'static str] {
+    fields_of::<SettingsTable>()
+}
+
 /// Every key accepted anywhere in a config file. Advice that names a setting (`gen diagnose`,
 /// `gen doctor`, error hints) must name one of these.
 pub fn accepted_keys() -> BTreeSet<&'static str> {
@@ -67,6 +88,7 @@ pub fn accepted_keys() -> BTreeSet<&'static str> {
         Table::Server,
         Table::Generation,
         Table::Source,
+        Table::SourceGeneration,
         Table::Resolve,
     ]
     .into_iter()
@@ -146,6 +168,20 @@ mod tests {
         }
         assert!(Table::Server.keys().contains(&"max-outage-secs"));
         assert!(Table::Generation.keys().contains(&"max-tokens"));
+        assert!(Table::Generation.keys().contains(&"concurrency"));
+        assert!(source.contains(&"generation"));
+        let per_source = Table::SourceGeneration.keys();
+        for key in [
+            "temperature",
+            "top-p",
+            "top-k",
+            "min-p",
+            "reasoning-effort",
+            "samples",
+        ] {
+            assert!(per_source.contains(&key), "{key} in {per_source:?}");
+        }
+        assert!(!per_source.contains(&"concurrency"));
         assert!(Table::Run.keys().contains(&"max-parallel-prep"));
         assert!(Table::Resolve.keys().contains(&"field"));
         let all = accepted_keys();

@@ -1,6 +1,7 @@
 //! `datasets.toml`: the raw file ([`file`]), the keys it accepts ([`keys`]), its resolution
-//! into a [`Plan`] ([`plan`]), problem reporting with `file:line:column` ([`problem`]), the
-//! value types of settings ([`values`]) and the variable syntax of launch arguments ([`launch`]).
+//! into a [`Plan`] ([`plan`]), what one source's requests ask for ([`settings`]), problem
+//! reporting with `file:line:column` ([`problem`]), the value types of settings ([`values`])
+//! and the variable syntax of launch arguments ([`launch`]).
 
 pub mod file;
 mod inputs;
@@ -8,8 +9,10 @@ pub mod keys;
 pub mod launch;
 pub mod plan;
 pub mod problem;
+pub mod settings;
 pub mod values;
 
 pub use keys::accepted_keys;
 pub use plan::{GenerationPlan, Plan, ServerPlan};
 pub use problem::{ConfigError, Problem};
+pub use settings::Settings;

@@ -4,19 +4,23 @@
 //! Each top-level table and each `[[source]]` is deserialized on its own from toml's spanned
 //! tree, so one bad key does not hide the problems in the rest of the file.
 
-use std::num::NonZeroUsize;
+use std::num::{NonZeroU32, NonZeroUsize};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use gen_sources::SourceSpec;
+use serde::Serialize;
 use serde::de::{Deserialize, IntoDeserializer};
 use serde_json::{Map, Value};
 use toml::Spanned;
 use toml::de::{DeTable, DeValue};
 
-use super::file::{GenerationTable, RunTable, ServerTable, TOP_LEVEL_KEYS, WorkerTable};
+use super::file::{
+    Drawn, GenerationTable, RunTable, ServerTable, SettingsTable, TOP_LEVEL_KEYS, WorkerTable,
+};
 use super::keys::{self, Table};
 use super::problem::{ConfigError, Problem};
+use super::settings::{Settings, Weighted};
 
 const DEFAULT_PARALLEL_PREP: usize = 2;
 const DEFAULT_STALL_SECS: usize = 1800;
@@ -48,6 +52,8 @@ pub struct Plan {
     pub sources: Vec<SourceSpec>,
     /// How each source's preparation worker runs, parallel to `sources`.
     pub workers: Vec<WorkerPlan>,
+    /// What each source's requests ask for, parallel to `sources`.
+    pub settings: Vec<Settings>,
 }
 
 /// How one source's preparation worker runs.
@@ -93,10 +99,12 @@ impl ServerPlan {
 
 #[derive(Debug, Clone)]
 pub struct GenerationPlan {
+    /// `[generation]`'s: what a request outside any source (a test prompt, `gen bench`)
+    /// asks for; each source's own are [`Plan::settings`].
     pub max_tokens: u32,
     pub concurrency: Concurrency,
     pub max_attempts: u32,
-    /// Sampling parameters passed through in every request body.
+    /// `[generation]`'s sampling parameters that are one value (drawn ones are left out).
     pub params: Map<String, Value>,
 }
 
@@ -368,7 +376,16 @@ impl<'t> PlanResolver<'t> {
         if tables.sources.is_empty() && tables.sources_ok {
             self.missing(None, "no sources: add at least one `[[source]]` table");
         }
-        let (sources, workers) = self.resolve_sources(tables.sources);
+        let defaults = match &tables.generation {
+            Some(Some((_, settings, span))) => {
+                if !tables.max_tokens_written {
+                    self.missing(Some(span.clone()), "`[generation]` needs `max-tokens = …`");
+                }
+                settings.clone()
+            }
+            _ => SettingsTable::default(),
+        };
+        let (sources, workers, settings) = self.resolve_sources(tables.sources, &defaults);
         (self.sources, self.workers) = (sources.clone(), workers.clone());
         let mut server_host_memory = None;
         let server = match tables.server {
@@ -392,7 +409,10 @@ impl<'t> PlanResolver<'t> {
                 );
                 None
             }
-            Some(parsed) => parsed.map(|g| self.generation(g)),
+            Some(parsed) => parsed.map(|(g, _, _)| {
+                let defaults = self.settings(&defaults);
+                self.generation(g, defaults)
+            }),
         };
         let (run, server, generation) = (tables.run?, server?, generation?);
         let (base_dir, run_dir) = run_dir(path, &run);
@@ -420,6 +440,7 @@ impl<'t> PlanResolver<'t> {
             generation,
             sources,
             workers,
+            settings,
         })
     }
 
@@ -456,6 +477,7 @@ impl<'t> PlanResolver<'t> {
             server: None,
             generation: None,
             sources: Vec::new(),
+            max_tokens_written: false,
             sources_ok: true,
         };
         for (key, value) in table {
@@ -467,8 +489,17 @@ impl<'t> PlanResolver<'t> {
                     tables.server = Some(parsed.map(|s| (s, span)));
                 }
                 "generation" => {
-                    tables.generation =
-                        Some(self.section::<GenerationTable>(value, Some(Table::Generation)));
+                    let span = value.span();
+                    let value = self.known_keys(value, Table::Generation);
+                    let (settings, rest) = split_keys(value, keys::settings_keys());
+                    // Absent, not refused: a refused value is reported as such.
+                    tables.max_tokens_written = matches!(
+                        settings.get_ref(),
+                        DeValue::Table(t) if t.iter().any(|(k, _)| k.get_ref() == "max-tokens")
+                    );
+                    let generation = self.section::<GenerationTable>(rest, None);
+                    let settings = self.section::<SettingsTable>(settings, None);
+                    tables.generation = Some(generation.zip(settings).map(|(g, s)| (g, s, span)));
                 }
                 "source" => tables.sources_ok &= self.read_sources(value, &mut tables.sources),
                 other => {
@@ -485,7 +516,7 @@ impl<'t> PlanResolver<'t> {
     fn read_sources(
         &mut self,
         value: Spanned<DeValue<'t>>,
-        sources: &mut Vec<(SourceSpec, WorkerTable)>,
+        sources: &mut Vec<(SourceSpec, WorkerTable, SettingsTable)>,
     ) -> bool {
         let span = value.span();
         let DeValue::Array(entries) = value.into_inner() else {
@@ -498,29 +529,50 @@ impl<'t> PlanResolver<'t> {
         let mut all_ok = true;
         for entry in entries {
             let entry = self.known_keys(entry, Table::Source);
-            let (worker, entry) = split_worker_keys(entry);
+            let (generation, entry) = split_keys(entry, &[keys::SOURCE_GENERATION]);
+            let settings = match generation.into_inner() {
+                DeValue::Table(table) => match table.into_iter().next() {
+                    Some((_, value)) => {
+                        self.section::<SettingsTable>(value, Some(Table::SourceGeneration))
+                    }
+                    None => Some(SettingsTable::default()),
+                },
+                _ => Some(SettingsTable::default()),
+            };
+            let (worker, entry) = split_keys(entry, keys::worker_keys());
             let worker = self.section::<WorkerTable>(worker, None);
-            match (self.section::<SourceSpec>(entry, None), worker) {
-                (Some(spec), Some(worker)) => sources.push((spec, worker)),
+            match (self.section::<SourceSpec>(entry, None), worker, settings) {
+                (Some(spec), Some(worker), Some(settings)) => {
+                    sources.push((spec, worker, settings));
+                }
                 _ => all_ok = false,
             }
         }
         all_ok
     }
 
-    /// The sources, checked together, and their workers.
+    /// The sources, checked together, their workers, and their request settings
+    /// (`defaults`, `[generation]`'s, under each source's own).
     fn resolve_sources(
         &mut self,
-        sources: Vec<(SourceSpec, WorkerTable)>,
-    ) -> (Vec<SourceSpec>, Vec<WorkerPlan>) {
-        let specs: Vec<SourceSpec> = sources.iter().map(|(s, _)| s.clone()).collect();
-        let custom: Vec<bool> = sources.iter().map(|(_, w)| w.command.is_some()).collect();
-        self.check_sources(&specs, &custom);
-        let workers: Vec<WorkerPlan> = sources
-            .into_iter()
-            .map(|(spec, w)| self.worker(&spec, w))
+        sources: Vec<(SourceSpec, WorkerTable, SettingsTable)>,
+        defaults: &SettingsTable,
+    ) -> (Vec<SourceSpec>, Vec<WorkerPlan>, Vec<Settings>) {
+        let specs: Vec<SourceSpec> = sources.iter().map(|(s, _, _)| s.clone()).collect();
+        let custom: Vec<bool> = sources
+            .iter()
+            .map(|(_, w, _)| w.command.is_some())
             .collect();
-        (specs, workers)
+        self.check_sources(&specs, &custom);
+        let mut workers = Vec::new();
+        let mut settings = Vec::new();
+        for (spec, worker, own) in sources {
+            workers.push(self.worker(&spec, worker));
+            // A problem of `[generation]` is found again here, at the same place: the list
+            // drops the repeats.
+            settings.push(self.settings(&own.or(defaults)));
+        }
+        (specs, workers, settings)
     }
 
     fn check_sources(&mut self, sources: &[SourceSpec], custom: &[bool]) {
@@ -776,17 +828,7 @@ impl<'t> PlanResolver<'t> {
         }
     }
 
-    fn generation(&mut self, generation: GenerationTable) -> GenerationPlan {
-        let max_tokens = match u32::try_from(*generation.max_tokens.get_ref()) {
-            Ok(n) if n > 0 => n,
-            _ => {
-                self.problem(
-                    Some(generation.max_tokens.span()),
-                    "`max-tokens` must be between 1 and 4294967295",
-                );
-                1
-            }
-        };
+    fn generation(&mut self, generation: GenerationTable, defaults: Settings) -> GenerationPlan {
         let concurrency = self.concurrency(&generation);
         let max_attempts = self.positive(
             &generation.max_attempts,
@@ -794,10 +836,10 @@ impl<'t> PlanResolver<'t> {
             DEFAULT_MAX_ATTEMPTS as usize,
         );
         GenerationPlan {
-            max_tokens,
+            max_tokens: defaults.max_tokens,
             concurrency,
             max_attempts: u32::try_from(max_attempts.get()).unwrap_or(u32::MAX),
-            params: self.sampling_params(generation),
+            params: defaults.params,
         }
     }
 
@@ -837,29 +879,153 @@ impl<'t> PlanResolver<'t> {
         }
     }
 
-    /// The sampling settings sent with every request, under their OpenAI API names.
-    fn sampling_params(&mut self, generation: GenerationTable) -> Map<String, Value> {
+    /// Resolves request settings (a source's, `[generation]`'s under them): each key under
+    /// its request name, the weighted lists apart. `max-tokens` absent is reported by the
+    /// caller (`[generation]` needs it).
+    fn settings(&mut self, table: &SettingsTable) -> Settings {
         let mut params = Map::new();
-        if let Some(t) = &generation.temperature {
-            if !(0.0..=10.0).contains(t.get_ref()) {
-                self.problem(Some(t.span()), "`temperature` must be between 0 and 10");
+        if let Some(extra) = &table.extra_body {
+            // The named keys below win over the same key here.
+            let extra = serde_json::to_value(extra).expect("a toml table is valid JSON");
+            if let Value::Object(extra) = extra {
+                params.extend(extra);
             }
-            params.insert("temperature".into(), Value::from(*t.get_ref()));
         }
-        if let Some(p) = &generation.top_p {
-            if !(0.0..=1.0).contains(p.get_ref()) || *p.get_ref() == 0.0 {
-                self.problem(Some(p.span()), "`top-p` must be in (0, 1]");
-            }
-            params.insert("top_p".into(), Value::from(*p.get_ref()));
+        let mut drawn = std::collections::BTreeMap::new();
+        let mut sampled = Sampled {
+            resolver: self,
+            params: &mut params,
+            drawn: &mut drawn,
+        };
+        sampled.key(&table.temperature, "temperature", "between 0 and 10", |t| {
+            (0.0..=10.0).contains(t)
+        });
+        sampled.key(&table.top_p, "top-p", "in (0, 1]", |p| {
+            *p > 0.0 && *p <= 1.0
+        });
+        sampled.key(&table.top_k, "top-k", "-1 (off) or more", |k| *k >= -1);
+        sampled.key(&table.min_p, "min-p", "between 0 and 1", |p| {
+            (0.0..=1.0).contains(p)
+        });
+        sampled.key(
+            &table.reasoning_effort,
+            "reasoning-effort",
+            "a level such as \"low\" or \"high\"",
+            |e| !e.trim().is_empty(),
+        );
+        let max_tokens = self.one(&table.max_tokens, "max-tokens").map_or(1, |n| {
+            u32::try_from(*n.get_ref())
+                .ok()
+                .filter(|n| *n > 0)
+                .unwrap_or_else(|| {
+                    self.problem(
+                        Some(n.span()),
+                        "`max-tokens` must be between 1 and 4294967295",
+                    );
+                    1
+                })
+        });
+        let samples = self
+            .one(&table.samples, "samples")
+            .map_or(NonZeroU32::MIN, |n| {
+                u32::try_from(*n.get_ref())
+                    .ok()
+                    .and_then(NonZeroU32::new)
+                    .unwrap_or_else(|| {
+                        self.problem(Some(n.span()), "`samples` must be at least 1");
+                        NonZeroU32::MIN
+                    })
+            });
+        if let Some(seed) = self.one(&table.seed, "seed") {
+            params.insert("seed".into(), Value::from(seed.into_inner()));
         }
-        if let Some(seed) = generation.seed {
-            params.insert("seed".into(), Value::from(seed));
-        }
-        if let Some(kwargs) = generation.chat_template_kwargs {
+        if let Some(kwargs) = &table.chat_template_kwargs {
             let kwargs = serde_json::to_value(kwargs).expect("a toml table is valid JSON");
             params.insert("chat_template_kwargs".into(), kwargs);
         }
-        params
+        Settings {
+            max_tokens,
+            samples,
+            params,
+            drawn,
+        }
+    }
+
+    /// The value of `key`, which takes one value only: a weighted list is reported.
+    fn one<T: Clone>(
+        &mut self,
+        value: &Option<Spanned<Drawn<T>>>,
+        key: &str,
+    ) -> Option<Spanned<T>> {
+        let value = value.as_ref()?;
+        match value.get_ref() {
+            Drawn::One(one) => Some(Spanned::new(value.span(), one.clone())),
+            Drawn::Weighted(_) => {
+                self.problem(
+                    Some(value.span()),
+                    format!(
+                        "`{key}` takes one value, not a weighted list (only `temperature`, \
+                         `top-p`, `top-k`, `min-p` and `reasoning-effort` are drawn per request)"
+                    ),
+                );
+                None
+            }
+        }
+    }
+}
+
+/// Resolves the keys that may be a weighted list, into the request's parameters or its draws.
+struct Sampled<'r, 't> {
+    resolver: &'r mut PlanResolver<'t>,
+    params: &'r mut Map<String, Value>,
+    drawn: &'r mut std::collections::BTreeMap<String, Vec<Weighted>>,
+}
+
+impl Sampled<'_, '_> {
+    /// `key` (a file name, sent as its request name), each value checked against `valid`
+    /// (`rule` says what it must be), each weight positive.
+    fn key<T: Serialize>(
+        &mut self,
+        value: &Option<Spanned<Drawn<T>>>,
+        key: &str,
+        rule: &str,
+        valid: impl Fn(&T) -> bool,
+    ) {
+        let Some(value) = value else { return };
+        let name = key.replace('-', "_");
+        let check = |resolver: &mut PlanResolver<'_>, span: std::ops::Range<usize>, v: &T| {
+            if !valid(v) {
+                resolver.problem(Some(span), format!("`{key}` must be {rule}"));
+            }
+            serde_json::to_value(v).expect("a setting serializes")
+        };
+        match value.get_ref() {
+            Drawn::One(one) => {
+                let one = check(self.resolver, value.span(), one);
+                self.params.insert(name, one);
+            }
+            Drawn::Weighted(choices) => {
+                let mut list = Vec::new();
+                for choice in choices {
+                    let choice = choice.get_ref();
+                    let value = check(self.resolver, choice.value.span(), choice.value.get_ref());
+                    let weight = *choice.weight.get_ref();
+                    if !(weight.is_finite() && weight > 0.0) {
+                        let message = format!("a weight of `{key}` must be a positive number");
+                        self.resolver.problem(Some(choice.weight.span()), message);
+                    }
+                    list.push(Weighted { value, weight });
+                }
+                if list.is_empty() {
+                    let message = format!(
+                        "`{key}` lists no choices: give one value, or at least one `{{ value = …, weight = … }}`"
+                    );
+                    self.resolver.problem(Some(value.span()), message);
+                } else {
+                    self.drawn.insert(name, list);
+                }
+            }
+        }
     }
 }
 
@@ -869,8 +1035,11 @@ struct Tables {
     run: Option<RunTable>,
     /// `None` when absent, `Some(None)` when it does not deserialize; with its span.
     server: Option<Option<(ServerTable, std::ops::Range<usize>)>>,
-    generation: Option<Option<GenerationTable>>,
-    sources: Vec<(SourceSpec, WorkerTable)>,
+    /// With `[generation]`'s request settings and its span.
+    generation: Option<Option<(GenerationTable, SettingsTable, std::ops::Range<usize>)>>,
+    sources: Vec<(SourceSpec, WorkerTable, SettingsTable)>,
+    /// `[generation]` has a `max-tokens` key (its value may have been refused).
+    max_tokens_written: bool,
     /// Every `[[source]]` deserialized: no source at all is then a problem of its own.
     sources_ok: bool,
 }
@@ -920,17 +1089,21 @@ const LISTED_KEYS: usize = 16;
 const MAX_SYNTAX_ERRORS: usize = 10;
 const SHOWN_SYNTAX_ERRORS: usize = 3;
 
-/// Splits the worker keys (`memory-limit`, `command`, …) off a `[[source]]` entry: they are
-/// the pipeline's business, the rest is the sources crate's.
-fn split_worker_keys(entry: Spanned<DeValue<'_>>) -> (Spanned<DeValue<'_>>, Spanned<DeValue<'_>>) {
+/// Splits the entries whose key is one of `keys` off a table entry: the worker keys of a
+/// `[[source]]` (the pipeline's business; the rest is the sources crate's), its `generation`,
+/// or the request settings of `[generation]`.
+fn split_keys<'t>(
+    entry: Spanned<DeValue<'t>>,
+    keys: &[&str],
+) -> (Spanned<DeValue<'t>>, Spanned<DeValue<'t>>) {
     let span = entry.span();
     match entry.into_inner() {
         DeValue::Table(table) => {
-            let (worker, rest): (Vec<_>, Vec<_>) = table
+            let (matching, rest): (Vec<_>, Vec<_>) = table
                 .into_iter()
-                .partition(|(key, _)| keys::worker_keys().contains(&key.get_ref().as_ref()));
+                .partition(|(key, _)| keys.contains(&key.get_ref().as_ref()));
             (
-                Spanned::new(span.clone(), DeValue::Table(worker.into_iter().collect())),
+                Spanned::new(span.clone(), DeValue::Table(matching.into_iter().collect())),
                 Spanned::new(span, DeValue::Table(rest.into_iter().collect())),
             )
         }
@@ -1057,5 +1230,80 @@ path = "a.jsonl"
         assert!(problems(&empty)[0].contains("`urls` is empty"));
         let outage = GOOD.replace("[server]", "[server]\nmax-outage-secs = 0");
         assert!(problems(&outage)[0].contains("`max-outage-secs` must be at least 1"));
+    }
+
+    #[test]
+    fn a_source_generation_overrides_generation_and_lists_are_drawn() {
+        let text = GOOD.replace(
+            "max-tokens = 64",
+            "max-tokens = 64\ntemperature = 0.6\nseed = 7\nsamples = 2",
+        ) + r#"
+[[source]]
+name = "math"
+path = "m.jsonl"
+
+[source.generation]
+max-tokens = 512
+temperature = [{ value = 0.6, weight = 3 }, { value = 1.0, weight = 1 }]
+reasoning-effort = "high"
+"#;
+        let plan = Plan::from_text(Path::new("x.toml"), &text).expect("valid");
+        let (a, math) = (&plan.settings[0], &plan.settings[1]);
+        assert_eq!((a.max_tokens, a.samples.get()), (64, 2));
+        assert_eq!(a.params["temperature"], 0.6);
+        assert_eq!((math.max_tokens, math.samples.get()), (512, 2));
+        assert!(!math.params.contains_key("temperature"));
+        assert_eq!(math.drawn["temperature"].len(), 2);
+        assert_eq!(math.drawn["temperature"][0].weight, 3.0);
+        assert_eq!(math.params["reasoning_effort"], "high");
+        assert_eq!(math.params["seed"], 7);
+        // Keys `[generation]` does not set stay unset for the other source.
+        assert!(!a.params.contains_key("reasoning_effort"));
+        assert_eq!(plan.generation.max_tokens, 64);
+    }
+
+    #[test]
+    fn bad_weights_samples_and_lists_on_single_keys_are_located() {
+        let text = GOOD.to_owned()
+            + r#"
+[source.generation]
+temperature = [{ value = 0.6, weight = "three" }]
+top-p = [{ value = 0.9, weight = 0 }]
+samples = 0
+seed = [{ value = 1, weight = 1 }]
+min-p = []
+colour = 1
+"#;
+        let found = problems(&text);
+        assert_eq!(found.len(), 6, "{found:#?}");
+        assert!(
+            found[0].starts_with("14:40 invalid type: string \"three\", expected f64"),
+            "{found:#?}"
+        );
+        assert_eq!(
+            found[1],
+            "15:34 a weight of `top-p` must be a positive number"
+        );
+        assert_eq!(found[2], "16:11 `samples` must be at least 1");
+        assert!(
+            found[3].starts_with("17:8 `seed` takes one value, not a weighted list"),
+            "{found:#?}"
+        );
+        assert!(
+            found[4].starts_with("18:9 `min-p` lists no choices"),
+            "{found:#?}"
+        );
+        assert!(
+            found[5].starts_with("19:1 unknown key `colour` in `[source.generation]`"),
+            "{found:#?}"
+        );
+        // `[generation]` run knobs are not per source.
+        let found = problems(&(GOOD.to_owned() + "[source.generation]\nconcurrency = 2\n"));
+        assert!(found[0].contains("unknown key `concurrency`"), "{found:#?}");
+        let found = problems(&GOOD.replace("max-tokens = 64", "top-k = 40"));
+        assert!(
+            found[0].contains("`[generation]` needs `max-tokens"),
+            "{found:#?}"
+        );
     }
 }

@@ -176,7 +176,11 @@ async fn context(
     api_key: Option<&str>,
 ) -> Check {
     match server_context(client, url, served, listed, api_key).await {
-        Some((tokens, what)) => context_check(tokens, what, plan.generation.max_tokens),
+        // The largest budget of any source must fit.
+        Some((tokens, what)) => {
+            let budget = plan.settings.iter().map(|s| s.max_tokens).max();
+            context_check(tokens, what, budget.unwrap_or(plan.generation.max_tokens))
+        }
         None => Check::new(
             "context",
             Level::Ok,

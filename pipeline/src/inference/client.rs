@@ -186,9 +186,19 @@ impl ChatClient {
         self.max_tokens
     }
 
-    fn body<'a>(&'a self, messages: &'a [Message], max_tokens: u32) -> RequestBody<'a> {
+    /// The parameters each request carries unless it is given others.
+    pub fn params(&self) -> &Map<String, Value> {
+        &self.params
+    }
+
+    fn body<'a>(
+        &'a self,
+        messages: &'a [Message],
+        max_tokens: u32,
+        params: &'a Map<String, Value>,
+    ) -> RequestBody<'a> {
         RequestBody {
-            params: &self.params,
+            params,
             model: &self.model,
             messages,
             max_tokens,
@@ -201,7 +211,18 @@ impl ChatClient {
         messages: &[Message],
         max_tokens: u32,
     ) -> Result<Completion, RequestError> {
-        self.complete_timed(messages, max_tokens)
+        self.complete_with(messages, max_tokens, &self.params).await
+    }
+
+    /// [`ChatClient::complete`] with `params` instead of the client's own (a source's
+    /// settings, a sample's seed and drawn values).
+    pub async fn complete_with(
+        &self,
+        messages: &[Message],
+        max_tokens: u32,
+        params: &Map<String, Value>,
+    ) -> Result<Completion, RequestError> {
+        self.timed(messages, max_tokens, params)
             .await
             .map(|timed| timed.completion)
     }
@@ -213,8 +234,17 @@ impl ChatClient {
         messages: &[Message],
         max_tokens: u32,
     ) -> Result<TimedCompletion, RequestError> {
+        self.timed(messages, max_tokens, &self.params).await
+    }
+
+    async fn timed(
+        &self,
+        messages: &[Message],
+        max_tokens: u32,
+        params: &Map<String, Value>,
+    ) -> Result<TimedCompletion, RequestError> {
         let started = std::time::Instant::now();
-        let response = self.send(messages, max_tokens).await?;
+        let response = self.send(messages, max_tokens, params).await?;
         let (mut completion, reasoning, first_token) = self.read_stream(response, started).await?;
         if !reasoning.is_empty() {
             completion.reasoning_content = Some(reasoning);
@@ -238,12 +268,13 @@ impl ChatClient {
         &self,
         messages: &[Message],
         max_tokens: u32,
+        params: &Map<String, Value>,
     ) -> Result<reqwest::Response, RequestError> {
         let request = match &self.parsed_url {
             Some(url) => self.http.post(url.clone()),
             None => self.http.post(&self.url),
         };
-        let mut request = request.json(&self.body(messages, max_tokens));
+        let mut request = request.json(&self.body(messages, max_tokens, params));
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }
@@ -465,7 +496,8 @@ mod tests {
         let client =
             ChatClient::new("http://127.0.0.1:1", "m".into(), None, 8, params).expect("client");
         let messages = [Message::new(gen_sources::Role::User, "hi".to_owned())];
-        let body = serde_json::to_value(client.body(&messages, 16)).expect("serializes");
+        let body =
+            serde_json::to_value(client.body(&messages, 16, &client.params)).expect("serializes");
         assert_eq!(
             body,
             json!({

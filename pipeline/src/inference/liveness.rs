@@ -182,11 +182,21 @@ impl Liveness {
     /// Whether the server answers a one-line test prompt with the run's settings and a budget
     /// of `max_tokens` (what `/health` cannot tell); how the request failed when it does not.
     pub async fn answers(client: &ChatClient, max_tokens: u32) -> Result<(), RequestError> {
+        Liveness::answers_with(client, max_tokens, client.params()).await
+    }
+
+    /// [`Liveness::answers`] with `params` instead of the client's own (a source's settings).
+    pub async fn answers_with(
+        client: &ChatClient,
+        max_tokens: u32,
+        params: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<(), RequestError> {
         let question = [gen_sources::Message::new(
             gen_sources::Role::User,
             "Reply with the single word OK.".to_owned(),
         )];
-        match tokio::time::timeout(PROBE_TIMEOUT, client.complete(&question, max_tokens)).await {
+        let answer = client.complete_with(&question, max_tokens, params);
+        match tokio::time::timeout(PROBE_TIMEOUT, answer).await {
             Ok(answer) => answer.map(|_| ()),
             Err(_) => Err(RequestError::Transient(format!(
                 "the test request got no answer within {} s",

@@ -38,9 +38,10 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
-use super::feed::Prompts;
+use super::feed::{Pending, Prompts};
 use super::fleet::{Backend, Fleet, Lease};
 use super::refusal::{Judgement, Refusals};
+use crate::config::Settings;
 use crate::config::values::LengthPolicy;
 use crate::inference::RequestError;
 use crate::inference::client::{Completion, Usage};
@@ -86,7 +87,6 @@ pub struct Dispatcher {
     pub fleet: Fleet,
     /// The model every server serves (recorded with each completion whose chunks name none).
     pub model: Arc<str>,
-    pub max_tokens: u32,
     pub max_attempts: u32,
     /// Bounded: when the orchestrator falls behind (it writes every record), finished
     /// conversations wait to report, holding their places, so no more requests start and
@@ -98,9 +98,36 @@ pub struct Dispatcher {
     pub stop_admitting: CancellationToken,
     /// Whose fault each kind of refusal is.
     pub refusals: Arc<Refusals>,
-    /// The generation settings' fingerprint, recorded with each refusal
-    /// ([`crate::store::records::settings_fingerprint`]).
-    pub settings: Arc<str>,
+}
+
+/// How one source's prompts are sent.
+#[derive(Debug)]
+pub struct SourceRequests {
+    pub length: LengthPolicy,
+    pub settings: Settings,
+    /// `settings`' fingerprint, recorded with each refusal ([`Settings::fingerprint`]).
+    fingerprint: String,
+}
+
+impl SourceRequests {
+    pub fn new(length: LengthPolicy, settings: Settings) -> SourceRequests {
+        SourceRequests {
+            length,
+            fingerprint: settings.fingerprint(),
+            settings,
+        }
+    }
+}
+
+/// One request's identity and settings: a sample of a prompt, as its source asks for it.
+struct Ask<'a> {
+    /// The record's id (the sample's).
+    id: &'a str,
+    params: &'a serde_json::Map<String, serde_json::Value>,
+    /// The source's budget (a turn may ask for more under `on-length = "retry"`).
+    max_tokens: u32,
+    /// The fingerprint of the source's settings ([`Settings::fingerprint`]).
+    settings: &'a str,
 }
 
 /// How one request for one turn ended, after retries (with the attempts it spent).
@@ -179,44 +206,51 @@ impl Charges {
 }
 
 impl Dispatcher {
-    /// Sends every prompt `feed` yields for `source` and reports
+    /// Sends every prompt `feed` yields for `source`, a prompt's samples back to back (the
+    /// server's prefix cache then serves the shared prompt), and reports
     /// [`DispatchEvent::SourceFinished`] at the end.
-    pub async fn run_source(self, source: usize, mut feed: Prompts, length: LengthPolicy) {
+    pub async fn run_source(self, source: usize, mut feed: Prompts, requests: SourceRequests) {
         // One reference count per conversation instead of a clone of every field (the
         // cancellation tokens' clones take a lock).
         let this = Arc::new(self);
+        let requests = Arc::new(requests);
         let mut in_flight = JoinSet::new();
         'admit: loop {
-            let prompt = tokio::select! {
-                prompt = feed.recv() => match prompt {
-                    Some(prompt) => prompt,
+            let Pending { prompt, samples } = tokio::select! {
+                pending = feed.recv() => match pending {
+                    Some(pending) => pending,
                     None => break,
                 },
                 () = this.stop_admitting.cancelled() => break,
             };
-            // A conversation gives its place back before it reports: when the orchestrator
-            // is behind, finished ones wait here, each with its record; at most
-            // REPORT_BACKLOG of them, then no new request starts.
-            while in_flight.len() >= this.fleet.capacity() + REPORT_BACKLOG {
-                tokio::select! {
-                    _ = in_flight.join_next() => {}
+            let prompt = Arc::new(prompt);
+            for sample in samples {
+                // A conversation gives its place back before it reports: when the
+                // orchestrator is behind, finished ones wait here, each with its record; at
+                // most REPORT_BACKLOG of them, then no new request starts.
+                while in_flight.len() >= this.fleet.capacity() + REPORT_BACKLOG {
+                    tokio::select! {
+                        _ = in_flight.join_next() => {}
+                        () = this.stop_admitting.cancelled() => break 'admit,
+                    }
+                }
+                let lease = tokio::select! {
+                    lease = this.fleet.acquire() => lease,
                     () = this.stop_admitting.cancelled() => break 'admit,
-                }
+                };
+                let (this, requests, prompt) = (this.clone(), requests.clone(), prompt.clone());
+                in_flight.spawn(async move {
+                    let event = this
+                        .conversation(source, prompt, sample, &requests, lease)
+                        .await;
+                    if let Some(event) = event {
+                        // A closed channel means the orchestrator is shutting down.
+                        this.events.send(event).await.ok();
+                    }
+                });
+                // Reaps finished conversations, so the set holds only those in flight.
+                while in_flight.try_join_next().is_some() {}
             }
-            let lease = tokio::select! {
-                lease = this.fleet.acquire() => lease,
-                () = this.stop_admitting.cancelled() => break,
-            };
-            let this = this.clone();
-            in_flight.spawn(async move {
-                let event = this.conversation(source, prompt, length, lease).await;
-                if let Some(event) = event {
-                    // A closed channel means the orchestrator is shutting down.
-                    this.events.send(event).await.ok();
-                }
-            });
-            // Reaps finished conversations, so the set holds only those in flight.
-            while in_flight.try_join_next().is_some() {}
         }
         while in_flight.join_next().await.is_some() {}
         this.events
@@ -225,14 +259,24 @@ impl Dispatcher {
             .ok();
     }
 
-    /// Answers every user turn of `prompt` in order; `None` when cancelled.
+    /// Answers every user turn of sample `sample` of `prompt` in order; `None` when
+    /// cancelled.
     async fn conversation(
         &self,
         source: usize,
-        prompt: Prompt,
-        length: LengthPolicy,
+        prompt: Arc<Prompt>,
+        sample: u32,
+        requests: &SourceRequests,
         lease: Lease,
     ) -> Option<DispatchEvent> {
+        let request = requests.settings.request(&prompt.id, sample);
+        let ask = Ask {
+            id: &request.id,
+            params: &request.params,
+            max_tokens: requests.settings.max_tokens,
+            settings: &requests.fingerprint,
+        };
+        let length = requests.length;
         let mut lease = Some(lease);
         let started = Instant::now();
         let mut history: Vec<Message> = Vec::new();
@@ -249,11 +293,13 @@ impl Dispatcher {
             if message.role != Role::User || (with_history && Some(index) != last_user) {
                 continue;
             }
-            let answer = self.answer_turn(&mut lease, &prompt.id, &history, length, &mut attempts);
+            let answer = self.answer_turn(&mut lease, &ask, &history, length, &mut attempts);
             let (completion, cut_by) = match answer.await {
                 Ok(answer) => answer,
                 Err(Unanswered::GaveUp(kind, reason)) => {
-                    return Some(self.give_up(source, prompt.id, kind, reason, attempts));
+                    let refused_under = &requests.fingerprint;
+                    let record = give_up(ask.id, kind, reason, attempts, refused_under);
+                    return Some(DispatchEvent::GaveUp { source, record });
                 }
                 Err(Unanswered::Fatal(message)) => return Some(DispatchEvent::Fatal(message)),
                 Err(Unanswered::Cancelled) => return None,
@@ -272,7 +318,25 @@ impl Dispatcher {
                 ..TurnRecord::from(completion)
             });
         }
-        Some(self.completed(source, prompt, answered_by, turns, attempts, started))
+        let mut settings = request.params;
+        settings.insert("max_tokens".into(), requests.settings.max_tokens.into());
+        let answered = Answered {
+            model: answered_by,
+            turns,
+            attempts,
+            started,
+        };
+        let record = completed(
+            Arc::unwrap_or_clone(prompt),
+            request.id,
+            sample,
+            settings,
+            answered,
+        );
+        Some(DispatchEvent::Completed {
+            source,
+            record: Box::new(record),
+        })
     }
 
     /// Whether an answer of `backend` naming `model` may be kept ([`Fleet::answered_as`]); the
@@ -311,16 +375,16 @@ impl Dispatcher {
     async fn answer_turn(
         &self,
         lease: &mut Option<Lease>,
-        id: &str,
+        ask: &Ask<'_>,
         history: &[Message],
         length: LengthPolicy,
         attempts: &mut u32,
     ) -> Result<(Completion, Option<CutBy>), Unanswered> {
-        let mut budget = self.max_tokens;
+        let mut budget = ask.max_tokens;
         // The answer cut by `max-tokens`, while a larger budget is tried.
         let mut cut: Option<Completion> = None;
         loop {
-            match self.turn(lease, id, history, budget).await {
+            match self.turn(lease, ask, history, budget).await {
                 TurnOutcome::Answered(completion, cut_by, used) => {
                     *attempts += used;
                     match (length, cut_by) {
@@ -360,39 +424,6 @@ impl Dispatcher {
         }
     }
 
-    /// The record of a conversation whose every turn was answered.
-    fn completed(
-        &self,
-        source: usize,
-        prompt: Prompt,
-        model: String,
-        turns: Vec<TurnRecord>,
-        attempts: u32,
-        started: Instant,
-    ) -> DispatchEvent {
-        let last = turns.last().cloned().unwrap_or_default();
-        let usage = total_usage(&turns);
-        DispatchEvent::Completed {
-            source,
-            record: Box::new(CompletionRecord {
-                id: prompt.id,
-                source: prompt.source,
-                source_key: prompt.source_key,
-                model,
-                messages: prompt.messages,
-                content: last.content,
-                reasoning_content: last.reasoning_content,
-                finish_reason: last.finish_reason,
-                cut_by: last.cut_by,
-                usage,
-                turns: if turns.len() > 1 { turns } else { Vec::new() },
-                attempts,
-                latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                created_unix_ms: unix_ms(),
-            }),
-        }
-    }
-
     /// One request, retried: failures with backoff on the same server, outages by moving to
     /// another server or waiting until one answers (see the module documentation for what
     /// costs an attempt). `lease` is `None` only between giving a down server's place back and
@@ -400,10 +431,11 @@ impl Dispatcher {
     async fn turn(
         &self,
         lease: &mut Option<Lease>,
-        id: &str,
+        ask: &Ask<'_>,
         messages: &[Message],
         max_tokens: u32,
     ) -> TurnOutcome {
+        let id = ask.id;
         let mut charges = Charges::default();
         loop {
             let Some(backend) = self.healthy_backend(lease).await else {
@@ -414,7 +446,7 @@ impl Dispatcher {
                 backend.telemetry.sent(messages);
             }
             let result = tokio::select! {
-                result = backend.client.complete(messages, max_tokens) => result,
+                result = backend.client.complete_with(messages, max_tokens, ask.params) => result,
                 // Another request found the server down (or the stall watchdog did): this
                 // stream is lost with it; the prompt moves on without spending an attempt.
                 () = backend.liveness.wait_down() => continue,
@@ -433,7 +465,7 @@ impl Dispatcher {
                 }
                 Err(RequestError::Fatal(message)) => return TurnOutcome::Fatal(message),
                 Err(RequestError::Rejected(reason)) => {
-                    self.rejected(&backend, id, reason, max_tokens, charges.attempt)
+                    self.rejected(&backend, ask, reason, max_tokens, charges.attempt)
                         .await
                 }
                 Err(RequestError::ServerDown(reason)) => {
@@ -485,20 +517,25 @@ impl Dispatcher {
     async fn rejected(
         &self,
         backend: &Backend,
-        id: &str,
+        ask: &Ask<'_>,
         reason: String,
         max_tokens: u32,
         attempt: u32,
     ) -> Step {
         // A larger budget after a cut answer is this prompt's own business.
-        if max_tokens != self.max_tokens {
+        if max_tokens != ask.max_tokens {
             return Step::Done(TurnOutcome::GaveUp(
                 RejectKind::Rejected,
                 reason,
                 attempt + 1,
             ));
         }
-        let judged = self.refusals.judge(&reason, &backend.client, max_tokens);
+        let judged = self.refusals.judge(
+            &reason,
+            &backend.client,
+            max_tokens,
+            (ask.params, ask.settings),
+        );
         let Some(judgement) = self.unless_cancelled(judged).await else {
             return Step::Done(TurnOutcome::Cancelled);
         };
@@ -509,7 +546,7 @@ impl Dispatcher {
                 attempt + 1,
             )),
             Some(Judgement::Config(message)) => Step::Done(TurnOutcome::Fatal(message)),
-            None => match self.pause(backoff(1, id)).await {
+            None => match self.pause(backoff(1, ask.id)).await {
                 Ok(()) => Step::Again,
                 Err(()) => Step::Done(TurnOutcome::Cancelled),
             },
@@ -647,28 +684,70 @@ impl Dispatcher {
             () = self.cancel.cancelled() => Err(()),
         }
     }
+}
 
-    fn give_up(
-        &self,
-        source: usize,
-        id: String,
-        kind: RejectKind,
-        reason: String,
-        attempts: u32,
-    ) -> DispatchEvent {
-        // A refusal holds only under the settings it was refused with.
-        let settings = (kind == RejectKind::Rejected).then(|| self.settings.to_string());
-        DispatchEvent::GaveUp {
-            source,
-            record: RejectedRecord {
-                id,
-                kind,
-                reason,
-                attempts,
-                created_unix_ms: unix_ms(),
-                settings,
-            },
-        }
+/// The record of a request given up on; a refusal holds only under the settings it was
+/// refused with (`refused_under`).
+fn give_up(
+    id: &str,
+    kind: RejectKind,
+    reason: String,
+    attempts: u32,
+    refused_under: &str,
+) -> RejectedRecord {
+    let settings = (kind == RejectKind::Rejected).then(|| refused_under.to_owned());
+    RejectedRecord {
+        id: id.to_owned(),
+        kind,
+        reason,
+        attempts,
+        created_unix_ms: unix_ms(),
+        settings,
+    }
+}
+
+/// What a conversation whose every turn was answered brought back.
+struct Answered {
+    /// The model its answers name.
+    model: String,
+    turns: Vec<TurnRecord>,
+    attempts: u32,
+    started: Instant,
+}
+
+/// The record of sample `sample` (id `id`) of `prompt`, answered with `settings`.
+fn completed(
+    prompt: Prompt,
+    id: String,
+    sample: u32,
+    settings: serde_json::Map<String, serde_json::Value>,
+    answered: Answered,
+) -> CompletionRecord {
+    let Answered {
+        model,
+        turns,
+        attempts,
+        started,
+    } = answered;
+    let last = turns.last().cloned().unwrap_or_default();
+    let usage = total_usage(&turns);
+    CompletionRecord {
+        id,
+        source: prompt.source,
+        source_key: prompt.source_key,
+        model,
+        messages: prompt.messages,
+        content: last.content,
+        reasoning_content: last.reasoning_content,
+        finish_reason: last.finish_reason,
+        cut_by: last.cut_by,
+        usage,
+        turns: if turns.len() > 1 { turns } else { Vec::new() },
+        attempts,
+        latency_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        created_unix_ms: unix_ms(),
+        sample,
+        settings: Some(settings),
     }
 }
 

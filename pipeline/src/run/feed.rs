@@ -12,6 +12,10 @@
 //! prompts' ids ([`PromptIds`], recorded by an earlier counting pass), [`finished`] says so
 //! without reading the file at all.
 //!
+//! With `samples = k` a prompt is k units of work, each with its own id
+//! ([`crate::config::settings::sample_id`]): the counts are of samples, and a prompt is sent
+//! with the samples of it still to send ([`Pending`]).
+//!
 //! With `order = "longest-first"` the pending prompts of the source are held and sorted (by
 //! characters, longest first) before the first one is sent: long requests start early instead
 //! of straggling at the end. That costs the source's pending prompts in memory.
@@ -23,6 +27,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::shard::Shard;
+use crate::config::settings::sample_id;
 use crate::config::values::Order;
 use crate::store::ids::{self, IdSet};
 use crate::store::prompts::{PromptIds, Record, for_each_record};
@@ -46,16 +51,57 @@ pub struct Skip {
     /// Content hashes of prompts another source answers, with that source: every prompt of
     /// an earlier source, and what a later source answered before this one was prepared.
     pub elsewhere: Arc<HashMap<u64, usize>>,
+    /// Answers per prompt (`samples`; 0 reads as 1).
+    pub samples: u32,
 }
 
-/// Counts of the counting pass.
+impl Skip {
+    /// How the samples of prompt `id` stand, each by its own id (sample 0's is the prompt's).
+    fn samples_of(&self, id: &str) -> Samples {
+        let mut samples = Samples::default();
+        for sample in 0..self.samples.max(1) {
+            let owned;
+            let sample_id = if sample == 0 {
+                id
+            } else {
+                owned = sample_id(id, sample);
+                &owned
+            };
+            if self.done.contains(sample_id) {
+                samples.done += 1;
+            } else if self.settled.contains(sample_id) {
+                samples.settled += 1;
+            } else {
+                samples.pending.push(sample);
+            }
+        }
+        samples
+    }
+}
+
+/// The samples of one prompt: how many are done or settled, and which are left to send.
+#[derive(Debug, Default)]
+struct Samples {
+    done: u64,
+    settled: u64,
+    pending: Vec<u32>,
+}
+
+/// A prompt to send, with the samples of it still to send.
+#[derive(Debug)]
+pub struct Pending {
+    pub prompt: Prompt,
+    pub samples: Vec<u32>,
+}
+
+/// Counts of the counting pass, in samples (with one sample per prompt, prompts).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Census {
-    /// Prompts of this source (in this shard).
+    /// Samples of this source's prompts (in this shard).
     pub prepared: u64,
     pub done: u64,
     pub settled: u64,
-    /// Prompts still to send.
+    /// Samples still to send.
     pub pending: u64,
     /// Pending prompts another source answers (see [`Skip::elsewhere`]): ids to settle as
     /// duplicates, with that source's index.
@@ -72,7 +118,7 @@ pub struct Census {
 /// prompts must be counted ([`Feed::open`]).
 pub fn finished(path: &Path, recorded: Option<&PromptIds>, skip: &Skip) -> Option<Census> {
     let recorded = recorded?;
-    if skip.shard.is_some() {
+    if skip.shard.is_some() || skip.samples > 1 {
         // A shard's census counts its own share of the prompts only.
         return None;
     }
@@ -151,18 +197,37 @@ impl Feed {
             if skip.done.contains_key(key) {
                 met.push(key);
             }
+            if skip.samples > 1 {
+                let id = record.peek_id().map(str::to_owned);
+                let id = match id {
+                    Some(id) => id,
+                    None => record.parse()?.id,
+                };
+                for sample in 1..skip.samples {
+                    let key = ids::key(&sample_id(&id, sample));
+                    if skip.done.contains_key(key) {
+                        met.push(key);
+                    }
+                }
+            }
             let fate = match fate {
                 Some(fate) => fate,
                 None => fate_of(skip, record.parse()?),
             };
-            match fate {
+            let counted = match fate {
                 Fate::OtherShard => return Ok(()),
-                Fate::Done => census.done += 1,
-                Fate::Settled => census.settled += 1,
-                Fate::Duplicate(prompt, earlier) => census.duplicates.push((prompt.id, earlier)),
-                Fate::Send(_) => census.pending += 1,
-            }
-            census.prepared += 1;
+                Fate::Answered(samples) | Fate::Send(_, samples) => samples,
+                Fate::Duplicate(prompt, earlier) => {
+                    census.duplicates.push((prompt.id, earlier));
+                    // Every sample is settled with it: the others count as settled.
+                    census.settled += u64::from(skip.samples.max(1)) - 1;
+                    Samples::default()
+                }
+            };
+            census.done += counted.done;
+            census.settled += counted.settled;
+            census.pending += counted.pending.len() as u64;
+            census.prepared += u64::from(skip.samples.max(1));
             Ok(())
         })?;
         census.ids = PromptIds {
@@ -207,7 +272,7 @@ impl Feed {
         }
     }
 
-    fn send_all(&self, sender: &mpsc::Sender<Vec<Prompt>>) -> anyhow::Result<()> {
+    fn send_all(&self, sender: &mpsc::Sender<Vec<Pending>>) -> anyhow::Result<()> {
         match self.order {
             Order::File => {
                 let mut closed = false;
@@ -233,10 +298,10 @@ impl Feed {
                     pending.extend(self.pending(&record)?);
                     Ok(())
                 })?;
-                longest_first(&mut pending);
+                pending.sort_by_cached_key(|p: &Pending| std::cmp::Reverse(length(&p.prompt)));
                 let mut pending = pending.into_iter().peekable();
                 while pending.peek().is_some() {
-                    let batch: Vec<Prompt> = pending.by_ref().take(BATCH).collect();
+                    let batch: Vec<Pending> = pending.by_ref().take(BATCH).collect();
                     if sender.blocking_send(batch).is_err() {
                         break;
                     }
@@ -247,14 +312,17 @@ impl Feed {
     }
 
     /// The prompt of `record` when it is to be sent; a prompt skipped by its id is not parsed.
-    fn pending(&self, record: &Record<'_>) -> anyhow::Result<Option<Prompt>> {
+    fn pending(&self, record: &Record<'_>) -> anyhow::Result<Option<Pending>> {
         if let Some(id) = record.peek_id()
             && fate_of_id(&self.skip, id).is_some()
         {
             return Ok(None);
         }
         Ok(match fate_of(&self.skip, record.parse()?) {
-            Fate::Send(prompt) => Some(prompt),
+            Fate::Send(prompt, samples) => Some(Pending {
+                prompt,
+                samples: samples.pending,
+            }),
             _ => None,
         })
     }
@@ -263,13 +331,13 @@ impl Feed {
 /// The receiving end of a [`Feed`]: the pending prompts, in order.
 #[derive(Debug)]
 pub struct Prompts {
-    receiver: mpsc::Receiver<Vec<Prompt>>,
-    batch: std::vec::IntoIter<Prompt>,
+    receiver: mpsc::Receiver<Vec<Pending>>,
+    batch: std::vec::IntoIter<Pending>,
 }
 
 impl Prompts {
     /// The next prompt; `None` once every pending prompt was handed out (or reading stopped).
-    pub async fn recv(&mut self) -> Option<Prompt> {
+    pub async fn recv(&mut self) -> Option<Pending> {
         loop {
             if let Some(prompt) = self.batch.next() {
                 return Some(prompt);
@@ -281,32 +349,34 @@ impl Prompts {
 
 /// Sorts by characters, longest first; equal lengths keep the file's order.
 pub fn longest_first(prompts: &mut [Prompt]) {
-    prompts.sort_by_cached_key(|p| {
-        std::cmp::Reverse(p.messages.iter().map(|m| m.content.len()).sum::<usize>())
-    });
+    prompts.sort_by_cached_key(|p| std::cmp::Reverse(length(p)));
+}
+
+/// A prompt's length in characters, for `longest-first`.
+fn length(prompt: &Prompt) -> usize {
+    prompt.messages.iter().map(|m| m.content.len()).sum()
 }
 
 #[derive(Debug)]
 enum Fate {
     OtherShard,
-    Done,
-    Settled,
+    /// Every sample done or settled.
+    Answered(Samples),
     Duplicate(Prompt, usize),
-    Send(Prompt),
+    Send(Prompt, Samples),
 }
 
 /// The fate of a prompt its id alone decides (another shard's, done, settled); `None` when
 /// its content decides ([`fate_of`]).
 fn fate_of_id(skip: &Skip, id: &str) -> Option<Fate> {
     if skip.shard.is_some_and(|s| !s.contains(id)) {
-        Some(Fate::OtherShard)
-    } else if skip.done.contains(id) {
-        Some(Fate::Done)
-    } else if skip.settled.contains(id) {
-        Some(Fate::Settled)
-    } else {
-        None
+        return Some(Fate::OtherShard);
     }
+    let samples = skip.samples_of(id);
+    samples
+        .pending
+        .is_empty()
+        .then_some(Fate::Answered(samples))
 }
 
 fn fate_of(skip: &Skip, prompt: Prompt) -> Fate {
@@ -318,7 +388,8 @@ fn fate_of(skip: &Skip, prompt: Prompt) -> Fate {
     {
         Fate::Duplicate(prompt, *holder)
     } else {
-        Fate::Send(prompt)
+        let samples = skip.samples_of(&prompt.id);
+        Fate::Send(prompt, samples)
     }
 }
 
@@ -356,7 +427,7 @@ mod tests {
         let mut receiver = feed.start();
         let mut ids = Vec::new();
         while let Some(p) = receiver.recv().await {
-            ids.push(p.id);
+            ids.extend(p.samples.iter().map(|s| sample_id(&p.prompt.id, *s)));
         }
         ids
     }
@@ -377,6 +448,7 @@ mod tests {
             settled: IdSet::from_iter(["c"]),
             shard: None,
             elsewhere: Arc::new(HashMap::from([(dedup_hash(&prompts[3].messages), 0)])),
+            samples: 1,
         };
         let (mut census, feed) = Feed::open(&path, skip, Order::File).expect("open");
         assert_eq!(census.ids.prompts, 5);
@@ -394,6 +466,27 @@ mod tests {
             }
         );
         assert_eq!(drain(feed).await, ["b", "e"]);
+    }
+
+    /// With `samples = 3` each prompt is three units: counted, streamed, settled and told
+    /// foreign by their own ids (a refused first sample leaves the others to send).
+    #[tokio::test]
+    async fn samples_are_units_of_work_with_ids_of_their_own() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let prompts = [prompt("a", "one"), prompt("b", "two"), prompt("c", "three")];
+        let path = write(dir.path(), &prompts);
+        let skip = Skip {
+            samples: 3,
+            ..skip(&["a", "a#2", "c#1", "elsewhere#1"], &["b", "b#2"])
+        };
+        let (census, feed) = Feed::open(&path, skip, Order::File).expect("open");
+        assert_eq!(
+            (census.prepared, census.done, census.settled, census.pending),
+            (9, 3, 2, 4)
+        );
+        let foreign: Vec<u128> = census.foreign.keys().collect();
+        assert_eq!(foreign, [ids::key("elsewhere#1")]);
+        assert_eq!(drain(feed).await, ["a#1", "b#1", "c", "c#2"]);
     }
 
     fn skip(done: &[&str], settled: &[&str]) -> Skip {

@@ -16,7 +16,7 @@ use anyhow::Context as _;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::dispatch::{DispatchEvent, Dispatcher};
+use super::dispatch::{DispatchEvent, Dispatcher, SourceRequests};
 use super::events::{Failure, RunEvent, Stopping};
 use super::preparation::Preparation;
 use super::server::{Launched, Servers};
@@ -550,7 +550,6 @@ impl<'p> Orchestrator<'p> {
         let dispatcher = Dispatcher {
             fleet: servers.fleet.clone(),
             model: servers.model.as_str().into(),
-            max_tokens: plan.generation.max_tokens,
             max_attempts: plan.generation.max_attempts,
             events: events_tx,
             cancel: dispatch_cancel,
@@ -558,7 +557,6 @@ impl<'p> Orchestrator<'p> {
             // finish (their completions are kept), then are aborted.
             stop_admitting: cancel.child_token(),
             refusals: std::sync::Arc::default(),
-            settings: settings_fingerprint(plan).as_str().into(),
         };
         let mut orchestrator = Orchestrator {
             state,
@@ -698,12 +696,10 @@ impl<'p> Orchestrator<'p> {
     /// Starts dispatching every source counted with prompts left.
     fn start_dispatch(&mut self) {
         for (i, feed) in self.state.sources.take_feeds() {
-            let length = self
-                .state
-                .plan
-                .worker(&self.state.sources[i].status.name)
-                .on_length;
-            tokio::spawn(self.dispatcher.clone().run_source(i, feed, length));
+            let plan = self.state.plan;
+            let length = plan.worker(&self.state.sources[i].status.name).on_length;
+            let requests = SourceRequests::new(length, plan.settings[i].clone());
+            tokio::spawn(self.dispatcher.clone().run_source(i, feed, requests));
             self.dispatching += 1;
         }
     }
@@ -864,9 +860,9 @@ async fn connected_servers(
     dispatch_cancel: &CancellationToken,
 ) -> anyhow::Result<Option<Servers>> {
     let (plan, run_dir) = (state.plan, state.run_dir.clone());
-    // Before anything is stored, new settings mix nothing (a run stopped by a refused
-    // setting is rerun with a fixed one).
-    let allow_change = selection.allow_config_change || !state.sources.anything_stored();
+    // Only what is stored is pinned: new settings for a source with nothing stored mix
+    // nothing (a run stopped by a refused setting is rerun with a fixed one).
+    let stored_in = state.sources.stored_in();
     let reporter = state.reporter.clone();
     let pin = |model: &str| {
         super::pin::RunPin {
@@ -874,9 +870,20 @@ async fn connected_servers(
             model: model.to_owned(),
             max_tokens: plan.generation.max_tokens,
             params: plan.generation.params.clone(),
+            sources: plan
+                .sources
+                .iter()
+                .map(|s| s.name().to_owned())
+                .zip(plan.settings.iter().cloned())
+                .collect(),
             shard: selection.shard.map(|s| s.to_string()),
         }
-        .check_or_record(&run_dir, allow_change, &reporter)
+        .check_or_record(
+            &run_dir,
+            selection.allow_config_change,
+            &stored_in,
+            &reporter,
+        )
     };
     let connected = Servers::connect(plan, &run_dir, managed, pin, dispatch_cancel, &reporter);
     // An external server may still be loading: the wait for it ends on a signal too.

@@ -1,11 +1,21 @@
-//! `run.json`: what the completions of a run were generated with — model, `max_tokens`,
-//! sampling parameters and template kwargs. Resuming under different settings would mix two
-//! datasets in one output, so it is refused unless the user says so explicitly.
+//! `run.json`: what the completions of a run were generated with — the model, and each
+//! source's settings (`max_tokens`, sampling parameters and what is drawn, template kwargs,
+//! samples). Resuming under different settings would mix two datasets in one output, so it is
+//! refused unless the user says so explicitly; the rule ([`RULE`]) is per source: only what
+//! is stored is pinned.
+
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use crate::config::Settings;
 use crate::store::{RunDir, atomic};
+
+/// What a changed setting does, as `gen check` and the refusal say it.
+pub const RULE: &str = "settings are pinned per source in `run.json`: a source with stored \
+    completions keeps the settings they were generated with (`samples` may grow: only the new \
+    samples are generated); a source with none takes new settings";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunPin {
@@ -16,6 +26,10 @@ pub struct RunPin {
     pub max_tokens: u32,
     /// Everything else sent in each request body (temperature, top_p, chat_template_kwargs, …).
     pub params: Map<String, Value>,
+    /// Each source's settings. A pin written before there were any has none: each source then
+    /// had `max_tokens` and `params`, one sample per prompt.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sources: BTreeMap<String, Settings>,
     /// The share of prompts this run directory holds (`--shard i/n`).
     #[serde(default)]
     pub shard: Option<String>,
@@ -23,7 +37,7 @@ pub struct RunPin {
 
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "this run was generated with different settings:\n{}\nresuming would mix two datasets in `{}`; use another run directory, or pass `--allow-config-change` to continue anyway",
+    "this run was generated with different settings:\n{}\nresuming would mix two datasets in `{}` ({RULE}); use another run directory, or pass `--allow-config-change` to continue anyway",
     differences.join("\n"),
     run_dir
 )]
@@ -33,9 +47,24 @@ pub struct PinMismatch {
 }
 
 impl RunPin {
-    /// The differences between the stored pin and `self`, one line each.
-    fn differences(&self, stored: &RunPin) -> Vec<String> {
+    /// The settings of source `name` as this pin has them (a pin without per-source settings:
+    /// the run's).
+    pub fn settings_of(&self, name: &str) -> Settings {
+        self.sources.get(name).cloned().unwrap_or_else(|| Settings {
+            max_tokens: self.max_tokens,
+            samples: std::num::NonZeroU32::MIN,
+            params: self.params.clone(),
+            drawn: BTreeMap::new(),
+        })
+    }
+
+    /// The differences between the stored pin and `self` that touch what is stored (sources
+    /// in `stored_in`), one line each; the model and the shard touch every source.
+    fn differences(&self, stored: &RunPin, stored_in: &BTreeSet<String>) -> Vec<String> {
         let mut out = Vec::new();
+        if stored_in.is_empty() {
+            return out;
+        }
         if self.model != stored.model {
             out.push(format!(
                 "  model: was `{}`, now `{}`",
@@ -50,30 +79,32 @@ impl RunPin {
                 show(&self.shard)
             ));
         }
-        if self.max_tokens != stored.max_tokens {
-            out.push(format!(
-                "  max-tokens: was {}, now {}",
-                stored.max_tokens, self.max_tokens
-            ));
-        }
-        let keys: std::collections::BTreeSet<&String> =
-            self.params.keys().chain(stored.params.keys()).collect();
-        for key in keys {
-            let (was, now) = (stored.params.get(key), self.params.get(key));
-            if was != now {
-                let show =
-                    |v: Option<&Value>| v.map_or_else(|| "unset".to_owned(), Value::to_string);
-                out.push(format!("  {key}: was {}, now {}", show(was), show(now)));
+        for (name, now) in &self.sources {
+            if !stored_in.contains(name) {
+                continue;
             }
+            let was = stored.settings_of(name);
+            let prefix = if self.sources.len() > 1 {
+                format!("source `{name}`: ")
+            } else {
+                String::new()
+            };
+            out.extend(
+                setting_differences(&was, now)
+                    .into_iter()
+                    .map(|line| format!("  {prefix}{line}")),
+            );
         }
         out
     }
 
-    /// Records the pin on the first run; on later runs refuses a different one unless `allow`.
+    /// Records the pin on the first run; on later runs refuses one whose differences touch
+    /// what is stored (the sources in `stored_in` have completions) unless `allow`.
     pub fn check_or_record(
         &self,
         run_dir: &RunDir,
         allow: bool,
+        stored_in: &BTreeSet<String>,
         reporter: &crate::report::RunReporter,
     ) -> anyhow::Result<()> {
         let path = run_dir.root().join("run.json");
@@ -95,7 +126,11 @@ impl RunPin {
         };
         match stored {
             Some(stored) if stored != *self => {
-                let differences = self.differences(&stored);
+                let differences = self.differences(&stored, stored_in);
+                if differences.is_empty() {
+                    atomic::write_json(&path, self)?;
+                    return Ok(());
+                }
                 if !allow {
                     return Err(PinMismatch {
                         run_dir: run_dir.root().display().to_string(),
@@ -116,37 +151,98 @@ impl RunPin {
     }
 }
 
+/// How the settings of one source changed, one line per setting; a larger `samples` alone is
+/// no difference (its new samples are generated, the stored ones kept).
+fn setting_differences(was: &Settings, now: &Settings) -> Vec<String> {
+    let mut out = Vec::new();
+    if now.max_tokens != was.max_tokens {
+        out.push(format!(
+            "max-tokens: was {}, now {}",
+            was.max_tokens, now.max_tokens
+        ));
+    }
+    if now.samples < was.samples {
+        out.push(format!(
+            "samples: was {}, now {} (fewer samples would leave stored ones out)",
+            was.samples, now.samples
+        ));
+    }
+    let show = |v: Option<Value>| v.map_or_else(|| "unset".to_owned(), |v| v.to_string());
+    let value = |s: &Settings, key: &str| {
+        s.params.get(key).cloned().or_else(|| {
+            s.drawn
+                .get(key)
+                .map(|d| serde_json::to_value(d).expect("settings serialize"))
+        })
+    };
+    let keys: BTreeSet<&String> = [was, now]
+        .iter()
+        .flat_map(|s| s.params.keys().chain(s.drawn.keys()))
+        .collect();
+    for key in keys {
+        let (before, after) = (value(was, key), value(now, key));
+        if before != after {
+            out.push(format!("{key}: was {}, now {}", show(before), show(after)));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn differences_name_each_setting() {
+    fn settings(temperature: f64, samples: u32) -> Settings {
         let mut params = Map::new();
-        params.insert("temperature".into(), Value::from(0.6));
-        let stored = RunPin {
-            layout: 1,
-            model: "a".into(),
+        params.insert("temperature".into(), Value::from(temperature));
+        Settings {
             max_tokens: 100,
-            params: params.clone(),
-            shard: None,
-        };
-        params.insert("temperature".into(), Value::from(1.0));
-        params.insert("top_p".into(), Value::from(0.9));
-        let now = RunPin {
-            layout: 1,
-            model: "b".into(),
-            max_tokens: 100,
+            samples: std::num::NonZeroU32::new(samples).expect("non-zero"),
             params,
+            drawn: BTreeMap::new(),
+        }
+    }
+
+    fn pin(model: &str, sources: &[(&str, Settings)]) -> RunPin {
+        RunPin {
+            layout: 1,
+            model: model.into(),
+            max_tokens: 100,
+            params: settings(0.6, 1).params,
+            sources: sources
+                .iter()
+                .map(|(name, s)| ((*name).to_owned(), s.clone()))
+                .collect(),
             shard: None,
-        };
+        }
+    }
+
+    #[test]
+    fn only_differences_touching_stored_completions_count() {
+        // A pin of a `gen` without per-source settings: every source had the run's.
+        let stored = pin("a", &[]);
+        let mut top_p = settings(1.0, 1);
+        top_p.params.insert("top_p".into(), Value::from(0.9));
+        let now = pin("b", &[("math", top_p), ("chat", settings(0.7, 1))]);
+        let stored_in = BTreeSet::from(["math".to_owned()]);
         assert_eq!(
-            now.differences(&stored),
+            now.differences(&stored, &stored_in),
             [
                 "  model: was `a`, now `b`",
-                "  temperature: was 0.6, now 1.0",
-                "  top_p: was unset, now 0.9"
+                "  source `math`: temperature: was 0.6, now 1.0",
+                "  source `math`: top_p: was unset, now 0.9"
             ]
+        );
+        // Nothing stored: nothing to mix.
+        assert!(now.differences(&stored, &BTreeSet::new()).is_empty());
+        // More samples add samples; fewer would leave stored ones out.
+        let stored = pin("a", &[("math", settings(0.6, 2))]);
+        let more = pin("a", &[("math", settings(0.6, 4))]);
+        assert!(more.differences(&stored, &stored_in).is_empty());
+        let fewer = pin("a", &[("math", settings(0.6, 1))]);
+        assert_eq!(
+            fewer.differences(&stored, &stored_in),
+            ["  samples: was 2, now 1 (fewer samples would leave stored ones out)"]
         );
     }
 }

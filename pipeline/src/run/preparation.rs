@@ -333,7 +333,7 @@ fn prepared(
 ) {
     let state = &mut sources[i].status;
     let name = state.name.clone();
-    state.prepared = Some(manifest.prompts);
+    state.prepared = Some(manifest.prompts * u64::from(state.samples));
     if let Some(warning) = manifest.warning() {
         reporter.say(format!("gen: warning: `{name}`: {warning}"));
         state.warnings.push(warning);

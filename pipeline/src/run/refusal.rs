@@ -39,16 +39,19 @@ pub struct Refusals {
 }
 
 impl Refusals {
-    /// Judges a refusal `reason` of a request with `max_tokens`, sent through `client`;
-    /// `None` when the test request neither was answered nor refused (the server is away or
-    /// failing): the caller asks again later.
+    /// Judges a refusal `reason` of a request with `max_tokens` and `params`, sent through
+    /// `client`, whose source's settings have fingerprint `settings` (sources with other
+    /// settings are judged apart: one may be refused for its own); `None` when the test
+    /// request neither was answered nor refused (the server is away or failing): the caller
+    /// asks again later.
     pub async fn judge(
         &self,
         reason: &str,
         client: &ChatClient,
         max_tokens: u32,
+        (params, settings): (&serde_json::Map<String, serde_json::Value>, &str),
     ) -> Option<Judgement> {
-        let shape = heuristic_shape(reason);
+        let shape = format!("{settings} {}", heuristic_shape(reason));
         let mut judged = self.judged.lock().await;
         if let Some(judgement) = judged.get(&shape) {
             return Some(judgement.clone());
@@ -56,7 +59,7 @@ impl Refusals {
         if judged.len() >= MAX_JUDGED {
             return Some(Judgement::Prompt);
         }
-        let judgement = match Liveness::answers(client, max_tokens).await {
+        let judgement = match Liveness::answers_with(client, max_tokens, params).await {
             Ok(()) => Judgement::Prompt,
             Err(RequestError::Rejected(test)) => {
                 Judgement::Config(config_message(&test, max_tokens))

@@ -125,11 +125,25 @@ impl<'p> Sources<'p> {
         reporter: &RunReporter,
     ) -> anyhow::Result<Sources<'p>> {
         remove_stale_temps(run_dir.root())?;
-        let list = plan
+        let mut list: Vec<SourceState> = plan
             .sources
             .iter()
-            .map(|spec| SourceState::load(run_dir, spec.name(), resend, reporter))
+            .zip(&plan.settings)
+            .map(|(spec, settings)| {
+                // A refusal is sent again under other settings than the source's own.
+                let resend = record::Resend {
+                    settings: resend.settings.as_ref().map(|_| settings.fingerprint()),
+                    ..resend.clone()
+                };
+                SourceState::load(run_dir, spec.name(), &resend, reporter)
+            })
             .collect::<anyhow::Result<_>>()?;
+        for (state, settings) in list.iter_mut().zip(&plan.settings) {
+            // Counted in samples: each is a unit of work.
+            let status = &mut state.status;
+            status.samples = settings.samples.get();
+            status.prepared = status.prepared.map(|p| p * u64::from(status.samples));
+        }
         Ok(Sources {
             plan,
             run_dir: run_dir.clone(),
@@ -167,9 +181,13 @@ impl<'p> Sources<'p> {
         self.list.iter().map(|s| s.status.clone()).collect()
     }
 
-    /// Whether any source has completions stored, from this run or an earlier one.
-    pub(super) fn anything_stored(&self) -> bool {
-        self.list.iter().any(|s| s.status.done > 0)
+    /// The sources with completions stored, from this run or an earlier one.
+    pub(super) fn stored_in(&self) -> std::collections::BTreeSet<String> {
+        self.list
+            .iter()
+            .filter(|s| s.status.done > 0)
+            .map(|s| s.status.name.clone())
+            .collect()
     }
 
     /// Whether some source was counted with prompts left and is not streaming yet.
@@ -371,6 +389,7 @@ impl<'p> Sources<'p> {
             settled: std::mem::take(&mut state.settled_ids),
             shard: self.shard,
             elsewhere: Arc::default(),
+            samples: self.plan.settings[i].samples.get(),
         };
         let recorded = manifest.as_ref().and_then(|m| m.prompt_ids.as_ref());
         if let Some(census) = super::feed::finished(&dir.prompts(), recorded, &skip) {
@@ -548,7 +567,7 @@ impl<'p> Sources<'p> {
     }
 
     /// Records source `i`'s prompts that another source holds (`(id, holder)`) as settled
-    /// duplicates in its `rejected.jsonl`.
+    /// duplicates in its `rejected.jsonl`, each sample of them.
     fn settle_duplicates(
         &mut self,
         i: usize,
@@ -556,8 +575,9 @@ impl<'p> Sources<'p> {
         reporter: &RunReporter,
     ) -> anyhow::Result<()> {
         let name = &self.list[i].status.name;
+        let samples = self.plan.settings[i].samples.get();
         let mut records = Vec::new();
-        for (id, j) in duplicates {
+        for (prompt_id, j) in duplicates {
             let holder = &self.list[*j].status.name;
             let reason = if *j < i {
                 format!("the same prompt is in the earlier source `{holder}`, which answers it")
@@ -567,14 +587,16 @@ impl<'p> Sources<'p> {
                      (this source was prepared after it had generated)"
                 )
             };
-            records.push(RejectedRecord {
-                id: id.clone(),
-                kind: RejectKind::Duplicate,
-                reason,
-                attempts: 0,
-                created_unix_ms: crate::sys::unix_ms(),
-                settings: None,
-            });
+            for sample in 0..samples {
+                records.push(RejectedRecord {
+                    id: crate::config::settings::sample_id(prompt_id, sample),
+                    kind: RejectKind::Duplicate,
+                    reason: reason.clone(),
+                    attempts: 0,
+                    created_unix_ms: crate::sys::unix_ms(),
+                    settings: None,
+                });
+            }
         }
         crate::store::append::json_lines(&self.run_dir.source(name).rejected(), &records, true)?;
         let later = duplicates.iter().filter(|(_, j)| *j > i).count();

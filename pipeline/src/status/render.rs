@@ -316,6 +316,13 @@ fn row(s: &SourceStatus, name_width: usize, width: usize) -> Vec<String> {
         };
         lines.extend(wrap(&s.note, width, mark, "    "));
     }
+    if s.samples > 1 {
+        let prompts = s.prepared.map_or_else(String::new, |p| {
+            format!("{} prompts × ", p / u64::from(s.samples))
+        });
+        let line = format!("{prompts}{} samples each: counts are of samples", s.samples);
+        lines.extend(wrap(&line, width, "  ", "    "));
+    }
     if let Some(cuts) = context_cuts(s) {
         lines.extend(wrap(&cuts, width, "  ", "    "));
     }

@@ -37,8 +37,12 @@ impl Phase {
 pub struct SourceStatus {
     pub name: String,
     pub phase: Phase,
-    /// Prompts prepared (known once preparation completed).
+    /// Prompts prepared (known once preparation completed); with `samples` above 1, these
+    /// and the other counts are of samples, each a record of its own.
     pub prepared: Option<u64>,
+    /// Answers per prompt (`samples`).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub samples: u32,
     /// Prompts with a stored completion.
     pub done: u64,
     /// Prompts that ran out of attempts in this run (the next run retries them).
@@ -89,6 +93,7 @@ impl SourceStatus {
             name: name.to_owned(),
             phase,
             prepared: None,
+            samples: 1,
             done: 0,
             failed: 0,
             rejected: 0,
@@ -268,4 +273,12 @@ pub fn mark_stopped(path: &Path, reason: &str) -> MutexGuard<'static, ()> {
     }
     crate::store::atomic::write_json(path, &status).ok();
     writing
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }

@@ -134,6 +134,19 @@ pub struct CompletionRecord {
     pub attempts: u32,
     pub latency_ms: u64,
     pub created_unix_ms: u64,
+    /// Which answer to its prompt this is, with `samples = k` (0 to k − 1; the id is the
+    /// prompt's with `#sample` after it, except for the first).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub sample: u32,
+    /// What the request asked for besides the messages: `max_tokens` and the sampling
+    /// parameters, drawn values as drawn. Records of older `gen`s have none: theirs are in
+    /// `run.json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One answered turn of a multi-turn regeneration.

@@ -108,3 +108,33 @@ async fn a_server_that_does_not_answer_is_a_warning_not_a_failure() {
         "{server}"
     );
 }
+
+/// The context must hold the largest budget of any source, a `[source.generation]` one too.
+#[tokio::test]
+async fn the_context_check_takes_the_largest_budget_of_any_source() {
+    let server = FakeOpenAi::start(Knobs {
+        context_length: Some(2000),
+        shorten_to_context: true,
+        ..Knobs::default()
+    })
+    .await;
+    let gen_ = Gen::new();
+    gen_.config(
+        &Config::new(&server.url())
+            .generation("max-tokens = 16")
+            .source("alpha", "data/a.jsonl")
+            .source_with(
+                "beta",
+                "data/b.jsonl",
+                "[source.generation]\nmax-tokens = 4000",
+            ),
+    );
+    write_data(&gen_);
+    let out = doctor(&gen_, "68719476736").await;
+    let context = line(&out, "context");
+    assert!(
+        context.starts_with("FAIL  context 2000 tokens")
+            && context.contains("cannot hold max-tokens 4000"),
+        "{context}"
+    );
+}

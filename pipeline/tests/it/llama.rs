@@ -265,3 +265,66 @@ async fn a_launched_server_that_dies_mid_run_is_restarted_and_the_run_completes(
         .collect();
     assert_eq!((records.len(), ids.len()), (10, 10));
 }
+
+/// Issue 26 against the real server: each source's budget and sampling keys (a weighted
+/// `temperature`, `top-k`, `min-p`) are accepted and honoured, and `samples = 3` stores three
+/// answers per prompt, seeds `seed`, `seed + 1`, `seed + 2`.
+#[tokio::test]
+async fn per_source_settings_and_samples_are_honoured_by_llama_server() {
+    let Some((gen_, server)) = llama_project(2).await else {
+        return;
+    };
+    let rows = |topic: &str| -> String {
+        (0..3)
+            .map(|i| format!("{{\"prompt\": \"Write a long story about {topic} number {i}.\"}}\n"))
+            .collect()
+    };
+    gen_.write("data/chat.jsonl", rows("a cat"));
+    gen_.write("data/math.jsonl", rows("a triangle"));
+    let math = "[source.generation]
+max-tokens = 12
+samples = 3
+temperature = [{ value = 0.6, weight = 3 }, { value = 1.0, weight = 1 }]
+top-k = 20
+min-p = 0.05";
+    gen_.config(
+        &Config::new(&server.url())
+            .generation("max-tokens = 6\nconcurrency = 2\nseed = 7")
+            .source("chat", "data/chat.jsonl")
+            .source_with("math", "data/math.jsonl", math),
+    );
+    let out = gen_.run(&["run", "cfg.toml"]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let budget_kept = |record: &serde_json::Value, budget: u64| {
+        let tokens = record["usage"]["completion_tokens"].as_u64().unwrap_or(0);
+        tokens > 0 && tokens <= budget && (record["finish_reason"] != "length" || tokens == budget)
+    };
+    let chat = gen_.completions_of("chat");
+    assert_eq!(chat.len(), 3);
+    for record in &chat {
+        assert!(budget_kept(record, 6), "{record}");
+        assert_eq!(record["settings"]["seed"], 7, "{record}");
+    }
+    let math = gen_.completions_of("math");
+    assert_eq!(math.len(), 9);
+    let mut seeds = std::collections::BTreeMap::<String, Vec<i64>>::new();
+    for record in &math {
+        assert!(budget_kept(record, 12), "{record}");
+        assert_eq!(record["settings"]["top_k"], 20, "{record}");
+        let prompt = record["messages"][0]["content"].as_str().unwrap_or("");
+        let seed = record["settings"]["seed"].as_i64().unwrap_or(-1);
+        seeds.entry(prompt.to_owned()).or_default().push(seed);
+    }
+    for seeds in seeds.values_mut() {
+        seeds.sort_unstable();
+        assert_eq!(seeds, &[7, 8, 9]);
+    }
+    assert!(
+        math.iter()
+            .any(|r| r["usage"]["completion_tokens"].as_u64() > Some(6)),
+        "the source's budget, not `[generation]`'s: {math:?}"
+    );
+    let (code, audit) = gen_.verify().await;
+    assert_eq!(code, Some(0), "{audit:#}");
+    assert_eq!(audit["totals"]["completed"], 12, "{audit:#}");
+}

@@ -25,6 +25,7 @@ mod llama_ops;
 mod protocol;
 mod remote;
 mod run;
+mod sampling;
 mod servers;
 mod slurm;
 mod vllm;

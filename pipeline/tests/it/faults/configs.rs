@@ -47,6 +47,23 @@ fn cases() -> Vec<(&'static str, String, Option<&'static str>)> {
             "  worker_key_with_underscore.toml:10:1  unknown key `memory_limit` in `[[source]]`: did you mean `memory-limit`?",
         ),
         pin(
+            "weight_not_a_number",
+            format!(
+                "{base}{SOURCE}[source.generation]\ntemperature = [{{ value = 0.6, weight = \"three\" }}]\n"
+            ),
+            "  weight_not_a_number.toml:11:40  invalid type: string \"three\", expected f64",
+        ),
+        pin(
+            "samples_zero",
+            format!("{base}samples = 0\n{SOURCE}"),
+            "  samples_zero.toml:6:11  `samples` must be at least 1",
+        ),
+        pin(
+            "distribution_on_seed",
+            format!("{base}{SOURCE}[source.generation]\nseed = [{{ value = 1, weight = 1 }}]\n"),
+            "  distribution_on_seed.toml:11:8  `seed` takes one value, not a weighted list (only `temperature`, `top-p`, `top-k`, `min-p` and `reasoning-effort` are drawn per request)",
+        ),
+        pin(
             "name_starts_with_a_dash",
             format!("{base}\n[[source]]\nname = \"-x\"\npath = \"a.jsonl\"\n"),
             "  name_starts_with_a_dash.toml:8:8  source name `-x` starts with `-`: it would be read as an option; start it with a letter or digit",

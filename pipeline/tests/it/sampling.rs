@@ -1,0 +1,283 @@
+//! Issue 26: request settings per source (`[source.generation]`, weighted lists drawn per
+//! request), several samples per prompt (`samples = k`), and the run pin per source, end to
+//! end against the fake server, whose recorded request bodies say what was asked.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use crate::support::{Config, Project};
+use gen_tests::fake_openai::{FakeOpenAi, Knobs, Received};
+use serde_json::Value;
+
+/// `n` distinct prompt rows tagged `tag`.
+fn rows(tag: &str, n: usize) -> String {
+    (0..n)
+        .map(|i| format!("{{\"prompt\": \"{tag} question {i}\"}}\n"))
+        .collect()
+}
+
+/// The bodies the server received for prompts tagged `tag`, by prompt.
+fn bodies(received: &[Received], tag: &str) -> Vec<(String, Value)> {
+    received
+        .iter()
+        .filter(|r| r.prompt.starts_with(tag))
+        .map(|r| (r.prompt.clone(), r.body.clone()))
+        .collect()
+}
+
+const MATH: &str = "[source.generation]
+max-tokens = 24
+temperature = [{ value = 0.6, weight = 3 }, { value = 1.0, weight = 1 }]
+reasoning-effort = \"high\"";
+
+/// Sources `chat` and `math` with `chat` and `math` added to their tables.
+fn two_sources(url: &str, chat: &str, math: &str) -> Config {
+    Config::new(url)
+        .generation("max-tokens = 16\nconcurrency = 3\ntemperature = 0.7")
+        .source_with("chat", "data/chat.jsonl", chat)
+        .source_with("math", "data/math.jsonl", math)
+}
+
+#[tokio::test]
+async fn each_source_asks_with_its_own_settings_draws_by_id_and_records_them() {
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let project = Project::new();
+    project.write("data/chat.jsonl", rows("chat", 4));
+    project.write("data/math.jsonl", rows("math", 40));
+    project.config(&two_sources(&server.url(), "", MATH));
+    let out = project.run(&["run", "cfg.toml"]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+
+    let received = server.received();
+    for (_, body) in bodies(&received, "chat") {
+        assert_eq!(body["temperature"], 0.7, "{body}");
+        assert_eq!(body["max_tokens"], 16, "{body}");
+        assert!(body.get("reasoning_effort").is_none(), "{body}");
+    }
+    let math = bodies(&received, "math");
+    assert_eq!(math.len(), 40);
+    let mut drawn = BTreeMap::new();
+    for (prompt, body) in &math {
+        assert_eq!(body["max_tokens"], 24, "{body}");
+        assert_eq!(body["reasoning_effort"], "high", "{body}");
+        drawn.insert(prompt.clone(), body["temperature"].clone());
+    }
+    let values: BTreeSet<String> = drawn.values().map(Value::to_string).collect();
+    assert_eq!(values, BTreeSet::from(["0.6".into(), "1.0".into()]));
+
+    // Each record carries what its request asked for.
+    for record in project.completions_of("math") {
+        let prompt = record["messages"][0]["content"].as_str().unwrap_or("");
+        let settings = &record["settings"];
+        assert_eq!(settings["temperature"], drawn[prompt], "{record}");
+        assert_eq!(settings["max_tokens"], 24, "{record}");
+        assert_eq!(settings["reasoning_effort"], "high", "{record}");
+    }
+    for record in project.completions_of("chat") {
+        assert_eq!(record["settings"]["temperature"], 0.7, "{record}");
+    }
+
+    // A new run directory draws the same values for the same prompts.
+    let again = project
+        .run(&["run", "cfg.toml", "--run-dir", "runs/again"])
+        .await;
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
+    let received = server.received();
+    let redrawn: BTreeMap<String, Value> = bodies(&received[44..], "math")
+        .into_iter()
+        .map(|(prompt, body)| (prompt, body["temperature"].clone()))
+        .collect();
+    assert_eq!(redrawn, drawn);
+}
+
+#[tokio::test]
+async fn the_pin_refuses_a_change_only_for_the_source_whose_answers_it_touches() {
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let project = Project::new();
+    project.write("data/chat.jsonl", rows("chat", 2));
+    project.write("data/math.jsonl", rows("math", 3));
+    let url = server.url();
+    project.config(&two_sources(&url, "", MATH));
+    let out = project.run(&["run", "cfg.toml", "--source", "math"]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+
+    // `chat` has nothing stored: it takes new settings.
+    let chat = "[source.generation]\ntemperature = 0.2";
+    project.config(&two_sources(&url, chat, MATH));
+    let out = project.run(&["check", "cfg.toml"]).await;
+    assert!(
+        out.stdout.contains("settings are pinned per source"),
+        "{}",
+        out.stdout
+    );
+    let out = project.run(&["run", "cfg.toml", "--source", "chat"]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    for record in project.completions_of("chat") {
+        assert_eq!(record["settings"]["temperature"], 0.2, "{record}");
+    }
+
+    // `math` has answers: a change to its settings is refused, naming it and the rule (more
+    // samples give the run work to do); more samples alone change nothing stored.
+    let more_samples = MATH.replace("max-tokens = 24", "max-tokens = 24\nsamples = 2");
+    let changed = more_samples.replace("weight = 3", "weight = 1");
+    project.config(&two_sources(&url, chat, &changed));
+    let refused = project.run(&["run", "cfg.toml"]).await;
+    assert_eq!(refused.code, Some(2), "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains(
+            "  source `math`: temperature: was [{\"value\":0.6,\"weight\":3.0},{\"value\":1.0,\"weight\":1.0}], now [{\"value\":0.6,\"weight\":1.0},{\"value\":1.0,\"weight\":1.0}]"
+        ),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        refused.stderr.contains("settings are pinned per source"),
+        "{}",
+        refused.stderr
+    );
+    assert!(
+        !refused.stderr.contains("source `chat`"),
+        "{}",
+        refused.stderr
+    );
+    project.config(&two_sources(&url, chat, &more_samples));
+    let grown = project.run(&["run", "cfg.toml"]).await;
+    assert_eq!(grown.code, Some(0), "{}", grown.stderr);
+    assert_eq!(project.completions_of("math").len(), 6);
+}
+
+/// Samples are units of work: three records per prompt, ids from the prompt id and the
+/// sample index, a seed each, siblings sent back to back; a `kill -9` in the middle loses
+/// and repeats none, and `gen verify` accounts for three per prompt.
+#[tokio::test]
+async fn samples_are_sent_back_to_back_with_their_own_seeds_and_survive_kill_nine() {
+    let server = FakeOpenAi::start(Knobs {
+        delay: Duration::from_millis(5),
+        ..Knobs::default()
+    })
+    .await;
+    let project = Project::new();
+    project.write("data/math.jsonl", rows("math", 30));
+    let config = Config::new(&server.url())
+        .generation("max-tokens = 16\nconcurrency = 1\nsamples = 3")
+        .source("math", "data/math.jsonl");
+    project.config(&config);
+    let mut child = project.start(&["run", "cfg.toml"]);
+    child
+        .until("40 requests", Duration::from_secs(60), || {
+            server.chat_requests() >= 40
+        })
+        .await;
+    child.signal("KILL");
+    child.finish(Duration::from_secs(60)).await;
+    let out = project.run(&["run", "cfg.toml"]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+
+    let records = project.completions_of("math");
+    assert_eq!(records.len(), 90);
+    let ids: BTreeSet<&str> = records.iter().filter_map(|r| r["id"].as_str()).collect();
+    assert_eq!(ids.len(), 90, "every sample stored once");
+    let mut per_prompt: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for record in &records {
+        let prompt = record["messages"][0]["content"].as_str().unwrap_or("");
+        let sample = record["sample"].as_u64().unwrap_or(0);
+        let id = record["id"].as_str().unwrap_or("");
+        assert!(sample == 0 || id.ends_with(&format!("#{sample}")), "{id}");
+        per_prompt
+            .entry(prompt.to_owned())
+            .or_default()
+            .push(sample);
+    }
+    assert!(
+        per_prompt.values().all(|s| {
+            let mut s = s.clone();
+            s.sort_unstable();
+            s == [0, 1, 2]
+        }),
+        "{per_prompt:?}"
+    );
+    let seeds: BTreeSet<i64> = records
+        .iter()
+        .filter_map(|r| r["settings"]["seed"].as_i64())
+        .collect();
+    assert_eq!(seeds.len(), 90, "a seed per sample");
+    // One at a time: a prompt's samples follow each other.
+    let received = server.received();
+    let sent: Vec<&str> = received.iter().map(|r| r.prompt.as_str()).collect();
+    let first_run: Vec<&str> = sent[..39].to_vec();
+    for triple in first_run.chunks(3) {
+        assert!(triple.iter().all(|p| *p == triple[0]), "{first_run:?}");
+    }
+
+    let (code, audit) = project.verify().await;
+    assert_eq!(code, Some(0), "{audit:#}");
+    assert_eq!(audit["totals"]["completed"], 90, "{audit:#}");
+    assert_eq!(audit["totals"]["duplicated"], 0, "{audit:#}");
+    let status = project.run(&["status", "cfg.toml"]).await.stdout;
+    assert!(status.contains("30 prompts × 3 samples each"), "{status}");
+}
+
+/// Shards of a run with `samples = 2` merge into one directory `gen verify` accounts for:
+/// two ids per prompt, no gap.
+#[tokio::test]
+async fn shards_with_samples_merge_and_verify() {
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let project = Project::new();
+    project.write("data/math.jsonl", rows("math", 12));
+    let config = Config::new(&server.url())
+        .generation("max-tokens = 16\nconcurrency = 3\nsamples = 2")
+        .source("math", "data/math.jsonl");
+    project.config(&config);
+    for (shard, dir) in [("1/2", "host-1"), ("2/2", "host-2")] {
+        let out = project
+            .run(&["run", "cfg.toml", "--shard", shard, "--run-dir", dir])
+            .await;
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+    }
+    let merged = project
+        .run(&["merge", "--output", "merged", "host-1", "host-2"])
+        .await;
+    assert_eq!(merged.code, Some(0), "{}{}", merged.stdout, merged.stderr);
+    assert!(
+        merged.stdout.contains("0 gaps, 0 duplicates"),
+        "{}",
+        merged.stdout
+    );
+    let (code, audit) = project.verify_at("merged").await;
+    assert_eq!(code, Some(0), "{audit:#}");
+    assert_eq!(audit["totals"]["completed"], 24, "{audit:#}");
+    assert_eq!(audit["totals"]["unknown"], 0, "{audit:#}");
+}
+
+/// A prompt an earlier source answers is settled in the later one for each of its samples:
+/// the audit adds up and a rerun sends nothing.
+#[tokio::test]
+async fn a_duplicate_of_an_earlier_source_is_settled_for_every_sample() {
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let project = Project::new();
+    let shared = "{\"prompt\": \"shared question\"}\n";
+    project.write("data/chat.jsonl", format!("{}{shared}", rows("chat", 3)));
+    project.write("data/math.jsonl", format!("{}{shared}", rows("math", 3)));
+    let config = Config::new(&server.url())
+        .generation("max-tokens = 16\nconcurrency = 3\nsamples = 2")
+        .source("chat", "data/chat.jsonl")
+        .source("math", "data/math.jsonl");
+    project.config(&config);
+    let out = project.run(&["run", "cfg.toml"]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(server.chat_requests(), 14);
+    let duplicates: Vec<Value> = project.rejected_of("math");
+    let ids: BTreeSet<&str> = duplicates.iter().filter_map(|r| r["id"].as_str()).collect();
+    assert_eq!(ids.len(), 2, "{duplicates:?}");
+    assert!(
+        duplicates.iter().all(|r| r["kind"] == "duplicate"),
+        "{duplicates:?}"
+    );
+    let (code, audit) = project.verify().await;
+    assert_eq!(code, Some(0), "{audit:#}");
+    assert_eq!(audit["totals"]["completed"], 14, "{audit:#}");
+    assert_eq!(audit["totals"]["rejected"], 2, "{audit:#}");
+    let again = project.run(&["run", "cfg.toml"]).await;
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
+    assert_eq!(server.chat_requests(), 14, "nothing sent again");
+}
