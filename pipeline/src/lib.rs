@@ -490,10 +490,10 @@ fn slurm_command(args: cli::SlurmArgs) -> Result<ExitCode, CliError> {
             .job_name
             .or_else(|| last.map(|j| j.job_name.clone()))
             .unwrap_or_else(|| job_name(&plan)),
-        sbatch_options: match (args.sbatch.is_empty(), last) {
-            (true, Some(last)) => last.sbatch_options.clone(),
-            _ => args.sbatch,
-        },
+        sbatch_options: scale::slurm::sbatch_options_over(
+            last.map_or(&[][..], |j| j.sbatch_options.as_slice()),
+            &args.sbatch,
+        ),
     };
     Ok(scale::slurm::slurm(&job, args.submit, args.only_failed)?)
 }

@@ -100,6 +100,50 @@ pub fn submitted(root: &Path) -> Option<SlurmJob> {
     }
 }
 
+/// Short `sbatch` options by their long names, so that `-t…` given again replaces a kept
+/// `--time=…`.
+const SHORT_OPTIONS: [(&str, &str); 14] = [
+    ("A", "account"),
+    ("C", "constraint"),
+    ("D", "chdir"),
+    ("G", "gpus"),
+    ("J", "job-name"),
+    ("N", "nodes"),
+    ("c", "cpus-per-task"),
+    ("e", "error"),
+    ("n", "ntasks"),
+    ("o", "output"),
+    ("p", "partition"),
+    ("q", "qos"),
+    ("t", "time"),
+    ("w", "nodelist"),
+];
+
+/// The name an `sbatch` option sets: `time` for `--time=1:00:00`, `-t1:00:00` and `--time`.
+fn option_name(option: &str) -> &str {
+    match option.strip_prefix("--") {
+        Some(long) => long.split('=').next().unwrap_or(long),
+        None => {
+            let short = option.get(1..2).unwrap_or_default();
+            SHORT_OPTIONS
+                .iter()
+                .find(|(s, _)| *s == short)
+                .map_or(short, |(_, long)| *long)
+        }
+    }
+}
+
+/// The kept `sbatch` options with each one `given` again replaced, and the new ones after: a
+/// rerun given `-- --time=24:00:00` keeps the first submission's partition and GPUs.
+pub fn sbatch_options_over(kept: &[String], given: &[String]) -> Vec<String> {
+    let replaced: Vec<&str> = given.iter().map(|o| option_name(o)).collect();
+    kept.iter()
+        .filter(|o| !replaced.contains(&option_name(o)))
+        .chain(given)
+        .cloned()
+        .collect()
+}
+
 /// Quotes `word` for bash when it needs it.
 fn quote(word: &str) -> String {
     shlex::try_quote(word).map_or_else(|_| format!("'{word}'"), |q| q.into_owned())
@@ -473,6 +517,30 @@ mod tests {
             job_name: "gen-datasets".into(),
             sbatch_options: vec!["--partition=gpu".into(), "--gres=gpu:8".into()],
         }
+    }
+
+    #[test]
+    fn an_option_given_again_replaces_only_the_kept_one() {
+        let kept = [
+            "--partition=gpu",
+            "--gres=gpu:8",
+            "-t12:00:00",
+            "--exclusive",
+        ]
+        .map(String::from);
+        let given = ["--time=24:00:00", "-pdebug", "--mem=64G"].map(String::from);
+        assert_eq!(
+            sbatch_options_over(&kept, &given),
+            [
+                "--gres=gpu:8",
+                "--exclusive",
+                "--time=24:00:00",
+                "-pdebug",
+                "--mem=64G"
+            ]
+        );
+        assert_eq!(sbatch_options_over(&kept, &[]), kept);
+        assert_eq!(sbatch_options_over(&[], &given), given);
     }
 
     #[test]
