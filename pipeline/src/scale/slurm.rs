@@ -79,6 +79,36 @@ impl SlurmJob {
     }
 }
 
+/// `RUN_ROOT/slurm/tasks/K.json`: how the last task of shard `K` ended, written by the batch
+/// script after `gen` exited (or failed to start).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskEnd {
+    /// The array's job id (`%A` in the log's name).
+    pub job: String,
+    pub task: u32,
+    /// `gen`'s exit status as the shell saw it (127: not found, 126: not executable).
+    pub exit: i32,
+    pub host: String,
+}
+
+impl TaskEnd {
+    /// The task's log, `RUN_ROOT/slurm/%A_%a.out`.
+    pub fn log(&self, root: &Path) -> PathBuf {
+        root.join("slurm")
+            .join(format!("{}_{}.out", self.job, self.task))
+    }
+}
+
+fn tasks_dir(root: &Path) -> PathBuf {
+    root.join("slurm").join("tasks")
+}
+
+/// How the last task of shard `index` ended, if the batch script recorded it.
+pub fn task_end(root: &Path, index: u32) -> Option<TaskEnd> {
+    let path = tasks_dir(root).join(format!("{index}.json"));
+    crate::store::atomic::read_json(&path).ok().flatten()
+}
+
 /// `RUN_ROOT/slurm/submit.json`.
 fn submit_path(root: &RunRoot) -> PathBuf {
     root.slurm_dir().join("submit.json")
@@ -207,9 +237,15 @@ while :; do
   status=$?
   kill -0 "$gen_pid" 2>/dev/null || break
 done
+# How the task ended, for `gen status` when gen never got to write its shard's status (a wrong
+# gen binary exits 127): written whole, then renamed into place.
+task_end={tasks}/"$SLURM_ARRAY_TASK_ID".json
+printf '{{"job": "%s", "task": %s, "exit": %s, "host": "%s"}}\n' "$SLURM_ARRAY_JOB_ID" \
+  "$SLURM_ARRAY_TASK_ID" "$status" "$(hostname)" > "$task_end.tmp" && mv "$task_end.tmp" "$task_end"
 "#,
         shards = job.shards,
         run = run_line(job),
+        tasks = quote(&tasks_dir(&job.root).display().to_string()),
     )
     .ok();
     if job.requeue {
@@ -357,7 +393,7 @@ fn queued_tasks(root: &RunRoot) -> Option<BTreeSet<u32>> {
 pub fn slurm(job: &SlurmJob, submit: bool, only_failed: bool) -> anyhow::Result<ExitCode> {
     let root = RunRoot::new(&job.root);
     root.open_or_create(job.shards, &job.config)?;
-    root::private_dir(&root.slurm_dir())
+    root::private_dir(&tasks_dir(root.root()))
         .with_context(|| format!("failed to create `{}`", root.slurm_dir().display()))?;
     let array = if only_failed {
         match array_to_resubmit(&root)? {

@@ -25,6 +25,7 @@ mod llama_ops;
 mod protocol;
 mod remote;
 mod run;
+mod scale_scripts;
 mod servers;
 mod slurm;
 mod vllm;
