@@ -39,6 +39,9 @@ const TICK: Duration = Duration::from_secs(1);
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// How long requests in flight may finish after Ctrl-C or SIGTERM.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// During the grace period: how long the streams in flight may go without a token, with no
+/// server answering `/health`, before they are given up as unable to finish.
+const GONE_QUIET: Duration = Duration::from_secs(2);
 /// Overrides [`SHUTDOWN_GRACE`], in seconds: a scheduler that kills a fixed time after
 /// SIGTERM (Slurm's `KillWait`, 30 s by default) needs `gen` done before then.
 pub const SHUTDOWN_GRACE_ENV: &str = "GEN_SHUTDOWN_GRACE_SECS";
@@ -682,7 +685,19 @@ impl<'p> Orchestrator<'p> {
             state.print_progress(in_flight);
             self.last_progress = Instant::now();
         }
-        let gone = self.stopping.server_gone();
+        if self.stopping.interrupted()
+            && !self.dispatcher.cancel.is_cancelled()
+            && self.servers.fleet.none_can_finish(GONE_QUIET).await
+        {
+            state.reporter.say(format!(
+                "gen: the server stopped too (no `/health`, no token for {} s): the {in_flight} \
+                 in flight cannot finish, stopping now; they are asked again on the next run",
+                GONE_QUIET.as_secs()
+            ));
+            self.dispatcher.cancel.cancel();
+        }
+        // Stopping: a server that exited (it got the signal too) is not started again.
+        let gone = self.stopping.server_gone() || self.stopping.interrupted();
         let watched = self
             .servers
             .watch(state.plan, &state.run_dir, gone, &state.reporter)

@@ -221,7 +221,8 @@ pub fn script(job: &SlurmJob, array: &str) -> anyhow::Result<String> {
         s,
         r#"export GEN_SHARDS={shards}
 # Slurm kills the task KillWait (30 s by default) after SIGTERM: in-flight requests get 15 s,
-# so gen has stored everything and let its shard go before then.
+# so gen has stored everything and let its shard go before then (none when the server got the
+# SIGTERM too: gen stops as soon as it stops answering).
 export GEN_SHUTDOWN_GRACE_SECS="${{GEN_SHUTDOWN_GRACE_SECS:-15}}"
 stop_signal=""
 # Slurm sends SIGTERM to every process of the task itself; the shell only has to outlive it.
