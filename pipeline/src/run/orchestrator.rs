@@ -181,7 +181,7 @@ async fn run_loop(
 ) -> anyhow::Result<RunOutcome> {
     create_private_dir(run_dir.root())?;
     // One `gen run` per run directory; held until this function returns.
-    let _lock = super::lock::RunLock::acquire(run_dir)?;
+    let _lock = lock_run_dir(run_dir, selection, &reporter)?;
     let (state, needs_prep) = match RunState::open(plan, run_dir, selection, reporter)? {
         Start::Over(outcome) => return Ok(outcome),
         Start::Run(state, needs_prep) => (*state, needs_prep),
@@ -214,6 +214,42 @@ async fn run_loop(
         }
     }
     orchestrator.finish().await
+}
+
+/// The run directory's lock, or none where it cannot be had and need not be. Under
+/// `--shard auto` the shard's lease and epoch guard the directory: a task that took the shard
+/// over from an owner frozen past its lease finds that owner's `flock` still held (the owner
+/// stops before its next write, fenced), and that must not stop the successor. A file system
+/// that cannot lock at all (some Lustre mounts: ENOSYS) is no reason to refuse every run.
+fn lock_run_dir(
+    run_dir: &RunDir,
+    selection: &Selection,
+    reporter: &RunReporter,
+) -> anyhow::Result<Option<super::lock::RunLock>> {
+    use super::lock::{LockError, RunLock};
+    let leased = selection.fence.is_some();
+    match RunLock::acquire(run_dir) {
+        Ok(lock) => Ok(Some(lock)),
+        Err(LockError::Held { .. } | LockError::HeldUnnamed { .. }) if leased => {
+            reporter.say(
+                "gen: the run directory's lock is still held by the owner this task took the \
+                 shard over from past its lease (fenced: it stops before its next write); \
+                 going on under the lease",
+            );
+            Ok(None)
+        }
+        Err(error @ LockError::Unsupported { .. }) => {
+            let guard = match leased {
+                true => "the shard's lease guards it",
+                false => "make sure no other `gen run` uses this run directory",
+            };
+            reporter.say(format!(
+                "gen: warning: {error}: going on without the lock; {guard}"
+            ));
+            Ok(None)
+        }
+        Err(error) => Err(error.into()),
+    }
 }
 
 impl<'p> RunState<'p> {
