@@ -171,6 +171,16 @@ pub fn view(root: &RunRoot, now_ms: u64) -> Result<JobView, RootError> {
                 last.map_or_else(String::new, |l| format!(": {l}"))
             ));
         }
+        // Once `gen` ran, its owner record names the task whose log has the rest (a lost
+        // task's last words: an OOM kill, the time limit).
+        let log = match owner.as_ref().and_then(|o| o.job.as_ref()) {
+            Some(job) if state != ShardState::Failed => {
+                Some(root.slurm_dir().join(format!("{job}.out")))
+                    .filter(|path| path.is_file())
+                    .or(log)
+            }
+            _ => log,
+        };
         let rate: Option<f64> = status.as_ref().and_then(|s| {
             let rates: Vec<f64> = s
                 .sources
@@ -493,5 +503,40 @@ mod tests {
         assert!(text.contains("\n0     failed "), "{text}");
         assert!(text.contains(&format!("      log: {log}")), "{text}");
         assert!(text.contains("rerun  shards 0:"), "{text}");
+
+        // A task that vanished after `gen` started: its owner names the log.
+        let shard = root.shard(1, 2);
+        fs_err::create_dir_all(shard.root()).expect("mkdir");
+        let lost = RunStatus {
+            heartbeat_unix_ms: NOW - 3_600_000,
+            ..status(
+                "node-2",
+                false,
+                vec![source("alpha", Phase::Generating, 60, 10, None)],
+            )
+        };
+        atomic::write_json(&shard.status(), &lost).expect("status");
+        let owner = OwnerRecord {
+            epoch: 1,
+            host: "node-2".into(),
+            pid: 7,
+            job: Some("15_1".into()),
+            array_task: Some(1),
+            started_unix_ms: NOW - 3_700_000,
+            heartbeat_unix_ms: NOW - 3_600_000,
+            released_unix_ms: None,
+        };
+        atomic::write_json(&shard.root().join("owner.json"), &owner).expect("owner");
+        fs_err::write(
+            slurm.join("15_1.out"),
+            "slurmstepd: error: Detected 1 oom_kill event\n",
+        )
+        .expect("log");
+        let view = super::view(&root, NOW).expect("view");
+        assert_eq!(view.shards[1].state, ShardState::Lost);
+        let log = slurm.join("15_1.out").display().to_string();
+        assert_eq!(view.shards[1].log.as_deref(), Some(log.as_str()));
+        let text = super::render(&view, NOW);
+        assert!(text.contains(&format!("      log: {log}")), "{text}");
     }
 }
