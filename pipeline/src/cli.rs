@@ -182,8 +182,15 @@ const MERGE_HELP: &str = "Examples:
   gen merge runs/datasets";
 
 const K8S_HELP: &str = "Examples:
-  gen k8s datasets.toml --shards 8 --image registry/gen:latest --volume-claim runs > job.json
-  kubectl apply -f job.json";
+  gen k8s /data/jobs/datasets.toml --shards 8 --image registry/gen:latest \\
+    --volume-claim runs --gpus 1 --cpus 8 --memory 64Gi \\
+    --hf-token-secret hf-token > job.json
+  kubectl apply -f job.json
+
+Paths are as the pods see them; relative ones are on the volume (the pods'
+working directory). The config is read here only to check it, when it is here
+too. The run root (`--run-dir`, else `runs/NAME` next to the config) must be on
+the volume. `HF_HOME` is the volume's `hf-cache`, shared by every pod.";
 
 const DOCTOR_HELP: &str = "Examples:
   gen doctor datasets.toml
@@ -287,7 +294,7 @@ pub struct SlurmArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct K8sArgs {
-    /// The config file, as the pods see it.
+    /// The config file, as the pods see it (relative: on the volume).
     pub config: PathBuf,
     /// Shards (pods of the Indexed Job).
     #[arg(long, value_name = "N")]
@@ -295,7 +302,8 @@ pub struct K8sArgs {
     /// The container image holding `gen` and the inference server.
     #[arg(long)]
     pub image: String,
-    /// The job's run root, as the pods see it (default: `[run] dir` of the config).
+    /// The job's run root, as the pods see it (default: `[run] dir` of the config when it is
+    /// here too, else `runs/NAME` next to it).
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
     /// Each pod starts its server with this command line instead of `[server] launch`.
@@ -307,9 +315,21 @@ pub struct K8sArgs {
     /// Where the claim is mounted.
     #[arg(long, default_value = "/data")]
     pub mount_path: String,
-    /// GPUs per pod.
+    /// GPUs per pod (`nvidia.com/gpu`, requested and the limit).
     #[arg(long)]
     pub gpus: Option<u32>,
+    /// CPUs requested per pod.
+    #[arg(long)]
+    pub cpus: Option<u32>,
+    /// Memory per pod, requested and the limit (e.g. `64Gi`).
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+    /// The size of `/dev/shm` (a memory volume) [default: no limit but the pod's memory].
+    #[arg(long, value_name = "SIZE")]
+    pub shm_size: Option<String>,
+    /// A Secret whose key `token` becomes `HF_TOKEN` in every pod.
+    #[arg(long, value_name = "SECRET")]
+    pub hf_token_secret: Option<String>,
     /// Retries of one shard's pod before it counts as failed.
     #[arg(long, default_value_t = 2)]
     pub retries: u32,

@@ -527,29 +527,76 @@ fn slurm_command(args: cli::SlurmArgs) -> Result<ExitCode, CliError> {
             .job_name
             .or_else(|| last.map(|j| j.job_name.clone()))
             .unwrap_or_else(|| job_name(&plan)),
-        sbatch_options: match (args.sbatch.is_empty(), last) {
-            (true, Some(last)) => last.sbatch_options.clone(),
-            _ => args.sbatch,
-        },
+        sbatch_options: scale::slurm::sbatch_options_over(
+            last.map_or(&[][..], |j| j.sbatch_options.as_slice()),
+            &args.sbatch,
+        ),
     };
     Ok(scale::slurm::slurm(&job, args.submit, args.only_failed)?)
 }
 
 fn k8s_command(args: &cli::K8sArgs) -> Result<ExitCode, CliError> {
-    let plan = Plan::load(&args.config)?;
-    let root = args.run_dir.clone().unwrap_or_else(|| plan.run_dir.clone());
+    use scale::k8s::in_pod;
+    let volume = args.volume_claim.as_ref().map(|_| args.mount_path.as_str());
+    let config = in_pod(&args.config, volume);
+    // The path is the pods'; read here only when it is here too, to check it early.
+    let plan = if args.config.is_file() {
+        Some(Plan::load(&args.config)?)
+    } else {
+        None
+    };
+    let root = match (&args.run_dir, &plan) {
+        (Some(dir), _) => in_pod(dir, volume),
+        (None, Some(plan)) => in_pod(&plan.run_dir, volume),
+        (None, None) => {
+            let stem = config
+                .file_stem()
+                .map_or_else(|| "run".to_owned(), |s| s.to_string_lossy().into_owned());
+            let root = config.with_file_name("runs").join(stem);
+            crate::report::plain(&format!(
+                "gen: `{}` is not here: the pods' run root is `{}` (`--run-dir` to choose)",
+                args.config.display(),
+                root.display()
+            ));
+            root
+        }
+    };
+    if volume.is_none() {
+        crate::report::plain(
+            "gen: warning: no `--volume-claim`: the run root must be on storage every pod \
+             mounts, or no shard sees another",
+        );
+    }
+    let name = match (&args.name, &plan) {
+        (Some(name), _) => name.clone(),
+        (None, Some(plan)) => job_name(plan),
+        (None, None) => format!(
+            "gen-{}",
+            config
+                .file_stem()
+                .map_or_else(|| "run".into(), |s| s.to_string_lossy())
+        ),
+    };
     let job = scale::k8s::K8sJob {
-        name: args.name.clone().unwrap_or_else(|| job_name(&plan)),
+        name,
         image: args.image.clone(),
-        config: args.config.display().to_string(),
+        config: config.display().to_string(),
         root: root.display().to_string(),
         shards: args.shards,
         server_launch: args.server_launch.clone(),
         volume_claim: args.volume_claim.clone(),
         mount_path: args.mount_path.clone(),
         gpus: args.gpus,
+        cpus: args.cpus,
+        memory: args.memory.clone(),
+        shm_size: args.shm_size.clone(),
+        hf_token_secret: args.hf_token_secret.clone(),
         retries_per_index: args.retries,
     };
+    scale::k8s::check(&job).map_err(|error| CliError {
+        code: exit::USAGE,
+        error,
+    })?;
     println!(
         "{}",
         serde_json::to_string_pretty(&scale::k8s::manifest(&job)).context("manifest serializes")?

@@ -226,7 +226,7 @@ impl Liveness {
     }
 
     /// `/health` answers 200, from the server's own process when it is one `gen` launched.
-    async fn health_answers(&self) -> bool {
+    pub async fn health_answers(&self) -> bool {
         self.process_runs() && matches!(probe::health(&self.url).await, Ok(true))
     }
 

@@ -274,6 +274,28 @@ impl Fleet {
         self.backends.iter().map(|b| b.limiter.in_flight()).sum()
     }
 
+    /// Whether none of the requests in flight can finish any more: every server holding some
+    /// is down, or has sent no token for `quiet` and does not answer `/health` (a server that
+    /// got the same SIGTERM as `gen` — Slurm signals every process of the task — closes its
+    /// port while its streams hang). `false` with nothing in flight.
+    pub async fn none_can_finish(&self, quiet: Duration) -> bool {
+        let now = unix_ms();
+        let mut holding = false;
+        for backend in self.backends.iter() {
+            if backend.limiter.in_flight() == 0 {
+                continue;
+            }
+            holding = true;
+            let quiet_ms = now.saturating_sub(backend.activity.load(Ordering::Relaxed));
+            if backend.liveness.health() == Health::Up
+                && (quiet_ms < quiet.as_millis() as u64 || backend.liveness.health_answers().await)
+            {
+                return false;
+            }
+        }
+        holding
+    }
+
     /// Every quarter of the stall time, marks down a server with requests in flight but no
     /// token for the stall time whose `/health` does not answer; every
     /// [`LOAD_EVERY`], reads each healthy server's own queue from its metrics for the status.

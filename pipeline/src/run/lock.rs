@@ -5,7 +5,8 @@
 //! The kernel releases the lock when the holder exits, however it exits (`kill -9`
 //! included), so a stale file never blocks a run: its contents are only read to name the
 //! holder. `flock` does not work across NFS clients on every setup; the host name in the
-//! message helps there.
+//! message helps there. Where the file system cannot lock at all, [`LockError::Unsupported`]
+//! lets the caller go on with a warning (see `run::orchestrator::lock_run_dir`).
 
 use std::io::{self, Read as _, Seek as _, Write as _};
 use std::os::fd::AsFd as _;
@@ -44,6 +45,14 @@ pub enum LockError {
         path.display()
     )]
     HeldUnnamed { run_dir: PathBuf, path: PathBuf },
+    /// The file system does not lock (`flock` fails with ENOSYS, EOPNOTSUPP or ENOLCK: some
+    /// Lustre and NFS mounts).
+    #[error("the file system of `{}` does not support `flock`", path.display())]
+    Unsupported {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
     #[error("failed to lock `{}`", path.display())]
     Io {
         path: PathBuf,
@@ -85,6 +94,9 @@ impl RunLock {
             .open(&path)
             .map_err(io_error)?;
         if let Err(e) = sys::flock_exclusive(file.file().as_fd()) {
+            if unsupported(&e) {
+                return Err(LockError::Unsupported { path, source: e });
+            }
             if e.kind() != io::ErrorKind::WouldBlock {
                 return Err(io_error(e));
             }
@@ -129,6 +141,14 @@ impl RunLock {
     }
 }
 
+/// Whether `flock` failed because the file system cannot lock at all.
+fn unsupported(error: &io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(libc::ENOSYS | libc::EOPNOTSUPP | libc::ENOLCK)
+    )
+}
+
 /// `12s ago`, `5m ago`, `3h ago` — or the raw time when the clocks disagree.
 fn ago(started_unix_ms: u64) -> String {
     let now = sys::unix_ms();
@@ -165,6 +185,17 @@ mod tests {
         drop(first);
         let again = RunLock::acquire(&run_dir).expect("free again after drop");
         drop(again);
+    }
+
+    #[test]
+    fn a_file_system_without_flock_is_told_from_a_failure() {
+        for errno in [libc::ENOSYS, libc::EOPNOTSUPP, libc::ENOLCK] {
+            assert!(unsupported(&io::Error::from_raw_os_error(errno)), "{errno}");
+        }
+        assert!(!unsupported(&io::Error::from_raw_os_error(
+            libc::EWOULDBLOCK
+        )));
+        assert!(!unsupported(&io::Error::from_raw_os_error(libc::EBADF)));
     }
 
     #[test]

@@ -39,6 +39,9 @@ const TICK: Duration = Duration::from_secs(1);
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// How long requests in flight may finish after Ctrl-C or SIGTERM.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+/// During the grace period: how long the streams in flight may go without a token, with no
+/// server answering `/health`, before they are given up as unable to finish.
+const GONE_QUIET: Duration = Duration::from_secs(2);
 /// Overrides [`SHUTDOWN_GRACE`], in seconds: a scheduler that kills a fixed time after
 /// SIGTERM (Slurm's `KillWait`, 30 s by default) needs `gen` done before then.
 pub const SHUTDOWN_GRACE_ENV: &str = "GEN_SHUTDOWN_GRACE_SECS";
@@ -178,7 +181,7 @@ async fn run_loop(
 ) -> anyhow::Result<RunOutcome> {
     create_private_dir(run_dir.root())?;
     // One `gen run` per run directory; held until this function returns.
-    let _lock = super::lock::RunLock::acquire(run_dir)?;
+    let _lock = lock_run_dir(run_dir, selection, &reporter)?;
     let (state, needs_prep) = match RunState::open(plan, run_dir, selection, reporter)? {
         Start::Over(outcome) => return Ok(outcome),
         Start::Run(state, needs_prep) => (*state, needs_prep),
@@ -211,6 +214,42 @@ async fn run_loop(
         }
     }
     orchestrator.finish().await
+}
+
+/// The run directory's lock, or none where it cannot be had and need not be. Under
+/// `--shard auto` the shard's lease and epoch guard the directory: a task that took the shard
+/// over from an owner frozen past its lease finds that owner's `flock` still held (the owner
+/// stops before its next write, fenced), and that must not stop the successor. A file system
+/// that cannot lock at all (some Lustre mounts: ENOSYS) is no reason to refuse every run.
+fn lock_run_dir(
+    run_dir: &RunDir,
+    selection: &Selection,
+    reporter: &RunReporter,
+) -> anyhow::Result<Option<super::lock::RunLock>> {
+    use super::lock::{LockError, RunLock};
+    let leased = selection.fence.is_some();
+    match RunLock::acquire(run_dir) {
+        Ok(lock) => Ok(Some(lock)),
+        Err(LockError::Held { .. } | LockError::HeldUnnamed { .. }) if leased => {
+            reporter.say(
+                "gen: the run directory's lock is still held by the owner this task took the \
+                 shard over from past its lease (fenced: it stops before its next write); \
+                 going on under the lease",
+            );
+            Ok(None)
+        }
+        Err(error @ LockError::Unsupported { .. }) => {
+            let guard = match leased {
+                true => "the shard's lease guards it",
+                false => "make sure no other `gen run` uses this run directory",
+            };
+            reporter.say(format!(
+                "gen: warning: {error}: going on without the lock; {guard}"
+            ));
+            Ok(None)
+        }
+        Err(error) => Err(error.into()),
+    }
 }
 
 impl<'p> RunState<'p> {
@@ -682,7 +721,19 @@ impl<'p> Orchestrator<'p> {
             state.print_progress(in_flight);
             self.last_progress = Instant::now();
         }
-        let gone = self.stopping.server_gone();
+        if self.stopping.interrupted()
+            && !self.dispatcher.cancel.is_cancelled()
+            && self.servers.fleet.none_can_finish(GONE_QUIET).await
+        {
+            state.reporter.say(format!(
+                "gen: the server stopped too (no `/health`, no token for {} s): the {in_flight} \
+                 in flight cannot finish, stopping now; they are asked again on the next run",
+                GONE_QUIET.as_secs()
+            ));
+            self.dispatcher.cancel.cancel();
+        }
+        // Stopping: a server that exited (it got the signal too) is not started again.
+        let gone = self.stopping.server_gone() || self.stopping.interrupted();
         let watched = self
             .servers
             .watch(state.plan, &state.run_dir, gone, &state.reporter)

@@ -1,13 +1,17 @@
 //! `gen k8s CONFIG --shards N --image IMAGE`: prints a Kubernetes Indexed Job whose pod `k`
 //! runs `gen run CONFIG --shard auto` on shard `k` (`JOB_COMPLETION_INDEX`), with the shard
 //! count in `GEN_SHARDS` since Kubernetes does not pass it. The run root must be on a volume
-//! every pod mounts (a ReadWriteMany claim, `--volume-claim`).
+//! every pod mounts (a ReadWriteMany claim, `--volume-claim`), which is also their working
+//! directory and holds the Hugging Face cache they share. Paths are the pods': nothing here
+//! needs the config.
 //!
 //! Printed as JSON, which is YAML too: `kubectl apply -f` takes it as it is.
 
+use std::path::{Path, PathBuf};
+
 use serde_json::{Value, json};
 
-/// What the manifest describes.
+/// What the manifest describes. Paths are as the pods see them.
 #[derive(Debug, Clone)]
 pub struct K8sJob {
     pub name: String,
@@ -16,13 +20,48 @@ pub struct K8sJob {
     pub root: String,
     pub shards: u32,
     pub server_launch: Option<String>,
-    /// A PersistentVolumeClaim mounted at `mount_path` in every pod.
+    /// A PersistentVolumeClaim mounted at `mount_path` in every pod, its working directory.
     pub volume_claim: Option<String>,
     pub mount_path: String,
     /// GPUs per pod (`nvidia.com/gpu`), for the inference server.
     pub gpus: Option<u32>,
+    /// CPUs requested per pod.
+    pub cpus: Option<u32>,
+    /// Memory per pod (requested and the limit), in Kubernetes' notation (`64Gi`).
+    pub memory: Option<String>,
+    /// The size of `/dev/shm` (a memory volume; servers' tensor-parallel workers share
+    /// memory through it, and a container's default 64 MiB stops them).
+    pub shm_size: Option<String>,
+    /// A Secret whose key `token` becomes `HF_TOKEN`.
+    pub hf_token_secret: Option<String>,
     /// Retries of one index before it counts as failed (`backoffLimitPerIndex`).
     pub retries_per_index: u32,
+}
+
+/// Exit code of `gen` for a usage or config error: another pod of the index would fail alike.
+const EXIT_USAGE: i32 = 2;
+
+/// `path` as the pods see it: a relative one is on the volume (their working directory).
+pub fn in_pod(path: &Path, volume: Option<&str>) -> PathBuf {
+    match volume {
+        Some(mount) if path.is_relative() => Path::new(mount).join(path),
+        _ => path.to_path_buf(),
+    }
+}
+
+/// Refuses a run root off the shared volume: each pod would write a root of its own that
+/// dies with it, and no shard would see another.
+pub fn check(job: &K8sJob) -> anyhow::Result<()> {
+    if job.volume_claim.is_some() {
+        anyhow::ensure!(
+            Path::new(&job.root).starts_with(&job.mount_path),
+            "the run root `{}` is not on the volume the pods share (mounted at `{}`): pass \
+             `--run-dir` under it",
+            job.root,
+            job.mount_path
+        );
+    }
+    Ok(())
 }
 
 /// The Indexed Job manifest.
@@ -42,26 +81,62 @@ pub fn manifest(job: &K8sJob) -> Value {
     if let Some(launch) = &job.server_launch {
         command.extend(["--server-launch".to_owned(), launch.clone()]);
     }
+    let mut env = vec![json!({"name": super::launcher::SHARDS_ENV, "value": shards})];
+    let (mut mounts, mut volumes) = (Vec::new(), Vec::new());
+    if let Some(claim) = &job.volume_claim {
+        // One download of each dataset for every pod, on the volume they share.
+        let cache = Path::new(&job.mount_path).join("hf-cache");
+        env.push(json!({"name": "HF_HOME", "value": cache.display().to_string()}));
+        mounts.push(json!({"name": "runs", "mountPath": job.mount_path}));
+        volumes.push(json!({"name": "runs", "persistentVolumeClaim": {"claimName": claim}}));
+    }
+    let mut shm = json!({"medium": "Memory"});
+    if let Some(size) = &job.shm_size {
+        shm["sizeLimit"] = json!(size);
+    }
+    mounts.push(json!({"name": "dshm", "mountPath": "/dev/shm"}));
+    volumes.push(json!({"name": "dshm", "emptyDir": shm}));
+    if let Some(secret) = &job.hf_token_secret {
+        env.push(json!({
+            "name": "HF_TOKEN",
+            "valueFrom": {"secretKeyRef": {"name": secret, "key": "token"}},
+        }));
+    }
     let mut container = json!({
         "name": "gen",
         "image": job.image,
         "command": command,
-        "env": [{"name": super::launcher::SHARDS_ENV, "value": shards}],
+        "env": env,
+        "volumeMounts": mounts,
     });
-    if let Some(gpus) = job.gpus {
-        container["resources"] = json!({"limits": {"nvidia.com/gpu": gpus}});
+    if job.volume_claim.is_some() {
+        container["workingDir"] = json!(job.mount_path);
     }
-    let mut pod = json!({
+    let (mut requests, mut limits) = (json!({}), json!({}));
+    if let Some(cpus) = job.cpus {
+        requests["cpu"] = json!(cpus.to_string());
+    }
+    if let Some(memory) = &job.memory {
+        requests["memory"] = json!(memory);
+        limits["memory"] = json!(memory);
+    }
+    if let Some(gpus) = job.gpus {
+        requests["nvidia.com/gpu"] = json!(gpus);
+        limits["nvidia.com/gpu"] = json!(gpus);
+    }
+    if requests != json!({}) {
+        container["resources"] = json!({"requests": requests});
+    }
+    if limits != json!({}) {
+        container["resources"]["limits"] = limits;
+    }
+    let pod = json!({
         "restartPolicy": "Never",
         // `gen` stops gracefully on SIGTERM: in-flight requests get 30 s to finish.
         "terminationGracePeriodSeconds": 60,
         "containers": [container],
+        "volumes": volumes,
     });
-    if let Some(claim) = &job.volume_claim {
-        pod["containers"][0]["volumeMounts"] =
-            json!([{"name": "runs", "mountPath": job.mount_path}]);
-        pod["volumes"] = json!([{"name": "runs", "persistentVolumeClaim": {"claimName": claim}}]);
-    }
     json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -72,6 +147,19 @@ pub fn manifest(job: &K8sJob) -> Value {
             "parallelism": job.shards,
             "backoffLimitPerIndex": job.retries_per_index,
             "maxFailedIndexes": job.shards,
+            // A replacement starts once the pod it replaces has stopped (and let its shard
+            // go), not while it is still terminating.
+            "podReplacementPolicy": "Failed",
+            "podFailurePolicy": {"rules": [
+                // Evicted, preempted or drained: not the shard's fault, no retry spent.
+                {"action": "Ignore", "onPodConditions": [
+                    {"type": "DisruptionTarget", "status": "True"},
+                ]},
+                // A usage or config error fails the same way every time.
+                {"action": "FailIndex", "onExitCodes": {
+                    "containerName": "gen", "operator": "In", "values": [EXIT_USAGE],
+                }},
+            ]},
             "template": {
                 "metadata": {"labels": {"app.kubernetes.io/name": "gen"}},
                 "spec": pod,
@@ -95,6 +183,10 @@ mod tests {
             volume_claim: Some("gen-runs".into()),
             mount_path: "/data".into(),
             gpus: Some(1),
+            cpus: Some(8),
+            memory: Some("64Gi".into()),
+            shm_size: Some("16Gi".into()),
+            hf_token_secret: Some("hf-token".into()),
             retries_per_index: 2,
         }
     }
@@ -142,6 +234,71 @@ mod tests {
         assert_eq!(
             pod["volumes"][0]["persistentVolumeClaim"]["claimName"],
             "gen-runs"
+        );
+    }
+
+    /// Issue 29 item 5: what a site cluster needs beyond the Indexed Job itself.
+    #[test]
+    fn pods_work_on_the_volume_survive_evictions_and_get_their_resources() {
+        let value = manifest(&job());
+        let spec = &value["spec"];
+        assert_eq!(spec["podReplacementPolicy"], "Failed");
+        let rules = &spec["podFailurePolicy"]["rules"];
+        assert_eq!(rules[0]["action"], "Ignore");
+        assert_eq!(rules[0]["onPodConditions"][0]["type"], "DisruptionTarget");
+        assert_eq!(rules[1]["action"], "FailIndex");
+        assert_eq!(rules[1]["onExitCodes"]["values"][0], 2);
+        let pod = &spec["template"]["spec"];
+        let container = &pod["containers"][0];
+        assert_eq!(container["workingDir"], "/data");
+        let env = container["env"].as_array().expect("env");
+        let named = |name: &str| {
+            env.iter()
+                .find(|e| e["name"] == name)
+                .unwrap_or_else(|| panic!("{name} in {env:?}"))
+        };
+        assert_eq!(named("HF_HOME")["value"], "/data/hf-cache");
+        assert_eq!(
+            named("HF_TOKEN")["valueFrom"]["secretKeyRef"],
+            json!({"name": "hf-token", "key": "token"})
+        );
+        let resources = &container["resources"];
+        assert_eq!(
+            resources["requests"],
+            json!({"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": 1})
+        );
+        assert_eq!(
+            resources["limits"],
+            json!({"memory": "64Gi", "nvidia.com/gpu": 1})
+        );
+        assert_eq!(container["volumeMounts"][1]["mountPath"], "/dev/shm");
+        assert_eq!(
+            pod["volumes"][1]["emptyDir"],
+            json!({"medium": "Memory", "sizeLimit": "16Gi"})
+        );
+    }
+
+    #[test]
+    fn a_run_root_off_the_shared_volume_is_refused() {
+        check(&job()).expect("on the volume");
+        let error = check(&K8sJob {
+            root: "/scratch/runs/datasets".into(),
+            ..job()
+        })
+        .expect_err("off the volume");
+        assert!(
+            error
+                .to_string()
+                .contains("is not on the volume the pods share"),
+            "{error}"
+        );
+        assert_eq!(
+            in_pod(Path::new("runs/job"), Some("/data")),
+            Path::new("/data/runs/job")
+        );
+        assert_eq!(
+            in_pod(Path::new("/etc/job.toml"), Some("/data")),
+            Path::new("/etc/job.toml")
         );
     }
 

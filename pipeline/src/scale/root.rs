@@ -6,7 +6,8 @@
 //! RUN_ROOT/shard-000/      shard 0's run directory (+ owner.json, claims/)
 //! RUN_ROOT/shard-001/      ...
 //! RUN_ROOT/merged/         every shard's outputs in one run directory, once all are done
-//! RUN_ROOT/slurm/          `gen slurm`'s batch script, its submissions and the tasks' logs
+//! RUN_ROOT/slurm/          `gen slurm`'s batch script, its submissions, the tasks' logs and
+//!                          `tasks/K.json` (how shard K's last task ended)
 //! ```
 //!
 //! Each shard prepares every source itself (see `ARCHITECTURE.md`, "Many machines"), so a

@@ -79,6 +79,36 @@ impl SlurmJob {
     }
 }
 
+/// `RUN_ROOT/slurm/tasks/K.json`: how the last task of shard `K` ended, written by the batch
+/// script after `gen` exited (or failed to start).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskEnd {
+    /// The array's job id (`%A` in the log's name).
+    pub job: String,
+    pub task: u32,
+    /// `gen`'s exit status as the shell saw it (127: not found, 126: not executable).
+    pub exit: i32,
+    pub host: String,
+}
+
+impl TaskEnd {
+    /// The task's log, `RUN_ROOT/slurm/%A_%a.out`.
+    pub fn log(&self, root: &Path) -> PathBuf {
+        root.join("slurm")
+            .join(format!("{}_{}.out", self.job, self.task))
+    }
+}
+
+fn tasks_dir(root: &Path) -> PathBuf {
+    root.join("slurm").join("tasks")
+}
+
+/// How the last task of shard `index` ended, if the batch script recorded it.
+pub fn task_end(root: &Path, index: u32) -> Option<TaskEnd> {
+    let path = tasks_dir(root).join(format!("{index}.json"));
+    crate::store::atomic::read_json(&path).ok().flatten()
+}
+
 /// `RUN_ROOT/slurm/submit.json`.
 fn submit_path(root: &RunRoot) -> PathBuf {
     root.slurm_dir().join("submit.json")
@@ -98,6 +128,50 @@ pub fn submitted(root: &Path) -> Option<SlurmJob> {
             None
         }
     }
+}
+
+/// Short `sbatch` options by their long names, so that `-t…` given again replaces a kept
+/// `--time=…`.
+const SHORT_OPTIONS: [(&str, &str); 14] = [
+    ("A", "account"),
+    ("C", "constraint"),
+    ("D", "chdir"),
+    ("G", "gpus"),
+    ("J", "job-name"),
+    ("N", "nodes"),
+    ("c", "cpus-per-task"),
+    ("e", "error"),
+    ("n", "ntasks"),
+    ("o", "output"),
+    ("p", "partition"),
+    ("q", "qos"),
+    ("t", "time"),
+    ("w", "nodelist"),
+];
+
+/// The name an `sbatch` option sets: `time` for `--time=1:00:00`, `-t1:00:00` and `--time`.
+fn option_name(option: &str) -> &str {
+    match option.strip_prefix("--") {
+        Some(long) => long.split('=').next().unwrap_or(long),
+        None => {
+            let short = option.get(1..2).unwrap_or_default();
+            SHORT_OPTIONS
+                .iter()
+                .find(|(s, _)| *s == short)
+                .map_or(short, |(_, long)| *long)
+        }
+    }
+}
+
+/// The kept `sbatch` options with each one `given` again replaced, and the new ones after: a
+/// rerun given `-- --time=24:00:00` keeps the first submission's partition and GPUs.
+pub fn sbatch_options_over(kept: &[String], given: &[String]) -> Vec<String> {
+    let replaced: Vec<&str> = given.iter().map(|o| option_name(o)).collect();
+    kept.iter()
+        .filter(|o| !replaced.contains(&option_name(o)))
+        .chain(given)
+        .cloned()
+        .collect()
 }
 
 /// Quotes `word` for bash when it needs it.
@@ -147,7 +221,8 @@ pub fn script(job: &SlurmJob, array: &str) -> anyhow::Result<String> {
         s,
         r#"export GEN_SHARDS={shards}
 # Slurm kills the task KillWait (30 s by default) after SIGTERM: in-flight requests get 15 s,
-# so gen has stored everything and let its shard go before then.
+# so gen has stored everything and let its shard go before then (none when the server got the
+# SIGTERM too: gen stops as soon as it stops answering).
 export GEN_SHUTDOWN_GRACE_SECS="${{GEN_SHUTDOWN_GRACE_SECS:-15}}"
 stop_signal=""
 # Slurm sends SIGTERM to every process of the task itself; the shell only has to outlive it.
@@ -163,9 +238,15 @@ while :; do
   status=$?
   kill -0 "$gen_pid" 2>/dev/null || break
 done
+# How the task ended, for `gen status` when gen never got to write its shard's status (a wrong
+# gen binary exits 127): written whole, then renamed into place.
+task_end={tasks}/"$SLURM_ARRAY_TASK_ID".json
+printf '{{"job": "%s", "task": %s, "exit": %s, "host": "%s"}}\n' "$SLURM_ARRAY_JOB_ID" \
+  "$SLURM_ARRAY_TASK_ID" "$status" "$(hostname)" > "$task_end.tmp" && mv "$task_end.tmp" "$task_end"
 "#,
         shards = job.shards,
         run = run_line(job),
+        tasks = quote(&tasks_dir(&job.root).display().to_string()),
     )
     .ok();
     if job.requeue {
@@ -313,7 +394,7 @@ fn queued_tasks(root: &RunRoot) -> Option<BTreeSet<u32>> {
 pub fn slurm(job: &SlurmJob, submit: bool, only_failed: bool) -> anyhow::Result<ExitCode> {
     let root = RunRoot::new(&job.root);
     root.open_or_create(job.shards, &job.config)?;
-    root::private_dir(&root.slurm_dir())
+    root::private_dir(&tasks_dir(root.root()))
         .with_context(|| format!("failed to create `{}`", root.slurm_dir().display()))?;
     let array = if only_failed {
         match array_to_resubmit(&root)? {
@@ -473,6 +554,30 @@ mod tests {
             job_name: "gen-datasets".into(),
             sbatch_options: vec!["--partition=gpu".into(), "--gres=gpu:8".into()],
         }
+    }
+
+    #[test]
+    fn an_option_given_again_replaces_only_the_kept_one() {
+        let kept = [
+            "--partition=gpu",
+            "--gres=gpu:8",
+            "-t12:00:00",
+            "--exclusive",
+        ]
+        .map(String::from);
+        let given = ["--time=24:00:00", "-pdebug", "--mem=64G"].map(String::from);
+        assert_eq!(
+            sbatch_options_over(&kept, &given),
+            [
+                "--gres=gpu:8",
+                "--exclusive",
+                "--time=24:00:00",
+                "-pdebug",
+                "--mem=64G"
+            ]
+        );
+        assert_eq!(sbatch_options_over(&kept, &[]), kept);
+        assert_eq!(sbatch_options_over(&[], &given), given);
     }
 
     #[test]

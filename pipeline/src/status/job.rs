@@ -17,6 +17,9 @@ use crate::scale::root::{self, RootError, RunRoot};
 pub enum ShardState {
     /// No task has written its status yet.
     NotStarted,
+    /// Its task ended before `gen` wrote the shard's status (e.g. exit 127: a wrong `gen`
+    /// binary): see its log.
+    Failed,
     Running,
     /// Every source done.
     Done,
@@ -30,6 +33,7 @@ impl ShardState {
     fn label(self) -> &'static str {
         match self {
             ShardState::NotStarted => "not started",
+            ShardState::Failed => "failed",
             ShardState::Running => "running",
             ShardState::Done => "done",
             ShardState::Stopped => "stopped",
@@ -52,6 +56,9 @@ pub struct ShardView {
     pub heartbeat_unix_ms: Option<u64>,
     /// Why its run stopped early, when an error stopped it.
     pub stopped_by: Option<String>,
+    /// Its last Slurm task's log (`RUN_ROOT/slurm/%A_%a.out`), when the batch script recorded
+    /// how that task ended.
+    pub log: Option<String>,
 }
 
 /// The whole job.
@@ -146,7 +153,34 @@ pub fn view(root: &RunRoot, now_ms: u64) -> Result<JobView, RootError> {
     let mut views = Vec::new();
     for (index, dir, status) in &shards {
         let owner = owner::read_owner(dir).ok().flatten();
-        let state = shard_state(status.as_ref(), now_ms);
+        let mut state = shard_state(status.as_ref(), now_ms);
+        let ended = crate::scale::slurm::task_end(root.root(), *index);
+        let log = ended.as_ref().map(|e| e.log(root.root()));
+        let mut stopped_by = status.as_ref().and_then(|s| s.stopped_by.clone());
+        if let Some(ended) = ended.as_ref().filter(|e| e.exit != 0)
+            && state == ShardState::NotStarted
+        {
+            state = ShardState::Failed;
+            let last = log.as_deref().and_then(last_line);
+            stopped_by = Some(format!(
+                "task {}_{} exited with {} on {} before `gen` started{}",
+                ended.job,
+                ended.task,
+                ended.exit,
+                ended.host,
+                last.map_or_else(String::new, |l| format!(": {l}"))
+            ));
+        }
+        // Once `gen` ran, its owner record names the task whose log has the rest (a lost
+        // task's last words: an OOM kill, the time limit).
+        let log = match owner.as_ref().and_then(|o| o.job.as_ref()) {
+            Some(job) if state != ShardState::Failed => {
+                Some(root.slurm_dir().join(format!("{job}.out")))
+                    .filter(|path| path.is_file())
+                    .or(log)
+            }
+            _ => log,
+        };
         let rate: Option<f64> = status.as_ref().and_then(|s| {
             let rates: Vec<f64> = s
                 .sources
@@ -173,7 +207,8 @@ pub fn view(root: &RunRoot, now_ms: u64) -> Result<JobView, RootError> {
                 None
             },
             heartbeat_unix_ms: status.as_ref().map(|s| s.heartbeat_unix_ms),
-            stopped_by: status.as_ref().and_then(|s| s.stopped_by.clone()),
+            stopped_by,
+            log: log.map(|l| l.display().to_string()),
             owner,
         });
     }
@@ -185,6 +220,20 @@ pub fn view(root: &RunRoot, now_ms: u64) -> Result<JobView, RootError> {
         merged: root.merged().is_dir(),
         submitted: crate::scale::slurm::submitted(root.root()),
     })
+}
+
+/// The last line of a task's log with text in it (the shell's `gen: No such file or
+/// directory`), if the log can be read.
+fn last_line(log: &std::path::Path) -> Option<String> {
+    let text = fs_err::read_to_string(log).ok()?;
+    let line = text.lines().rev().map(str::trim).find(|l| !l.is_empty())?;
+    // bash says `SCRIPT: line 20: /opt/gen: No such file or directory`; the path of the
+    // script's copy in Slurm's spool says nothing.
+    let line = line
+        .split_once(": line ")
+        .and_then(|(_, rest)| rest.split_once(": "))
+        .map_or(line, |(_, message)| message);
+    Some(line.to_owned())
 }
 
 /// The job as text, each line at most 80 columns.
@@ -216,11 +265,23 @@ pub fn render(job: &JobView, now_ms: u64) -> String {
                 writeln!(out, "{line}").ok();
             }
         }
+        if let Some(log) = shard
+            .log
+            .as_ref()
+            .filter(|_| matches!(shard.state, ShardState::Failed | ShardState::Lost))
+        {
+            writeln!(out, "{}", cut(&format!("      log: {log}"), 80)).ok();
+        }
     }
     let rerun: Vec<String> = job
         .shards
         .iter()
-        .filter(|s| matches!(s.state, ShardState::Stopped | ShardState::Lost))
+        .filter(|s| {
+            matches!(
+                s.state,
+                ShardState::Stopped | ShardState::Lost | ShardState::Failed
+            )
+        })
         .map(|s| s.index.to_string())
         .collect();
     if !rerun.is_empty() {
@@ -250,6 +311,7 @@ fn header(job: &JobView) -> [String; 3] {
         ShardState::Running,
         ShardState::Stopped,
         ShardState::Lost,
+        ShardState::Failed,
         ShardState::NotStarted,
     ] {
         let n = count(state);
@@ -282,7 +344,7 @@ fn shard_row(shard: &ShardView, now_ms: u64) -> String {
             None => format!("pid {} e{}", o.pid, o.epoch),
         },
     );
-    let done = if shard.state == ShardState::NotStarted {
+    let done = if matches!(shard.state, ShardState::NotStarted | ShardState::Failed) {
         "-".to_owned()
     } else {
         format!("{}/{}", shard.done, shard.prepared)
@@ -426,6 +488,7 @@ mod tests {
                 tokens_per_sec: None,
                 heartbeat_unix_ms: Some(NOW - 60_000),
                 stopped_by: Some(reason.into()),
+                log: None,
             }],
             sources: Vec::new(),
             merged: false,
@@ -440,5 +503,79 @@ mod tests {
             .map(str::trim)
             .collect();
         assert_eq!(said.join(" "), format!("stopped by: {reason}"), "{text}");
+    }
+
+    #[test]
+    fn a_task_that_died_before_gen_started_is_failed_with_its_log() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = RunRoot::new(tmp.path().join("job"));
+        root.open_or_create(2, std::path::Path::new("/data/jobs/datasets.toml"))
+            .expect("root");
+        // What the batch script writes after a wrong `--gen-bin`, and what bash logged.
+        let slurm = root.slurm_dir();
+        fs_err::create_dir_all(slurm.join("tasks")).expect("mkdir");
+        fs_err::write(
+            slurm.join("tasks/0.json"),
+            r#"{"job": "14", "task": 0, "exit": 127, "host": "node-1"}"#,
+        )
+        .expect("task end");
+        fs_err::write(
+            slurm.join("14_0.out"),
+            "gen slurm: task 0 of job 14 on node-1 (restart 0)\n/var/spool/slurmd/job00014/\
+             slurm_script: line 19: /opt/nope/gen: No such file or directory\n",
+        )
+        .expect("log");
+        let view = view(&root, NOW).expect("view");
+        let failed = &view.shards[0];
+        assert_eq!(failed.state, ShardState::Failed);
+        assert_eq!(view.shards[1].state, ShardState::NotStarted);
+        let log = slurm.join("14_0.out").display().to_string();
+        assert_eq!(failed.log.as_deref(), Some(log.as_str()));
+        assert_eq!(
+            failed.stopped_by.as_deref(),
+            Some(
+                "task 14_0 exited with 127 on node-1 before `gen` started: /opt/nope/gen: \
+                 No such file or directory"
+            )
+        );
+        let text = super::render(&view, NOW);
+        assert!(text.contains("\n0     failed "), "{text}");
+        assert!(text.contains(&format!("      log: {log}")), "{text}");
+        assert!(text.contains("rerun  shards 0:"), "{text}");
+
+        // A task that vanished after `gen` started: its owner names the log.
+        let shard = root.shard(1, 2);
+        fs_err::create_dir_all(shard.root()).expect("mkdir");
+        let lost = RunStatus {
+            heartbeat_unix_ms: NOW - 3_600_000,
+            ..status(
+                "node-2",
+                false,
+                vec![source("alpha", Phase::Generating, 60, 10, None)],
+            )
+        };
+        atomic::write_json(&shard.status(), &lost).expect("status");
+        let owner = OwnerRecord {
+            epoch: 1,
+            host: "node-2".into(),
+            pid: 7,
+            job: Some("15_1".into()),
+            array_task: Some(1),
+            started_unix_ms: NOW - 3_700_000,
+            heartbeat_unix_ms: NOW - 3_600_000,
+            released_unix_ms: None,
+        };
+        atomic::write_json(&shard.root().join("owner.json"), &owner).expect("owner");
+        fs_err::write(
+            slurm.join("15_1.out"),
+            "slurmstepd: error: Detected 1 oom_kill event\n",
+        )
+        .expect("log");
+        let view = super::view(&root, NOW).expect("view");
+        assert_eq!(view.shards[1].state, ShardState::Lost);
+        let log = slurm.join("15_1.out").display().to_string();
+        assert_eq!(view.shards[1].log.as_deref(), Some(log.as_str()));
+        let text = super::render(&view, NOW);
+        assert!(text.contains(&format!("      log: {log}")), "{text}");
     }
 }

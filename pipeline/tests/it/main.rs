@@ -26,6 +26,7 @@ mod protocol;
 mod remote;
 mod run;
 mod sampling;
+mod scale_scripts;
 mod servers;
 mod slurm;
 mod vllm;

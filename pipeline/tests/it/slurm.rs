@@ -2,8 +2,9 @@
 //! `scripts/slurm/cluster.sh start`, which `scripts/test.sh` runs) with a real llama-server
 //! per array task: `gen slurm --submit` on the quickstart, `squeue` until the array is gone,
 //! `gen status RUN_ROOT` over every shard, the merged output holding every prompt exactly once;
-//! a duplicate task for a live shard refused, `scancel` of one task mid-run, and
-//! `gen slurm --only-failed` resubmitting only the cancelled shard.
+//! a duplicate task for a live shard refused, `scancel` of one task mid-run (its server gets the
+//! SIGTERM too: `gen` stops at once), and `gen slurm --only-failed` resubmitting only the
+//! cancelled shard; a task whose `gen` binary is wrong shown `failed` with its log.
 //!
 //! Skipped with a printed reason when no cluster answers or llama-server is missing, unless
 //! `GEN_REQUIRE_SLURM` (or `GEN_REQUIRE_LLAMA`) is set, as `scripts/test.sh` does.
@@ -225,6 +226,15 @@ async fn a_slurm_array_runs_every_shard_survives_a_cancel_and_refuses_a_duplicat
     })
     .await;
     step("task 1 gone");
+    // Its own server got the SIGTERM too: what it had in flight could not finish, and gen did
+    // not wait out the grace for it (issue 29 item 2).
+    let cancelled_log =
+        std::fs::read_to_string(root.join(format!("slurm/{job}_1.out"))).expect("log");
+    assert!(
+        !cancelled_log.contains("in flight get")
+            || cancelled_log.contains("cannot finish, stopping now"),
+        "{cancelled_log}"
+    );
     let cancelled = read_json(&shard1.join("status.json")).expect("shard 1 status");
     assert_eq!(
         cancelled["finished"], true,
@@ -419,5 +429,48 @@ async fn a_task_told_its_time_is_up_stops_requeues_itself_and_takes_its_shard_ba
     assert_eq!(
         audit["totals"]["completed"], audit["totals"]["prompts"],
         "{audit}"
+    );
+}
+
+/// Issue 29 item 3 on the cluster: a task whose `gen` binary does not exist exits 127 before
+/// `gen` starts; `gen status RUN_ROOT` shows its shard failed, with the task's log and what
+/// the shell said in it (before: `not started` forever).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_task_whose_gen_binary_is_wrong_is_shown_failed_with_its_log() {
+    if let Some(reason) = slurm_skip_reason() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let gen_ = project(48);
+    let root: PathBuf = gen_.run_path("");
+    let submitted = gen_
+        .run(&[
+            "slurm",
+            "examples/quickstart.toml",
+            "--shards",
+            "1",
+            "--submit",
+            "--gen-bin",
+            "/nonexistent/gen",
+            "--",
+            "--cpus-per-task=1",
+        ])
+        .await;
+    assert_eq!(submitted.code, Some(0), "{}", submitted.stderr);
+    let job = submitted.stdout.trim().to_owned();
+    wait_gone(&[&job], &root).await;
+    let status = gen_
+        .run(&["status", root.to_str().expect("utf-8"), "--json"])
+        .await;
+    let view: serde_json::Value = serde_json::from_str(&status.stdout).expect("json");
+    let shard = &view["shards"][0];
+    assert_eq!(shard["state"], "failed", "{view}\n{}", logs(&root));
+    let log = root.join(format!("slurm/{job}_0.out"));
+    assert_eq!(shard["log"], log.display().to_string(), "{view}");
+    let why = shard["stopped_by"].as_str().expect("stopped_by");
+    assert!(
+        why.starts_with(&format!("task {job}_0 exited with 127 on "))
+            && why.ends_with("/nonexistent/gen: No such file or directory"),
+        "{why}"
     );
 }

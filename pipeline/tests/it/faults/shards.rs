@@ -230,6 +230,63 @@ async fn a_task_frozen_past_its_lease_never_writes_again_and_is_taken_over() {
     );
 }
 
+/// Issue 29 item 4: the successor starts while the owner is still frozen, holding the run
+/// directory's `flock`. Before, it claimed epoch 2 and died at the lock ("in use by another
+/// `gen run`"); the owner, resumed, fenced itself, and nothing finished the shard.
+#[tokio::test]
+async fn a_task_takes_over_from_an_owner_still_frozen_and_finishes_the_shard() {
+    let server = FakeOpenAi::start(Knobs {
+        delay: Duration::from_millis(30),
+        ..Knobs::default()
+    })
+    .await;
+    let mut stale = project(&server.url(), 120);
+    stale.env("GEN_SHARD_LEASE_SECS", "4");
+    slurm_task(&mut stale, 95, 0, 1);
+    let mut child = stale.start(&["run", "cfg.toml", "--shard", "auto"]);
+    let shard = format!("{}/shard-000", stale.run_dir());
+    child
+        .until_status(
+            &stale,
+            &shard,
+            "the first answers",
+            Duration::from_secs(60),
+            |s| done(s) >= 10,
+        )
+        .await;
+    child.signal("STOP");
+    let pid = child.pid();
+    wait_for("gen stopped by SIGSTOP", Duration::from_secs(10))
+        .until(|| process_state(pid) == Some('T'))
+        .await;
+
+    let mut taker = stale;
+    slurm_task(&mut taker, 96, 0, 1);
+    let out = taker.run(&["run", "cfg.toml", "--shard", "auto"]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("took over") && out.stderr.contains("going on under the lease"),
+        "{}",
+        out.stderr
+    );
+    let completions = taker.path(&format!("{shard}/sources/alpha/completions.jsonl.zst"));
+    let finished = std::fs::read(&completions).expect("completions");
+
+    // Resumed, the old owner finds the higher epoch and writes nothing more.
+    child.signal("CONT");
+    let out = child.finish(Duration::from_secs(300)).await;
+    assert_ne!(out.code, Some(0), "{}", out.stderr);
+    assert_eq!(std::fs::read(&completions).expect("completions"), finished);
+    let (code, audit) = taker.verify_at(&shard).await;
+    assert_eq!(code, Some(0), "{audit:#}");
+    assert_eq!(audit["totals"]["completed"], 120, "{audit:#}");
+    assert_eq!(
+        audit["totals"]["duplicated"].as_u64().unwrap_or(0),
+        0,
+        "{audit:#}"
+    );
+}
+
 #[tokio::test]
 async fn the_batch_script_passes_sigusr1_on_and_gen_stops_gracefully() {
     let server = FakeOpenAi::start(Knobs {

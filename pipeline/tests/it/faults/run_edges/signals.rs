@@ -199,3 +199,38 @@ async fn under_nohup_a_hangup_is_still_ignored_and_the_run_finishes() {
     assert_eq!(code, Some(0), "{audit:#}");
     assert_complete(&audit, PROMPTS as u64);
 }
+
+/// Issue 29 item 2: Slurm's `scancel` sends SIGTERM to every process of the task, the server
+/// included, which closes its port while its streams hang (llama-server). Requests in flight
+/// there cannot finish; before, `gen` waited out the whole grace period for them anyway.
+#[tokio::test]
+async fn a_sigterm_that_stopped_the_server_too_ends_the_grace_at_once() {
+    let server = FakeOpenAi::start(Knobs {
+        delay: Duration::from_secs(600),
+        ..Knobs::default()
+    })
+    .await;
+    let project = alpha_project(&server.url(), rows("alpha", 20));
+    let mut child = project
+        .command(&["run", "cfg.toml"])
+        .env("GEN_SHUTDOWN_GRACE_SECS", "600")
+        .start();
+    child
+        .until("requests in flight", Duration::from_secs(60), || {
+            server.chat_requests() >= 4
+        })
+        .await;
+    // The fake stops listening; the connections it accepted stay open, their answers never
+    // coming.
+    drop(server);
+    child.signal("TERM");
+    let out = child.finish(Duration::from_secs(60)).await;
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("the 4 in flight cannot finish, stopping now"),
+        "{}",
+        out.stderr
+    );
+    assert_stopped(&project, "SIGTERM");
+}
