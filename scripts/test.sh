@@ -28,6 +28,12 @@ if ! "$venv/bin/python" -c 'import datasets' >/dev/null 2>&1; then
   "$venv/bin/python" -m pip install --disable-pip-version-check -q "datasets>=2"
 fi
 export GEN_TEST_PYTHON="$venv/bin/python" GEN_REQUIRE_PYTHON_DATASETS=1
+# The offline Kubernetes schemas `gen k8s`'s manifest is validated against
+# (pipeline/tests/it/scale_scripts.rs), into the same venv.
+if [ ! -x "$venv/bin/kubernetes-validate" ]; then
+  "$venv/bin/python" -m pip install --disable-pip-version-check -q "kubernetes-validate==1.37.0"
+fi
+export GEN_K8S_VALIDATE="$venv/bin/kubernetes-validate" GEN_REQUIRE_K8S_VALIDATE=1
 # A real OpenSSH server for `gen status --remote` (pipeline/tests/it/remote.rs starts its own on
 # 127.0.0.1 with throwaway keys; the package only provides the binary).
 if [ ! -x /usr/sbin/sshd ]; then

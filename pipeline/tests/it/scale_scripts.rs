@@ -126,11 +126,13 @@ async fn gen_k8s_takes_the_config_as_the_pods_see_it() {
 
 /// The manifest with every option, against the offline `batch/v1` schemas of each supported
 /// Kubernetes version (PyPI `kubernetes-validate`, strict: no field the version does not
-/// know). Skipped with a printed reason when it is not installed, unless
-/// `GEN_REQUIRE_K8S_VALIDATE` is set.
+/// know; `GEN_K8S_VALIDATE` names the program, as `scripts/test.sh` installs it). Skipped with
+/// a printed reason when it is not installed, unless `GEN_REQUIRE_K8S_VALIDATE` is set.
 #[tokio::test]
 async fn the_k8s_manifest_validates_against_every_supported_version() {
-    let present = Command::new("kubernetes-validate")
+    let validate =
+        std::env::var("GEN_K8S_VALIDATE").unwrap_or_else(|_| "kubernetes-validate".to_owned());
+    let present = Command::new(&validate)
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
@@ -172,7 +174,7 @@ async fn the_k8s_manifest_validates_against_every_supported_version() {
     let manifest = gen_.path("job.json");
     std::fs::write(&manifest, &out.stdout).expect("write");
     for minor in 29..=37 {
-        let checked = Command::new("kubernetes-validate")
+        let checked = Command::new(&validate)
             .args(["--strict", "-k", &format!("1.{minor}.0")])
             .arg(&manifest)
             .output()
