@@ -7,17 +7,32 @@ use clap::{Parser, Subcommand};
 /// Prompts from Hugging Face datasets through an inference server, at tuned concurrency,
 /// with every worker failure explained.
 #[derive(Debug, Parser)]
-#[command(name = "gen", version, about, max_term_width = 100)]
+#[command(name = "gen", version, about, max_term_width = 100, after_help = WORKFLOW)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// The commands in the order a first project uses them.
+const WORKFLOW: &str = "A project, start to end: `gen check CONFIG` (every problem of the config \
+at once), `gen doctor CONFIG` (the machine and the server against the plan), `gen run CONFIG` \
+(again to resume), `gen status CONFIG` (from any shell), `gen export CONFIG --schema NAME` (a \
+dataset a trainer loads). README.md, \"Your first project\", walks through one.";
+
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Prepare every source and generate completions; resumes where the last run stopped.
-    #[command(after_help = RUN_HELP)]
-    Run(RunArgs),
+    /// Validate a config without running anything.
+    #[command(after_help = CHECK_HELP)]
+    Check {
+        /// The config file to validate (e.g. `datasets.toml`).
+        config: PathBuf,
+    },
+    /// Check the machine and the server against the plan before a run.
+    #[command(after_help = DOCTOR_HELP)]
+    Doctor {
+        /// The config file whose plan to check (e.g. `datasets.toml`).
+        config: PathBuf,
+    },
     /// Prepare sources without a server: download, normalize, deduplicate and sample their
     /// prompts into the run directory, as `gen run` does first.
     #[command(after_help = PREPARE_HELP)]
@@ -31,6 +46,9 @@ pub enum Command {
         #[arg(long)]
         run_dir: Option<PathBuf>,
     },
+    /// Prepare every source and generate completions; resumes where the last run stopped.
+    #[command(after_help = RUN_HELP)]
+    Run(RunArgs),
     /// Show the state of a run: a config file or a run directory.
     #[command(after_help = STATUS_HELP)]
     Status {
@@ -65,6 +83,9 @@ pub enum Command {
         #[arg(long)]
         allow_incomplete: bool,
     },
+    /// Explain a failure: a source's last preparation worker, or logs captured anywhere.
+    #[command(after_help = DIAGNOSE_HELP)]
+    Diagnose(Box<DiagnoseArgs>),
     /// Measure the server: sweep concurrency on prepared prompts, print a table and write a plot.
     #[command(after_help = BENCH_HELP)]
     Bench(BenchArgs),
@@ -87,21 +108,6 @@ pub enum Command {
     /// pod K runs shard K of N.
     #[command(after_help = K8S_HELP)]
     K8s(K8sArgs),
-    /// Check the machine and the server against the plan before a run.
-    #[command(after_help = DOCTOR_HELP)]
-    Doctor {
-        /// The config file whose plan to check (e.g. `datasets.toml`).
-        config: PathBuf,
-    },
-    /// Explain a failure: a source's last preparation worker, or logs captured anywhere.
-    #[command(after_help = DIAGNOSE_HELP)]
-    Diagnose(Box<DiagnoseArgs>),
-    /// Validate a config without running anything.
-    #[command(after_help = CHECK_HELP)]
-    Check {
-        /// The config file to validate (e.g. `datasets.toml`).
-        config: PathBuf,
-    },
     /// Prepare one source (the preparation worker `gen run` and `gen prepare` start for each
     /// source; `gen prepare` is the command to type).
     #[command(hide = true)]
@@ -540,6 +546,28 @@ pub struct BenchArgs {
 mod tests {
     use super::*;
     use clap::CommandFactory as _;
+
+    /// `gen --help` lists the commands in the order a first project uses them, and says
+    /// that order.
+    #[test]
+    fn help_lists_the_commands_in_the_order_of_a_first_project() {
+        let mut cli = Cli::command();
+        cli.build();
+        let order: Vec<&str> = cli
+            .get_subcommands()
+            .filter(|c| !c.is_hide_set())
+            .map(|c| c.get_name())
+            .collect();
+        assert_eq!(
+            order[..6],
+            ["check", "doctor", "prepare", "run", "status", "export"]
+        );
+        let help = cli.render_help().to_string();
+        assert!(
+            help.contains("A project, start to end: `gen check CONFIG`"),
+            "{help}"
+        );
+    }
 
     #[test]
     fn every_visible_subcommand_has_examples_and_every_argument_help() {

@@ -189,6 +189,38 @@ mod tests {
         assert!(!all.contains("memory_limit"));
     }
 
+    /// `docs/config.md`, the user's key reference, documents exactly the keys each table
+    /// accepts: a key added to a config struct fails here until it is documented.
+    #[test]
+    fn the_key_reference_documents_every_key_and_no_other() {
+        let doc = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/config.md"));
+        let sections = [
+            ("## `[run]`", Table::Run),
+            ("## `[server]`", Table::Server),
+            ("## `[generation]`", Table::Generation),
+            ("## `[[source]]`", Table::Source),
+            ("## `[source.generation]`", Table::SourceGeneration),
+            ("## `resolve` datasets", Table::Resolve),
+        ];
+        for (heading, table) in sections {
+            let start = doc
+                .find(&format!("{heading}\n"))
+                .unwrap_or_else(|| panic!("docs/config.md has no `{heading}` section"));
+            let body = &doc[start + heading.len()..];
+            let body = &body[..body.find("\n## ").unwrap_or(body.len())];
+            let documented: BTreeSet<&str> = body
+                .lines()
+                .filter_map(|l| l.strip_prefix("| `")?.split_once('`'))
+                .map(|(key, _)| key)
+                .collect();
+            let accepted: BTreeSet<&str> = table.keys().into_iter().collect();
+            assert_eq!(
+                documented, accepted,
+                "docs/config.md, {heading}: left are documented, right are accepted"
+            );
+        }
+    }
+
     #[test]
     fn suggestions_catch_underscores_case_and_typos_only() {
         let source = Table::Source.keys();

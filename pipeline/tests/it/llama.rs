@@ -328,3 +328,55 @@ min-p = 0.05";
     assert_eq!(code, Some(0), "{audit:#}");
     assert_eq!(audit["totals"]["completed"], 12, "{audit:#}");
 }
+
+/// The README's "Your first project" as a newcomer types it: its prompts file and its config
+/// (`url` on port 30000, `launch` with `{port}`: the shape that once polled the wrong port),
+/// taken from README.md itself so the two cannot drift, then `gen check`, `gen run`, `gen
+/// status` and the export it shows.
+#[tokio::test]
+async fn the_readmes_first_project_runs_as_written() {
+    if let Some(reason) = llama_skip_reason() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let readme = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"));
+    let section = readme
+        .split("\n## Your first project\n")
+        .nth(1)
+        .expect("README has a `Your first project` section");
+    let block = |lang: &str| -> String {
+        let start = section
+            .find(&format!("```{lang}\n"))
+            .unwrap_or_else(|| panic!("no ```{lang} block in the section"))
+            + lang.len()
+            + 4;
+        let end = section[start..].find("```").expect("closed block");
+        section[start..start + end].to_owned()
+    };
+    let gen_ = Gen::new();
+    gen_.write("prompts.jsonl", block("jsonl"));
+    gen_.write("first.toml", block("toml"));
+    gen_.use_config("first.toml");
+    for command in ["check", "run", "status"] {
+        let out = gen_.run(&[command, "first.toml"]).await;
+        assert_eq!(
+            out.code,
+            Some(0),
+            "gen {command}:\n{}{}",
+            out.stdout,
+            out.stderr
+        );
+    }
+    let records = gen_.completions_of("mine");
+    let mut keys: Vec<&str> = records
+        .iter()
+        .map(|r| r["source_key"].as_str().expect("source_key"))
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["q1", "q2", "q3"]);
+    let export = gen_
+        .run(&["export", "first.toml", "--schema", "specforge", "-o", "out"])
+        .await;
+    assert_eq!(export.code, Some(0), "{}", export.stderr);
+    assert_eq!(gen_.read("out/data/train.jsonl").lines().count(), 3);
+}
