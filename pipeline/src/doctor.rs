@@ -23,6 +23,7 @@ mod duration;
 mod machine;
 pub(crate) mod server;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -104,16 +105,18 @@ impl Preflight {
         self.checks.iter().filter(|c| c.level == Level::Warn)
     }
 
-    /// One line per check: `ok    memory   needs …`.
+    /// A line per check, `ok    memory   needs …`, its message wrapped at word boundaries to
+    /// the terminal's width (80 when piped) under its start.
     pub fn render(&self) -> String {
+        let width = crate::status::render::width();
         let mut out = String::new();
         for check in &self.checks {
-            out.push_str(&format!(
-                "{:<5} {:<7} {}\n",
-                check.level.label(),
-                check.name,
-                check.message
-            ));
+            let head = format!("{:<5} {:<8} ", check.level.label(), check.name);
+            let indent = " ".repeat(head.len());
+            for line in crate::status::render::wrap(&check.message, width, &head, &indent) {
+                out.push_str(line.trim_end());
+                out.push('\n');
+            }
         }
         out
     }
@@ -152,6 +155,7 @@ impl Overrides {
 pub fn preflight(plan: &Plan, overrides: &Overrides) -> Preflight {
     let run_dir = overrides.run_dir.as_deref().unwrap_or(&plan.run_dir);
     let mut machine = read_machine(run_dir);
+    machine.local_rows = local_rows(plan, &machine.prepared);
     if let Some(available) = overrides.mem_available {
         machine.mem_available = Some(available);
     }
@@ -198,6 +202,7 @@ enum Basis {
 pub fn assess(plan: &Plan, machine: &Machine) -> Preflight {
     let mut checks = vec![host(machine), memory(plan, machine), cpus(plan, machine)];
     checks.push(disk(plan, machine));
+    checks.extend(hub(plan, machine));
     checks.push(gpus(plan, machine));
     Preflight { checks }
 }
@@ -367,12 +372,108 @@ fn cpus(plan: &Plan, machine: &Machine) -> Check {
 /// for the others, whose prompts are not known yet. Only the prepared sources' part can refuse
 /// the run: a `limit` is an upper bound ("keep every row" is often spelled as a huge one), so
 /// beyond the known part it warns, and is sized again from the prompts once they are prepared.
+/// Local files of unprepared sources are counted up to this size in all (a few seconds).
+const COUNTED_BYTES: u64 = 256 << 20;
+
+/// The rows of each source (not in `prepared`) whose `path` names local files of at most
+/// [`COUNTED_BYTES`] together: a bound on its prompts tighter than `limit` (34 rows, not the
+/// default 10,000). Unreadable files are left to the run to report.
+pub fn local_rows(plan: &Plan, prepared: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
+    let mut rows = BTreeMap::new();
+    for (spec, worker) in plan.sources.iter().zip(&plan.workers) {
+        if spec.path.is_none() || worker.command.is_some() || prepared.contains_key(spec.name()) {
+            continue;
+        }
+        let Ok(files) = gen_sources::prepare::resolve_files(spec, &plan.base_dir) else {
+            continue;
+        };
+        let bytes: u64 = files
+            .iter()
+            .filter_map(|f| std::fs::metadata(f).ok())
+            .map(|m| m.len())
+            .sum();
+        if files.is_empty() || bytes > COUNTED_BYTES {
+            continue;
+        }
+        let mut count = 0u64;
+        let counted = files.iter().all(|file| {
+            let format = gen_sources::read::format_of(spec.format, file);
+            gen_sources::read::for_each_row(file, format, None, &mut |_| count += 1).is_ok()
+        });
+        if counted {
+            rows.insert(spec.name().to_owned(), count);
+        }
+    }
+    rows
+}
+
+/// At most how many prompts `spec` gives when it is not prepared yet: its `limit`, or fewer
+/// when its local files hold fewer rows.
+fn unprepared_bound(spec: &gen_sources::SourceSpec, local_rows: &BTreeMap<String, u64>) -> u64 {
+    local_rows
+        .get(spec.name())
+        .map_or(spec.limit(), |rows| (*rows).min(spec.limit()))
+}
+
+/// Free space below which the Hub cache is a warning when sources still download.
+const HUB_FREE_WARN: u64 = 50 << 30;
+
+/// Where the sources not prepared yet download from the Hub, and the room there: a dataset's
+/// size is not known before its files are listed (`datasets.toml`'s ten take tens of GB).
+fn hub(plan: &Plan, machine: &Machine) -> Option<Check> {
+    let pending: Vec<&str> = plan
+        .sources
+        .iter()
+        .filter(|s| s.repo.is_some() && !machine.prepared.contains_key(s.name()))
+        .map(gen_sources::SourceSpec::name)
+        .collect();
+    if pending.is_empty() {
+        return None;
+    }
+    let cache = gen_sources::hub::HubSettings::from_env().cache_dir;
+    let what = format!(
+        "{} source(s) download their files from the Hub into `{}` ({}; files already \
+         there are not downloaded again; sizes are known only once listed: OpenThoughts3 alone \
+         is ~28 GB)",
+        pending.len(),
+        cache.display(),
+        pending.join(", ")
+    );
+    Some(match machine::disk_of(&cache) {
+        None => Check::new(
+            "hub",
+            Level::Warn,
+            format!("{what}; free space there unknown"),
+        ),
+        Some(disk) => {
+            let level = if disk.free < HUB_FREE_WARN {
+                Level::Warn
+            } else {
+                Level::Ok
+            };
+            let free = format!(
+                "{} free on `{}`",
+                human(disk.free),
+                disk.mount_point.display()
+            );
+            let hint = if level == Level::Warn {
+                "; point HF_HOME at a bigger disk"
+            } else {
+                ""
+            };
+            Check::new("hub", level, format!("{what}, {free}{hint}"))
+        }
+    })
+}
+
 fn disk(plan: &Plan, machine: &Machine) -> Check {
     let (mut known, mut bound) = (0u64, 0u64);
     for spec in &plan.sources {
         match machine.prepared.get(spec.name()) {
             Some(prompts) => known = known.saturating_add(*prompts),
-            None => bound = bound.saturating_add(spec.limit()),
+            None => {
+                bound = bound.saturating_add(unprepared_bound(spec, &machine.local_rows));
+            }
         }
     }
     let prompts = known.saturating_add(bound);
@@ -389,8 +490,8 @@ fn disk(plan: &Plan, machine: &Machine) -> Check {
     );
     let unknown = if bound > 0 {
         format!(
-            "; {bound} of the prompts are the `limit` of sources not prepared yet, sized again \
-             once prepared"
+            "; {bound} of the prompts are the `limit` (or the rows of the local files) of \
+             sources not prepared yet, sized again once prepared"
         )
     } else {
         String::new()
@@ -512,7 +613,9 @@ pub fn doctor(config: &Path) -> anyhow::Result<ExitCode> {
         ));
     }
     report.checks.extend(server::probe(&plan));
-    report.checks.push(duration::check(&plan));
+    report
+        .checks
+        .push(duration::check(&plan, &local_rows(&plan, &BTreeMap::new())));
     println!(
         "gen doctor: `{}`, run directory `{}`",
         config.display(),
@@ -539,7 +642,6 @@ pub fn doctor(config: &Path) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
 
     const GIB: u64 = 1 << 30;
 
@@ -573,6 +675,7 @@ mod tests {
             gpus: None,
             peak_rss: BTreeMap::new(),
             prepared: BTreeMap::new(),
+            local_rows: BTreeMap::new(),
         }
     }
 
@@ -642,7 +745,7 @@ mod tests {
             )
         );
         assert!(preflight.render().contains(
-            "FAIL  memory  needs 540 GiB host RAM, 201 GiB available: 4 workers × 128 GiB memory-limit"
+            "FAIL  memory   needs 540 GiB host RAM, 201 GiB available: 4 workers × 128 GiB"
         ));
     }
 
@@ -717,7 +820,8 @@ mod tests {
         assert_eq!(disk.level, Level::Warn, "{}", disk.message);
         assert!(
             disk.message.contains(
-                "1000000000000 of the prompts are the `limit` of sources not prepared yet"
+                "1000000000000 of the prompts are the `limit` (or the rows of the local files) of \
+                 sources not prepared yet"
             ),
             "{}",
             disk.message

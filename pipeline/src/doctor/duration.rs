@@ -12,14 +12,16 @@ const MIN_ANSWERS: u64 = 20;
 const REFERENCE_RATES: [f64; 2] = [1_000.0, 10_000.0];
 
 /// The `duration` check for `plan`, from the run directory's status when there is one.
-pub(super) fn check(plan: &Plan) -> Check {
+/// `local_rows`: the rows of sources' local files ([`super::local_rows`]), a tighter bound
+/// than their `limit` before they are prepared.
+pub(super) fn check(plan: &Plan, local_rows: &std::collections::BTreeMap<String, u64>) -> Check {
     let status = std::fs::read(crate::store::layout::RunDir::new(&plan.run_dir).status())
         .ok()
         .and_then(|bytes| serde_json::from_slice::<RunStatus>(&bytes).ok());
     let limits = plan
         .sources
         .iter()
-        .map(gen_sources::SourceSpec::limit)
+        .map(|spec| super::unprepared_bound(spec, local_rows))
         .sum();
     estimate(
         limits,

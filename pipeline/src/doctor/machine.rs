@@ -30,6 +30,9 @@ pub struct Machine {
     pub peak_rss: BTreeMap<String, u64>,
     /// Prompts each prepared source holds (`manifest.json` `kept`).
     pub prepared: BTreeMap<String, u64>,
+    /// Rows in the local files of each source not prepared yet, where they were few enough
+    /// to count ([`super::local_rows`]): at most that many prompts.
+    pub local_rows: BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +69,7 @@ pub fn read_machine(run_dir: &Path) -> Machine {
         gpus: nvidia_gpus(),
         peak_rss,
         prepared,
+        local_rows: BTreeMap::new(),
     }
 }
 
@@ -125,7 +129,7 @@ fn own_cgroup_memory() -> Option<CgroupMemory> {
 }
 
 /// Free space of the file system holding `run_dir` (or its nearest existing ancestor).
-fn disk_of(run_dir: &Path) -> Option<Disk> {
+pub(super) fn disk_of(run_dir: &Path) -> Option<Disk> {
     let absolute = std::path::absolute(run_dir).ok()?;
     let existing = absolute.ancestors().find(|p| p.exists())?;
     let path = fs_err::canonicalize(existing).ok()?;

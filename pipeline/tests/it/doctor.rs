@@ -30,11 +30,19 @@ async fn doctor(gen_: &Gen, mem_available: &str) -> Output {
     .await
 }
 
-fn line<'a>(out: &'a Output, check: &str) -> &'a str {
-    out.stdout
-        .lines()
+/// The line of `check`, with the lines its message wrapped onto joined back.
+fn line(out: &Output, check: &str) -> String {
+    let mut lines = out.stdout.lines();
+    let first = lines
+        .by_ref()
         .find(|l| l.split_whitespace().nth(1) == Some(check))
-        .unwrap_or_else(|| panic!("no `{check}` line in:\n{}", out.stdout))
+        .unwrap_or_else(|| panic!("no `{check}` line in:\n{}", out.stdout));
+    let mut joined = first.to_owned();
+    for more in lines.take_while(|l| l.starts_with("               ")) {
+        joined.push(' ');
+        joined.push_str(more.trim());
+    }
+    joined
 }
 
 #[tokio::test]
@@ -54,7 +62,7 @@ async fn a_plan_over_a_small_memory_budget_is_refused_with_the_numbers() {
     );
     let memory = line(&refused, "memory");
     assert!(
-        memory.starts_with("FAIL  memory  needs 2 GiB host RAM, 1 GiB"),
+        memory.starts_with("FAIL  memory   needs 2 GiB host RAM, 1 GiB"),
         "{memory}"
     );
     assert!(
@@ -64,7 +72,7 @@ async fn a_plan_over_a_small_memory_budget_is_refused_with_the_numbers() {
     assert_eq!(
         line(&refused, "server"),
         format!(
-            "ok    server  `{}` serves `fake-model` (the first it lists; `[server] model` pins one)",
+            "ok    server   `{}` serves `fake-model` (the first it lists; `[server] model` pins one)",
             server.url()
         )
     );
@@ -76,11 +84,14 @@ async fn a_plan_over_a_small_memory_budget_is_refused_with_the_numbers() {
     let fits = doctor(&gen_, "1T").await;
     assert_eq!(fits.code, Some(0), "{}\n{}", fits.stdout, fits.stderr);
     assert!(
-        line(&fits, "memory").starts_with("ok    memory  needs 2 GiB host RAM of 1 TiB available"),
+        line(&fits, "memory").starts_with("ok    memory   needs 2 GiB host RAM of 1 TiB available"),
         "{}",
         fits.stdout
     );
-    assert!(line(&fits, "disk").contains("20000 prompts × 16 max-tokens"));
+    // The sources' local files hold a row each: at most 2 prompts, not twice the default
+    // `limit` of 10,000.
+    assert!(line(&fits, "disk").contains("(2 prompts × 16 max-tokens"));
+    assert!(line(&fits, "duration").starts_with("ok    duration up to 2 prompts to go"));
     assert!(
         fits.stdout.ends_with("the plan fits\n") || fits.stdout.contains("the plan fits, with"),
         "{}",
@@ -103,7 +114,7 @@ async fn a_server_that_does_not_answer_is_a_warning_not_a_failure() {
     let server = line(&out, "server");
     assert!(
         server.starts_with(&format!(
-            "warn  server  server not reachable at `{url}/v1/models` within 5 s ("
+            "warn  server   server not reachable at `{url}/v1/models` within 5 s ("
         )) && server.ends_with("): `gen run` prepares the sources meanwhile and waits for it (`[server] startup-timeout-secs`)"),
         "{server}"
     );
@@ -133,8 +144,64 @@ async fn the_context_check_takes_the_largest_budget_of_any_source() {
     let out = doctor(&gen_, "68719476736").await;
     let context = line(&out, "context");
     assert!(
-        context.starts_with("FAIL  context 2000 tokens")
+        context.starts_with("FAIL  context  2000 tokens")
             && context.contains("cannot hold max-tokens 4000"),
         "{context}"
+    );
+}
+
+/// A server `gen` launches on the fixed port of `url`: a port another process holds fails
+/// the plan (as `gen run` would refuse it), a free one is said; Hub sources say where they
+/// download and the room there.
+#[tokio::test]
+async fn a_launch_port_in_use_fails_and_hub_sources_say_where_they_download() {
+    let held = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = held.local_addr().expect("addr").port();
+    let gen_ = Gen::new();
+    gen_.config(
+        &Config::new(&format!("http://127.0.0.1:{port}"))
+            .server("launch = [\"/bin/true\", \"--port\", \"{port}\"]")
+            .generation("max-tokens = 16")
+            .source("alpha", "data/a.jsonl")
+            .source_table(
+                "hubbed",
+                "repo = \"org/set\"\nfiles = [\"data/*.parquet\"]\nlimit = 5",
+            ),
+    );
+    write_data(&gen_);
+    let hub = gen_.path("hf");
+    let out = gen_
+        .run_with_env(
+            &["doctor", "cfg.toml"],
+            &[
+                ("GEN_TEST_MEM_AVAILABLE", "1T"),
+                ("HF_HUB_CACHE", &hub.to_string_lossy()),
+            ],
+        )
+        .await;
+    assert_eq!(out.code, Some(1), "{}", out.stdout);
+    assert!(
+        line(&out, "server").starts_with(&format!(
+            "FAIL  server   port {port} of `url` is already in use by another process"
+        )),
+        "{}",
+        out.stdout
+    );
+    let hub_line = line(&out, "hub");
+    assert!(
+        hub_line.contains(&format!(
+            "1 source(s) download their files from the Hub into `{}` (hubbed;",
+            hub.display()
+        )) && hub_line.contains(" free on `"),
+        "{hub_line}"
+    );
+    drop(held);
+    let out = doctor(&gen_, "1T").await;
+    assert!(
+        line(&out, "server").starts_with(&format!(
+            "ok    server   launched by `gen` on port {port}, free now"
+        )),
+        "{}",
+        out.stdout
     );
 }
