@@ -383,6 +383,47 @@ fn context_check(tokens: u64, what: &str, max_tokens: u32) -> Check {
     }
 }
 
+/// A server `gen` launches: its port, when `url` fixes one, must be free now (`gen run` refuses
+/// a port another process holds); the server itself is checked when it starts.
+fn launch_port(url: &str) -> Check {
+    let later = "the server itself (model, context, reasoning) is checked when `gen run` starts it";
+    let port = (!url.contains("{port}"))
+        .then(|| reqwest::Url::parse(url).ok())
+        .flatten()
+        .and_then(|u| Some((u.host_str()?.to_owned(), u.port_or_known_default()?)));
+    let Some((host, port)) = port else {
+        return Check::new(
+            "server",
+            Level::Ok,
+            format!("launched by `gen` on a free port (`{{port}}`); {later}"),
+        );
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let held = std::net::ToSocketAddrs::to_socket_addrs(&(host, port))
+        .ok()
+        .and_then(|mut addrs| addrs.next())
+        .is_some_and(|addr| {
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok()
+        });
+    if held {
+        Check::new(
+            "server",
+            Level::Fail,
+            format!(
+                "port {port} of `url` is already in use by another process, so the server `gen` \
+                 launches cannot listen on it; stop that process, or write `{{port}}` in \
+                 `[server] launch` and `url` so `gen` picks a free port"
+            ),
+        )
+    } else {
+        Check::new(
+            "server",
+            Level::Ok,
+            format!("launched by `gen` on port {port}, free now; {later}"),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -434,46 +475,5 @@ mod tests {
             short.message,
             "2048 tokens (llama.cpp `n_ctx` per slot) cannot hold max-tokens 2000 + 512 for the prompt: lower `max-tokens` or give the server a longer context"
         );
-    }
-}
-
-/// A server `gen` launches: its port, when `url` fixes one, must be free now (`gen run` refuses
-/// a port another process holds); the server itself is checked when it starts.
-fn launch_port(url: &str) -> Check {
-    let later = "the server itself (model, context, reasoning) is checked when `gen run` starts it";
-    let port = (!url.contains("{port}"))
-        .then(|| reqwest::Url::parse(url).ok())
-        .flatten()
-        .and_then(|u| Some((u.host_str()?.to_owned(), u.port_or_known_default()?)));
-    let Some((host, port)) = port else {
-        return Check::new(
-            "server",
-            Level::Ok,
-            format!("launched by `gen` on a free port (`{{port}}`); {later}"),
-        );
-    };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    let held = std::net::ToSocketAddrs::to_socket_addrs(&(host, port))
-        .ok()
-        .and_then(|mut addrs| addrs.next())
-        .is_some_and(|addr| {
-            std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_ok()
-        });
-    if held {
-        Check::new(
-            "server",
-            Level::Fail,
-            format!(
-                "port {port} of `url` is already in use by another process, so the server `gen` \
-                 launches cannot listen on it; stop that process, or write `{{port}}` in \
-                 `[server] launch` and `url` so `gen` picks a free port"
-            ),
-        )
-    } else {
-        Check::new(
-            "server",
-            Level::Ok,
-            format!("launched by `gen` on port {port}, free now; {later}"),
-        )
     }
 }
