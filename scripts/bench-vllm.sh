@@ -13,9 +13,15 @@
 # engine), not a model-speed one; 2 shared cores make single runs noisy (ROUNDS=n repeats the
 # sweep, levels interleaved).
 #
+# The tiny model never ends an answer itself, so every answer is `max-tokens` long: with one
+# budget all requests of a wave finish together (a lockstep no real job has). MAX_TOKENS may
+# list several budgets ("64 128 256 512"): the prompts are split into one source per budget
+# (`[source.generation] max-tokens`), sent interleaved, so answer lengths vary as in a real job.
+#
 # Environment: GEN_VLLM_PYTHON, GEN_VLLM_MODEL (default: what scripts/install-vllm.sh gives),
-# PROMPTS (default 400), MAX_TOKENS (default 256), ROUNDS (default 1), LEVELS (default
-# "32 64 128 192 auto"), GEN_BIN (default: build the release binary).
+# PROMPTS (default 400), MAX_TOKENS (default 256; a list: a source per budget), ROUNDS
+# (default 1), LEVELS (default "32 64 128 192 auto"), GEN_BIN (default: build the release
+# binary).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -70,15 +76,28 @@ start_server() {
     done
 }
 
-python3 - "$work/prompts.jsonl" "$PROMPTS" <<'PY'
+budgets=($MAX_TOKENS)
+python3 - "$work" "$PROMPTS" "${#budgets[@]}" <<'PY'
 import json, random, sys
 rng = random.Random(11)
 words = ["the", "model", "answer", "prompt", "token", "data", "server", "reason", "why", "how"]
-with open(sys.argv[1], "w") as f:
-    for i in range(int(sys.argv[2])):
-        text = " ".join(rng.choice(words) for _ in range(rng.randint(8, 120)))
-        f.write(json.dumps({"prompt": f"{i}: {text}"}) + "\n")
+work, prompts, sources = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+files = [open(f"{work}/prompts-{k}.jsonl", "w") for k in range(sources)]
+for i in range(prompts):
+    text = " ".join(rng.choice(words) for _ in range(rng.randint(8, 120)))
+    files[i % sources].write(json.dumps({"prompt": f"{i}: {text}"}) + "\n")
 PY
+# One source per budget; `gen` interleaves the sources' prompts.
+sources_toml=""
+for k in "${!budgets[@]}"; do
+    sources_toml+="
+[[source]]
+name = \"bench-$k\"
+path = \"$work/prompts-$k.jsonl\"
+[source.generation]
+max-tokens = ${budgets[$k]}
+"
+done
 
 declare -A makespan
 for round in $(seq "$ROUNDS"); do
@@ -93,11 +112,9 @@ dir = "$dir/run"
 [server]
 url = "http://127.0.0.1:$port"
 [generation]
-max-tokens = $MAX_TOKENS
+max-tokens = ${budgets[0]}
 concurrency = $conc
-[[source]]
-name = "bench"
-path = "$work/prompts.jsonl"
+$sources_toml
 TOML
         # The server's own count of what it holds, sampled until the run ends.
         python3 - "$port" "$dir/peak" <<'PY' &

@@ -77,6 +77,9 @@ pub(super) struct SourceFacts {
     /// `system-prompt` (keep, drop, replace, …) and its `system-prompt-text`.
     pub(super) system_prompt: Value,
     pub(super) system_prompt_text: Value,
+    /// What each request of the source asked for (`run.json`): `max_tokens`, samples per
+    /// prompt, every parameter sent and the weighted lists drawn from (`[source.generation]`).
+    pub(super) settings: Option<Value>,
     pub(super) preparation: Option<Value>,
     /// The source's counts in `status.json`, as `gen status --json` shows them.
     pub(super) generation: Option<GenerationFacts>,
@@ -130,7 +133,16 @@ fn gather(
     let names = source_names(run_dir, status.as_ref(), summary)?;
     let mut sources = Vec::with_capacity(names.len());
     for name in names {
-        sources.push(source_facts(&dir, &name, status.as_ref(), summary)?);
+        let settings = pin
+            .as_ref()
+            .and_then(|p| serde_json::to_value(p.settings_of(&name)).ok());
+        sources.push(source_facts(
+            &dir,
+            &name,
+            status.as_ref(),
+            summary,
+            settings,
+        )?);
     }
     let run_id = run_dir
         .canonicalize()
@@ -211,6 +223,7 @@ fn source_facts(
     name: &str,
     status: Option<&RunStatus>,
     summary: &ExportSummary,
+    settings: Option<Value>,
 ) -> anyhow::Result<SourceFacts> {
     let manifest = crate::store::manifest::read_manifest(dir, name)
         .ok()
@@ -247,6 +260,7 @@ fn source_facts(
         checksums: counters.map(|c| c.checksums.clone()).unwrap_or_default(),
         system_prompt: setting("system_prompt"),
         system_prompt_text: setting("system_prompt_text"),
+        settings,
         preparation: counters.map(|c| {
             serde_json::json!({
                 "rows_read": c.rows_read,

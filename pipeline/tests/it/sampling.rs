@@ -77,6 +77,26 @@ async fn each_source_asks_with_its_own_settings_draws_by_id_and_records_them() {
         assert_eq!(record["settings"]["temperature"], 0.7, "{record}");
     }
 
+    // The export's provenance says each source's settings, the weighted list included.
+    let export = project.run(&["export", "cfg.toml", "-o", "out"]).await;
+    assert_eq!(export.code, Some(0), "{}", export.stderr);
+    let provenance: Value =
+        serde_json::from_str(&project.read("out/provenance.json")).expect("provenance");
+    let settings = |name: &str| -> Value {
+        provenance["sources"]
+            .as_array()
+            .and_then(|s| s.iter().find(|s| s["name"] == name))
+            .map(|s| s["settings"].clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(settings("chat")["max_tokens"], 16, "{provenance}");
+    assert_eq!(settings("math")["max_tokens"], 24, "{provenance}");
+    let math = settings("math").to_string();
+    assert!(
+        math.contains("0.6") && math.contains("1.0") && math.contains("high"),
+        "{math}"
+    );
+
     // A new run directory draws the same values for the same prompts.
     let again = project
         .run(&["run", "cfg.toml", "--run-dir", "runs/again"])
