@@ -468,9 +468,10 @@ impl Controller {
     }
 
     /// When `E_resident` moved by `resident_shift` or more since the last (re-)entry: in
-    /// startup the new value is the reference; otherwise startup again, from L when requests
-    /// got shorter, from L/2 when they got longer. Returns whether it started again (the
-    /// tick's decision is then made).
+    /// startup, or when requests got longer but the KV cache still holds the limit at their new
+    /// size, the new value is the reference; otherwise startup again, from L when requests got
+    /// shorter, from L/2 when they got longer. Returns whether it started again (the tick's
+    /// decision is then made).
     fn follow_resident_shift(&mut self) -> bool {
         let resident = self.stats.expected_resident();
         let shift = resident / self.reference_resident;
@@ -484,7 +485,12 @@ impl Controller {
             kilo(resident),
             kilo(self.reference_resident)
         );
-        if self.phase == ControllerPhase::Startup {
+        // Longer requests matter only where the cache binds: a cache known to hold the limit at
+        // their new size (a running cap binds: vLLM's 128 with its cache 1% full) cuts nothing.
+        let cache_holds_limit = self
+            .kv_limit_for(resident)
+            .is_some_and(|kv| kv >= self.limit);
+        if self.phase == ControllerPhase::Startup || (shift > 1.0 && cache_holds_limit) {
             self.reference_resident = resident;
             return false;
         }

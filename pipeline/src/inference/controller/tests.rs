@@ -334,6 +334,79 @@ fn without_a_reported_running_cap_the_start_is_bounded_and_ramps_to_what_runs() 
 }
 
 #[test]
+fn longer_requests_cut_nothing_while_the_cache_still_holds_the_limit() {
+    // Issue 23, real vLLM 0.32 on CPU with answers of 64 to 512 tokens: auto had learnt the
+    // running cap (128 + 7) with the cache 1% full; as the first long answers came back,
+    // "requests hold 0.2k tokens now, 0.1k before" halved the limit to 67 and ramped again.
+    let mut c = Controller::new(
+        Settings::default(),
+        caps(None, Some(16_384 * 128), None),
+        64,
+        None,
+    );
+    let finishes = |output_tokens: u32| {
+        vec![
+            Finish {
+                prompt_tokens: 60,
+                output_tokens,
+            };
+            8
+        ]
+    };
+    for _ in 0..20 {
+        let mut tick = vllm_capped(c.limit(), 128);
+        tick.finishes = finishes(64);
+        c.observe(&tick);
+    }
+    assert_eq!((c.limit(), c.phase()), (135, ControllerPhase::Steady));
+    let before = c.stats().expected_resident();
+    let mut limits = Vec::new();
+    for _ in 0..30 {
+        let mut tick = vllm_capped(c.limit(), 128);
+        tick.kv_usage = Some(0.01);
+        tick.finishes = finishes(2048);
+        limits.push(c.observe(&tick).limit);
+    }
+    assert!(
+        c.stats().expected_resident() > 2.0 * before,
+        "{before} → {}",
+        c.stats().expected_resident()
+    );
+    assert!(
+        limits.iter().all(|l| *l >= 128),
+        "{limits:?}: {}",
+        c.decision().reason
+    );
+
+    // Where the cache binds, longer requests still cut at once: 40k KV tokens at 90% hold
+    // about 55 requests of 0.6k, fewer than the limit.
+    let mut c = Controller::new(
+        Settings::default(),
+        caps(Some(256), Some(40_000), None),
+        64,
+        None,
+    );
+    for _ in 0..20 {
+        let mut tick = busy(c.limit(), 0);
+        tick.kv_usage = Some(0.3);
+        tick.finishes = finishes(64);
+        c.observe(&tick);
+    }
+    let settled = c.limit();
+    for _ in 0..30 {
+        let mut tick = busy(c.limit(), 0);
+        tick.finishes = finishes(512);
+        c.observe(&tick);
+    }
+    assert!(
+        c.limit() < settled,
+        "{settled} → {}: {}",
+        c.limit(),
+        c.decision().reason
+    );
+}
+
+#[test]
 fn a_running_cap_learnt_at_a_dip_rises_when_the_server_runs_more() {
     // Issue 23: vLLM runs 128, but the three ticks with a queue caught it running 117
     // (requests finishing between two samples): auto settled at 123 for the rest of the job.
