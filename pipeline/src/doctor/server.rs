@@ -49,7 +49,7 @@ async fn get_json(
     let response = request
         .send()
         .await
-        .map_err(|e| e.without_url().to_string())?;
+        .map_err(crate::inference::probe::request_error)?;
     if !response.status().is_success() {
         return Err(format!("HTTP {}", response.status()));
     }

@@ -64,7 +64,7 @@ pub async fn health(url: &str) -> Result<bool, String> {
 
 /// Why a request got no answer, in the words an operator knows: `connection refused` (nothing
 /// listens yet: a server loading its model), `no answer within 3s`, or the error itself.
-fn request_error(e: reqwest::Error) -> String {
+pub(crate) fn request_error(e: reqwest::Error) -> String {
     let refused = std::iter::successors(Some(&e as &dyn std::error::Error), |e| e.source())
         .filter_map(|e| e.downcast_ref::<std::io::Error>())
         .any(|e| e.kind() == std::io::ErrorKind::ConnectionRefused);

@@ -114,7 +114,7 @@ async fn a_server_that_does_not_answer_is_a_warning_not_a_failure() {
     let server = line(&out, "server");
     assert!(
         server.starts_with(&format!(
-            "warn  server   server not reachable at `{url}/v1/models` within 5 s ("
+            "warn  server   server not reachable at `{url}/v1/models` within 5 s (connection refused): `gen run`"
         )) && server.ends_with("): `gen run` prepares the sources meanwhile and waits for it (`[server] startup-timeout-secs`)"),
         "{server}"
     );
