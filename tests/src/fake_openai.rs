@@ -247,6 +247,10 @@ impl FakeOpenAi {
             )
             .route("/v1/models", get(models))
             .route("/v1/chat/completions", post(chat))
+            // Real servers read a body of any size (vLLM's uvicorn, llama-server); axum's 2 MB
+            // default answered a 4 MB prompt with an early 413, and under load the client could
+            // see the connection reset while still sending instead, retry and give up.
+            .layer(axum::extract::DefaultBodyLimit::disable())
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind(addr)
             .await

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 
 use serde_json::Value;
 
-use crate::support::{Config, Project, phase_of};
+use crate::support::{Config, Project, phase_of, sources};
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 
 /// What a malformed input must lead to.
@@ -454,8 +454,14 @@ async fn every_malformed_input_has_its_expected_outcome_and_nothing_panics() {
         };
         if !ok {
             mismatches.push(format!(
-                "{}: expected {:?}, got {actual}\n{log}",
-                case.name, case.expect
+                "{}: expected {:?}, got {actual} (phase {phase:?}, status {})\n{log}",
+                case.name,
+                case.expect,
+                sources(&status)
+                    .iter()
+                    .find(|s| s["name"] == case.name)
+                    .map(ToString::to_string)
+                    .unwrap_or_default()
             ));
         }
     }
