@@ -24,7 +24,7 @@ if [ ! -f "$source_dir/completions.jsonl.zst" ]; then
 fi
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for args in "--schema messages --format jsonl" "--schema specforge --format parquet" \
-            "--schema sharegpt --format jsonl --per-turn --drop-cut"; do
+            "--schema sharegpt --format jsonl --per-turn"; do
   out="$dir/out"
   rm -rf "$out"
   echo "== gen export $args"

@@ -491,9 +491,13 @@ pub struct ExportArgs {
     /// reasoning only on the turn the row answers.
     #[arg(long)]
     pub per_turn: bool,
-    /// Leave out answers cut short (by `max-tokens` or the context); the count dropped per
-    /// reason is printed and written to the provenance file.
+    /// Keep answers cut short (by `max-tokens` or the context). Without it they are left
+    /// out — a reasoning trace cut mid-thought would train the model to stop there — and the
+    /// count left out per reason is printed and written to the provenance file.
     #[arg(long)]
+    pub keep_cut: bool,
+    /// What `gen export` does without `--keep-cut` (kept so older scripts still run).
+    #[arg(long, hide = true, conflicts_with = "keep_cut")]
     pub drop_cut: bool,
     /// The dataset folder to create: `README.md` (dataset card), `provenance.json`, and the
     /// data file alone in `data/` (default: `export-SCHEMA` in the run directory). It must

@@ -5,8 +5,8 @@
 //! Reads every source's `completions.jsonl.zst` (whole frames only, so a run still writing is
 //! safe to export), keeps the first record of each prompt id, turns each into an
 //! [`ExportRow`] (the prompt followed by the model's answers, with their reasoning), selects
-//! (`select`: one row per answer with `--per-turn`, answers cut short left out with
-//! `--drop-cut`), maps it to the schema's cells (`schema`) and streams them to the file
+//! (`select`: one row per answer with `--per-turn`, answers cut short left out unless
+//! `--keep-cut`), maps it to the schema's cells (`schema`) and streams them to the file
 //! (`table` for JSONL, `columnar` for Parquet). The folder is written under a temporary name
 //! and renamed, so a reader never sees half an export:
 //!
@@ -277,7 +277,8 @@ pub struct ExportSummary {
     pub rows: BTreeMap<String, u64>,
     /// Assistant turns in the rows written, per source.
     pub answers: BTreeMap<String, u64>,
-    /// Rows left out per source and reason (`--drop-cut`, or a row the schema cannot carry).
+    /// Rows left out per source and reason (cut short without `--keep-cut`, or a row the
+    /// schema cannot carry).
     pub dropped: BTreeMap<String, BTreeMap<&'static str, u64>>,
     /// Token counts of the rows written, per source.
     pub tokens: BTreeMap<String, TokenStats>,
@@ -333,14 +334,14 @@ impl ExportSummary {
     }
 }
 
-/// `gen export TARGET [--schema S] [--format F] [--per-turn] [--drop-cut] [--output DIR]`.
+/// `gen export TARGET [--schema S] [--format F] [--per-turn] [--keep-cut] [--output DIR]`.
 pub fn export(args: &ExportArgs) -> Result<ExitCode, CliError> {
     let run_dir = crate::resolve_run_dir(&args.target)?;
     let options = ExportOptions {
         schema: args.schema,
         format: args.format,
         per_turn: args.per_turn,
-        drop_cut: args.drop_cut,
+        drop_cut: !args.keep_cut,
     };
     let output = match &args.output {
         Some(path) => path.clone(),

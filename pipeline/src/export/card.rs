@@ -76,7 +76,7 @@ fn body(card: &mut String, provenance: &Provenance, options: ExportOptions) {
         if options.drop_cut {
             "; answers cut short left out"
         } else {
-            ""
+            "; answers cut short kept (`--keep-cut`)"
         }
     ));
     for (reason, count) in &export.dropped {

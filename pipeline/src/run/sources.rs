@@ -999,12 +999,15 @@ impl SourceState {
 /// The cut answers among a source's completions, told apart: `; 3 cut by max-tokens, 2 by the
 /// context`, or nothing when none was cut.
 fn cuts(status: &SourceStatus) -> String {
+    const EXPORT: &str = " (stored; `gen export` leaves them out unless `--keep-cut`)";
     match (status.truncated, status.cut_by_context) {
         (0, 0) => String::new(),
-        (by_budget, 0) => format!("; {by_budget} cut by `max-tokens`"),
-        (0, by_context) => format!("; {by_context} cut by the context (not by `max-tokens`)"),
+        (by_budget, 0) => format!("; {by_budget} cut by `max-tokens`{EXPORT}"),
+        (0, by_context) => {
+            format!("; {by_context} cut by the context (not by `max-tokens`){EXPORT}")
+        }
         (by_budget, by_context) => {
-            format!("; {by_budget} cut by `max-tokens`, {by_context} by the context")
+            format!("; {by_budget} cut by `max-tokens`, {by_context} by the context{EXPORT}")
         }
     }
 }

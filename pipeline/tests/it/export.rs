@@ -218,6 +218,15 @@ async fn a_run_with_a_failed_source_fails_status_export_and_verify_unless_allowe
     let config = alpha_and_a_failing_beta(&gen_, &server.url());
     let run = gen_.run(&["run", &config]).await;
     assert_eq!(run.code, Some(1), "{}", run.stderr);
+    // The cut answer is stored, and the run says what the export will do with it.
+    assert!(
+        run.stderr.contains(
+            "`alpha` done: 4 completions; 1 cut by `max-tokens` (stored; `gen export` leaves \
+             them out unless `--keep-cut`)"
+        ),
+        "{}",
+        run.stderr
+    );
 
     // `gen status` says the run failed, and exits so; `--watch` on a finished run at once.
     let status = gen_.run(&["status", &config]).await;
@@ -276,7 +285,9 @@ async fn a_run_with_a_failed_source_fails_status_export_and_verify_unless_allowe
     stored.sort();
     assert_eq!(stored, ["row-1", "row-2", "row-3", "row-4"]);
 
-    let export = gen_.run(&["export", &config, "--allow-incomplete"]).await;
+    let export = gen_
+        .run(&["export", &config, "--allow-incomplete", "--keep-cut"])
+        .await;
     assert_eq!(export.code, Some(0), "{}", export.stderr);
     assert!(
         export.stderr.contains("`beta`: its preparation failed"),
@@ -426,7 +437,7 @@ async fn every_schema_keeps_every_turn_under_its_trainers_rules() {
     let gen_ = Gen::new();
     two_kinds_of_conversation(&gen_, &server.url()).await;
 
-    export_as(&gen_, "messages", "messages", "jsonl", &[]).await;
+    export_as(&gen_, "messages", "messages", "jsonl", &["--keep-cut"]).await;
     let reference: std::collections::BTreeMap<String, Vec<serde_json::Value>> =
         jsonl_rows(&gen_, "messages")
             .iter()
@@ -460,7 +471,7 @@ async fn every_schema_keeps_every_turn_under_its_trainers_rules() {
     // `scripts/expand_reasoning_conversations.py` wants `status == "success"`, a non-empty
     // string `id`, user first after system, non-empty `reasoning_content` on every assistant
     // turn, and an assistant turn last).
-    let out = export_as(&gen_, "specforge", "specforge", "jsonl", &[]).await;
+    let out = export_as(&gen_, "specforge", "specforge", "jsonl", &["--keep-cut"]).await;
     assert!(
         out.stderr
             .contains("the `specforge` schema does not carry `source`"),
@@ -500,7 +511,7 @@ async fn every_schema_keeps_every_turn_under_its_trainers_rules() {
     // SafeAILab EAGLE (`eagle/traineagle3/main.py`): `id`, `conversations` of `from`
     // (`human`/`gpt`, nothing else) and `value`; after a leading `gpt` turn is skipped, turns
     // must alternate human, gpt (an assert). The system prompt has its own column.
-    let out = export_as(&gen_, "sharegpt", "sharegpt", "jsonl", &[]).await;
+    let out = export_as(&gen_, "sharegpt", "sharegpt", "jsonl", &["--keep-cut"]).await;
     assert!(
         out.stderr
             .contains("the `sharegpt` schema does not carry reasoning (`reasoning_content`)"),
@@ -525,7 +536,7 @@ async fn every_schema_keeps_every_turn_under_its_trainers_rules() {
 
     // NVIDIA ModelOpt (`examples/speculative_decoding/eagle_utils.py`): `conversation_id`
     // (else `uuid`, else `id`), `conversations` of `role` and `content`.
-    let out = export_as(&gen_, "modelopt", "modelopt", "jsonl", &[]).await;
+    let out = export_as(&gen_, "modelopt", "modelopt", "jsonl", &["--keep-cut"]).await;
     assert!(
         out.stderr
             .contains("the `modelopt` schema does not carry reasoning"),
@@ -544,7 +555,14 @@ async fn every_schema_keeps_every_turn_under_its_trainers_rules() {
     }
 
     // One row per answer: the history before it, reasoning only on the answer it trains.
-    let out = export_as(&gen_, "per-turn", "specforge", "jsonl", &["--per-turn"]).await;
+    let out = export_as(
+        &gen_,
+        "per-turn",
+        "specforge",
+        "jsonl",
+        &["--per-turn", "--keep-cut"],
+    )
+    .await;
     let answers: usize = reference
         .values()
         .map(|t| t.iter().filter(|m| m["role"] == "assistant").count())
@@ -590,8 +608,9 @@ async fn every_schema_keeps_every_turn_under_its_trainers_rules() {
         unknown.stderr
     );
 
-    // Answers cut by `max-tokens` left out, counted per reason.
-    let out = export_as(&gen_, "uncut", "sharegpt", "jsonl", &["--drop-cut"]).await;
+    // Answers cut by `max-tokens` are left out unless `--keep-cut`, counted per reason (the
+    // flag that asked for it before still runs).
+    let out = export_as(&gen_, "uncut", "sharegpt", "jsonl", &[]).await;
     assert!(
         out.stdout
             .contains("\n  left out 1: cut: finish_reason = length (max-tokens)\n"),
@@ -599,6 +618,10 @@ async fn every_schema_keeps_every_turn_under_its_trainers_rules() {
         out.stdout
     );
     assert_eq!(jsonl_rows(&gen_, "uncut").len(), reference.len() - 1);
+    let card = gen_.read("out/uncut/README.md");
+    assert!(card.contains("answers cut short left out"), "{card}");
+    export_as(&gen_, "old-flag", "sharegpt", "jsonl", &["--drop-cut"]).await;
+    assert_eq!(jsonl_rows(&gen_, "old-flag").len(), reference.len() - 1);
 }
 
 /// `provenance.json` and the card say what `gen status --json` says about the run, and the
@@ -608,7 +631,7 @@ async fn the_provenance_file_and_card_agree_with_gen_status() {
     let server = FakeOpenAi::start(Knobs::default()).await;
     let gen_ = Gen::new();
     let config = two_kinds_of_conversation(&gen_, &server.url()).await;
-    export_as(&gen_, "p", "specforge", "parquet", &["--drop-cut"]).await;
+    export_as(&gen_, "p", "specforge", "parquet", &[]).await;
     let status = gen_.run(&["status", &config, "--json"]).await;
     let status: serde_json::Value = serde_json::from_str(&status.stdout).expect("status json");
     let provenance: serde_json::Value =
