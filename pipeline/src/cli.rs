@@ -453,11 +453,11 @@ pub struct RunArgs {
     /// changed since (refused otherwise once answers were generated from them).
     #[arg(long)]
     pub keep_preparation: bool,
-    /// Run only share `i` of `n` of every source's prompts (1-based), e.g. `--shard 2/8`
-    /// on the second of eight hosts; `gen merge` combines the shares. `auto`: the share
+    /// Run only share `k` of `n` of every source's prompts, counted from 0 as Slurm task ids
+    /// are, e.g. `--shard 2/8` on the third of eight hosts; `gen merge` combines the shares. `auto`: the share
     /// of this Slurm array task, Kubernetes Indexed Job pod or RANK, in its own
     /// directory under the run directory (the job's run root).
-    #[arg(long, value_name = "I/N|auto")]
+    #[arg(long, value_name = "K/N|auto")]
     pub shard: Option<crate::run::shard::ShardArg>,
     /// With `--shard auto`: how many shards the job has (needed for a Kubernetes Indexed
     /// Job, and for a Slurm array of only some tasks).

@@ -261,7 +261,7 @@ fn last_run(
             return (None, None, vec![note]);
         }
     };
-    let shard = pin.shard.as_deref().and_then(|s| s.parse().ok());
+    let shard = pin.shard;
     (Some(pin), shard, Vec::new())
 }
 

@@ -927,7 +927,7 @@ async fn connected_servers(
                 .map(|s| s.name().to_owned())
                 .zip(plan.settings.iter().cloned())
                 .collect(),
-            shard: selection.shard.map(|s| s.to_string()),
+            shard: selection.shard,
         }
         .check_or_record(
             &run_dir,

@@ -9,6 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::shard::Shard;
 use crate::config::Settings;
 use crate::store::{RunDir, atomic};
 
@@ -30,9 +31,35 @@ pub struct RunPin {
     /// had `max_tokens` and `params`, one sample per prompt.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub sources: BTreeMap<String, Settings>,
-    /// The share of prompts this run directory holds (`--shard i/n`).
-    #[serde(default)]
-    pub shard: Option<String>,
+    /// The share of prompts this run directory holds (`--shard k/n`).
+    #[serde(default, deserialize_with = "shard_either_way")]
+    pub shard: Option<Shard>,
+}
+
+/// A pin's shard: `{"index": k, "count": n}`, or the text `"i/n"` a `gen` before 0-based
+/// shards wrote, counted from 1 (so a run directory keeps the share it was made for).
+fn shard_either_way<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Shard>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Stored {
+        Shard(Shard),
+        OneBased(String),
+    }
+    match Option::<Stored>::deserialize(d)? {
+        None => Ok(None),
+        Some(Stored::Shard(shard)) => Ok(Some(shard)),
+        Some(Stored::OneBased(text)) => text
+            .split_once('/')
+            .and_then(|(i, n)| Some((i.parse::<u32>().ok()?, n.parse::<u32>().ok()?)))
+            .filter(|&(i, n)| (1..=n).contains(&i))
+            .map(|(i, n)| {
+                Some(Shard {
+                    index: i - 1,
+                    count: n,
+                })
+            })
+            .ok_or_else(|| serde::de::Error::custom(format!("`{text}` is not a shard"))),
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -72,7 +99,8 @@ impl RunPin {
             ));
         }
         if self.shard != stored.shard {
-            let show = |s: &Option<String>| s.clone().unwrap_or_else(|| "all prompts".to_owned());
+            let show =
+                |s: &Option<Shard>| s.map_or_else(|| "all prompts".to_owned(), |s| s.to_string());
             out.push(format!(
                 "  shard: was {}, now {}",
                 show(&stored.shard),
@@ -215,6 +243,38 @@ mod tests {
                 .collect(),
             shard: None,
         }
+    }
+
+    /// A run directory made when shards counted from 1 keeps its share: its `"2/8"` is the
+    /// share `--shard 1/8` names now, and a different share is named in the refusal.
+    #[test]
+    fn a_shard_pinned_counted_from_one_is_read_as_the_same_share() {
+        let mut stored = serde_json::to_value(pin("m", &[])).expect("json");
+        stored["shard"] = Value::from("2/8");
+        let stored: RunPin = serde_json::from_value(stored).expect("a pin with a text shard");
+        assert_eq!(stored.shard, Some(Shard { index: 1, count: 8 }));
+        let stored_in = BTreeSet::from(["s".to_owned()]);
+        let same = RunPin {
+            shard: "1/8".parse().ok(),
+            ..pin("m", &[])
+        };
+        assert!(same.differences(&stored, &stored_in).is_empty());
+        let other = RunPin {
+            shard: "2/8".parse().ok(),
+            ..pin("m", &[])
+        };
+        assert_eq!(
+            other.differences(&stored, &stored_in),
+            ["  shard: was 1/8, now 2/8"]
+        );
+        let written = serde_json::to_value(&same).expect("json");
+        assert_eq!(
+            written["shard"],
+            serde_json::json!({"index": 1, "count": 8})
+        );
+        let mut broken = written;
+        broken["shard"] = Value::from("0/8");
+        assert!(serde_json::from_value::<RunPin>(broken).is_err());
     }
 
     #[test]

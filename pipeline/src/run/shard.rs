@@ -1,5 +1,7 @@
-//! `--shard i/n`: a deterministic split of every source's prompts, so n hosts can run `gen` on
+//! `--shard k/n`: a deterministic split of every source's prompts, so n hosts can run `gen` on
 //! the same config in parallel, each on its own share; `gen merge` puts the shares together.
+//! Shares count from 0, as Slurm array task ids, Kubernetes completion indexes and the job's
+//! `shard-NNN` directories do.
 //! `--shard auto` takes the share from the scheduler instead (`crate::scale`).
 
 use std::fmt;
@@ -8,7 +10,7 @@ use std::str::FromStr;
 use xxhash_rust::xxh3::xxh3_64;
 
 /// Share `index` (0-based) of `count`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Shard {
     pub index: u32,
     pub count: u32,
@@ -24,27 +26,31 @@ impl Shard {
 impl FromStr for Shard {
     type Err = String;
 
-    /// Parses `i/n` with 1 ≤ i ≤ n.
+    /// Parses `k/n` with 0 ≤ k < n.
     fn from_str(text: &str) -> Result<Shard, String> {
-        let bad = || format!("`{text}` is not a shard: write `i/n` with 1 ≤ i ≤ n, e.g. `2/8`");
-        let (i, n) = text.split_once('/').ok_or_else(bad)?;
-        let (i, n): (u32, u32) = (
-            i.trim().parse().map_err(|_| bad())?,
+        let bad = || format!("`{text}` is not a shard: write `k/n` with 0 ≤ k < n, e.g. `2/8`");
+        let (k, n) = text.split_once('/').ok_or_else(bad)?;
+        let (k, n): (u32, u32) = (
+            k.trim().parse().map_err(|_| bad())?,
             n.trim().parse().map_err(|_| bad())?,
         );
-        if i == 0 || i > n {
+        if k == n && n > 0 {
+            return Err(format!(
+                "`{text}` is not a shard: shards count from 0, as Slurm array task ids and the \
+                 `shard-NNN` directories do; the {n} shards are `0/{n}` … `{}/{n}`",
+                n - 1
+            ));
+        }
+        if k > n || n == 0 {
             return Err(bad());
         }
-        Ok(Shard {
-            index: i - 1,
-            count: n,
-        })
+        Ok(Shard { index: k, count: n })
     }
 }
 
 impl fmt::Display for Shard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.index + 1, self.count)
+        write!(f, "{}/{}", self.index, self.count)
     }
 }
 
@@ -74,7 +80,7 @@ mod tests {
 
     #[test]
     fn shards_partition_ids() {
-        let shards: Vec<Shard> = (1..=3)
+        let shards: Vec<Shard> = (0..3)
             .map(|i| format!("{i}/3").parse().expect("shard"))
             .collect();
         for n in 0..300 {
@@ -90,14 +96,17 @@ mod tests {
             })
             .collect();
         assert!(sizes.iter().all(|s| (70..=130).contains(s)), "{sizes:?}");
-        assert_eq!(shards[1].to_string(), "2/3");
-        assert!("0/3".parse::<Shard>().is_err());
+        assert_eq!(shards[1].to_string(), "1/3");
+        assert_eq!(shards[1], Shard { index: 1, count: 3 });
+        let last = "3/3".parse::<Shard>().expect_err("counts from 0");
+        assert!(last.contains("`0/3` … `2/3`"), "{last}");
         assert!("4/3".parse::<Shard>().is_err());
+        assert!("0/0".parse::<Shard>().is_err());
         assert!("x".parse::<Shard>().is_err());
         assert_eq!("auto".parse::<ShardArg>(), Ok(ShardArg::Auto));
         assert_eq!(
             "2/3".parse::<ShardArg>(),
-            Ok(ShardArg::Fixed(Shard { index: 1, count: 3 }))
+            Ok(ShardArg::Fixed(Shard { index: 2, count: 3 }))
         );
     }
 }

@@ -669,8 +669,17 @@ async fn shards_split_the_prompts_and_merge_puts_them_back_together() {
     gen_.write("data/a.jsonl", &rows);
     let config = gen_.config(&Config::new(&server.url()).source("alpha", "data/a.jsonl"));
     let mut counts = Vec::new();
-    for shard in ["1/2", "2/2"] {
-        let dir = format!("host-{}", &shard[..1]);
+    // Shares count from 0, as Slurm task ids and `shard-NNN` directories do.
+    let last = gen_
+        .run(&["run", &config, "--shard", "2/2", "--run-dir", "host-2"])
+        .await;
+    assert_eq!(last.code, Some(2), "{}", last.stderr);
+    assert!(
+        last.stderr.contains("shards count from 0") && last.stderr.contains("`0/2` … `1/2`"),
+        "{}",
+        last.stderr
+    );
+    for (shard, dir) in [("0/2", "host-1"), ("1/2", "host-2")] {
         let out = gen_
             .run(&["run", &config, "--shard", shard, "--run-dir", &dir])
             .await;
@@ -728,7 +737,7 @@ async fn shards_split_the_prompts_and_merge_puts_them_back_together() {
         .await;
     assert_eq!(changed.code, Some(2), "{}", changed.stderr);
     assert!(
-        changed.stderr.contains("shard: was 1/2, now 2/3"),
+        changed.stderr.contains("shard: was 0/2, now 2/3"),
         "{}",
         changed.stderr
     );

@@ -248,7 +248,7 @@ async fn shards_with_samples_merge_and_verify() {
         .generation("max-tokens = 16\nconcurrency = 3\nsamples = 2")
         .source("math", "data/math.jsonl");
     project.config(&config);
-    for (shard, dir) in [("1/2", "host-1"), ("2/2", "host-2")] {
+    for (shard, dir) in [("0/2", "host-1"), ("1/2", "host-2")] {
         let out = project
             .run(&["run", "cfg.toml", "--shard", shard, "--run-dir", dir])
             .await;

@@ -277,7 +277,7 @@ async fn a_run_refused_before_it_starts_says_so_in_status() {
 async fn verify_of_one_shard_counts_only_its_share() {
     let server = FakeOpenAi::start(Knobs::default()).await;
     let project = alpha_project(&server.url(), rows("alpha", 40));
-    let out = project.run(&["run", "cfg.toml", "--shard", "1/2"]).await;
+    let out = project.run(&["run", "cfg.toml", "--shard", "0/2"]).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
     let sent = server.chat_requests() as u64;
     assert!(sent > 0 && sent < 40, "{sent}");
