@@ -681,7 +681,7 @@ async fn shards_split_the_prompts_and_merge_puts_them_back_together() {
     );
     for (shard, dir) in [("0/2", "host-1"), ("1/2", "host-2")] {
         let out = gen_
-            .run(&["run", &config, "--shard", shard, "--run-dir", &dir])
+            .run(&["run", &config, "--shard", shard, "--run-dir", dir])
             .await;
         assert_eq!(out.code, Some(0), "{}", out.stderr);
         counts.push(
