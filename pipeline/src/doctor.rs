@@ -471,27 +471,43 @@ fn hub(plan: &Plan, machine: &Machine) -> Option<Check> {
 }
 
 fn disk(plan: &Plan, machine: &Machine) -> Check {
-    let (mut known, mut bound) = (0u64, 0u64);
-    for spec in &plan.sources {
-        match machine.prepared.get(spec.name()) {
-            Some(prompts) => known = known.saturating_add(*prompts),
-            None => {
-                bound = bound.saturating_add(unprepared_bound(spec, &machine.local_rows));
-            }
+    // Prompts, answers (× `samples`) and tokens at each source's own `max-tokens`: of the
+    // prepared sources, and bounded for the others.
+    let (mut prompts, mut answers) = (0u64, 0u64);
+    let (mut known_tokens, mut tokens, mut bound) = (0u64, 0u64, 0u64);
+    for (spec, settings) in plan.sources.iter().zip(&plan.settings) {
+        let (n, prepared) = match machine.prepared.get(spec.name()) {
+            Some(prompts) => (*prompts, true),
+            None => (unprepared_bound(spec, &machine.local_rows), false),
+        };
+        let its_answers = n.saturating_mul(u64::from(settings.samples.get()));
+        let its_tokens = its_answers.saturating_mul(u64::from(settings.max_tokens));
+        prompts = prompts.saturating_add(n);
+        answers = answers.saturating_add(its_answers);
+        tokens = tokens.saturating_add(its_tokens);
+        if prepared {
+            known_tokens = known_tokens.saturating_add(its_tokens);
+        } else {
+            bound = bound.saturating_add(n);
         }
     }
-    let prompts = known.saturating_add(bound);
-    let max_tokens = u64::from(plan.generation.max_tokens);
-    let size = |prompts: u64| {
-        prompts
-            .saturating_mul(max_tokens)
-            .saturating_mul(BYTES_PER_TOKEN)
-            / COMPRESSION
+    let size = |tokens: u64| tokens.saturating_mul(BYTES_PER_TOKEN) / COMPRESSION;
+    let (estimate, known_estimate) = (size(tokens), size(known_tokens));
+    let uniform = plan
+        .settings
+        .iter()
+        .all(|s| s.samples.get() == 1 && s.max_tokens == plan.generation.max_tokens);
+    let basis = if uniform {
+        format!(
+            "{prompts} prompts × {} max-tokens × ~{BYTES_PER_TOKEN} bytes/token ÷ {COMPRESSION} (zstd)",
+            plan.generation.max_tokens
+        )
+    } else {
+        format!(
+            "{prompts} prompts, {answers} answers with `samples` × each source's max-tokens = \
+             {tokens} tokens × ~{BYTES_PER_TOKEN} bytes/token ÷ {COMPRESSION} (zstd)"
+        )
     };
-    let (estimate, known_estimate) = (size(prompts), size(known));
-    let basis = format!(
-        "{prompts} prompts × {max_tokens} max-tokens × ~{BYTES_PER_TOKEN} bytes/token ÷ {COMPRESSION} (zstd)"
-    );
     let unknown = if bound > 0 {
         format!(
             "; {bound} of the prompts are the `limit` (or the rows of the local files) of \
@@ -807,6 +823,37 @@ mod tests {
         assert_eq!(
             disk.message,
             "output needs up to 41.7 MiB (4000 prompts × 8192 max-tokens × ~4 bytes/token ÷ 3 (zstd)), 10 MiB free on `/data`"
+        );
+    }
+
+    /// Each source is sized at its own `max-tokens` and `samples` (before: every source at
+    /// `[generation]`'s, one answer per prompt: 16.0 MiB here, and 1,000 prompts to go).
+    #[test]
+    fn disk_and_duration_size_each_source_at_its_own_budget_and_samples() {
+        let text = "[server]\nurl = \"http://127.0.0.1:9\"\n\n[generation]\nmax-tokens = 4096\n\n\
+            [[source]]\nname = \"chat\"\npath = \"a.jsonl\"\nlimit = 1000\n\n\
+            [[source]]\nname = \"math\"\npath = \"b.jsonl\"\nlimit = 1000\n\
+            [source.generation]\nmax-tokens = 32768\nsamples = 4\n";
+        let plan = Plan::from_text(Path::new("cfg.toml"), text).expect("plan");
+        let preflight = assess(&plan, &machine(64 * GIB));
+        // 1,000 × 4,096 + 4,000 × 32,768 = 135,168,000 tokens × 4 ÷ 3 = 172 MiB.
+        let disk = check(&preflight, "disk");
+        assert!(
+            disk.message.starts_with(
+                "output up to 172 MiB (2000 prompts, 5000 answers with `samples` × each \
+                 source's max-tokens = 135168000 tokens"
+            ),
+            "{}",
+            disk.message
+        );
+        let duration = duration::check(&plan, &BTreeMap::new());
+        assert!(
+            duration.message.starts_with(
+                "up to 5,000 answers (`samples` per prompt) to go × at most 27,033 output tokens \
+                 (each source's `max-tokens`, weighted by its prompts) = ≤ 135.2M tokens"
+            ),
+            "{}",
+            duration.message
         );
     }
 

@@ -18,21 +18,58 @@ pub(super) fn check(plan: &Plan, local_rows: &std::collections::BTreeMap<String,
     let status = std::fs::read(crate::store::layout::RunDir::new(&plan.run_dir).status())
         .ok()
         .and_then(|bytes| serde_json::from_slice::<RunStatus>(&bytes).ok());
-    let limits = plan
-        .sources
+    // Answers (`samples` per prompt) and their budget, each source at its own `max-tokens`.
+    let (mut limits, mut budget) = (0u64, 0u64);
+    for (spec, settings) in plan.sources.iter().zip(&plan.settings) {
+        let answers = super::unprepared_bound(spec, local_rows)
+            .saturating_mul(u64::from(settings.samples.get()));
+        limits = limits.saturating_add(answers);
+        budget = budget.saturating_add(answers.saturating_mul(u64::from(settings.max_tokens)));
+    }
+    let uniform = plan
+        .settings
         .iter()
-        .map(|spec| super::unprepared_bound(spec, local_rows))
-        .sum();
+        .all(|s| s.max_tokens == plan.generation.max_tokens);
+    let (max_tokens, what) = if uniform || limits == 0 {
+        (u64::from(plan.generation.max_tokens), "`max-tokens`")
+    } else {
+        (
+            budget / limits,
+            "each source's `max-tokens`, weighted by its prompts",
+        )
+    };
+    let unit = if plan.settings.iter().all(|s| s.samples.get() == 1) {
+        "prompts"
+    } else {
+        "answers (`samples` per prompt)"
+    };
     estimate(
         limits,
-        u64::from(plan.generation.max_tokens),
+        Budget {
+            max_tokens,
+            what,
+            unit,
+        },
         status.as_ref(),
     )
 }
 
-/// The estimate for up to `limits` prompts (the sum of the sources' `limit`s) answered with at
-/// most `max_tokens` each, refined by what `status` measured.
-pub(super) fn estimate(limits: u64, max_tokens: u64, status: Option<&RunStatus>) -> Check {
+/// What each answer may cost before any is measured: `max_tokens` (`what` says whose), and
+/// what is counted (`unit`: prompts, or answers with `samples`).
+pub(super) struct Budget<'a> {
+    pub(super) max_tokens: u64,
+    pub(super) what: &'a str,
+    pub(super) unit: &'a str,
+}
+
+/// The estimate for up to `limits` answers (the sum of the sources' `limit`s × `samples`) of
+/// at most `budget.max_tokens` each, refined by what `status` measured.
+pub(super) fn estimate(limits: u64, budget: Budget<'_>, status: Option<&RunStatus>) -> Check {
+    let Budget {
+        max_tokens,
+        what,
+        unit,
+    } = budget;
     let sources = status.map(|s| s.sources.as_slice()).unwrap_or_default();
     // Prepared counts are exact; a limit is an upper bound (a source may have fewer rows).
     let all_prepared = !sources.is_empty() && sources.iter().all(|s| s.prepared.is_some());
@@ -61,15 +98,12 @@ pub(super) fn estimate(limits: u64, max_tokens: u64, status: Option<&RunStatus>)
     } else {
         (
             max_tokens,
-            format!(
-                "at most {} output tokens (`max-tokens`)",
-                thousands(max_tokens)
-            ),
+            format!("at most {} output tokens ({what})", thousands(max_tokens)),
         )
     };
     let tokens = left.saturating_mul(per_answer);
     let work = format!(
-        "{bound}{} prompts to go × {per_answer_text} = {}{} tokens",
+        "{bound}{} {unit} to go × {per_answer_text} = {}{} tokens",
         thousands(left),
         if answered >= MIN_ANSWERS { "~" } else { "≤ " },
         compact(tokens)
@@ -174,7 +208,15 @@ mod tests {
 
     #[test]
     fn before_any_run_the_bound_is_limits_times_max_tokens_at_reference_rates() {
-        let check = estimate(100_000, 8192, None);
+        let check = estimate(
+            100_000,
+            Budget {
+                max_tokens: 8192,
+                what: "`max-tokens`",
+                unit: "prompts",
+            },
+            None,
+        );
         assert_eq!(
             check.message,
             "up to 100,000 prompts to go × at most 8,192 output tokens (`max-tokens`) = ≤ 819.2M tokens; \
@@ -191,7 +233,15 @@ mod tests {
             source(Some(6_000), 1_500, 2_775_000),
             source(Some(4_000), 500, 925_000),
         ];
-        let check = estimate(20_000, 8192, Some(&status(sources, &[2_000.0, 2_210.0])));
+        let check = estimate(
+            20_000,
+            Budget {
+                max_tokens: 8192,
+                what: "`max-tokens`",
+                unit: "prompts",
+            },
+            Some(&status(sources, &[2_000.0, 2_210.0])),
+        );
         assert_eq!(
             check.message,
             "8,000 prompts to go × ~1,850 output tokens (the mean of 2,000 answers) = ~14.8M tokens; \
@@ -202,7 +252,15 @@ mod tests {
     #[test]
     fn a_finished_run_says_so() {
         let sources = vec![source(Some(30), 30, 900)];
-        let check = estimate(100, 64, Some(&status(sources, &[])));
+        let check = estimate(
+            100,
+            Budget {
+                max_tokens: 64,
+                what: "`max-tokens`",
+                unit: "prompts",
+            },
+            Some(&status(sources, &[])),
+        );
         assert_eq!(check.message, "every prompt is answered or settled");
     }
 
