@@ -449,6 +449,10 @@ pub struct RunArgs {
     /// Resume even though the model or sampling settings changed since the run started.
     #[arg(long)]
     pub allow_config_change: bool,
+    /// Generate this source again under its current settings (repeatable): its stored
+    /// answers are set aside in its directory (`completions.superseded-*`), not deleted.
+    #[arg(long, value_name = "SOURCE")]
+    pub regenerate: Vec<String>,
     /// Go on with the prompts prepared before although a source's input file or settings
     /// changed since (refused otherwise once answers were generated from them).
     #[arg(long)]

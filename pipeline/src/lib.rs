@@ -133,6 +133,7 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             only_failed: false,
             sources,
             allow_config_change: false,
+            regenerate: Vec::new(),
             keep_preparation: false,
             shard: None,
             retry_rejected: false,
@@ -207,6 +208,7 @@ fn run_command(args: RunArgs) -> Result<ExitCode, CliError> {
         only_failed: args.only_failed,
         sources: args.sources.clone(),
         allow_config_change: args.allow_config_change,
+        regenerate: args.regenerate.clone(),
         keep_preparation: args.keep_preparation,
         shard,
         retry_rejected: args.retry_rejected,
@@ -245,7 +247,8 @@ fn run_command(args: RunArgs) -> Result<ExitCode, CliError> {
 }
 
 /// The plan (with `--server-launch` applied) and the run directory, once the inputs of the
-/// sources to run are checked and every `--source` names one of the config's.
+/// sources to run are checked and every `--source` and `--regenerate` names one of the
+/// config's.
 fn load_run_plan(args: &RunArgs) -> Result<(Plan, RunDir), CliError> {
     let sources = &args.sources;
     let left_out = |name: &str| !sources.is_empty() && !sources.iter().any(|s| s == name);
@@ -263,7 +266,8 @@ fn load_run_plan(args: &RunArgs) -> Result<(Plan, RunDir), CliError> {
     plan.check_inputs(&|name| {
         left_out(name) || prep::read_manifest(&run_dir, name).is_ok_and(|m| m.is_some())
     })?;
-    if let Some(unknown) = sources.iter().find(|s| plan.source(s).is_none()) {
+    let named = sources.iter().chain(&args.regenerate);
+    if let Some(unknown) = named.into_iter().find(|s| plan.source(s).is_none()) {
         let known: Vec<&str> = plan.sources.iter().map(|s| s.name()).collect();
         return Err(CliError {
             code: exit::USAGE,

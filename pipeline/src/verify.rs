@@ -628,7 +628,7 @@ impl SourceAuditor<'_> {
                 .iter()
                 .find(|(prefix, _)| name.starts_with(prefix))
                 .map_or("", |(_, what)| what);
-            let then = if name.starts_with("completions.") {
+            let then = if name.starts_with("completions.") || name.starts_with("rejected.") {
                 "their prompts were generated again"
             } else {
                 "the source was prepared again"

@@ -77,6 +77,8 @@ pub struct Selection {
     pub sources: Vec<String>,
     /// Resume even though model or sampling settings changed since the run started.
     pub allow_config_change: bool,
+    /// Sources whose stored answers are set aside, to be generated again (`--regenerate`).
+    pub regenerate: Vec<String>,
     /// Keep a source's preparation although its inputs changed since.
     pub keep_preparation: bool,
     /// Only this host's share of every source's prompts.
@@ -94,6 +96,9 @@ impl Selection {
     /// `prep_failed`: the source's last preparation worker failed (its `worker.json`), which
     /// counts as failed even when the run stopped before `status.json` could say so.
     fn includes(&self, name: &str, previous: Option<&RunStatus>, prep_failed: bool) -> bool {
+        if self.regenerate.iter().any(|s| s == name) {
+            return true;
+        }
         if !self.sources.is_empty() && !self.sources.iter().any(|s| s == name) {
             return false;
         }
@@ -261,6 +266,15 @@ impl<'p> RunState<'p> {
         reporter: RunReporter,
     ) -> anyhow::Result<Start<'p>> {
         let previous: Option<RunStatus> = atomic::read_json(&run_dir.status()).ok().flatten();
+        for name in &selection.regenerate {
+            let aside = run_dir.source(name).supersede(crate::sys::unix_ms())?;
+            if let Some(file) = aside {
+                reporter.say(format!(
+                    "gen: `{name}`: its answers are set aside in `{file}`; generating it again \
+                     under its current settings"
+                ));
+            }
+        }
         let resend = record::Resend {
             all_refused: selection.retry_rejected,
             settings: Some(settings_fingerprint(plan)),
@@ -374,6 +388,19 @@ impl<'p> RunState<'p> {
         }
         self.reporter
             .say("gen: nothing to do: every prompt of every source is already completed");
+        let now = (self.plan.sources.iter().map(|s| s.name().to_owned()))
+            .zip(self.plan.settings.iter().cloned())
+            .collect();
+        let stored_in = self.sources.stored_in();
+        for (name, how) in super::pin::RunPin::changed_since(&self.run_dir, &now, &stored_in) {
+            self.reporter.say(format!(
+                "gen: note: `{name}`'s settings changed since its answers were generated ({}); \
+                 they stand as they are — `gen run {} --regenerate {name}` generates it again \
+                 under the new settings",
+                how.join("; "),
+                self.plan.config_path.display()
+            ));
+        }
         Ok(RunOutcome::NothingToDo)
     }
 

@@ -16,7 +16,8 @@ use crate::store::{RunDir, atomic};
 /// What a changed setting does, as `gen check` and the refusal say it.
 pub const RULE: &str = "settings are pinned per source in `run.json`: a source with stored \
     completions keeps the settings they were generated with (`samples` may grow: only the new \
-    samples are generated); a source with none takes new settings";
+    samples are generated); a source with none takes new settings; `gen run --regenerate \
+    SOURCE` sets a source's answers aside and generates it again under the new settings";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunPin {
@@ -64,13 +65,33 @@ fn shard_either_way<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Sha
 
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "this run was generated with different settings:\n{}\nresuming would mix two datasets in `{}` ({RULE}); use another run directory, or pass `--allow-config-change` to continue anyway",
+    "this run was generated with different settings:\n{}\nresuming would mix two datasets in `{}` ({RULE}); {}use another run directory, or pass `--allow-config-change` to continue anyway",
     differences.join("\n"),
-    run_dir
+    run_dir,
+    regenerate(changed)
 )]
 pub struct PinMismatch {
     pub run_dir: String,
     pub differences: Vec<String>,
+    /// The sources whose own settings changed, when nothing the whole run shares did (the
+    /// model, the shard): `--regenerate` can take them one by one.
+    pub changed: Vec<String>,
+}
+
+fn regenerate(changed: &[String]) -> String {
+    if changed.is_empty() {
+        return String::new();
+    }
+    let flags: Vec<String> = changed
+        .iter()
+        .map(|s| format!("--regenerate {s}"))
+        .collect();
+    format!(
+        "pass `{}` to generate {} again under the new settings (stored answers set aside, not \
+         deleted), ",
+        flags.join(" "),
+        if changed.len() == 1 { "it" } else { "them" }
+    )
 }
 
 impl RunPin {
@@ -126,6 +147,26 @@ impl RunPin {
         out
     }
 
+    /// The sources in `stored_in` whose settings in `now` differ from those `run_dir`'s pin
+    /// recorded, with how (nothing when there is no readable pin).
+    pub fn changed_since(
+        run_dir: &RunDir,
+        now: &BTreeMap<String, Settings>,
+        stored_in: &BTreeSet<String>,
+    ) -> Vec<(String, Vec<String>)> {
+        let Ok(Some(stored)) = atomic::read_json::<RunPin>(&run_dir.root().join("run.json")) else {
+            return Vec::new();
+        };
+        now.iter()
+            .filter(|(name, _)| stored_in.contains(*name))
+            .map(|(name, now)| {
+                let lines = setting_differences(&stored.settings_of(name), now);
+                (name.clone(), lines)
+            })
+            .filter(|(_, lines)| !lines.is_empty())
+            .collect()
+    }
+
     /// Records the pin on the first run; on later runs refuses one whose differences touch
     /// what is stored (the sources in `stored_in` have completions) unless `allow`.
     pub fn check_or_record(
@@ -160,9 +201,21 @@ impl RunPin {
                     return Ok(());
                 }
                 if !allow {
+                    let shared = self.model != stored.model || self.shard != stored.shard;
+                    let changed = self
+                        .sources
+                        .iter()
+                        .filter(|(name, now)| {
+                            !shared
+                                && stored_in.contains(*name)
+                                && !setting_differences(&stored.settings_of(name), now).is_empty()
+                        })
+                        .map(|(name, _)| name.clone())
+                        .collect();
                     return Err(PinMismatch {
                         run_dir: run_dir.root().display().to_string(),
                         differences,
+                        changed,
                     }
                     .into());
                 }

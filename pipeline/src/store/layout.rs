@@ -31,12 +31,15 @@
 //!                                                set aside the same way
 //!   sources/NAME/rejected.damaged-MS.jsonl       lines of `rejected.jsonl` that were not
 //!                                                records (their prompts are sent again)
+//!   sources/NAME/completions.superseded-MS.jsonl.zst  the answers `gen run --regenerate NAME`
+//!                                                set aside to generate the source again
+//!   sources/NAME/rejected.superseded-MS.jsonl    its refusals, set aside with them
 //! ```
 
 use std::path::{Path, PathBuf};
 
 /// The prefixes of the files `gen run` sets aside in a source directory, and what each holds.
-pub const SET_ASIDE: [(&str, &str); 7] = [
+pub const SET_ASIDE: [(&str, &str); 9] = [
     ("completions.damaged-", "damaged bytes of the completions"),
     (
         "completions.not-answers-",
@@ -58,6 +61,14 @@ pub const SET_ASIDE: [(&str, &str); 7] = [
     (
         "rejected.damaged-",
         "lines of `rejected.jsonl` that were not records",
+    ),
+    (
+        "completions.superseded-",
+        "answers of settings since changed (`--regenerate`)",
+    ),
+    (
+        "rejected.superseded-",
+        "refusals under settings since changed (`--regenerate`)",
     ),
 ];
 
@@ -179,6 +190,29 @@ impl SourceDir {
         self.root.join(format!("manifest.damaged-{unix_ms}.json"))
     }
 
+    /// Sets the stored answers and refusals aside (`gen run --regenerate`), so the source is
+    /// generated again; its counters go with them. The answers' new name, if there were any.
+    pub fn supersede(&self, unix_ms: u64) -> std::io::Result<Option<String>> {
+        let answers = self
+            .root
+            .join(format!("completions.superseded-{unix_ms}.jsonl.zst"));
+        let moved = rename_if_there(&self.completions(), &answers)?;
+        let refusals = self
+            .root
+            .join(format!("rejected.superseded-{unix_ms}.jsonl"));
+        rename_if_there(&self.rejected(), &refusals)?;
+        for derived in [
+            self.tally(),
+            self.completions().with_extension("zst.checked"),
+        ] {
+            match fs_err::remove_file(&derived) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+        Ok(moved.then(|| answers.display().to_string()))
+    }
+
     /// The files `gen run` set aside in this directory, by name.
     pub fn set_aside(&self) -> std::io::Result<Vec<String>> {
         let mut names = Vec::new();
@@ -211,5 +245,14 @@ impl SourceDir {
     /// (little-endian u64s, written by `gen run` before it prepares the source again).
     pub fn earlier_hashes(&self) -> PathBuf {
         self.root.join("earlier-prompts.hashes")
+    }
+}
+
+/// Renames `from` to `to`; false when `from` does not exist.
+fn rename_if_there(from: &Path, to: &Path) -> std::io::Result<bool> {
+    match fs_err::rename(from, to) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
     }
 }

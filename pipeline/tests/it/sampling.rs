@@ -164,6 +164,79 @@ async fn the_pin_refuses_a_change_only_for_the_source_whose_answers_it_touches()
     let grown = project.run(&["run", "cfg.toml"]).await;
     assert_eq!(grown.code, Some(0), "{}", grown.stderr);
     assert_eq!(project.completions_of("math").len(), 6);
+
+    // A finished source whose settings changed stands as it is, and the run says so and how
+    // to take the change: `--regenerate math` sets its answers aside and generates it again;
+    // `chat` is not sent again. With work to do, the refusal names the same way.
+    let shorter = more_samples.replace("max-tokens = 24", "max-tokens = 20");
+    project.config(&two_sources(&url, chat, &shorter));
+    let finished = project.run(&["run", "cfg.toml"]).await;
+    assert_eq!(finished.code, Some(0), "{}", finished.stderr);
+    assert!(
+        finished.stderr.contains(
+            "gen: note: `math`'s settings changed since its answers were generated \
+             (max-tokens: was 24, now 20)"
+        ) && finished
+            .stderr
+            .contains("--regenerate math` generates it again"),
+        "{}",
+        finished.stderr
+    );
+    let shorter = shorter.replace("samples = 2", "samples = 3");
+    project.config(&two_sources(&url, chat, &shorter));
+    let refused = project.run(&["run", "cfg.toml"]).await;
+    assert_eq!(refused.code, Some(2), "{}", refused.stderr);
+    assert!(
+        refused
+            .stderr
+            .contains("pass `--regenerate math` to generate it again under the new settings"),
+        "{}",
+        refused.stderr
+    );
+    let unknown = project
+        .run(&["run", "cfg.toml", "--regenerate", "maths"])
+        .await;
+    assert_eq!(unknown.code, Some(2), "{}", unknown.stderr);
+    assert!(
+        unknown
+            .stderr
+            .contains("has no source `maths`; its sources are: chat, math"),
+        "{}",
+        unknown.stderr
+    );
+    let before = server.chat_requests();
+    let again = project
+        .run(&["run", "cfg.toml", "--regenerate", "math"])
+        .await;
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
+    assert!(
+        again
+            .stderr
+            .contains("`math`: its answers are set aside in"),
+        "{}",
+        again.stderr
+    );
+    assert_eq!(
+        server.chat_requests() - before,
+        9,
+        "only math, its three samples"
+    );
+    let math = project.completions_of("math");
+    assert_eq!(math.len(), 9);
+    for record in &math {
+        assert_eq!(record["settings"]["max_tokens"], 20, "{record}");
+    }
+    let dir = project.run_path("sources/math");
+    let aside: Vec<String> = std::fs::read_dir(&dir)
+        .expect("math's directory")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("completions.superseded-"))
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    let export = project
+        .run(&["export", "cfg.toml", "-o", "regenerated"])
+        .await;
+    assert_eq!(export.code, Some(0), "{}", export.stderr);
 }
 
 /// Samples are units of work: three records per prompt, ids from the prompt id and the
