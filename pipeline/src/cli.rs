@@ -240,15 +240,7 @@ seconds since boot as dmesg prints them (355.04). A kernel record is set aside
 as another process's only when these times or the logs' own stamps put it
 outside the worker's lifetime.
 
-`--observation` takes the JSON schema of gen_diagnostics::Observation: exit
-({\"code\": N}, {\"signal\": N, \"sent_by_gen\": false} or {\"unknown\":
-true}), pid (0 = unknown), child_pids, comm, cgroup_path, spawn_usec,
-exit_usec, rss_samples [{at_ms, bytes}], peak_rss_bytes, memory_limit_bytes,
-host_memory_bytes, oom_kill_before/after, vmstat_oom_kill_before/after,
-kernel_log ({\"kind\": \"text\", \"text\": ...} or {\"kind\": \"unavailable\",
-\"reason\": ...}), oom_killer_log, other_log, stderr_head, stderr_tail,
-outputs_complete, timed_out, started_at, exited_at, largest_row_bytes. Only
-exit and pid are required.";
+`--observation`'s fields are in docs/operations.md, \"An observation as JSON\".";
 
 const SLURM_HELP: &str = "Examples:
   gen slurm datasets.toml --shards 8 -- --partition=gpu --gres=gpu:1 --time=12:00:00
@@ -347,60 +339,85 @@ pub struct K8sArgs {
 #[derive(Debug, clap::Args)]
 pub struct DiagnoseArgs {
     /// A source of a run (with `--config` or `--run-dir`).
-    #[arg(conflicts_with_all = ["stderr", "observation", "server_log"])]
+    #[arg(conflicts_with_all = ["stderr", "observation", "server_log"], help_heading = "A source of a run")]
     pub source: Option<String>,
     /// The config of the run (without it and `--run-dir`: `datasets.toml` here, named on stderr).
-    #[arg(long)]
+    #[arg(long, help_heading = "A source of a run")]
     pub config: Option<PathBuf>,
     /// The run directory (instead of `--config`).
-    #[arg(long)]
+    #[arg(long, help_heading = "A source of a run")]
     pub run_dir: Option<PathBuf>,
     /// A worker's captured stderr or a job's whole output (Slurm `slurm-N.out`, a pod's log).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = "Logs captured anywhere")]
     pub stderr: Option<PathBuf>,
     /// Kernel log text covering the worker's lifetime (dmesg, dmesg -T, journalctl -k [-r],
     /// /dev/kmsg, syslog).
-    #[arg(long, value_name = "FILE", requires = "stderr")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "stderr",
+        help_heading = "Logs captured anywhere"
+    )]
     pub kernel_log: Option<PathBuf>,
     /// Any other log about the run (repeatable): `kubectl describe`, `sacct`, a journal with
     /// earlyoom / systemd-oomd / nohang lines.
-    #[arg(long = "log", value_name = "FILE", requires = "stderr")]
+    #[arg(
+        long = "log",
+        value_name = "FILE",
+        requires = "stderr",
+        help_heading = "Logs captured anywhere"
+    )]
     pub logs: Vec<PathBuf>,
     /// The exit code (137 = killed by SIGKILL through a shell).
-    #[arg(long, requires = "stderr", conflicts_with = "signal")]
+    #[arg(
+        long,
+        requires = "stderr",
+        conflicts_with = "signal",
+        help_heading = "Evidence beside the logs"
+    )]
     pub exit_code: Option<i32>,
     /// The signal that ended it: a number or a name (9, KILL, SIGKILL).
-    #[arg(long, value_name = "SIGNAL", requires = "stderr", value_parser = parse_signal)]
+    #[arg(long, value_name = "SIGNAL", requires = "stderr", value_parser = parse_signal, help_heading = "Evidence beside the logs")]
     pub signal: Option<i32>,
     /// The worker's pid as the kernel log names it.
-    #[arg(long, requires = "stderr")]
+    #[arg(long, requires = "stderr", help_heading = "Evidence beside the logs")]
     pub pid: Option<u32>,
     /// The worker's memory cgroup (e.g. `/kubepods/burstable/pod.../<container>`).
-    #[arg(long, value_name = "PATH", requires = "stderr")]
+    #[arg(
+        long,
+        value_name = "PATH",
+        requires = "stderr",
+        help_heading = "Evidence beside the logs"
+    )]
     pub cgroup: Option<String>,
     /// When the worker started: wall-clock as the logs print it, or seconds since boot.
-    #[arg(long, value_name = "TIME", requires = "stderr", value_parser = parse_moment)]
+    #[arg(long, value_name = "TIME", requires = "stderr", value_parser = parse_moment, help_heading = "Evidence beside the logs")]
     pub started_at: Option<String>,
     /// When the worker ended: wall-clock as the logs print it, or seconds since boot.
-    #[arg(long, value_name = "TIME", requires = "stderr", value_parser = parse_moment)]
+    #[arg(long, value_name = "TIME", requires = "stderr", value_parser = parse_moment, help_heading = "Evidence beside the logs")]
     pub exited_at: Option<String>,
     /// Peak RSS (bytes, or a size such as 7.5G).
-    #[arg(long, value_name = "SIZE", requires = "stderr", value_parser = parse_bytes)]
+    #[arg(long, value_name = "SIZE", requires = "stderr", value_parser = parse_bytes, help_heading = "Evidence beside the logs")]
     pub peak_rss: Option<u64>,
     /// Memory limit (bytes, or a size such as 8G).
-    #[arg(long, value_name = "SIZE", requires = "stderr", value_parser = parse_bytes)]
+    #[arg(long, value_name = "SIZE", requires = "stderr", value_parser = parse_bytes, help_heading = "Evidence beside the logs")]
     pub memory_limit: Option<u64>,
     /// Size of the largest input row the worker held (sizes the memory advice).
-    #[arg(long, value_name = "SIZE", requires = "stderr", value_parser = parse_bytes)]
+    #[arg(long, value_name = "SIZE", requires = "stderr", value_parser = parse_bytes, help_heading = "Evidence beside the logs")]
     pub largest_row: Option<u64>,
     /// The worker's output was verified complete.
-    #[arg(long, requires = "stderr")]
+    #[arg(long, requires = "stderr", help_heading = "Evidence beside the logs")]
     pub output_complete: bool,
-    /// A whole observation as JSON.
-    #[arg(long, conflicts_with_all = ["stderr", "server_log"])]
+    /// A whole observation as JSON, instead of the flags (its fields: docs/operations.md).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["stderr", "server_log"], help_heading = "Logs captured anywhere")]
     pub observation: Option<PathBuf>,
     /// An inference server's log (SGLang, vLLM, llama.cpp).
-    #[arg(long, conflicts_with = "stderr")]
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with = "stderr",
+        help_heading = "Logs captured anywhere"
+    )]
     pub server_log: Option<PathBuf>,
     /// Print the verdict as JSON.
     #[arg(long)]

@@ -261,6 +261,25 @@ pub fn render(title: &str, verdict: &Verdict) -> String {
 mod tests {
     use gen_diagnostics::{Class, Confidence, Subtype, Verdict};
 
+    /// `gen diagnose --observation`'s fields are documented, every one of them.
+    #[test]
+    fn the_observation_document_names_every_field() {
+        let doc = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../docs/operations.md"
+        ));
+        let doc = &doc[doc.find("## An observation as JSON").expect("the section")..];
+        let observation: gen_diagnostics::Observation =
+            serde_json::from_str(r#"{"exit": {"code": 1}, "pid": 7}"#).expect("an observation");
+        let json = serde_json::to_value(observation).expect("json");
+        for field in json.as_object().expect("an object").keys() {
+            assert!(
+                doc.contains(&format!("`{field}`")),
+                "`{field}` is not documented"
+            );
+        }
+    }
+
     /// The headline says the whole reason, however long; the terminal wraps it.
     #[test]
     fn the_headline_is_not_cut() {
