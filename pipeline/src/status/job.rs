@@ -285,19 +285,20 @@ pub fn render(job: &JobView, now_ms: u64) -> String {
         .map(|s| s.index.to_string())
         .collect();
     if !rerun.is_empty() {
-        writeln!(
-            out,
-            "{}",
-            cut(
-                &format!(
-                    "rerun  shards {}: `gen slurm {} --only-failed --submit`",
-                    rerun.join(","),
-                    job.config
-                ),
-                80
-            )
-        )
-        .ok();
+        // Only a job `gen slurm` submitted can be resubmitted by it; any other launcher starts
+        // the shards' tasks again itself.
+        let how = match job.submitted {
+            Some(_) => format!("`gen slurm {} --only-failed --submit`", job.config),
+            None => format!(
+                "start their tasks again as the job did (`gen run {} --shard auto`); a \
+                 Kubernetes Job: `kubectl replace --force -f job.json` (done shards end at once)",
+                job.config
+            ),
+        };
+        let what = format!("shards {}: {how}", rerun.join(","));
+        for line in render::wrap(&what, render::WIDTH, "rerun  ", "       ") {
+            writeln!(out, "{line}").ok();
+        }
     }
     out
 }
@@ -496,6 +497,15 @@ mod tests {
         };
         let text = super::render(&view, NOW);
         assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
+        // Not submitted by `gen slurm`: the rerun is the launcher's, said whole.
+        assert!(
+            text.contains(
+                "rerun  shards 0: start their tasks again as the job did (`gen run\n       \
+                 /data/jobs/datasets.toml --shard auto`); a Kubernetes Job: `kubectl\n       \
+                 replace --force -f job.json` (done shards end at once)"
+            ),
+            "{text}"
+        );
         let said: Vec<&str> = text
             .lines()
             .skip_while(|l| !l.contains("stopped by:"))
