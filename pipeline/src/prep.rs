@@ -156,6 +156,7 @@ fn prepare_spec(
         prompts: written,
         digest: format!("{digest:032x}"),
         stat: Some(stat),
+        samples: None,
     };
     // A file modified while it was read keeps no record: the next run hashes it again.
     let stats_after = local_stats(spec, base_dir);

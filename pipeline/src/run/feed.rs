@@ -30,7 +30,7 @@ use super::shard::Shard;
 use crate::config::settings::sample_id;
 use crate::config::values::Order;
 use crate::store::ids::{self, IdSet};
-use crate::store::prompts::{PromptIds, Record, for_each_record};
+use crate::store::prompts::{PromptIds, Record, SampleIds, for_each_record};
 use gen_sources::Prompt;
 use gen_sources::prompt::dedup_hash;
 
@@ -118,10 +118,17 @@ pub struct Census {
 /// prompts must be counted ([`Feed::open`]).
 pub fn finished(path: &Path, recorded: Option<&PromptIds>, skip: &Skip) -> Option<Census> {
     let recorded = recorded?;
-    if skip.shard.is_some() || skip.samples > 1 {
+    if skip.shard.is_some() {
         // A shard's census counts its own share of the prompts only.
         return None;
     }
+    let samples = skip.samples.max(1);
+    let (ids, expected) = match &recorded.samples {
+        _ if samples == 1 => (recorded.prompts, &recorded.digest),
+        Some(s) if s.samples == samples => (recorded.prompts * u64::from(samples), &s.digest),
+        // Counted for another number of samples, or not at all.
+        _ => return None,
+    };
     let stat = crate::store::manifest::FileStat::of(path).ok()?;
     if recorded.stat != Some(stat) {
         // Written since it was counted (damaged, or replaced): read it again.
@@ -135,11 +142,9 @@ pub fn finished(path: &Path, recorded: Option<&PromptIds>, skip: &Skip) -> Optio
         .fold((0u64, 0u128), |(n, sum), key| {
             (n + 1, sum.wrapping_add(key))
         });
-    let matches = recorded.bytes == bytes
-        && recorded.prompts == count
-        && recorded.digest == format!("{digest:032x}");
+    let matches = recorded.bytes == bytes && ids == count && *expected == format!("{digest:032x}");
     matches.then(|| Census {
-        prepared: recorded.prompts,
+        prepared: ids,
         done: skip.done.len() as u64,
         settled: skip.settled.count_not_in(&skip.done) as u64,
         pending: 0,
@@ -180,7 +185,7 @@ impl Feed {
 
     fn count(path: &Path, skip: &Skip) -> anyhow::Result<Census> {
         let mut census = Census::default();
-        let (mut lines, mut digest) = (0u64, 0u128);
+        let (mut lines, mut digest, mut samples_digest) = (0u64, 0u128, 0u128);
         // Done ids met among the prompts (of every shard).
         let mut met = Vec::new();
         let stat = crate::store::manifest::FileStat::of(path)?;
@@ -194,6 +199,7 @@ impl Feed {
             };
             lines += 1;
             digest = digest.wrapping_add(key);
+            samples_digest = samples_digest.wrapping_add(key);
             if skip.done.contains_key(key) {
                 met.push(key);
             }
@@ -205,6 +211,7 @@ impl Feed {
                 };
                 for sample in 1..skip.samples {
                     let key = ids::key(&sample_id(&id, sample));
+                    samples_digest = samples_digest.wrapping_add(key);
                     if skip.done.contains_key(key) {
                         met.push(key);
                     }
@@ -235,6 +242,10 @@ impl Feed {
             prompts: lines,
             digest: format!("{digest:032x}"),
             stat: Some(stat),
+            samples: (skip.samples > 1).then(|| SampleIds {
+                samples: skip.samples,
+                digest: format!("{samples_digest:032x}"),
+            }),
         };
         let met = IdSet::from_keys(met);
         if met.len() < skip.done.len() {
@@ -495,6 +506,42 @@ mod tests {
             settled: settled.iter().copied().collect(),
             ..Skip::default()
         }
+    }
+
+    /// With `samples`, a source whose every sample is done or settled is told without reading
+    /// its prompts too (before: its prompts were read at every start); one sample left, or
+    /// ids counted for another number of samples, are counted.
+    #[tokio::test]
+    async fn a_finished_source_of_several_samples_is_told_without_reading_its_prompts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ids = ["a", "b", "c"];
+        let prompts: Vec<Prompt> = ids.iter().map(|id| prompt(id, id)).collect();
+        let path = write(dir.path(), &prompts);
+        let all: Vec<String> = ids
+            .iter()
+            .flat_map(|id| [(*id).to_owned(), sample_id(id, 1), sample_id(id, 2)])
+            .collect();
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        let samples = |done: &[&str], settled: &[&str]| Skip {
+            samples: 3,
+            ..skip(done, settled)
+        };
+        let (census, _) = Feed::open(&path, samples(&[], &[]), Order::File).expect("open");
+        let recorded = census.ids;
+        assert_eq!(recorded.samples.as_ref().map(|s| s.samples), Some(3));
+
+        let told = finished(&path, Some(&recorded), &samples(&all[..8], &all[8..]));
+        let told = told.expect("every sample done or settled");
+        assert_eq!((told.prepared, told.done, told.settled), (9, 8, 1));
+        assert_eq!(
+            finished(&path, Some(&recorded), &samples(&all[..8], &[])),
+            None
+        );
+        let two = Skip {
+            samples: 2,
+            ..skip(&all, &[])
+        };
+        assert_eq!(finished(&path, Some(&recorded), &two), None);
     }
 
     /// A source whose done and settled ids are exactly its prompts' ids (as the counting pass

@@ -27,6 +27,18 @@ pub struct PromptIds {
     /// damaged or replaced one) is read again. Not recorded by older `gen`s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stat: Option<super::manifest::FileStat>,
+    /// With several samples per prompt: the digest of every sample's id, so a source whose
+    /// every sample is done is told without reading its prompts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub samples: Option<SampleIds>,
+}
+
+/// The ids of `samples` samples of every prompt, summed as [`PromptIds::digest`] is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SampleIds {
+    pub samples: u32,
+    /// 32 hex digits.
+    pub digest: String,
 }
 
 /// One line of a prepared prompts file, parsed only on demand.
