@@ -19,21 +19,13 @@
 //! `127.0.0.1:0`. Faults are timed from observed progress (`status.json`, the server's request
 //! counter), never from fixed sleeps.
 
-#[path = "faults/configs.rs"]
 mod configs;
-#[path = "faults/corpus.rs"]
 mod corpus;
-#[path = "faults/disk.rs"]
 mod disk;
-#[path = "faults/llama.rs"]
 mod llama;
-#[path = "faults/outcomes.rs"]
 mod outcomes;
-#[path = "faults/run_edges/mod.rs"]
 mod run_edges;
-#[path = "faults/run_files.rs"]
 mod run_files;
-#[path = "faults/shards.rs"]
 mod shards;
 
 use std::time::Duration;

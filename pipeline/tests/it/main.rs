@@ -16,9 +16,6 @@ mod diagnose_offline;
 mod diagnostics;
 mod doctor;
 mod export;
-// Loaded by path so that the `#[path = "faults/…"]` declarations inside it stay relative to
-// this directory, as they were when it was a crate root.
-#[path = "faults.rs"]
 mod faults;
 mod llama;
 mod llama_ops;
