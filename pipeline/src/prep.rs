@@ -194,6 +194,12 @@ fn print_summary(manifest: &PrepManifest) {
         manifest.counters.duplicates_within,
         manifest.counters.duplicates_across
     );
+    if manifest.counters.cut_at_tool_turn > 0 {
+        println!(
+            "conversations cut before a tool's turn (a call or a result): {}",
+            manifest.counters.cut_at_tool_turn
+        );
+    }
     if let Some(warning) = manifest.warning() {
         println!("warning: {warning}");
     }

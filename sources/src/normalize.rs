@@ -179,6 +179,9 @@ pub struct Normalizer {
     /// With `resolve`: the prompt value that marks a row to resolve from another dataset
     /// before normalization.
     resolve_placeholder: Option<String>,
+    /// Rows whose conversation ended before its first tool turn (see
+    /// [`crate::prompt::is_tool_role`]).
+    cut_at_tool_turn: std::cell::Cell<u64>,
 }
 
 impl Normalizer {
@@ -215,7 +218,13 @@ impl Normalizer {
                     .clone()
                     .unwrap_or_else(|| DEFAULT_RESOLVE_PLACEHOLDER.to_owned())
             }),
+            cut_at_tool_turn: std::cell::Cell::new(0),
         }
+    }
+
+    /// How many rows so far had their conversation end before a tool turn.
+    pub fn cut_at_tool_turn(&self) -> u64 {
+        self.cut_at_tool_turn.get()
     }
 
     /// The top-level fields normalization may read; readers that can skip columns (Parquet)
@@ -314,7 +323,11 @@ impl Normalizer {
     /// The row's turns, before any policy.
     fn turns_of(&self, mut row: Map<String, Value>) -> Result<Vec<Turn<'static>>, DropReason> {
         let turns = |field: &str, value: Value| {
-            parse_turns(field, value, &self.role_keys, &self.content_keys)
+            let (turns, cut) = parse_turns(field, value, &self.role_keys, &self.content_keys)?;
+            if cut {
+                self.cut_at_tool_turn.set(self.cut_at_tool_turn.get() + 1);
+            }
+            Ok(turns)
         };
         if let Some(field) = &self.messages_field {
             let value = row

@@ -665,6 +665,7 @@ pub fn prepare_with(
         return Err(SourceError::Sink(e));
     }
     let finished = finished.map_err(SourceError::Sample)?;
+    manifest.cut_at_tool_turn = normalizer.cut_at_tool_turn();
     manifest.kept = finished.kept;
     manifest.duplicates_within += finished.duplicates;
     manifest.sampled_out += finished.sampled_out;

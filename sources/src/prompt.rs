@@ -42,6 +42,24 @@ impl Role {
     }
 }
 
+/// Whether `raw` names a tool's turn: a call (`function_call`, `tool_call`) or its result
+/// (`tool`, `function`, `observation`, `ipython`, `tool_response`): what follows it depends on
+/// a tool's output, which a prompt does not carry.
+pub fn is_tool_role(raw: &str) -> bool {
+    const SPELLINGS: [&str; 8] = [
+        "tool",
+        "function",
+        "observation",
+        "ipython",
+        "function_call",
+        "tool_call",
+        "tool_response",
+        "tool_result",
+    ];
+    let raw = raw.trim();
+    SPELLINGS.iter().any(|s| s.eq_ignore_ascii_case(raw))
+}
+
 /// One chat turn.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Message {

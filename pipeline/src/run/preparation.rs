@@ -347,8 +347,12 @@ fn prepared(
         state.note = format!("{headline}; output kept");
         reporter.say(format!("gen: `{name}`: {}", state.note));
     }
+    let tools = match manifest.counters.cut_at_tool_turn {
+        0 => String::new(),
+        n => format!(" ({n} of them cut before a tool's turn)"),
+    };
     reporter.say(format!(
-        "gen: prepared `{name}`: {} prompts",
+        "gen: prepared `{name}`: {} prompts{tools}",
         manifest.prompts
     ));
     if ending.restored {

@@ -167,11 +167,12 @@ impl<'a> TurnColumn<'a> {
     }
 
     /// The turns of `row`, as `parse_turns` reads them.
-    fn read(&self, row: usize, turns: &mut Vec<Turn<'a>>) -> Result<(), DropReason> {
+    /// Reads row `row`'s turns into `turns`, up to its first tool turn; whether it had one.
+    fn read(&self, row: usize, turns: &mut Vec<Turn<'a>>) -> Result<bool, DropReason> {
         turns.clear();
         // A null list is an empty conversation.
         if self.lists.is_some_and(|n| n.is_null(row)) {
-            return Ok(());
+            return Ok(false);
         }
         for turn in self.offsets.range(row) {
             if self.structs.is_some_and(|n| n.is_null(turn)) {
@@ -182,6 +183,9 @@ impl<'a> TurnColumn<'a> {
                 .ok_or_else(|| DropReason::MissingField(format!("{}[].role", self.field)))?
                 .get(turn)
                 .ok_or_else(|| DropReason::WrongType(format!("{}[].role", self.field)))?;
+            if crate::prompt::is_tool_role(role) {
+                return Ok(true);
+            }
             let role = Role::parse(role).ok_or_else(|| DropReason::UnknownRole(role.to_owned()))?;
             let content = if self.skip_assistant_content && role == Role::Assistant {
                 ""
@@ -190,7 +194,7 @@ impl<'a> TurnColumn<'a> {
             };
             turns.push(Turn::new(role, Cow::Borrowed(content)));
         }
-        Ok(())
+        Ok(false)
     }
 }
 
@@ -302,7 +306,11 @@ impl<'a> BatchNormalizer<'a> {
         match &self.body {
             Body::Missing(reason) => return Err(reason.clone()),
             Body::Turns(column) => {
-                column.read(row, &mut self.turns)?;
+                if column.read(row, &mut self.turns)? {
+                    normalizer
+                        .cut_at_tool_turn
+                        .set(normalizer.cut_at_tool_turn.get() + 1);
+                }
                 normalizer.select(self.turns.drain(..), kept)?;
             }
             Body::Plain { text, input } => {

@@ -385,6 +385,54 @@ fn table() {
     }
 }
 
+/// A tool's turn (its call or its result) ends the conversation: what follows depends on a
+/// tool's output, which a prompt does not carry. The row is kept with what came before, and
+/// counted. (Before: dropped whole as `unknown_role`.)
+#[test]
+fn a_conversation_ends_before_its_first_tool_turn() {
+    // OpenAI's shape: an assistant turn calling a tool, the tool's result, the final answer.
+    let openai = json!({"messages": [
+        {"role": "system", "content": "You can call tools."},
+        {"role": "user", "content": "weather in Paris?"},
+        {"role": "assistant", "content": ""},
+        {"role": "tool", "content": "{\"temp\": 18}"},
+        {"role": "assistant", "content": "18 degrees"},
+        {"role": "user", "content": "and tomorrow?"}]});
+    // Glaive's ShareGPT shape: `function_call` and `observation` turns.
+    let glaive = json!({"conversations": [
+        {"from": "human", "value": "convert 5 USD"},
+        {"from": "function_call", "value": "{\"name\": \"convert\"}"},
+        {"from": "observation", "value": "4.6 EUR"},
+        {"from": "gpt", "value": "4.6 EUR"}]});
+    let tool_first = json!({"messages": [
+        {"role": "tool", "content": "result"},
+        {"role": "user", "content": "q"}]});
+    for (extra, row, expected) in [
+        (
+            "",
+            &openai,
+            Ok(vec![s("You can call tools."), u("weather in Paris?")]),
+        ),
+        (
+            "turns = \"history\"",
+            &openai,
+            Ok(vec![s("You can call tools."), u("weather in Paris?")]),
+        ),
+        ("turns = \"all\"", &glaive, Ok(vec![u("convert 5 USD")])),
+        ("", &tool_first, Err("no_user_turn")),
+    ] {
+        assert_eq!(run(extra, row.clone()), expected, "{extra} {row}");
+    }
+    let normalizer = Normalizer::new(&spec(""));
+    for row in [&openai, &glaive, &tool_first] {
+        normalizer.normalize(row.as_object().expect("object")).ok();
+    }
+    assert_eq!(normalizer.cut_at_tool_turn(), 3);
+    // A role that is no tool's is still unknown.
+    let wizard = json!({"messages": [{"role": "wizard", "content": "x"}]});
+    assert_eq!(run("", wizard), Err("unknown_role"));
+}
+
 #[test]
 fn columns_cover_every_field_read() {
     let normalizer = Normalizer::new(&spec(

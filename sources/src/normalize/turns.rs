@@ -5,19 +5,20 @@ use std::borrow::Cow;
 use serde_json::Value;
 
 use super::{DropReason, Turn};
-use crate::prompt::Role;
+use crate::prompt::{Role, is_tool_role};
 
-/// A row's list of turns; `role_keys`/`content_keys` are tried in order.
+/// A row's list of turns; `role_keys`/`content_keys` are tried in order. The conversation
+/// ends before its first tool turn ([`is_tool_role`]); whether it did is returned with it.
 pub(super) fn parse_turns(
     field: &str,
     value: Value,
     role_keys: &[String],
     content_keys: &[String],
-) -> Result<Vec<Turn<'static>>, DropReason> {
+) -> Result<(Vec<Turn<'static>>, bool), DropReason> {
     let list = match value {
         Value::Array(list) => list,
         // Parquet has null lists where JSON has `[]`: both are empty conversations.
-        Value::Null => return Ok(Vec::new()),
+        Value::Null => return Ok((Vec::new(), false)),
         _ => return Err(DropReason::WrongType(field.to_owned())),
     };
     let mut turns = Vec::with_capacity(list.len());
@@ -32,6 +33,9 @@ pub(super) fn parse_turns(
         let role = role
             .as_str()
             .ok_or_else(|| DropReason::WrongType(format!("{field}[].role")))?;
+        if is_tool_role(role) {
+            return Ok((turns, true));
+        }
         let role = Role::parse(role).ok_or_else(|| DropReason::UnknownRole(role.to_owned()))?;
         let content = match content_keys.iter().find_map(|k| turn.remove(k)) {
             Some(content) => text_of(&format!("{field}[].content"), content)?,
@@ -39,7 +43,7 @@ pub(super) fn parse_turns(
         };
         turns.push(Turn::new(role, Cow::Owned(content)));
     }
-    Ok(turns)
+    Ok((turns, false))
 }
 
 /// A string field, or OpenAI content parts (`[{"type":"text","text":…}]`) joined; `null` is

@@ -157,7 +157,7 @@ fn awkward(path: &Path) {
         )]),
         Some(vec![
             h("ok"),
-            Some((Some("tool"), Some("bad role after the first"))),
+            Some((Some("tool"), Some("a tool's turn ends the conversation"))),
         ]),
         Some(vec![h("[ISSUE] wrapped [/ISSUE]")]),
     ];
@@ -442,9 +442,11 @@ fn awkward_rows_are_counted_per_reason() {
             vec!["blank system"],
             vec!["héllo ✓ 🦀", "third"],
             vec!["a much longer question that goes past forty characters"],
+            vec!["ok"],
             vec!["[ISSUE] wrapped [/ISSUE]"],
         ]
     );
+    assert_eq!(manifest.cut_at_tool_turn, 1);
     let dropped: Vec<(&str, u64)> = manifest
         .dropped
         .iter()
@@ -452,7 +454,7 @@ fn awkward_rows_are_counted_per_reason() {
         .collect();
     assert_eq!(
         dropped,
-        [("no_user_turn", 3), ("unknown_role", 2), ("wrong_type", 2)]
+        [("no_user_turn", 3), ("unknown_role", 1), ("wrong_type", 2)]
     );
     assert_eq!(manifest.duplicates_within, 1);
     assert_eq!(manifest.rows_read, 17);

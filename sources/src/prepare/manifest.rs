@@ -62,6 +62,10 @@ pub struct Manifest {
     pub duplicates_across: u64,
     /// Valid prompts left out by the sample (`limit`).
     pub sampled_out: u64,
+    /// Rows whose conversation was cut before its first tool turn (a tool's call or result:
+    /// what follows depends on a tool's output, which a prompt does not carry).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cut_at_tool_turn: u64,
     pub examples: Vec<RowExample>,
     /// The datasets `resolve` read prompts from (OpenCodeReasoning's TACO and APPS).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -100,4 +104,8 @@ pub(super) fn etag_checksum(etag: &str) -> String {
         40 => format!("git-sha1:{etag}"),
         _ => format!("etag:{etag}"),
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -146,6 +146,16 @@ fn cases() -> Vec<Case> {
             with_ok("{\"messages\": \"hi\"}\n"),
             rows(2, 1, &[("wrong_type", 1)]),
         ),
+        // A tool's turn ends the conversation; the row is kept with the user turn before it.
+        case(
+            "tool_turn",
+            "x.jsonl",
+            with_ok(concat!(
+                "{\"messages\": [{\"role\": \"user\", \"content\": \"weather?\"}, ",
+                "{\"role\": \"tool\", \"content\": \"18\"}]}\n"
+            )),
+            rows(2, 2, &[]),
+        ),
         case(
             "role_missing",
             "x.jsonl",
@@ -467,6 +477,18 @@ async fn every_malformed_input_has_its_expected_outcome_and_nothing_panics() {
     }
     eprintln!("{report}");
     assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+    let log =
+        std::fs::read_to_string(project.source_path("tool_turn", "prep.log")).expect("prep.log");
+    assert!(
+        log.contains("conversations cut before a tool's turn (a call or a result): 1"),
+        "{log}"
+    );
+    assert!(
+        out.stderr
+            .contains("gen: prepared `tool_turn`: 2 prompts (1 of them cut before a tool's turn)"),
+        "{}",
+        out.stderr
+    );
 
     // A field no row has is a setting the data does not fit: the error points at it.
     let log =
