@@ -8,7 +8,7 @@
 //! Crate map:
 //! * [`observation`]: the input, with its JSON schema.
 //! * [`verdict`]: the output and its one-line renderings.
-//! * [`classify`](mod@classify): the ordered rules (first match wins), in one function.
+//! * [`classify`](mod@classify): the worker rules as one ordered chain (first match wins).
 //! * [`kmsg`], [`oom`]: kernel log formats and OOM lines of every kernel era, user-space killers.
 //! * [`batch`]: what schedulers, shells and container runtimes report (Slurm, Kubernetes, ...).
 //! * [`clock`]: wall-clock stamps as logs print them, and `--started-at` moments.
