@@ -3,7 +3,7 @@
 //! RSS, each already phrased as an evidence line.
 //!
 //! Matching rules live in [`crate::oom`]; the rule order lives in [`crate::classify`]. This module
-//! only collects, so that the one function with the order stays readable.
+//! only collects, so that the chain of rules stays readable.
 
 use crate::batch::{BatchEvent, BatchKind};
 use crate::clock::{self, WallTime};
@@ -122,6 +122,7 @@ pub(crate) fn heuristic_exit(
 
 /// Everything an OOM verdict weighs about one worker: its kernel and user-space kills, matched
 /// to it or not, the counters and the limits.
+#[derive(Clone)]
 pub(crate) struct OomEvidence {
     /// Why the kernel log is missing, when it is.
     pub(crate) log_unavailable: Option<String>,
@@ -351,8 +352,9 @@ impl OomEvidence {
         }
     }
 
-    /// Rule 3's guess: a SIGKILL not sent by `gen` was an OOM kill when memory was at the limit
-    /// (or the host counted an OOM kill) and the kernel evidence that would prove it is missing.
+    /// `rule_sigkill_near_limit`'s guess: a SIGKILL not sent by `gen` was an OOM kill when memory
+    /// was at the limit (or the host counted an OOM kill) and the kernel evidence that would
+    /// prove it is missing.
     /// Returns the confidence, or `None` when the evidence says it was no OOM kill: a readable,
     /// gap-free log without a record plus a flat cgroup counter.
     pub(crate) fn heuristic_suspected_oom(&self) -> Option<Confidence> {

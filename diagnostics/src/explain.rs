@@ -124,7 +124,7 @@ pub(crate) fn oom_verdict(
         Subtype::KernelGlobal => observation.host_memory_bytes,
         _ => memory.limit_hit(observation),
     };
-    verdict.evidence.push(format!("exit: {}", observation.exit));
+    verdict.note(format!("exit: {}", observation.exit));
     let mut child = None;
     let victim_rss = memory
         .kill
@@ -132,18 +132,18 @@ pub(crate) fn oom_verdict(
         .and_then(|(k, _)| k.rss_kb)
         .map(|kb| kb * 1024);
     if let Some((kill, timed)) = &memory.kill {
-        verdict.evidence.push(kill_line(kill, *timed));
+        verdict.note(kill_line(kill, *timed));
         if let Some(summary) = &kill.summary {
-            verdict.evidence.push(format!("kernel: {summary}"));
+            verdict.note(format!("kernel: {summary}"));
         }
         if let Some(limit) = kill.limit_kb {
-            verdict.evidence.push(format!(
+            verdict.note(format!(
                 "kernel: the memory cgroup's limit was {}",
                 human_bytes(limit * 1024)
             ));
         }
         if kill.pid != memory.target_pid {
-            verdict.evidence.push(if memory.descendants.contains(&kill.pid) {
+            verdict.note(if memory.descendants.contains(&kill.pid) {
                 format!(
                     "victim pid {} ({}) is a descendant of worker pid {}",
                     kill.pid, kill.comm, memory.target_pid
@@ -180,22 +180,14 @@ pub(crate) fn oom_verdict(
         (None, _) => "its current value".to_string(),
     };
     match subtype {
-        Subtype::KernelGlobal => verdict.advice.push(
-            "the whole host ran out of memory (global OOM), not the worker's limit: run fewer workers at once or free host memory"
-                .to_string(),
-        ),
-        Subtype::UserspaceKiller => verdict.advice.push(
-            "a user-space OOM killer (earlyoom, systemd-oomd, nohang, a memory monitor) acted under memory pressure before the kernel would: leave more headroom or exempt the worker"
-                .to_string(),
-        ),
+        Subtype::KernelGlobal => verdict.advise("the whole host ran out of memory (global OOM), not the worker's limit: run fewer workers at once or free host memory"),
+        Subtype::UserspaceKiller => verdict.advise("a user-space OOM killer (earlyoom, systemd-oomd, nohang, a memory monitor) acted under memory pressure before the kernel would: leave more headroom or exempt the worker"),
         _ => {
             let example = suggestion
                 .as_ref()
                 .map(|(bytes, _)| format!(", e.g. {}", knob.example(*bytes)))
                 .unwrap_or_default();
-            verdict
-                .advice
-                .push(format!("raise {} above {limit_text}{example}", knob.name()));
+            verdict.advise(format!("raise {} above {limit_text}{example}", knob.name()));
             if let Some((_, reasons)) = &suggestion {
                 verdict.advice.extend(reasons.iter().cloned());
             }
@@ -204,14 +196,12 @@ pub(crate) fn oom_verdict(
         }
     }
     if let Some(kill) = child {
-        verdict.advice.push(format!(
+        verdict.advise(format!(
             "the killed process was a child (pid {}, {}): lower its parallelism (num_proc, pool or DataLoader workers)",
             kill.pid, kill.comm
         ));
     } else {
-        verdict
-            .advice
-            .push("or lower the worker's memory use (batch size, rows per shard)".to_string());
+        verdict.advise("or lower the worker's memory use (batch size, rows per shard)");
     }
     verdict
 }
@@ -267,10 +257,8 @@ pub(crate) fn allocation_verdict(
         Some(Subtype::AllocationFailure),
         Confidence::High,
     );
-    verdict.evidence.push(format!("exit: {}", observation.exit));
-    verdict
-        .evidence
-        .push(format!("stderr: {}", report.exception.message));
+    verdict.note(format!("exit: {}", observation.exit));
+    verdict.note(format!("stderr: {}", report.exception.message));
     let notes = allocation_refused(&report, observation, stderr);
     let impossible = notes
         .iter()
@@ -282,14 +270,12 @@ pub(crate) fn allocation_verdict(
         Some(bytes) => format!("{} asked at once", human_bytes(bytes)),
         None => "an allocation was refused".to_string(),
     });
-    verdict.advice.push(if impossible {
+    verdict.advise(if impossible {
         "the size asked for is impossible: find the length or count it was computed from (bad input, an overflow); no memory limit would let it through".to_string()
     } else {
         "lift the per-process limit that refused it (`ulimit -v`, RLIMIT_AS or RLIMIT_DATA in the job's or container's settings), or make the worker hold less at once".to_string()
     });
-    verdict
-        .advice
-        .push("then rerun with --only-failed".to_string());
+    verdict.advise("then rerun with --only-failed");
     verdict.error = Some(report);
     verdict
 }
@@ -316,19 +302,17 @@ pub(crate) fn traceback_verdict(report: ErrorReport, symptoms: &[native::Symptom
         .as_ref()
         .map(|l| format!(" at {l}"))
         .unwrap_or_default();
-    verdict.evidence.push(format!("{primary}{at}"));
+    verdict.note(format!("{primary}{at}"));
     if let Some(root) = &report.root_cause {
         let root_at = root
             .location
             .as_ref()
             .map(|l| format!(" at {l}"))
             .unwrap_or_default();
-        verdict
-            .evidence
-            .push(format!("root cause (first in the chain): {root}{root_at}"));
+        verdict.note(format!("root cause (first in the chain): {root}{root_at}"));
     }
     if report.group_leaves.len() > 1 {
-        verdict.evidence.push(format!(
+        verdict.note(format!(
             "exception group with {} leaves: {}",
             report.group_leaves.len(),
             report
@@ -340,17 +324,13 @@ pub(crate) fn traceback_verdict(report: ErrorReport, symptoms: &[native::Symptom
         ));
     }
     if report.memory_related {
-        verdict.advice.push(format!(
+        verdict.advise(format!(
             "{primary}{at}: an allocation failed inside the worker (not an OOM kill): lower batch size or memory use, or raise the limit that refused it"
         ));
     } else {
-        verdict
-            .advice
-            .push(format!("fix the exception: {primary}{at}"));
+        verdict.advise(format!("fix the exception: {primary}{at}"));
     }
-    verdict
-        .advice
-        .push("then rerun with --only-failed".to_string());
+    verdict.advise("then rerun with --only-failed");
     verdict.error = Some(report);
     with_symptoms(verdict, symptoms)
 }
@@ -359,15 +339,13 @@ pub(crate) fn traceback_verdict(report: ErrorReport, symptoms: &[native::Symptom
 pub(crate) fn with_symptoms(mut verdict: Verdict, symptoms: &[native::Symptom]) -> Verdict {
     for symptom in symptoms {
         if symptom.kind == SymptomKind::ResourceTracker {
-            verdict.evidence.push(format!(
+            verdict.note(format!(
                 "ignored (symptom of a killed parent, not a cause): {}",
                 symptom.line
             ));
             continue;
         }
-        verdict
-            .evidence
-            .push(format!("symptom of a child's death: {}", symptom.line));
+        verdict.note(format!("symptom of a child's death: {}", symptom.line));
         if let Some(signal) = symptom.signal.filter(|s| *s != 9)
             && verdict.class != Class::Oom
         {
@@ -418,9 +396,9 @@ pub(crate) fn other_verdict(
         Confidence::Medium
     };
     let mut verdict = Verdict::new(Class::Other, Some(subtype), confidence);
-    verdict.evidence.push(format!("exit: {exit}"));
+    verdict.note(format!("exit: {exit}"));
     if let Some(signature) = &signature {
-        verdict.evidence.push(format!("stderr: {}", signature.line));
+        verdict.note(format!("stderr: {}", signature.line));
         verdict.signature = Some(signature.line.clone());
     }
     verdict.evidence.extend(memory.rss_line());
@@ -440,7 +418,7 @@ pub(crate) fn other_verdict(
         Subtype::ExitCode => "the worker failed without printing anything: rerun it by hand to see the error".to_string(),
         _ => "the worker died by a signal: rerun with --only-failed; report it if it repeats".to_string(),
     };
-    verdict.advice.push(advice);
+    verdict.advise(advice);
     verdict
 }
 

@@ -8,12 +8,12 @@
 //! Crate map:
 //! * [`observation`]: the input, with its JSON schema.
 //! * [`verdict`]: the output and its one-line renderings.
-//! * [`classify`](mod@classify): the ordered rules (first match wins), in one function.
+//! * [`classify`](mod@classify): the worker rules as one ordered chain (first match wins).
 //! * [`kmsg`], [`oom`]: kernel log formats and OOM lines of every kernel era, user-space killers.
 //! * [`batch`]: what schedulers, shells and container runtimes report (Slurm, Kubernetes, ...).
 //! * [`clock`]: wall-clock stamps as logs print them, and `--started-at` moments.
 //! * [`traceback`], [`panic`](mod@panic), [`native`]: Python tracebacks, Rust panics, aborts and symptoms.
-//! * [`server`]: SGLang, vLLM and llama.cpp crash signatures.
+//! * [`server`]: SGLang, vLLM and llama.cpp crash signatures, as a second chain of rules.
 //!
 //! Policy (rerun, keep outputs, quarantine) is not decided here.
 

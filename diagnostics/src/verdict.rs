@@ -243,6 +243,16 @@ impl Verdict {
         }
     }
 
+    /// Adds a line of evidence.
+    pub(crate) fn note(&mut self, line: impl Into<String>) {
+        self.evidence.push(line.into());
+    }
+
+    /// Adds a line of advice.
+    pub(crate) fn advise(&mut self, line: impl Into<String>) {
+        self.advice.push(line.into());
+    }
+
     /// One short line (≤ 60 chars) for events and messages, e.g. `oom (kernel memcg): killed
     /// at 96 MiB limit`.
     pub fn headline(&self) -> String {
