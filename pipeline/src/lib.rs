@@ -257,7 +257,11 @@ fn load_run_plan(args: &RunArgs) -> Result<(Plan, RunDir), CliError> {
     if let Some(command) = &args.server_launch {
         scale::task::override_launch(&mut plan, command)?;
     }
-    let run_dir = run_dir_for(&plan, args.run_dir.clone());
+    let mut run_dir = run_dir_for(&plan, args.run_dir.clone());
+    // `gen prepare` on a sharded job's run root prepares once for every shard.
+    if args.prepare_only && scale::root::RunRoot::is_root(run_dir.root()) {
+        run_dir = scale::root::RunRoot::new(run_dir.root()).prepared();
+    }
     // Before anything starts. A prepared source does not read its files again, and one left
     // out by `--source` not at all.
     plan.check_inputs(&|name| {
@@ -395,7 +399,11 @@ fn status_view(
             } else {
                 status::job::render(&job, now)
             };
-            let over = job.shards.iter().all(|s| s.state != ShardState::Running);
+            let preparing = job
+                .preparation
+                .as_ref()
+                .is_some_and(|p| p.state == ShardState::Running);
+            let over = !preparing && job.shards.iter().all(|s| s.state != ShardState::Running);
             let done = job.shards.iter().all(|s| s.state == ShardState::Done);
             return Ok(StatusView {
                 text,
@@ -532,7 +540,13 @@ fn slurm_command(args: cli::SlurmArgs) -> Result<ExitCode, CliError> {
             &args.sbatch,
         ),
     };
-    Ok(scale::slurm::slurm(&job, args.submit, args.only_failed)?)
+    let unprepared = scale::prepared::unprepared(&plan, &scale::root::RunRoot::new(root.root()));
+    Ok(scale::slurm::slurm(
+        &job,
+        args.submit,
+        args.only_failed,
+        &unprepared,
+    )?)
 }
 
 fn k8s_command(args: &cli::K8sArgs) -> Result<ExitCode, CliError> {

@@ -1,6 +1,7 @@
 //! `gen status RUN_ROOT`: one view of a sharded job — every shard's `status.json` and owner
 //! summed into a table per source, then a line per shard (host, owner, state, tok/s) — as
-//! text for 80 columns or as `--json`.
+//! text for 80 columns or as `--json`. A job that prepares once (`RUN_ROOT/prepared`) shows
+//! that preparation too: a source that failed there is failed for the job, with its verdict.
 
 use std::fmt::Write as _;
 
@@ -10,6 +11,7 @@ use super::render::{self, STALE_AFTER_MS, cut};
 use super::state::{Phase, RunStatus, SourceStatus};
 use crate::scale::owner::{self, OwnerRecord};
 use crate::scale::root::{self, RootError, RunRoot};
+use crate::store::atomic;
 
 /// Where a shard is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -61,12 +63,29 @@ pub struct ShardView {
     pub log: Option<String>,
 }
 
+/// The job's one preparation, `gen prepare` into `RUN_ROOT/prepared`.
+#[derive(Debug, Clone, Serialize)]
+pub struct PreparationView {
+    pub dir: String,
+    /// `running`, `done` (every source prepared), `stopped` (a source failed or it was
+    /// stopped: see the sources), `lost` (its process vanished).
+    pub state: ShardState,
+    pub host: String,
+    /// Sources prepared there, of all.
+    pub prepared: usize,
+    pub sources: usize,
+    /// The sources whose preparation failed there.
+    pub failed: Vec<String>,
+}
+
 /// The whole job.
 #[derive(Debug, Clone, Serialize)]
 pub struct JobView {
     pub root: String,
     pub config: String,
     pub shards: Vec<ShardView>,
+    /// The preparation once for every shard, when the job has one.
+    pub preparation: Option<PreparationView>,
     /// Every source summed over the shards that reported it.
     pub sources: Vec<SourceStatus>,
     /// `RUN_ROOT/merged` exists.
@@ -134,6 +153,53 @@ fn sum_source(name: &str, statuses: &[Option<&RunStatus>]) -> SourceStatus {
     sum
 }
 
+/// A source no shard has taken yet is where the job's preparation has it: failed there (with
+/// its verdict), preparing or prepared.
+fn with_preparation(mut sum: SourceStatus, prepared: Option<&RunStatus>) -> SourceStatus {
+    let Some(source) = prepared.and_then(|p| p.sources.iter().find(|s| s.name == sum.name)) else {
+        return sum;
+    };
+    if sum.phase == Phase::Pending && source.phase != Phase::Pending {
+        sum.phase = source.phase;
+        sum.verdict.clone_from(&source.verdict);
+        sum.note.clone_from(&source.note);
+    }
+    sum
+}
+
+fn preparation_view(root: &RunRoot, status: &RunStatus, now_ms: u64) -> PreparationView {
+    let failed: Vec<String> = status
+        .sources
+        .iter()
+        .filter(|s| s.phase == Phase::Failed)
+        .map(|s| s.name.clone())
+        .collect();
+    let prepared = status
+        .sources
+        .iter()
+        .filter(|s| s.prepared.is_some())
+        .count();
+    let state = if !status.finished {
+        if now_ms.saturating_sub(status.heartbeat_unix_ms) > STALE_AFTER_MS {
+            ShardState::Lost
+        } else {
+            ShardState::Running
+        }
+    } else if prepared == status.sources.len() {
+        ShardState::Done
+    } else {
+        ShardState::Stopped
+    };
+    PreparationView {
+        dir: root.prepared().root().display().to_string(),
+        state,
+        host: status.host.clone(),
+        prepared,
+        sources: status.sources.len(),
+        failed,
+    }
+}
+
 /// Reads every shard of `root`.
 pub fn view(root: &RunRoot, now_ms: u64) -> Result<JobView, RootError> {
     let file = root.read()?.ok_or_else(|| RootError::NotARoot {
@@ -149,7 +215,17 @@ pub fn view(root: &RunRoot, now_ms: u64) -> Result<JobView, RootError> {
             }
         }
     }
-    let sources = names.iter().map(|n| sum_source(n, &statuses)).collect();
+    let prepared: Option<RunStatus> = atomic::read_json(&root.prepared().status()).ok().flatten();
+    for source in prepared.iter().flat_map(|p| &p.sources) {
+        if !names.contains(&source.name) {
+            names.push(source.name.clone());
+        }
+    }
+    let sources = names
+        .iter()
+        .map(|n| with_preparation(sum_source(n, &statuses), prepared.as_ref()))
+        .collect();
+    let preparation = prepared.map(|status| preparation_view(root, &status, now_ms));
     let mut views = Vec::new();
     for (index, dir, status) in &shards {
         let owner = owner::read_owner(dir).ok().flatten();
@@ -216,6 +292,7 @@ pub fn view(root: &RunRoot, now_ms: u64) -> Result<JobView, RootError> {
         root: root.root().display().to_string(),
         config: file.config,
         shards: views,
+        preparation,
         sources,
         merged: root.merged().is_dir(),
         submitted: crate::scale::slurm::submitted(root.root()),
@@ -248,6 +325,28 @@ pub fn render(job: &JobView, now_ms: u64) -> String {
             writeln!(out, "{}", cut(&format!("{label:<6} {part}"), 80)).ok();
         }
     }
+    if let Some(preparation) = &job.preparation {
+        let failed = if preparation.failed.is_empty() {
+            String::new()
+        } else {
+            format!("; failed: {}", preparation.failed.join(", "))
+        };
+        let line = format!(
+            "prep   {} on {}: {} of {} sources prepared once{failed}",
+            preparation.state.label(),
+            preparation.host,
+            preparation.prepared,
+            preparation.sources
+        );
+        writeln!(out, "{}", cut(&line, 80)).ok();
+        if let Some(first) = preparation.failed.first() {
+            let line = format!(
+                "       why: `gen diagnose {first} --run-dir {}`",
+                preparation.dir
+            );
+            writeln!(out, "{}", cut(&line, 80)).ok();
+        }
+    }
     writeln!(out).ok();
     out.push_str(&render::source_table(&job.sources, render::WIDTH));
     writeln!(out).ok();
@@ -273,6 +372,12 @@ pub fn render(job: &JobView, now_ms: u64) -> String {
             writeln!(out, "{}", cut(&format!("      log: {log}"), 80)).ok();
         }
     }
+    // A failed preparation ended the array's tasks before they started (Slurm cancels a job
+    // whose dependency can no longer be met).
+    let preparation_stopped = job
+        .preparation
+        .as_ref()
+        .is_some_and(|p| matches!(p.state, ShardState::Stopped | ShardState::Lost));
     let rerun: Vec<String> = job
         .shards
         .iter()
@@ -280,7 +385,7 @@ pub fn render(job: &JobView, now_ms: u64) -> String {
             matches!(
                 s.state,
                 ShardState::Stopped | ShardState::Lost | ShardState::Failed
-            )
+            ) || (s.state == ShardState::NotStarted && preparation_stopped)
         })
         .map(|s| s.index.to_string())
         .collect();
@@ -371,7 +476,6 @@ fn shard_row(shard: &ShardView, now_ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::atomic;
 
     const NOW: u64 = 1_800_000_000_000;
 
@@ -490,6 +594,7 @@ mod tests {
                 stopped_by: Some(reason.into()),
                 log: None,
             }],
+            preparation: None,
             sources: Vec::new(),
             merged: false,
             submitted: None,

@@ -4,7 +4,8 @@
 //! `gen status RUN_ROOT` over every shard, the merged output holding every prompt exactly once;
 //! a duplicate task for a live shard refused, `scancel` of one task mid-run (its server gets the
 //! SIGTERM too: `gen` stops at once), and `gen slurm --only-failed` resubmitting only the
-//! cancelled shard; a task whose `gen` binary is wrong shown `failed` with its log.
+//! cancelled shard; a task whose `gen` binary is wrong shown `failed` with its log; a job
+//! that prepares once, its dataset fetched from a fake hub (`HF_ENDPOINT`) exactly once.
 //!
 //! Skipped with a printed reason when no cluster answers or llama-server is missing, unless
 //! `GEN_REQUIRE_SLURM` (or `GEN_REQUIRE_LLAMA`) is set, as `scripts/test.sh` does.
@@ -16,7 +17,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::{Gen, completions, copy_examples, llama_skip_reason, read_json, wait_for};
+use gen_tests::fake_hub::{FakeHub, FakeRepo};
+use gen_tests::fake_openai::{FakeOpenAi, Knobs};
+use support::{Config, Gen, completions, copy_examples, llama_skip_reason, read_json, wait_for};
 
 /// The longest a wait on the array may take: on 2 CPUs shared with the rest of the suite the
 /// two tests' llama-servers run at a few tokens per second (one wait took over 600 s at a load
@@ -473,4 +476,162 @@ async fn a_task_whose_gen_binary_is_wrong_is_shown_failed_with_its_log() {
             && why.ends_with("/nonexistent/gen: No such file or directory"),
         "{why}"
     );
+}
+
+/// Prompts of the fake hub's dataset: `n` one-turn conversations with ids.
+fn hub_rows(n: usize) -> Vec<u8> {
+    (0..n)
+        .map(|i| {
+            serde_json::json!({
+                "id": format!("q{i:03}"),
+                "messages": [{"role": "user", "content": format!("question number {i}")}],
+            })
+            .to_string()
+                + "\n"
+        })
+        .collect::<String>()
+        .into_bytes()
+}
+
+/// Requests of the fake hub that fetched the dataset: its listing (`info`) and its data
+/// file's bytes (not the `bytes=0-0` probe of its size).
+fn hub_fetches(hub: &FakeHub) -> (usize, usize) {
+    let seen = hub.seen();
+    let listings = seen
+        .iter()
+        .filter(|s| s.path.contains("/revision/"))
+        .count();
+    let downloads = seen
+        .iter()
+        .filter(|s| s.path.contains("/resolve/") && s.range.as_deref() != Some("bytes=0-0"))
+        .count();
+    (listings, downloads)
+}
+
+/// Issue 29 item 7 on the cluster: a 3-shard job prepares once. `gen slurm --submit` submits
+/// a preparation job and the array after it; the dataset is fetched from the hub exactly once
+/// (before: once per shard), every shard takes the prepared prompts, and the merged output
+/// has every prompt exactly once. A shard run again (`--only-failed`) takes them again
+/// without a preparation job and without touching the hub.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sharded_job_prepares_once_and_every_shard_reads_the_shared_preparation() {
+    if let Some(reason) = slurm_skip_reason() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let hub = FakeHub::start(vec![FakeRepo::new(
+        "gen-test/questions",
+        vec![("data/train.jsonl", hub_rows(90))],
+    )]);
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let mut gen_ = Gen::new();
+    gen_.write(
+        "local.jsonl",
+        "{\"prompt\": \"a local one\"}\n{\"prompt\": \"another\"}\n",
+    );
+    gen_.config(
+        &Config::new(&server.url())
+            .source_table(
+                "questions",
+                "repo = \"gen-test/questions\"\nrevision = \"main\"\nsplit = \"train\"\n\
+                 files = [\"data/train.jsonl\"]\nformat = \"jsonl\"\n\
+                 messages-field = \"messages\"\nid-field = \"id\"",
+            )
+            .source("local", "local.jsonl"),
+    );
+    let cache = gen_.path("hf-home");
+    let cache = cache.to_str().expect("utf-8");
+    gen_.env("HF_ENDPOINT", &hub.endpoint);
+    gen_.env("HF_HOME", cache);
+    gen_.env("HF_HUB_CACHE", &format!("{cache}/hub"));
+    let root: PathBuf = gen_.run_path("");
+    let root_arg = root.to_str().expect("utf-8");
+
+    let submitted = gen_
+        .run(&[
+            "slurm",
+            "cfg.toml",
+            "--shards",
+            "3",
+            "--submit",
+            "--",
+            "--cpus-per-task=1",
+        ])
+        .await;
+    assert_eq!(submitted.code, Some(0), "{}", submitted.stderr);
+    assert!(
+        submitted
+            .stderr
+            .contains("prepares questions, local once into"),
+        "{}",
+        submitted.stderr
+    );
+    let job = submitted.stdout.trim().to_owned();
+    let prepare = std::fs::read_to_string(root.join("slurm/gen-prepare.sbatch")).expect("script");
+    assert!(
+        prepare.contains(" prepare ") && prepare.contains("#SBATCH --cpus-per-task=1\n"),
+        "{prepare}"
+    );
+    wait_gone(&[&job], &root).await;
+
+    assert_eq!(
+        hub_fetches(&hub),
+        (1, 1),
+        "one listing and one download for the whole job\n{}",
+        logs(&root)
+    );
+    let prepared = prompt_ids(&root.join("prepared"), "questions");
+    assert_eq!(prepared.len(), 90);
+    for shard in ["shard-000", "shard-001", "shard-002"] {
+        assert_eq!(
+            prompt_ids(&root.join(shard), "questions"),
+            prepared,
+            "{shard}"
+        );
+    }
+    let shard_logs = logs(&root);
+    assert_eq!(
+        shard_logs.matches("gen: prepared once in").count(),
+        3,
+        "{shard_logs}"
+    );
+
+    let status = gen_.run(&["status", root_arg, "--json"]).await;
+    assert_eq!(status.code, Some(0), "{}", status.stderr);
+    let view: serde_json::Value = serde_json::from_str(&status.stdout).expect("json");
+    assert_eq!(view["preparation"]["state"], "done", "{view}");
+    assert!(
+        view["shards"]
+            .as_array()
+            .expect("shards")
+            .iter()
+            .all(|s| s["state"] == "done"),
+        "{view}\n{shard_logs}"
+    );
+    let merged = root.join("merged");
+    let records = completions(&merged.join("sources/questions/completions.jsonl.zst"));
+    let ids: Vec<String> = records
+        .iter()
+        .map(|r| r["id"].as_str().expect("id").to_owned())
+        .collect();
+    let unique: HashSet<String> = ids.iter().cloned().collect();
+    assert_eq!(unique.len(), ids.len(), "a prompt answered twice");
+    assert_eq!(unique, prepared, "every prompt answered");
+    let verify = gen_.run(&["verify", merged.to_str().expect("utf-8")]).await;
+    assert_eq!(verify.code, Some(0), "{}{}", verify.stdout, verify.stderr);
+
+    // Shard 2 lost (its directory gone): the rerun resubmits it alone, with no preparation
+    // job, and its task takes the prepared prompts again without asking the hub.
+    std::fs::remove_dir_all(root.join("shard-002")).expect("remove shard 2");
+    std::fs::remove_dir_all(&merged).expect("remove merged");
+    let again = gen_
+        .run(&["slurm", "cfg.toml", "--only-failed", "--submit"])
+        .await;
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
+    assert!(!again.stderr.contains("once into"), "{}", again.stderr);
+    let rerun = again.stdout.trim().to_owned();
+    wait_gone(&[&rerun], &root).await;
+    assert_eq!(hub_fetches(&hub), (1, 1), "{}", logs(&root));
+    assert_eq!(prompt_ids(&root.join("shard-002"), "questions"), prepared);
+    assert!(merged.is_dir(), "merged again\n{}", logs(&root));
 }
