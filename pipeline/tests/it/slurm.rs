@@ -559,6 +559,14 @@ async fn a_sharded_job_prepares_once_and_every_shard_reads_the_shared_preparatio
         ])
         .await;
     assert_eq!(submitted.code, Some(0), "{}", submitted.stderr);
+    let job = submitted.stdout.trim().to_owned();
+    wait_gone(&[&job], &root).await;
+    assert_eq!(
+        hub_fetches(&hub),
+        (1, 1),
+        "one listing and one download for the whole job\n{}",
+        logs(&root)
+    );
     assert!(
         submitted
             .stderr
@@ -566,19 +574,10 @@ async fn a_sharded_job_prepares_once_and_every_shard_reads_the_shared_preparatio
         "{}",
         submitted.stderr
     );
-    let job = submitted.stdout.trim().to_owned();
     let prepare = std::fs::read_to_string(root.join("slurm/gen-prepare.sbatch")).expect("script");
     assert!(
         prepare.contains(" prepare ") && prepare.contains("#SBATCH --cpus-per-task=1\n"),
         "{prepare}"
-    );
-    wait_gone(&[&job], &root).await;
-
-    assert_eq!(
-        hub_fetches(&hub),
-        (1, 1),
-        "one listing and one download for the whole job\n{}",
-        logs(&root)
     );
     let prepared = prompt_ids(&root.join("prepared"), "questions");
     assert_eq!(prepared.len(), 90);
