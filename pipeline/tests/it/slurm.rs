@@ -634,3 +634,97 @@ async fn a_sharded_job_prepares_once_and_every_shard_reads_the_shared_preparatio
     assert_eq!(prompt_ids(&root.join("shard-002"), "questions"), prepared);
     assert!(merged.is_dir(), "merged again\n{}", logs(&root));
 }
+
+/// Issue 29 item 7: a preparation that fails (the dataset is not on the hub) ends the job's
+/// array before any task starts (no shard downloads it again), and `gen status RUN_ROOT`
+/// says which source failed and why, exit 1, with the rerun; `--only-failed` then prepares
+/// only that source again and runs every shard.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_preparation_stops_the_array_and_says_why() {
+    if let Some(reason) = slurm_skip_reason() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let empty = FakeHub::start(Vec::new());
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let gen_ = Gen::new();
+    gen_.write("local.jsonl", "{\"prompt\": \"a local one\"}\n");
+    gen_.config(
+        &Config::new(&server.url())
+            .source_table(
+                "questions",
+                "repo = \"gen-test/questions\"\nrevision = \"main\"\nsplit = \"train\"\n\
+                 files = [\"data/train.jsonl\"]\nformat = \"jsonl\"\n\
+                 messages-field = \"messages\"\nid-field = \"id\"",
+            )
+            .source("local", "local.jsonl"),
+    );
+    let cache = gen_.path("hf-home");
+    let cache = cache.to_str().expect("utf-8");
+    let env = |endpoint: &str| {
+        [
+            ("HF_ENDPOINT", endpoint.to_owned()),
+            ("HF_HOME", cache.to_owned()),
+            ("HF_HUB_CACHE", format!("{cache}/hub")),
+        ]
+    };
+    let root: PathBuf = gen_.run_path("");
+    let root_arg = root.to_str().expect("utf-8");
+    let submit = async |args: &[&str], endpoint: &str| {
+        let env = env(endpoint);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let out = gen_.run_with_env(args, &env).await;
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+        out.stdout.trim().to_owned()
+    };
+    let job = submit(
+        &["slurm", "cfg.toml", "--shards", "2", "--submit"],
+        &empty.endpoint,
+    )
+    .await;
+    wait_gone(&[&job], &root).await;
+    assert!(
+        !root.join("shard-000").exists() && !root.join("shard-001").exists(),
+        "no task ran\n{}",
+        logs(&root)
+    );
+    let status = gen_.run(&["status", root_arg, "--json"]).await;
+    assert_eq!(status.code, Some(1), "{}", status.stderr);
+    let view: serde_json::Value = serde_json::from_str(&status.stdout).expect("json");
+    assert_eq!(view["preparation"]["state"], "stopped", "{view}");
+    assert_eq!(view["preparation"]["failed"][0], "questions", "{view}");
+    let questions = &view["sources"][0];
+    assert_eq!(
+        (questions["name"].as_str(), questions["phase"].as_str()),
+        (Some("questions"), Some("failed")),
+        "{view}"
+    );
+    let verdict = questions["verdict"].to_string();
+    assert!(verdict.contains("gen-test/questions"), "{verdict}");
+    let table = gen_.run(&["status", root_arg]).await;
+    for line in [
+        "prep   stopped on ",
+        "1 of 2 sources prepared once; failed: questions",
+        "why: `gen diagnose questions --run-dir ",
+        "rerun  shards 0,1: `gen slurm ",
+    ] {
+        assert!(table.stdout.contains(line), "{line}:\n{}", table.stdout);
+    }
+
+    // The dataset appears: the rerun prepares it alone, then runs both shards.
+    let hub = FakeHub::start(vec![FakeRepo::new(
+        "gen-test/questions",
+        vec![("data/train.jsonl", hub_rows(20))],
+    )]);
+    let rerun = submit(
+        &["slurm", "cfg.toml", "--only-failed", "--submit"],
+        &hub.endpoint,
+    )
+    .await;
+    wait_gone(&[&rerun], &root).await;
+    assert_eq!(hub_fetches(&hub), (1, 1), "{}", logs(&root));
+    let status = gen_.run(&["status", root_arg, "--json"]).await;
+    assert_eq!(status.code, Some(0), "{}\n{}", status.stdout, logs(&root));
+    let view: serde_json::Value = serde_json::from_str(&status.stdout).expect("json");
+    assert_eq!(view["merged"], true, "{view}");
+}
