@@ -141,7 +141,11 @@ const PREPARE_HELP: &str = "Examples:
 
 Sources already prepared are left as they are. `gen run` then generates from
 the prepared prompts; `gen bench` measures the server on them. Exit 1 when a
-source failed to prepare (`gen diagnose NAME --config CONFIG` says why).";
+source failed to prepare (`gen diagnose NAME --config CONFIG` says why).
+
+On the run root of a sharded job (`gen slurm`, `--shard auto`) it prepares
+once for every shard, into RUN_ROOT/prepared; the shards take the prepared
+prompts from there instead of downloading.";
 
 const STATUS_HELP: &str = "Examples:
   gen status datasets.toml
@@ -259,7 +263,8 @@ const SLURM_HELP: &str = "Examples:
 Options after `--` go into the script as `#SBATCH` lines. The run directory is
 the job's run root: shard K writes RUN_ROOT/shard-K, the task logs go to
 RUN_ROOT/slurm/, and the last shard to finish merges them into
-RUN_ROOT/merged.";
+RUN_ROOT/merged. Sources are prepared once, by a job the array waits for
+(`gen prepare` into RUN_ROOT/prepared), while any is not prepared there.";
 
 #[derive(Debug, clap::Args)]
 pub struct SlurmArgs {

@@ -300,8 +300,20 @@ fn script_header(job: &SlurmJob, array: &str) -> String {
     s
 }
 
+/// The sbatch options that ask for GPUs, which the preparation job leaves out.
+const GPU_OPTIONS: [&str; 8] = [
+    "gres",
+    "gpus",
+    "gpus-per-node",
+    "gpus-per-task",
+    "gpus-per-socket",
+    "cpus-per-gpu",
+    "mem-per-gpu",
+    "gpu-bind",
+];
+
 /// The preparation job's script: `gen prepare` of every source into `RUN_ROOT/prepared`,
-/// with the array's sbatch options (its partition, account and time limit).
+/// with the array's sbatch options (its partition, account and time limit) but its GPUs.
 pub fn prepare_script(job: &SlurmJob) -> String {
     let logs = job.root.join("slurm");
     let mut s = String::new();
@@ -322,7 +334,15 @@ pub fn prepare_script(job: &SlurmJob) -> String {
     writeln!(s, "#SBATCH --job-name={}-prepare", job.job_name).ok();
     writeln!(s, "#SBATCH --output={}/prepare-%j.out", logs.display()).ok();
     writeln!(s, "#SBATCH --open-mode=append").ok();
-    for option in &job.sbatch_options {
+    let (gpu, other): (Vec<&String>, Vec<&String>) = job
+        .sbatch_options
+        .iter()
+        .partition(|o| GPU_OPTIONS.contains(&option_name(o)));
+    if !gpu.is_empty() {
+        let gpu: Vec<&str> = gpu.iter().map(|o| o.as_str()).collect();
+        writeln!(s, "# Preparing needs no GPU: left out {}", gpu.join(" ")).ok();
+    }
+    for option in other {
         writeln!(s, "#SBATCH {option}").ok();
     }
     writeln!(s).ok();
@@ -725,6 +745,29 @@ mod tests {
             error.to_string().contains("is not an sbatch option"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn the_preparation_job_prepares_every_source_once_with_the_arrays_options() {
+        insta::assert_snapshot!(prepare_script(&job()));
+    }
+
+    /// Without `--submit`: both scripts written, the preparation's only while a source is
+    /// not prepared.
+    #[test]
+    fn a_preparation_script_is_written_while_a_source_is_not_prepared() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let job = SlurmJob {
+            root: dir.path().to_path_buf(),
+            shards: 2,
+            ..job()
+        };
+        let script = dir.path().join("slurm/gen-prepare.sbatch");
+        slurm(&job, false, false, &["wildchat".to_owned()]).expect("written");
+        assert!(script.is_file());
+        fs_err::remove_file(&script).expect("remove");
+        slurm(&job, false, false, &[]).expect("written");
+        assert!(!script.exists());
     }
 
     #[test]

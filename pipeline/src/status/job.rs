@@ -161,6 +161,7 @@ fn with_preparation(mut sum: SourceStatus, prepared: Option<&RunStatus>) -> Sour
     };
     if sum.phase == Phase::Pending && source.phase != Phase::Pending {
         sum.phase = source.phase;
+        sum.prepared = source.prepared;
         sum.verdict.clone_from(&source.verdict);
         sum.note.clone_from(&source.note);
     }
@@ -476,6 +477,7 @@ fn shard_row(shard: &ShardView, now_ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::status::state::VerdictLine;
 
     const NOW: u64 = 1_800_000_000_000;
 
@@ -608,6 +610,43 @@ mod tests {
             .map(str::trim)
             .collect();
         assert_eq!(said.join(" "), format!("stopped by: {reason}"), "{text}");
+    }
+
+    /// A job that prepares once: before any task starts, a source that failed there is the
+    /// job's failed source (its verdict shown), the preparation has a line, and the shards the
+    /// failed preparation kept from starting are to be run again.
+    #[test]
+    fn a_failed_preparation_fails_its_source_for_the_job() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = RunRoot::new(tmp.path().join("job"));
+        root.open_or_create(2, std::path::Path::new("/data/jobs/datasets.toml"))
+            .expect("root");
+        let failed = SourceStatus {
+            verdict: Some(VerdictLine {
+                class: "traceback".into(),
+                headline: "`org/private` at `main`: HTTP 401 (RepoNotFound)".into(),
+                next_action: "set HF_TOKEN to a token that may read it".into(),
+            }),
+            ..SourceStatus::new("wildchat", Phase::Failed)
+        };
+        let prepared = root.prepared();
+        fs_err::create_dir_all(prepared.root()).expect("mkdir");
+        let status = status(
+            "login-01",
+            true,
+            vec![source("sharegpt", Phase::Prepared, 10000, 0, None), failed],
+        );
+        atomic::write_json(&prepared.status(), &status).expect("status");
+        let view = view(&root, NOW).expect("view");
+        let preparation = view.preparation.as_ref().expect("preparation");
+        assert_eq!(preparation.state, ShardState::Stopped);
+        assert_eq!(preparation.failed, ["wildchat"]);
+        assert_eq!(view.sources[0].phase, Phase::Prepared);
+        assert_eq!(view.sources[1].phase, Phase::Failed);
+        assert!(view.sources[1].verdict.is_some());
+        let text = super::render(&view, NOW);
+        let text = text.replace(&tmp.path().display().to_string(), "[TEMP_DIR]");
+        insta::assert_snapshot!(text);
     }
 
     #[test]

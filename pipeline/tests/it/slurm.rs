@@ -711,6 +711,22 @@ async fn a_failed_preparation_stops_the_array_and_says_why() {
         assert!(table.stdout.contains(line), "{line}:\n{}", table.stdout);
     }
 
+    let prepared = root.join("prepared");
+    let diagnosis = gen_
+        .run(&[
+            "diagnose",
+            "questions",
+            "--run-dir",
+            prepared.to_str().expect("utf-8"),
+        ])
+        .await;
+    assert!(
+        diagnosis.stdout.contains("gen-test/questions"),
+        "{}{}",
+        diagnosis.stdout,
+        diagnosis.stderr
+    );
+
     // The dataset appears: the rerun prepares it alone, then runs both shards.
     let hub = FakeHub::start(vec![FakeRepo::new(
         "gen-test/questions",
