@@ -315,7 +315,6 @@ const GPU_OPTIONS: [&str; 8] = [
 /// The preparation job's script: `gen prepare` of every source into `RUN_ROOT/prepared`,
 /// with the array's sbatch options (its partition, account and time limit) but its GPUs.
 pub fn prepare_script(job: &SlurmJob) -> String {
-    let logs = job.root.join("slurm");
     let mut s = String::new();
     writeln!(s, "#!/bin/bash").ok();
     writeln!(
@@ -332,7 +331,8 @@ pub fn prepare_script(job: &SlurmJob) -> String {
     )
     .ok();
     writeln!(s, "#SBATCH --job-name={}-prepare", job.job_name).ok();
-    writeln!(s, "#SBATCH --output={}/prepare-%j.out", logs.display()).ok();
+    let log = preparation_log(&job.root, "%j");
+    writeln!(s, "#SBATCH --output={}", log.display()).ok();
     writeln!(s, "#SBATCH --open-mode=append").ok();
     let (gpu, other): (Vec<&String>, Vec<&String>) = job
         .sbatch_options
@@ -354,13 +354,37 @@ pub fn prepare_script(job: &SlurmJob) -> String {
     .ok();
     writeln!(
         s,
-        "exec {} prepare {} --run-dir {}",
+        "{} prepare {} --run-dir {}",
         quote(&job.gen_bin.display().to_string()),
         quote(&job.config.display().to_string()),
         quote(&job.root.display().to_string())
     )
     .ok();
+    write!(
+        s,
+        r#"status=$?
+# How it ended, for `gen status` when gen never got to write the preparation's status.
+task_end={tasks}/prepare.json
+printf '{{"job": "%s", "task": 0, "exit": %s, "host": "%s"}}\n' "$SLURM_JOB_ID" "$status" \
+  "$(hostname)" > "$task_end.tmp" && mv "$task_end.tmp" "$task_end"
+exit "$status"
+"#,
+        tasks = quote(&tasks_dir(&job.root).display().to_string()),
+    )
+    .ok();
     s
+}
+
+/// How the last preparation job ended, if its script recorded it.
+pub fn preparation_end(root: &Path) -> Option<TaskEnd> {
+    crate::store::atomic::read_json(&tasks_dir(root).join("prepare.json"))
+        .ok()
+        .flatten()
+}
+
+/// The preparation job's log, `RUN_ROOT/slurm/prepare-%j.out`.
+pub fn preparation_log(root: &Path, job: &str) -> PathBuf {
+    root.join("slurm").join(format!("prepare-{job}.out"))
 }
 
 /// The `gen run` command line each array task runs, quoted for the shell.

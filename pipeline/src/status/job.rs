@@ -76,6 +76,10 @@ pub struct PreparationView {
     pub sources: usize,
     /// The sources whose preparation failed there.
     pub failed: Vec<String>,
+    /// Why it stopped before `gen` could say (its job ended first, e.g. exit 127).
+    pub stopped_by: Option<String>,
+    /// Its Slurm job's log, when the job recorded how it ended.
+    pub log: Option<String>,
 }
 
 /// The whole job.
@@ -168,6 +172,30 @@ fn with_preparation(mut sum: SourceStatus, prepared: Option<&RunStatus>) -> Sour
     sum
 }
 
+/// A preparation job that ended before `gen` wrote the preparation's status: failed, with
+/// its log and the log's last line.
+fn preparation_never_started(root: &RunRoot) -> Option<PreparationView> {
+    let ended = crate::scale::slurm::preparation_end(root.root()).filter(|e| e.exit != 0)?;
+    let log = crate::scale::slurm::preparation_log(root.root(), &ended.job);
+    let last = last_line(&log);
+    Some(PreparationView {
+        dir: root.prepared().root().display().to_string(),
+        state: ShardState::Failed,
+        host: ended.host.clone(),
+        prepared: 0,
+        sources: 0,
+        failed: Vec::new(),
+        stopped_by: Some(format!(
+            "job {} exited with {} on {} before `gen` started{}",
+            ended.job,
+            ended.exit,
+            ended.host,
+            last.map_or_else(String::new, |l| format!(": {l}"))
+        )),
+        log: Some(log.display().to_string()),
+    })
+}
+
 fn preparation_view(root: &RunRoot, status: &RunStatus, now_ms: u64) -> PreparationView {
     let failed: Vec<String> = status
         .sources
@@ -198,6 +226,8 @@ fn preparation_view(root: &RunRoot, status: &RunStatus, now_ms: u64) -> Preparat
         prepared,
         sources: status.sources.len(),
         failed,
+        stopped_by: None,
+        log: None,
     }
 }
 
@@ -226,7 +256,10 @@ pub fn view(root: &RunRoot, now_ms: u64) -> Result<JobView, RootError> {
         .iter()
         .map(|n| with_preparation(sum_source(n, &statuses), prepared.as_ref()))
         .collect();
-    let preparation = prepared.map(|status| preparation_view(root, &status, now_ms));
+    let preparation = match prepared {
+        Some(status) => Some(preparation_view(root, &status, now_ms)),
+        None => preparation_never_started(root),
+    };
     let mut views = Vec::new();
     for (index, dir, status) in &shards {
         let owner = owner::read_owner(dir).ok().flatten();
@@ -339,7 +372,18 @@ pub fn render(job: &JobView, now_ms: u64) -> String {
             preparation.prepared,
             preparation.sources
         );
-        writeln!(out, "{}", cut(&line, 80)).ok();
+        if let Some(error) = &preparation.stopped_by {
+            let line = format!("prep   failed on {}", preparation.host);
+            writeln!(out, "{}", cut(&line, 80)).ok();
+            for line in render::wrap(error, render::WIDTH, "      stopped by: ", "        ") {
+                writeln!(out, "{line}").ok();
+            }
+        } else {
+            writeln!(out, "{}", cut(&line, 80)).ok();
+        }
+        if let Some(log) = &preparation.log {
+            writeln!(out, "{}", cut(&format!("      log: {log}"), 80)).ok();
+        }
         if let Some(first) = preparation.failed.first() {
             let line = format!(
                 "       why: `gen diagnose {first} --run-dir {}`",
@@ -375,10 +419,12 @@ pub fn render(job: &JobView, now_ms: u64) -> String {
     }
     // A failed preparation ended the array's tasks before they started (Slurm cancels a job
     // whose dependency can no longer be met).
-    let preparation_stopped = job
-        .preparation
-        .as_ref()
-        .is_some_and(|p| matches!(p.state, ShardState::Stopped | ShardState::Lost));
+    let preparation_stopped = job.preparation.as_ref().is_some_and(|p| {
+        matches!(
+            p.state,
+            ShardState::Stopped | ShardState::Lost | ShardState::Failed
+        )
+    });
     let rerun: Vec<String> = job
         .shards
         .iter()

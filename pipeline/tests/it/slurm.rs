@@ -435,9 +435,11 @@ async fn a_task_told_its_time_is_up_stops_requeues_itself_and_takes_its_shard_ba
     );
 }
 
-/// Issue 29 item 3 on the cluster: a task whose `gen` binary does not exist exits 127 before
-/// `gen` starts; `gen status RUN_ROOT` shows its shard failed, with the task's log and what
-/// the shell said in it (before: `not started` forever).
+/// Issue 29 item 3 on the cluster: a job whose `gen` binary does not exist fails before `gen`
+/// starts. First its preparation job (exit 127): `gen status RUN_ROOT` shows the preparation
+/// failed with its log and what the shell said, and the shards it kept from starting to run
+/// again. Then, prepared by hand, the rerun's array task: its shard failed, with the task's
+/// log (before: `not started` forever).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_task_whose_gen_binary_is_wrong_is_shown_failed_with_its_log() {
     if let Some(reason) = slurm_skip_reason() {
@@ -446,6 +448,7 @@ async fn a_task_whose_gen_binary_is_wrong_is_shown_failed_with_its_log() {
     }
     let gen_ = project(48);
     let root: PathBuf = gen_.run_path("");
+    let root_arg = root.to_str().expect("utf-8");
     let submitted = gen_
         .run(&[
             "slurm",
@@ -461,11 +464,50 @@ async fn a_task_whose_gen_binary_is_wrong_is_shown_failed_with_its_log() {
         .await;
     assert_eq!(submitted.code, Some(0), "{}", submitted.stderr);
     let job = submitted.stdout.trim().to_owned();
-    wait_gone(&[&job], &root).await;
-    let status = gen_
-        .run(&["status", root.to_str().expect("utf-8"), "--json"])
-        .await;
+    let jobs = std::fs::read_to_string(root.join("slurm/jobs.jsonl")).expect("jobs.jsonl");
+    let first: serde_json::Value =
+        serde_json::from_str(jobs.lines().next().expect("a line")).expect("json");
+    assert_eq!(first["array"], "prepare", "{jobs}");
+    let prepare = first["job_id"].as_str().expect("job id").to_owned();
+    wait_gone(&[&prepare, &job], &root).await;
+    let status = gen_.run(&["status", root_arg, "--json"]).await;
+    assert_eq!(status.code, Some(1), "{}", status.stdout);
     let view: serde_json::Value = serde_json::from_str(&status.stdout).expect("json");
+    let preparation = &view["preparation"];
+    assert_eq!(preparation["state"], "failed", "{view}\n{}", logs(&root));
+    let log = root.join(format!("slurm/prepare-{prepare}.out"));
+    assert_eq!(preparation["log"], log.display().to_string(), "{view}");
+    let why = preparation["stopped_by"].as_str().expect("stopped_by");
+    assert!(
+        why.starts_with(&format!("job {prepare} exited with 127 on "))
+            && why.ends_with("/nonexistent/gen: No such file or directory"),
+        "{why}"
+    );
+    let table = gen_.run(&["status", root_arg]).await;
+    assert!(
+        table.stdout.contains("rerun  shards 0: `gen slurm "),
+        "{}",
+        table.stdout
+    );
+
+    // Prepared by hand on the run root: the rerun submits no preparation, and its task fails.
+    let prepared = gen_.run(&["prepare", "examples/quickstart.toml"]).await;
+    assert_eq!(prepared.code, Some(0), "{}", prepared.stderr);
+    assert!(root.join("prepared/status.json").is_file());
+    let again = gen_
+        .run(&[
+            "slurm",
+            "examples/quickstart.toml",
+            "--only-failed",
+            "--submit",
+        ])
+        .await;
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
+    let job = again.stdout.trim().to_owned();
+    wait_gone(&[&job], &root).await;
+    let status = gen_.run(&["status", root_arg, "--json"]).await;
+    let view: serde_json::Value = serde_json::from_str(&status.stdout).expect("json");
+    assert_eq!(view["preparation"]["state"], "done", "{view}");
     let shard = &view["shards"][0];
     assert_eq!(shard["state"], "failed", "{view}\n{}", logs(&root));
     let log = root.join(format!("slurm/{job}_0.out"));
