@@ -230,12 +230,15 @@ async fn a_slurm_array_runs_every_shard_survives_a_cancel_and_refuses_a_duplicat
     .await;
     step("task 1 gone");
     // Its own server got the SIGTERM too: what it had in flight could not finish, and gen did
-    // not wait out the grace for it (issue 29 item 2).
+    // not wait out the grace for it (issue 29 item 2): it saw the server go quiet, or the
+    // streams broke as the server died (with the prompts prepared once, a task generates
+    // within a second of its server answering, and the cancel finds its streams open).
     let cancelled_log =
         std::fs::read_to_string(root.join(format!("slurm/{job}_1.out"))).expect("log");
     assert!(
         !cancelled_log.contains("in flight get")
-            || cancelled_log.contains("cannot finish, stopping now"),
+            || cancelled_log.contains("cannot finish, stopping now")
+            || cancelled_log.contains("is down (stream broke"),
         "{cancelled_log}"
     );
     let cancelled = read_json(&shard1.join("status.json")).expect("shard 1 status");
