@@ -62,9 +62,10 @@ pub enum Command {
         /// run's exit code: redrawn in place on a terminal, appended when piped.
         #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "2")]
         watch: Option<u64>,
-        /// Fetch the status of a run on another host over `ssh`: `user@host:RUN_DIR`.
+        /// Fetch the status of a run on another host over `ssh`: `user@host:RUN_DIR`; given
+        /// several times, one view of the fleet (the sources summed, a line per host).
         #[arg(long, value_name = "USER@HOST:RUN_DIR", conflicts_with = "target")]
-        remote: Option<String>,
+        remote: Vec<String>,
     },
     /// Write a run's completions as a training-ready dataset in a trainer's schema, with a
     /// dataset card and a provenance file.
@@ -152,6 +153,7 @@ const STATUS_HELP: &str = "Examples:
   gen status runs/datasets --watch
   gen status runs/datasets --json
   gen status --remote me@gpu-box:/data/runs/datasets
+  gen status --remote me@box-1:/data/runs/ds --remote me@box-2:/data/runs/ds
 
 Exit codes: 0 while the run runs and when every source is done; 1 when it
 finished with failed sources or prompts, stopped early, or is not running

@@ -96,6 +96,67 @@ pub struct JobView {
     pub merged: bool,
     /// How `gen slurm` submitted the tasks (what `--only-failed` reuses), when it did.
     pub submitted: Option<crate::scale::slurm::SlurmJob>,
+    /// Hosts read over ssh (`gen status --remote A --remote B`), not a run root's shards.
+    pub fleet: bool,
+}
+
+/// The runs of several hosts read over ssh (`--remote` given more than once), as one view: a
+/// line per host (its `--remote` target; one that could not be read is `failed`, with why),
+/// every source summed over them.
+pub fn fleet(hosts: Vec<(String, Result<RunStatus, String>)>, now_ms: u64) -> JobView {
+    let statuses: Vec<Option<&RunStatus>> = hosts.iter().map(|(_, s)| s.as_ref().ok()).collect();
+    let mut names: Vec<String> = Vec::new();
+    for status in statuses.iter().flatten() {
+        for source in &status.sources {
+            if !names.contains(&source.name) {
+                names.push(source.name.clone());
+            }
+        }
+    }
+    let sources = names.iter().map(|n| sum_source(n, &statuses)).collect();
+    let shards = hosts
+        .iter()
+        .enumerate()
+        .map(|(index, (target, status))| {
+            let ok = status.as_ref().ok();
+            ShardView {
+                index: index as u32,
+                dir: target.clone(),
+                state: match status {
+                    Ok(status) => shard_state(Some(status), now_ms),
+                    Err(_) => ShardState::Failed,
+                },
+                host: ok.map(|s| s.host.clone()),
+                owner: None,
+                prepared: ok.map_or(0, |s| s.sources.iter().filter_map(|s| s.prepared).sum()),
+                done: ok.map_or(0, |s| s.sources.iter().map(|s| s.done).sum()),
+                tokens_per_sec: ok
+                    .filter(|s| shard_state(Some(s), now_ms) == ShardState::Running)
+                    .map(|s| s.sources.iter().filter_map(|s| s.tokens_per_sec).sum()),
+                heartbeat_unix_ms: ok.map(|s| s.heartbeat_unix_ms),
+                stopped_by: match status {
+                    Ok(status) => status.stopped_by.clone(),
+                    Err(error) => Some(error.clone()),
+                },
+                log: None,
+            }
+        })
+        .collect();
+    JobView {
+        root: format!("{} hosts over ssh", hosts.len()),
+        config: statuses
+            .iter()
+            .flatten()
+            .map(|s| s.config.clone())
+            .next()
+            .unwrap_or_default(),
+        shards,
+        preparation: None,
+        sources,
+        merged: false,
+        submitted: None,
+        fleet: true,
+    }
 }
 
 fn shard_state(status: Option<&RunStatus>, now_ms: u64) -> ShardState {
@@ -330,6 +391,7 @@ pub fn view(root: &RunRoot, now_ms: u64) -> Result<JobView, RootError> {
         sources,
         merged: root.merged().is_dir(),
         submitted: crate::scale::slurm::submitted(root.root()),
+        fleet: false,
     })
 }
 
@@ -398,7 +460,13 @@ pub fn render(job: &JobView, now_ms: u64) -> String {
     writeln!(
         out,
         "{:<5} {:<11} {:<14} {:<17} {:>12} {:>6} {:>8}",
-        "SHARD", "STATE", "HOST", "OWNER", "DONE", "TOK/S", "BEAT"
+        if job.fleet { "#" } else { "SHARD" },
+        "STATE",
+        "HOST",
+        "OWNER",
+        "DONE",
+        "TOK/S",
+        "BEAT"
     )
     .ok();
     for shard in &job.shards {
@@ -436,7 +504,14 @@ pub fn render(job: &JobView, now_ms: u64) -> String {
         })
         .map(|s| s.index.to_string())
         .collect();
-    if !rerun.is_empty() {
+    if !rerun.is_empty() && job.fleet {
+        let line = format!(
+            "rerun  on hosts {}: `gen run {}` there",
+            rerun.join(","),
+            job.config
+        );
+        writeln!(out, "{}", cut(&line, 80)).ok();
+    } else if !rerun.is_empty() {
         writeln!(
             out,
             "{}",
@@ -470,6 +545,13 @@ fn header(job: &JobView) -> [String; 3] {
         if n > 0 {
             states.push(format!("{n} {}", state.label()));
         }
+    }
+    if job.fleet {
+        return [
+            format!("job    {}", job.config),
+            format!("fleet  {}", job.root),
+            format!("hosts  {}", states.join(", ")),
+        ];
     }
     let merged = if job.merged {
         "merged into RUN_ROOT/merged".to_owned()
@@ -644,6 +726,7 @@ mod tests {
             }],
             preparation: None,
             sources: Vec::new(),
+            fleet: false,
             merged: false,
             submitted: None,
         };
