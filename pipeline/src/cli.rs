@@ -62,9 +62,10 @@ pub enum Command {
         /// run's exit code: redrawn in place on a terminal, appended when piped.
         #[arg(long, value_name = "SECS", num_args = 0..=1, default_missing_value = "2")]
         watch: Option<u64>,
-        /// Fetch the status of a run on another host over `ssh`: `user@host:RUN_DIR`.
+        /// Fetch the status of a run on another host over `ssh`: `user@host:RUN_DIR`; given
+        /// several times, one view of the fleet (the sources summed, a line per host).
         #[arg(long, value_name = "USER@HOST:RUN_DIR", conflicts_with = "target")]
-        remote: Option<String>,
+        remote: Vec<String>,
     },
     /// Write a run's completions as a training-ready dataset in a trainer's schema, with a
     /// dataset card and a provenance file.
@@ -141,13 +142,18 @@ const PREPARE_HELP: &str = "Examples:
 
 Sources already prepared are left as they are. `gen run` then generates from
 the prepared prompts; `gen bench` measures the server on them. Exit 1 when a
-source failed to prepare (`gen diagnose NAME --config CONFIG` says why).";
+source failed to prepare (`gen diagnose NAME --config CONFIG` says why).
+
+On the run root of a sharded job (`gen slurm`, `--shard auto`) it prepares
+once for every shard, into RUN_ROOT/prepared; the shards take the prepared
+prompts from there instead of downloading.";
 
 const STATUS_HELP: &str = "Examples:
   gen status datasets.toml
   gen status runs/datasets --watch
   gen status runs/datasets --json
   gen status --remote me@gpu-box:/data/runs/datasets
+  gen status --remote me@box-1:/data/runs/ds --remote me@box-2:/data/runs/ds
 
 Exit codes: 0 while the run runs and when every source is done; 1 when it
 finished with failed sources or prompts, stopped early, or is not running
@@ -251,7 +257,8 @@ const SLURM_HELP: &str = "Examples:
 Options after `--` go into the script as `#SBATCH` lines. The run directory is
 the job's run root: shard K writes RUN_ROOT/shard-K, the task logs go to
 RUN_ROOT/slurm/, and the last shard to finish merges them into
-RUN_ROOT/merged.";
+RUN_ROOT/merged. Sources are prepared once, by a job the array waits for
+(`gen prepare` into RUN_ROOT/prepared), while any is not prepared there.";
 
 #[derive(Debug, clap::Args)]
 pub struct SlurmArgs {

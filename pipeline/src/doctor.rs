@@ -419,30 +419,102 @@ fn unprepared_bound(spec: &gen_sources::SourceSpec, local_rows: &BTreeMap<String
         .map_or(spec.limit(), |rows| (*rows).min(spec.limit()))
 }
 
-/// Free space below which the Hub cache is a warning when sources still download.
+/// Free space below which the Hub cache is a warning when sources still download and their
+/// sizes are not known.
 const HUB_FREE_WARN: u64 = 50 << 30;
 
-/// Where the sources not prepared yet download from the Hub, and the room there: a dataset's
-/// size is not known before its files are listed (`datasets.toml`'s ten take tens of GB).
-fn hub(plan: &Plan, machine: &Machine) -> Option<Check> {
-    let pending: Vec<&str> = plan
-        .sources
+/// The sources of `plan` that download from the Hub: those not prepared yet.
+fn hub_pending<'p>(
+    plan: &'p Plan,
+    prepared: &BTreeMap<String, u64>,
+) -> Vec<&'p gen_sources::SourceSpec> {
+    plan.sources
         .iter()
-        .filter(|s| s.repo.is_some() && !machine.prepared.contains_key(s.name()))
-        .map(gen_sources::SourceSpec::name)
-        .collect();
+        .filter(|s| s.repo.is_some() && !prepared.contains_key(s.name()))
+        .collect()
+}
+
+/// What the sources not prepared yet download: their selected files' sizes as the Hub lists
+/// them (one request per source), less what the cache holds. `None` when none downloads.
+pub fn hub_download(
+    plan: &Plan,
+    prepared: &BTreeMap<String, u64>,
+) -> Option<Result<gen_sources::hub::ListedSize, String>> {
+    let pending = hub_pending(plan, prepared);
     if pending.is_empty() {
         return None;
     }
+    let settings = gen_sources::hub::HubSettings::from_env();
+    let mut sum = gen_sources::hub::ListedSize {
+        bytes: 0,
+        cached: 0,
+        files: 0,
+    };
+    for spec in pending {
+        let Some(repo) = &spec.repo else { continue };
+        let listed = gen_sources::hub::listed_size(
+            repo.get_ref(),
+            spec.revision(),
+            &spec.file_patterns(),
+            &settings,
+        );
+        match listed {
+            Ok(size) => {
+                sum.bytes += size.bytes;
+                sum.cached += size.cached;
+                sum.files += size.files;
+            }
+            Err(unknown) => return Some(Err(unknown.to_string())),
+        }
+    }
+    Some(Ok(sum))
+}
+
+/// Where the sources not prepared yet download from the Hub, how much when `gen doctor`
+/// listed it ([`hub_download`]), and the room there.
+fn hub(plan: &Plan, machine: &Machine) -> Option<Check> {
+    let pending = hub_pending(plan, &machine.prepared);
+    if pending.is_empty() {
+        return None;
+    }
+    let names: Vec<&str> = pending.iter().map(|s| s.name()).collect();
     let cache = gen_sources::hub::HubSettings::from_env().cache_dir;
-    let what = format!(
-        "{} source(s) download their files from the Hub into `{}` ({}; files already \
-         there are not downloaded again; sizes are known only once listed: OpenThoughts3 alone \
-         is ~28 GB)",
-        pending.len(),
-        cache.display(),
-        pending.join(", ")
-    );
+    let (what, to_download) = match &machine.hub_download {
+        Some(Ok(size)) => {
+            let left = size.bytes.saturating_sub(size.cached);
+            let already = if size.cached > 0 {
+                format!("; {} already there", human(size.cached))
+            } else {
+                String::new()
+            };
+            (
+                format!(
+                    "{} source(s) download {} from the Hub into `{}` ({}{already})",
+                    pending.len(),
+                    human(left),
+                    cache.display(),
+                    names.join(", ")
+                ),
+                Some(left),
+            )
+        }
+        listed => {
+            let why = match listed {
+                Some(Err(unknown)) => format!("size unknown: {unknown}"),
+                _ => "sizes are known only once listed: OpenThoughts3 alone is ~28 GB".to_owned(),
+            };
+            (
+                format!(
+                    "{} source(s) download their files from the Hub into `{}` ({}; files \
+                     already there are not downloaded again; {why})",
+                    pending.len(),
+                    cache.display(),
+                    names.join(", ")
+                ),
+                None,
+            )
+        }
+    };
     Some(match machine::disk_of(&cache) {
         None => Check::new(
             "hub",
@@ -450,17 +522,17 @@ fn hub(plan: &Plan, machine: &Machine) -> Option<Check> {
             format!("{what}; free space there unknown"),
         ),
         Some(disk) => {
-            let level = if disk.free < HUB_FREE_WARN {
-                Level::Warn
-            } else {
-                Level::Ok
+            let short = match to_download {
+                Some(bytes) => disk.free < bytes,
+                None => disk.free < HUB_FREE_WARN,
             };
+            let level = if short { Level::Warn } else { Level::Ok };
             let free = format!(
                 "{} free on `{}`",
                 human(disk.free),
                 disk.mount_point.display()
             );
-            let hint = if level == Level::Warn {
+            let hint = if short {
                 "; point HF_HOME at a bigger disk"
             } else {
                 ""
@@ -609,6 +681,7 @@ pub fn doctor(config: &Path) -> anyhow::Result<ExitCode> {
     // preflight refuses on what is known and is not slowed by it.
     let mut machine = machine_of(&plan, &Overrides::from_env());
     machine.local_rows = local_rows(&plan, &machine.prepared);
+    machine.hub_download = hub_download(&plan, &machine.prepared);
     let mut report = assess(&plan, &machine);
     let inputs = plan.input_problems(&env, &|_| false);
     if inputs.is_empty() {
@@ -700,6 +773,7 @@ mod tests {
             peak_rss: BTreeMap::new(),
             prepared: BTreeMap::new(),
             local_rows: BTreeMap::new(),
+            hub_download: None,
         }
     }
 

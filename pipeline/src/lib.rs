@@ -146,7 +146,7 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             json,
             watch,
             remote,
-        } => status_command(target.as_deref(), json, watch, remote.as_deref()),
+        } => status_command(target.as_deref(), json, watch, &remote),
         Command::Export(args) => Ok(export::export(&args)?),
         Command::Bench(args) => Ok(bench::bench(&args)?),
         Command::Merge { output, shards } => Ok(merge::merge(output.as_deref(), &shards)?),
@@ -260,7 +260,11 @@ fn load_run_plan(args: &RunArgs) -> Result<(Plan, RunDir), CliError> {
     if let Some(command) = &args.server_launch {
         scale::task::override_launch(&mut plan, command)?;
     }
-    let run_dir = run_dir_for(&plan, args.run_dir.clone());
+    let mut run_dir = run_dir_for(&plan, args.run_dir.clone());
+    // `gen prepare` on a sharded job's run root prepares once for every shard.
+    if args.prepare_only && scale::root::RunRoot::is_root(run_dir.root()) {
+        run_dir = scale::root::RunRoot::new(run_dir.root()).prepared();
+    }
     // Before anything starts. A prepared source does not read its files again, and one left
     // out by `--source` not at all.
     plan.check_inputs(&|name| {
@@ -385,10 +389,13 @@ struct StatusView {
 fn status_view(
     target: Option<&Path>,
     json: bool,
-    remote: Option<&str>,
+    remote: &[String],
 ) -> Result<StatusView, CliError> {
     let now = sys::unix_ms();
-    let status = match (remote, target) {
+    if remote.len() > 1 {
+        return fleet_view(remote, json, now);
+    }
+    let status = match (remote.first(), target) {
         (Some(remote), _) => status::remote::fetch(remote)?,
         (None, Some(target)) if job_root(target).is_some() => {
             use status::job::ShardState;
@@ -399,7 +406,11 @@ fn status_view(
             } else {
                 status::job::render(&job, now)
             };
-            let over = job.shards.iter().all(|s| s.state != ShardState::Running);
+            let preparing = job
+                .preparation
+                .as_ref()
+                .is_some_and(|p| p.state == ShardState::Running);
+            let over = !preparing && job.shards.iter().all(|s| s.state != ShardState::Running);
             let done = job.shards.iter().all(|s| s.state == ShardState::Done);
             return Ok(StatusView {
                 text,
@@ -442,13 +453,53 @@ fn status_view(
     })
 }
 
+/// `gen status --remote A --remote B …`: every host's run over ssh at once (a host that
+/// cannot be read is a failed line, not an error), as one view.
+fn fleet_view(remote: &[String], json: bool, now: u64) -> Result<StatusView, CliError> {
+    use status::job::ShardState;
+    let fetched: Vec<(String, Result<status::RunStatus, String>)> = std::thread::scope(|scope| {
+        let fetching: Vec<_> = remote
+            .iter()
+            .map(|target| scope.spawn(move || status::remote::fetch(target)))
+            .collect();
+        remote
+            .iter()
+            .zip(fetching)
+            .map(|(target, fetching)| {
+                let status = fetching
+                    .join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("reading it panicked")))
+                    .map_err(|e| format!("{e:#}"));
+                (target.clone(), status)
+            })
+            .collect()
+    });
+    let fleet = status::job::fleet(fetched, now);
+    let text = if json {
+        serde_json::to_string_pretty(&fleet).context("status serializes")? + "\n"
+    } else {
+        status::job::render(&fleet, now)
+    };
+    let over = fleet.shards.iter().all(|s| s.state != ShardState::Running);
+    let done = fleet.shards.iter().all(|s| s.state == ShardState::Done);
+    Ok(StatusView {
+        text,
+        code: if done || !over {
+            exit::OK
+        } else {
+            exit::FAILED
+        },
+        over,
+    })
+}
+
 /// `gen status`: prints the run once, or with `--watch` until it is over; exits with
 /// [`status::render::exit_code`].
 fn status_command(
     target: Option<&Path>,
     json: bool,
     watch: Option<u64>,
-    remote: Option<&str>,
+    remote: &[String],
 ) -> Result<ExitCode, CliError> {
     use std::io::{IsTerminal as _, Write as _};
     let redraw = watch.is_some() && !json && std::io::stdout().is_terminal();
@@ -536,7 +587,13 @@ fn slurm_command(args: cli::SlurmArgs) -> Result<ExitCode, CliError> {
             &args.sbatch,
         ),
     };
-    Ok(scale::slurm::slurm(&job, args.submit, args.only_failed)?)
+    let unprepared = scale::prepared::unprepared(&plan, &scale::root::RunRoot::new(root.root()));
+    Ok(scale::slurm::slurm(
+        &job,
+        args.submit,
+        args.only_failed,
+        &unprepared,
+    )?)
 }
 
 fn k8s_command(args: &cli::K8sArgs) -> Result<ExitCode, CliError> {

@@ -2,7 +2,8 @@
 //! (read from `hf-hub-0.5.0/src/api/tokio.rs`):
 //!
 //! - `GET /api/datasets/{owner}/{name}/revision/{revision}` (`ApiRepo::info`; a `/` in the
-//!   revision arrives as `%2F`): `200` with JSON `{"id", "sha", "siblings": [{"rfilename"}]}`.
+//!   revision arrives as `%2F`): `200` with JSON `{"id", "sha", "siblings": [{"rfilename",
+//!   "size"}]}` (the Hub lists sizes with `?blobs=true`; `gen doctor` asks for them).
 //! - `GET /datasets/{owner}/{name}/resolve/{revision}/{path}`, first with `Range: bytes=0-0`
 //!   (`Api::metadata`, which needs `x-repo-commit`, `etag` or `x-linked-etag`, and
 //!   `content-range: bytes 0-0/{size}`), then once per 10 MB chunk with
@@ -308,11 +309,16 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
                 &format!("Invalid rev id: {rest}"),
             );
         }
+        // Sizes as the Hub lists them with `?blobs=true` (hf-hub ignores them).
         let siblings: Vec<serde_json::Value> = repo
             .files
-            .keys()
-            .chain(&repo.unresolvable)
-            .map(|f| serde_json::json!({ "rfilename": f }))
+            .iter()
+            .map(|(f, bytes)| serde_json::json!({ "rfilename": f, "size": bytes.len() }))
+            .chain(
+                repo.unresolvable
+                    .iter()
+                    .map(|f| serde_json::json!({ "rfilename": f })),
+            )
             .collect();
         let body = serde_json::json!({ "id": repo.id, "sha": repo.sha, "siblings": siblings });
         let mut response = Response::new(Body::from(body.to_string()));

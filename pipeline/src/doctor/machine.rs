@@ -33,6 +33,10 @@ pub struct Machine {
     /// Rows in the local files of each source not prepared yet, where they were few enough
     /// to count ([`super::local_rows`]): at most that many prompts.
     pub local_rows: BTreeMap<String, u64>,
+    /// What the sources not prepared yet download from the Hub, as it lists their files
+    /// (`gen doctor` only, [`super::hub_download`]; `None`: not asked, as in a run's
+    /// preflight, which contacts nothing).
+    pub hub_download: Option<Result<gen_sources::hub::ListedSize, String>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,6 +74,7 @@ pub fn read_machine(run_dir: &Path) -> Machine {
         peak_rss,
         prepared,
         local_rows: BTreeMap::new(),
+        hub_download: None,
     }
 }
 

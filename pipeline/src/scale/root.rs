@@ -5,13 +5,15 @@
 //! RUN_ROOT/shards.json     {layout, shards, config}: written once by the first task
 //! RUN_ROOT/shard-000/      shard 0's run directory (+ owner.json, claims/)
 //! RUN_ROOT/shard-001/      ...
+//! RUN_ROOT/prepared/       every source prepared once (`gen prepare`), taken by the shards
 //! RUN_ROOT/merged/         every shard's outputs in one run directory, once all are done
 //! RUN_ROOT/slurm/          `gen slurm`'s batch script, its submissions, the tasks' logs and
 //!                          `tasks/K.json` (how shard K's last task ended)
 //! ```
 //!
-//! Each shard prepares every source itself (see `ARCHITECTURE.md`, "Many machines"), so a
-//! shard's directory is complete on its own and has exactly one writer.
+//! Each shard's directory is complete on its own and has exactly one writer: a shard takes
+//! the sources prepared once from `RUN_ROOT/prepared` into it (`super::prepared`), or
+//! prepares them itself.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -75,6 +77,11 @@ impl RunRoot {
 
     pub fn merged(&self) -> PathBuf {
         self.root.join("merged")
+    }
+
+    /// Where `gen prepare` prepares every source once for all shards.
+    pub fn prepared(&self) -> RunDir {
+        RunDir::new(self.root.join("prepared"))
     }
 
     pub fn slurm_dir(&self) -> PathBuf {

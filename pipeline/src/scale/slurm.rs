@@ -3,6 +3,12 @@
 //! own inference server from `[server] launch` on its node — and `--only-failed` resubmits
 //! just the shards that are not done (`--array=3,7`).
 //!
+//! Prepare once: while `RUN_ROOT/prepared` lacks a source, a preparation job
+//! (`gen-prepare.sbatch`, `gen prepare CONFIG --run-dir RUN_ROOT`) goes first and the array
+//! waits for it (`--dependency=afterok`; `--kill-on-invalid-dep=yes`, so a failed
+//! preparation ends the array's tasks instead of leaving them pending forever). The tasks
+//! then take the prepared sources instead of downloading them (`super::prepared`).
+//!
 //! Signals: Slurm sends SIGTERM to every process of a cancelled or preempted task, `gen`
 //! included, and `gen` stops gracefully on it (no new requests, in-flight ones get a grace
 //! period, everything stored). The script asks for SIGUSR1 ahead of the time limit
@@ -294,6 +300,93 @@ fn script_header(job: &SlurmJob, array: &str) -> String {
     s
 }
 
+/// The sbatch options that ask for GPUs, which the preparation job leaves out.
+const GPU_OPTIONS: [&str; 8] = [
+    "gres",
+    "gpus",
+    "gpus-per-node",
+    "gpus-per-task",
+    "gpus-per-socket",
+    "cpus-per-gpu",
+    "mem-per-gpu",
+    "gpu-bind",
+];
+
+/// The preparation job's script: `gen prepare` of every source into `RUN_ROOT/prepared`,
+/// with the array's sbatch options (its partition, account and time limit) but its GPUs.
+pub fn prepare_script(job: &SlurmJob) -> String {
+    let mut s = String::new();
+    writeln!(s, "#!/bin/bash").ok();
+    writeln!(
+        s,
+        "# Written by `gen slurm`: prepares every source of `{}` once, into",
+        job.config.display()
+    )
+    .ok();
+    writeln!(
+        s,
+        "# {}/prepared, for the {} shards of the array that waits for this job.",
+        job.root.display(),
+        job.shards
+    )
+    .ok();
+    writeln!(s, "#SBATCH --job-name={}-prepare", job.job_name).ok();
+    let log = preparation_log(&job.root, "%j");
+    writeln!(s, "#SBATCH --output={}", log.display()).ok();
+    writeln!(s, "#SBATCH --open-mode=append").ok();
+    let (gpu, other): (Vec<&String>, Vec<&String>) = job
+        .sbatch_options
+        .iter()
+        .partition(|o| GPU_OPTIONS.contains(&option_name(o)));
+    if !gpu.is_empty() {
+        let gpu: Vec<&str> = gpu.iter().map(|o| o.as_str()).collect();
+        writeln!(s, "# Preparing needs no GPU: left out {}", gpu.join(" ")).ok();
+    }
+    for option in other {
+        writeln!(s, "#SBATCH {option}").ok();
+    }
+    writeln!(s).ok();
+    writeln!(
+        s,
+        "echo \"gen slurm: preparing once for job {} on $(hostname)\"",
+        job.job_name
+    )
+    .ok();
+    writeln!(
+        s,
+        "{} prepare {} --run-dir {}",
+        quote(&job.gen_bin.display().to_string()),
+        quote(&job.config.display().to_string()),
+        quote(&job.root.display().to_string())
+    )
+    .ok();
+    write!(
+        s,
+        r#"status=$?
+# How it ended, for `gen status` when gen never got to write the preparation's status.
+task_end={tasks}/prepare.json
+printf '{{"job": "%s", "task": 0, "exit": %s, "host": "%s"}}\n' "$SLURM_JOB_ID" "$status" \
+  "$(hostname)" > "$task_end.tmp" && mv "$task_end.tmp" "$task_end"
+exit "$status"
+"#,
+        tasks = quote(&tasks_dir(&job.root).display().to_string()),
+    )
+    .ok();
+    s
+}
+
+/// How the last preparation job ended, if its script recorded it.
+pub fn preparation_end(root: &Path) -> Option<TaskEnd> {
+    crate::store::atomic::read_json(&tasks_dir(root).join("prepare.json"))
+        .ok()
+        .flatten()
+}
+
+/// The preparation job's log, `RUN_ROOT/slurm/prepare-%j.out`.
+pub fn preparation_log(root: &Path, job: &str) -> PathBuf {
+    root.join("slurm").join(format!("prepare-{job}.out"))
+}
+
 /// The `gen run` command line each array task runs, quoted for the shell.
 fn run_line(job: &SlurmJob) -> String {
     let mut run = vec![
@@ -358,15 +451,16 @@ fn read_submissions(root: &RunRoot) -> Vec<Submission> {
         .collect()
 }
 
-/// Shard numbers of this root's array tasks that Slurm still has (any state `squeue`
-/// lists). `None` when `squeue` cannot be asked.
-fn queued_tasks(root: &RunRoot) -> Option<BTreeSet<u32>> {
+/// This root's jobs that Slurm still has (any state `squeue` lists), as `(job id, array
+/// task id)` (`None` for a job that is not an array: the preparation). `None` when `squeue`
+/// cannot be asked.
+fn queued_jobs(root: &RunRoot) -> Option<Vec<(String, Option<u32>)>> {
     let jobs: BTreeSet<String> = read_submissions(root)
         .into_iter()
         .map(|s| s.job_id)
         .collect();
     if jobs.is_empty() {
-        return Some(BTreeSet::new());
+        return Some(Vec::new());
     }
     // All jobs, filtered here: `squeue -j` fails outright on an id Slurm has forgotten.
     let output = Command::new("squeue")
@@ -381,17 +475,44 @@ fn queued_tasks(root: &RunRoot) -> Option<BTreeSet<u32>> {
         text.lines()
             .filter_map(|line| {
                 let mut cells = line.split('|');
-                let (job, task) = (cells.next()?, cells.next()?);
-                jobs.contains(job.trim())
-                    .then(|| task.trim().parse().ok())
-                    .flatten()
+                let (job, task) = (cells.next()?.trim(), cells.next()?.trim());
+                jobs.contains(job)
+                    .then(|| (job.to_owned(), task.parse().ok()))
             })
             .collect(),
     )
 }
 
-/// `gen slurm`: see the module documentation.
-pub fn slurm(job: &SlurmJob, submit: bool, only_failed: bool) -> anyhow::Result<ExitCode> {
+/// Shard numbers of this root's array tasks that Slurm still has. `None` when `squeue`
+/// cannot be asked.
+fn queued_tasks(root: &RunRoot) -> Option<BTreeSet<u32>> {
+    queued_jobs(root).map(|jobs| jobs.into_iter().filter_map(|(_, task)| task).collect())
+}
+
+/// The preparation job Slurm still has for this root, if any.
+fn queued_preparation(root: &RunRoot) -> Option<String> {
+    let preparations: BTreeSet<String> = read_submissions(root)
+        .into_iter()
+        .filter(|s| s.array == PREPARE)
+        .map(|s| s.job_id)
+        .collect();
+    queued_jobs(root)?
+        .into_iter()
+        .find(|(job, task)| task.is_none() && preparations.contains(job))
+        .map(|(job, _)| job)
+}
+
+/// What `jobs.jsonl` records as the "array" of the preparation job.
+const PREPARE: &str = "prepare";
+
+/// `gen slurm`: see the module documentation. `unprepared`: the sources `RUN_ROOT/prepared`
+/// lacks, which a preparation job prepares first.
+pub fn slurm(
+    job: &SlurmJob,
+    submit: bool,
+    only_failed: bool,
+    unprepared: &[String],
+) -> anyhow::Result<ExitCode> {
     let root = RunRoot::new(&job.root);
     root.open_or_create(job.shards, &job.config)?;
     root::private_dir(&tasks_dir(root.root()))
@@ -419,19 +540,58 @@ pub fn slurm(job: &SlurmJob, submit: bool, only_failed: bool) -> anyhow::Result<
     let record = serde_json::to_vec_pretty(job)?;
     crate::store::atomic::write(&submit_path(&root), &record)
         .with_context(|| format!("failed to write `{}`", submit_path(&root).display()))?;
+    let prepare = if unprepared.is_empty() {
+        None
+    } else {
+        let path = root.slurm_dir().join("gen-prepare.sbatch");
+        crate::store::atomic::write(&path, prepare_script(job).as_bytes())
+            .with_context(|| format!("failed to write `{}`", path.display()))?;
+        Some(path)
+    };
     if !submit {
         println!("{}", path.display());
+        let how = match &prepare {
+            Some(prepare) => format!(
+                "jid=$(sbatch --parsable {}) && sbatch --dependency=afterok:$jid \
+                 --kill-on-invalid-dep=yes {}` (it prepares every source once first) or `gen \
+                 slurm … --submit",
+                prepare.display(),
+                path.display()
+            ),
+            None => format!("sbatch {}` or `gen slurm … --submit", path.display()),
+        };
         crate::report::plain(&format!(
-            "gen: wrote `{}` (array {array}); submit it with `sbatch {}` or `gen slurm … --submit`",
+            "gen: wrote `{}` (array {array}); submit it with `{how}`",
             path.display(),
-            path.display()
         ));
         return Ok(ExitCode::SUCCESS);
     }
-    let job_id = sbatch(&root, &path, &array)?;
+    let dependency = match prepare {
+        None => None,
+        Some(prepare) => Some(match queued_preparation(&root) {
+            Some(queued) => {
+                crate::report::plain(&format!(
+                    "gen: the preparation job {queued} is still queued or running: the array \
+                     waits for it"
+                ));
+                queued
+            }
+            None => {
+                let id = sbatch(&root, &prepare, PREPARE, None)?;
+                crate::report::plain(&format!(
+                    "gen: submitted job {id}: prepares {} once into `{}`",
+                    unprepared.join(", "),
+                    root.prepared().root().display()
+                ));
+                id
+            }
+        }),
+    };
+    let job_id = sbatch(&root, &path, &array, dependency.as_deref())?;
     println!("{job_id}");
+    let after = dependency.map_or_else(String::new, |id| format!(", after job {id}"));
     crate::report::plain(&format!(
-        "gen: submitted job {job_id} (array {array}); follow it with `gen status {}`",
+        "gen: submitted job {job_id} (array {array}{after}); follow it with `gen status {}`",
         job.root.display()
     ));
     Ok(ExitCode::SUCCESS)
@@ -473,11 +633,17 @@ fn array_to_resubmit(root: &RunRoot) -> anyhow::Result<Option<String>> {
     Ok(None)
 }
 
-/// Submits the script at `path` with `sbatch` and records the submission in the root's
-/// `slurm/jobs.jsonl`; returns the job id.
-fn sbatch(root: &RunRoot, path: &Path, array: &str) -> anyhow::Result<String> {
-    let output = Command::new("sbatch")
-        .arg("--parsable")
+/// Submits the script at `path` with `sbatch` (to start once job `after` succeeded) and
+/// records the submission in the root's `slurm/jobs.jsonl`; returns the job id.
+fn sbatch(root: &RunRoot, path: &Path, array: &str, after: Option<&str>) -> anyhow::Result<String> {
+    let mut command = Command::new("sbatch");
+    command.arg("--parsable");
+    if let Some(job) = after {
+        command
+            .arg(format!("--dependency=afterok:{job}"))
+            .arg("--kill-on-invalid-dep=yes");
+    }
+    let output = command
         .arg(path)
         .output()
         .context("failed to run `sbatch` (is Slurm's client installed and on PATH?)")?;
@@ -606,6 +772,29 @@ mod tests {
     }
 
     #[test]
+    fn the_preparation_job_prepares_every_source_once_with_the_arrays_options() {
+        insta::assert_snapshot!(prepare_script(&job()));
+    }
+
+    /// Without `--submit`: both scripts written, the preparation's only while a source is
+    /// not prepared.
+    #[test]
+    fn a_preparation_script_is_written_while_a_source_is_not_prepared() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let job = SlurmJob {
+            root: dir.path().to_path_buf(),
+            shards: 2,
+            ..job()
+        };
+        let script = dir.path().join("slurm/gen-prepare.sbatch");
+        slurm(&job, false, false, &["wildchat".to_owned()]).expect("written");
+        assert!(script.is_file());
+        fs_err::remove_file(&script).expect("remove");
+        slurm(&job, false, false, &[]).expect("written");
+        assert!(!script.exists());
+    }
+
+    #[test]
     fn only_failed_reuses_how_the_job_was_submitted() {
         let dir = tempfile::tempdir().expect("tempdir");
         let job = SlurmJob {
@@ -613,7 +802,7 @@ mod tests {
             shards: 2,
             ..job()
         };
-        slurm(&job, false, false).expect("written");
+        slurm(&job, false, false, &[]).expect("written");
         assert_eq!(submitted(dir.path()), Some(job.clone()));
         assert_eq!(
             job.describe(),

@@ -1,5 +1,6 @@
 //! One scheduler task running `gen run --shard auto`: which shard it is, the run root's shard
-//! count, ownership of the shard's run directory for the life of the run, and — when it is
+//! count, ownership of the shard's run directory for the life of the run, the sources prepared
+//! once taken into it, and — when it is
 //! the last shard to finish — the merge of every shard into `RUN_ROOT/merged`.
 
 use std::path::Path;
@@ -38,6 +39,7 @@ impl ShardTask {
             },
         };
         let ownership = owner::acquire(&dir, &claimant, owner::Timing::from_env())?;
+        super::prepared::adopt(plan, &root, &dir)?;
         Ok(ShardTask {
             root,
             auto,

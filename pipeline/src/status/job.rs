@@ -1,6 +1,7 @@
 //! `gen status RUN_ROOT`: one view of a sharded job — every shard's `status.json` and owner
 //! summed into a table per source, then a line per shard (host, owner, state, tok/s) — as
-//! text for 80 columns or as `--json`.
+//! text for 80 columns or as `--json`. A job that prepares once (`RUN_ROOT/prepared`) shows
+//! that preparation too: a source that failed there is failed for the job, with its verdict.
 
 use std::fmt::Write as _;
 
@@ -10,6 +11,7 @@ use super::render::{self, STALE_AFTER_MS, cut};
 use super::state::{Phase, RunStatus, SourceStatus};
 use crate::scale::owner::{self, OwnerRecord};
 use crate::scale::root::{self, RootError, RunRoot};
+use crate::store::atomic;
 
 /// Where a shard is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -61,18 +63,100 @@ pub struct ShardView {
     pub log: Option<String>,
 }
 
+/// The job's one preparation, `gen prepare` into `RUN_ROOT/prepared`.
+#[derive(Debug, Clone, Serialize)]
+pub struct PreparationView {
+    pub dir: String,
+    /// `running`, `done` (every source prepared), `stopped` (a source failed or it was
+    /// stopped: see the sources), `lost` (its process vanished).
+    pub state: ShardState,
+    pub host: String,
+    /// Sources prepared there, of all.
+    pub prepared: usize,
+    pub sources: usize,
+    /// The sources whose preparation failed there.
+    pub failed: Vec<String>,
+    /// Why it stopped before `gen` could say (its job ended first, e.g. exit 127).
+    pub stopped_by: Option<String>,
+    /// Its Slurm job's log, when the job recorded how it ended.
+    pub log: Option<String>,
+}
+
 /// The whole job.
 #[derive(Debug, Clone, Serialize)]
 pub struct JobView {
     pub root: String,
     pub config: String,
     pub shards: Vec<ShardView>,
+    /// The preparation once for every shard, when the job has one.
+    pub preparation: Option<PreparationView>,
     /// Every source summed over the shards that reported it.
     pub sources: Vec<SourceStatus>,
     /// `RUN_ROOT/merged` exists.
     pub merged: bool,
     /// How `gen slurm` submitted the tasks (what `--only-failed` reuses), when it did.
     pub submitted: Option<crate::scale::slurm::SlurmJob>,
+    /// Hosts read over ssh (`gen status --remote A --remote B`), not a run root's shards.
+    pub fleet: bool,
+}
+
+/// The runs of several hosts read over ssh (`--remote` given more than once), as one view: a
+/// line per host (its `--remote` target; one that could not be read is `failed`, with why),
+/// every source summed over them.
+pub fn fleet(hosts: Vec<(String, Result<RunStatus, String>)>, now_ms: u64) -> JobView {
+    let statuses: Vec<Option<&RunStatus>> = hosts.iter().map(|(_, s)| s.as_ref().ok()).collect();
+    let mut names: Vec<String> = Vec::new();
+    for status in statuses.iter().flatten() {
+        for source in &status.sources {
+            if !names.contains(&source.name) {
+                names.push(source.name.clone());
+            }
+        }
+    }
+    let sources = names.iter().map(|n| sum_source(n, &statuses)).collect();
+    let shards = hosts
+        .iter()
+        .enumerate()
+        .map(|(index, (target, status))| {
+            let ok = status.as_ref().ok();
+            ShardView {
+                index: index as u32,
+                dir: target.clone(),
+                state: match status {
+                    Ok(status) => shard_state(Some(status), now_ms),
+                    Err(_) => ShardState::Failed,
+                },
+                host: ok.map(|s| s.host.clone()),
+                owner: None,
+                prepared: ok.map_or(0, |s| s.sources.iter().filter_map(|s| s.prepared).sum()),
+                done: ok.map_or(0, |s| s.sources.iter().map(|s| s.done).sum()),
+                tokens_per_sec: ok
+                    .filter(|s| shard_state(Some(s), now_ms) == ShardState::Running)
+                    .map(|s| s.sources.iter().filter_map(|s| s.tokens_per_sec).sum()),
+                heartbeat_unix_ms: ok.map(|s| s.heartbeat_unix_ms),
+                stopped_by: match status {
+                    Ok(status) => status.stopped_by.clone(),
+                    Err(error) => Some(error.clone()),
+                },
+                log: None,
+            }
+        })
+        .collect();
+    JobView {
+        root: format!("{} hosts over ssh", hosts.len()),
+        config: statuses
+            .iter()
+            .flatten()
+            .map(|s| s.config.clone())
+            .next()
+            .unwrap_or_default(),
+        shards,
+        preparation: None,
+        sources,
+        merged: false,
+        submitted: None,
+        fleet: true,
+    }
 }
 
 fn shard_state(status: Option<&RunStatus>, now_ms: u64) -> ShardState {
@@ -134,6 +218,80 @@ fn sum_source(name: &str, statuses: &[Option<&RunStatus>]) -> SourceStatus {
     sum
 }
 
+/// A source no shard has taken yet is where the job's preparation has it: failed there (with
+/// its verdict), preparing or prepared.
+fn with_preparation(mut sum: SourceStatus, prepared: Option<&RunStatus>) -> SourceStatus {
+    let Some(source) = prepared.and_then(|p| p.sources.iter().find(|s| s.name == sum.name)) else {
+        return sum;
+    };
+    if sum.phase == Phase::Pending && source.phase != Phase::Pending {
+        sum.phase = source.phase;
+        sum.prepared = source.prepared;
+        sum.verdict.clone_from(&source.verdict);
+        sum.note.clone_from(&source.note);
+    }
+    sum
+}
+
+/// A preparation job that ended before `gen` wrote the preparation's status: failed, with
+/// its log and the log's last line.
+fn preparation_never_started(root: &RunRoot) -> Option<PreparationView> {
+    let ended = crate::scale::slurm::preparation_end(root.root()).filter(|e| e.exit != 0)?;
+    let log = crate::scale::slurm::preparation_log(root.root(), &ended.job);
+    let last = last_line(&log);
+    Some(PreparationView {
+        dir: root.prepared().root().display().to_string(),
+        state: ShardState::Failed,
+        host: ended.host.clone(),
+        prepared: 0,
+        sources: 0,
+        failed: Vec::new(),
+        stopped_by: Some(format!(
+            "job {} exited with {} on {} before `gen` started{}",
+            ended.job,
+            ended.exit,
+            ended.host,
+            last.map_or_else(String::new, |l| format!(": {l}"))
+        )),
+        log: Some(log.display().to_string()),
+    })
+}
+
+fn preparation_view(root: &RunRoot, status: &RunStatus, now_ms: u64) -> PreparationView {
+    let failed: Vec<String> = status
+        .sources
+        .iter()
+        .filter(|s| s.phase == Phase::Failed)
+        .map(|s| s.name.clone())
+        .collect();
+    let prepared = status
+        .sources
+        .iter()
+        .filter(|s| s.prepared.is_some())
+        .count();
+    let state = if !status.finished {
+        if now_ms.saturating_sub(status.heartbeat_unix_ms) > STALE_AFTER_MS {
+            ShardState::Lost
+        } else {
+            ShardState::Running
+        }
+    } else if prepared == status.sources.len() {
+        ShardState::Done
+    } else {
+        ShardState::Stopped
+    };
+    PreparationView {
+        dir: root.prepared().root().display().to_string(),
+        state,
+        host: status.host.clone(),
+        prepared,
+        sources: status.sources.len(),
+        failed,
+        stopped_by: None,
+        log: None,
+    }
+}
+
 /// Reads every shard of `root`.
 pub fn view(root: &RunRoot, now_ms: u64) -> Result<JobView, RootError> {
     let file = root.read()?.ok_or_else(|| RootError::NotARoot {
@@ -149,7 +307,20 @@ pub fn view(root: &RunRoot, now_ms: u64) -> Result<JobView, RootError> {
             }
         }
     }
-    let sources = names.iter().map(|n| sum_source(n, &statuses)).collect();
+    let prepared: Option<RunStatus> = atomic::read_json(&root.prepared().status()).ok().flatten();
+    for source in prepared.iter().flat_map(|p| &p.sources) {
+        if !names.contains(&source.name) {
+            names.push(source.name.clone());
+        }
+    }
+    let sources = names
+        .iter()
+        .map(|n| with_preparation(sum_source(n, &statuses), prepared.as_ref()))
+        .collect();
+    let preparation = match prepared {
+        Some(status) => Some(preparation_view(root, &status, now_ms)),
+        None => preparation_never_started(root),
+    };
     let mut views = Vec::new();
     for (index, dir, status) in &shards {
         let owner = owner::read_owner(dir).ok().flatten();
@@ -216,9 +387,11 @@ pub fn view(root: &RunRoot, now_ms: u64) -> Result<JobView, RootError> {
         root: root.root().display().to_string(),
         config: file.config,
         shards: views,
+        preparation,
         sources,
         merged: root.merged().is_dir(),
         submitted: crate::scale::slurm::submitted(root.root()),
+        fleet: false,
     })
 }
 
@@ -248,13 +421,52 @@ pub fn render(job: &JobView, now_ms: u64) -> String {
             writeln!(out, "{}", cut(&format!("{label:<6} {part}"), 80)).ok();
         }
     }
+    if let Some(preparation) = &job.preparation {
+        let failed = if preparation.failed.is_empty() {
+            String::new()
+        } else {
+            format!("; failed: {}", preparation.failed.join(", "))
+        };
+        let line = format!(
+            "prep   {} on {}: {} of {} sources prepared once{failed}",
+            preparation.state.label(),
+            preparation.host,
+            preparation.prepared,
+            preparation.sources
+        );
+        if let Some(error) = &preparation.stopped_by {
+            let line = format!("prep   failed on {}", preparation.host);
+            writeln!(out, "{}", cut(&line, 80)).ok();
+            for line in render::wrap(error, render::WIDTH, "      stopped by: ", "        ") {
+                writeln!(out, "{line}").ok();
+            }
+        } else {
+            writeln!(out, "{}", cut(&line, 80)).ok();
+        }
+        if let Some(log) = &preparation.log {
+            writeln!(out, "{}", cut(&format!("      log: {log}"), 80)).ok();
+        }
+        if let Some(first) = preparation.failed.first() {
+            let line = format!(
+                "       why: `gen diagnose {first} --run-dir {}`",
+                preparation.dir
+            );
+            writeln!(out, "{}", cut(&line, 80)).ok();
+        }
+    }
     writeln!(out).ok();
     out.push_str(&render::source_table(&job.sources, render::WIDTH));
     writeln!(out).ok();
     writeln!(
         out,
         "{:<5} {:<11} {:<14} {:<17} {:>12} {:>6} {:>8}",
-        "SHARD", "STATE", "HOST", "OWNER", "DONE", "TOK/S", "BEAT"
+        if job.fleet { "#" } else { "SHARD" },
+        "STATE",
+        "HOST",
+        "OWNER",
+        "DONE",
+        "TOK/S",
+        "BEAT"
     )
     .ok();
     for shard in &job.shards {
@@ -273,6 +485,14 @@ pub fn render(job: &JobView, now_ms: u64) -> String {
             writeln!(out, "{}", cut(&format!("      log: {log}"), 80)).ok();
         }
     }
+    // A failed preparation ended the array's tasks before they started (Slurm cancels a job
+    // whose dependency can no longer be met).
+    let preparation_stopped = job.preparation.as_ref().is_some_and(|p| {
+        matches!(
+            p.state,
+            ShardState::Stopped | ShardState::Lost | ShardState::Failed
+        )
+    });
     let rerun: Vec<String> = job
         .shards
         .iter()
@@ -280,22 +500,36 @@ pub fn render(job: &JobView, now_ms: u64) -> String {
             matches!(
                 s.state,
                 ShardState::Stopped | ShardState::Lost | ShardState::Failed
-            )
+            ) || (s.state == ShardState::NotStarted && preparation_stopped)
         })
         .map(|s| s.index.to_string())
         .collect();
     if !rerun.is_empty() {
         // Only a job `gen slurm` submitted can be resubmitted by it; any other launcher starts
         // the shards' tasks again itself.
-        let how = match job.submitted {
-            Some(_) => format!("`gen slurm {} --only-failed --submit`", job.config),
-            None => format!(
-                "start their tasks again as the job did (`gen run {} --shard auto`); a \
-                 Kubernetes Job: `kubectl replace --force -f job.json` (done shards end at once)",
+        let what = if job.fleet {
+            format!(
+                "on hosts {}: `gen run {}` there",
+                rerun.join(","),
                 job.config
-            ),
+            )
+        } else {
+            let how = match job.submitted {
+                Some(_) => format!("`gen slurm {} --only-failed --submit`", job.config),
+                None if preparation_stopped => format!(
+                    "`gen prepare {} --run-dir {}`, then start their tasks again",
+                    job.config,
+                    std::path::Path::new(&job.root).join("prepared").display()
+                ),
+                None => format!(
+                    "start their tasks again as the job did (`gen run {} --shard auto`); a \
+                     Kubernetes Job: `kubectl replace --force -f job.json` (done shards end at \
+                     once)",
+                    job.config
+                ),
+            };
+            format!("shards {}: {how}", rerun.join(","))
         };
-        let what = format!("shards {}: {how}", rerun.join(","));
         for line in render::wrap(&what, render::WIDTH, "rerun  ", "       ") {
             writeln!(out, "{line}").ok();
         }
@@ -319,6 +553,13 @@ fn header(job: &JobView) -> [String; 3] {
         if n > 0 {
             states.push(format!("{n} {}", state.label()));
         }
+    }
+    if job.fleet {
+        return [
+            format!("job    {}", job.config),
+            format!("fleet  {}", job.root),
+            format!("hosts  {}", states.join(", ")),
+        ];
     }
     let merged = if job.merged {
         "merged into RUN_ROOT/merged".to_owned()
@@ -372,7 +613,7 @@ fn shard_row(shard: &ShardView, now_ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::atomic;
+    use crate::status::state::VerdictLine;
 
     const NOW: u64 = 1_800_000_000_000;
 
@@ -491,7 +732,9 @@ mod tests {
                 stopped_by: Some(reason.into()),
                 log: None,
             }],
+            preparation: None,
             sources: Vec::new(),
+            fleet: false,
             merged: false,
             submitted: None,
         };
@@ -513,6 +756,43 @@ mod tests {
             .map(str::trim)
             .collect();
         assert_eq!(said.join(" "), format!("stopped by: {reason}"), "{text}");
+    }
+
+    /// A job that prepares once: before any task starts, a source that failed there is the
+    /// job's failed source (its verdict shown), the preparation has a line, and the shards the
+    /// failed preparation kept from starting are to be run again.
+    #[test]
+    fn a_failed_preparation_fails_its_source_for_the_job() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let root = RunRoot::new(tmp.path().join("job"));
+        root.open_or_create(2, std::path::Path::new("/data/jobs/datasets.toml"))
+            .expect("root");
+        let failed = SourceStatus {
+            verdict: Some(VerdictLine {
+                class: "traceback".into(),
+                headline: "`org/private` at `main`: HTTP 401 (RepoNotFound)".into(),
+                next_action: "set HF_TOKEN to a token that may read it".into(),
+            }),
+            ..SourceStatus::new("wildchat", Phase::Failed)
+        };
+        let prepared = root.prepared();
+        fs_err::create_dir_all(prepared.root()).expect("mkdir");
+        let status = status(
+            "login-01",
+            true,
+            vec![source("sharegpt", Phase::Prepared, 10000, 0, None), failed],
+        );
+        atomic::write_json(&prepared.status(), &status).expect("status");
+        let view = view(&root, NOW).expect("view");
+        let preparation = view.preparation.as_ref().expect("preparation");
+        assert_eq!(preparation.state, ShardState::Stopped);
+        assert_eq!(preparation.failed, ["wildchat"]);
+        assert_eq!(view.sources[0].phase, Phase::Prepared);
+        assert_eq!(view.sources[1].phase, Phase::Failed);
+        assert!(view.sources[1].verdict.is_some());
+        let text = super::render(&view, NOW);
+        let text = text.replace(&tmp.path().display().to_string(), "[TEMP_DIR]");
+        insta::assert_snapshot!(text);
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use crate::support;
 
+use gen_tests::fake_hub::{FakeHub, FakeRepo};
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 use support::{Config, Gen, Output};
 
@@ -152,12 +153,23 @@ async fn the_context_check_takes_the_largest_budget_of_any_source() {
 
 /// A server `gen` launches on the fixed port of `url`: a port another process holds fails
 /// the plan (as `gen run` would refuse it), a free one is said; Hub sources say where they
-/// download and the room there.
+/// download, how much (the selected files' sizes as the fake hub lists them: 3 KiB of the
+/// repository's 4 KiB; before, no size at all) and the room there.
 #[tokio::test]
-async fn a_launch_port_in_use_fails_and_hub_sources_say_where_they_download() {
+async fn a_launch_port_in_use_fails_and_hub_sources_say_where_and_how_much_they_download() {
+    let fake_hub = FakeHub::start(vec![FakeRepo::new(
+        "org/set",
+        vec![
+            ("data/a.parquet", vec![0; 1024]),
+            ("data/b.parquet", vec![0; 2048]),
+            ("README.md", vec![b'#'; 1024]),
+        ],
+    )]);
     let held = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = held.local_addr().expect("addr").port();
-    let gen_ = Gen::new();
+    let mut gen_ = Gen::new();
+    // Every `gen doctor` here asks the fake hub, never the real one.
+    gen_.env("HF_ENDPOINT", &fake_hub.endpoint);
     gen_.config(
         &Config::new(&format!("http://127.0.0.1:{port}"))
             .server("launch = [\"/bin/true\", \"--port\", \"{port}\"]")
@@ -190,7 +202,7 @@ async fn a_launch_port_in_use_fails_and_hub_sources_say_where_they_download() {
     let hub_line = line(&out, "hub");
     assert!(
         hub_line.contains(&format!(
-            "1 source(s) download their files from the Hub into `{}` (hubbed;",
+            "1 source(s) download 3 KiB from the Hub into `{}` (hubbed)",
             hub.display()
         )) && hub_line.contains(" free on `"),
         "{hub_line}"

@@ -341,3 +341,65 @@ async fn remote_status_over_a_real_sshd_matches_local_status_and_failures_are_na
         refused.stderr
     );
 }
+
+/// Issue 29 item 8: plain SSH boxes, no scheduler: `--remote` given for each host shows one
+/// view of the fleet — every source summed over the hosts, a line per host — and a host that
+/// cannot be read is a failed line with why, not the end of the view (before: `--remote`
+/// once only).
+#[tokio::test]
+async fn status_over_several_remote_hosts_is_one_fleet_view() {
+    let Some(sshd) = start_sshd().await else {
+        return;
+    };
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let gen_ = Gen::new();
+    gen_.write(
+        "data/a.jsonl",
+        "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n{\"prompt\": \"three\"}\n",
+    );
+    let config = gen_.config(&Config::new(&server.url()).source("alpha", "data/a.jsonl"));
+    for (shard, dir) in [("0/2", "runs/box-0"), ("1/2", "runs/box-1")] {
+        let run = gen_
+            .run(&["run", &config, "--shard", shard, "--run-dir", dir])
+            .await;
+        assert_eq!(run.code, Some(0), "{}", run.stderr);
+    }
+    let target = |dir: &str| format!("{}@127.0.0.1:{}", sshd.user, gen_.path(dir).display());
+    let opts = sshd.opts(&sshd.key(), sshd.port);
+    let env = [("GEN_SSH_OPTS", opts.as_str()), ("GEN_REMOTE_GEN", GEN_BIN)];
+    let (box0, box1) = (target("runs/box-0"), target("runs/box-1"));
+    let args = ["status", "--remote", &box0, "--remote", &box1];
+    let fleet = gen_with_env(&gen_, &args, &env).await;
+    assert_eq!(fleet.code, Some(0), "{}{}", fleet.stdout, fleet.stderr);
+    for line in ["fleet  2 hosts over ssh", "hosts  2 done"] {
+        assert!(fleet.stdout.contains(line), "{line}:\n{}", fleet.stdout);
+    }
+    let json = gen_with_env(&gen_, &[&args[..], &["--json"]].concat(), &env).await;
+    let view: serde_json::Value = serde_json::from_str(&json.stdout).expect("json");
+    assert_eq!(view["sources"][0]["name"], "alpha", "{view}");
+    assert_eq!(
+        view["sources"][0]["done"], 3,
+        "every prompt, summed: {view}"
+    );
+    assert_eq!(view["shards"][1]["dir"], box1.as_str(), "{view}");
+
+    let gone = target("runs/box-9");
+    let args = ["status", "--remote", &box0, "--remote", &gone];
+    let partial = gen_with_env(&gen_, &args, &env).await;
+    assert_eq!(
+        partial.code,
+        Some(1),
+        "{}{}",
+        partial.stdout,
+        partial.stderr
+    );
+    let text = partial.stdout.replace('\n', " ");
+    assert!(
+        partial.stdout.contains("hosts  1 done, 1 failed")
+            && text.contains("stopped by: `")
+            && text.contains("runs/box-9")
+            && partial.stdout.contains("rerun  on hosts 1: `gen run "),
+        "{}",
+        partial.stdout
+    );
+}

@@ -4,7 +4,8 @@
 //! `gen status RUN_ROOT` over every shard, the merged output holding every prompt exactly once;
 //! a duplicate task for a live shard refused, `scancel` of one task mid-run (its server gets the
 //! SIGTERM too: `gen` stops at once), and `gen slurm --only-failed` resubmitting only the
-//! cancelled shard; a task whose `gen` binary is wrong shown `failed` with its log.
+//! cancelled shard; a task whose `gen` binary is wrong shown `failed` with its log; a job
+//! that prepares once, its dataset fetched from a fake hub (`HF_ENDPOINT`) exactly once.
 //!
 //! Skipped with a printed reason when no cluster answers or llama-server is missing, unless
 //! `GEN_REQUIRE_SLURM` (or `GEN_REQUIRE_LLAMA`) is set, as `scripts/test.sh` does.
@@ -16,7 +17,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::{Gen, completions, copy_examples, llama_skip_reason, read_json, wait_for};
+use gen_tests::fake_hub::{FakeHub, FakeRepo};
+use gen_tests::fake_openai::{FakeOpenAi, Knobs};
+use support::{Config, Gen, completions, copy_examples, llama_skip_reason, read_json, wait_for};
 
 /// The longest a wait on the array may take: on 2 CPUs shared with the rest of the suite the
 /// two tests' llama-servers run at a few tokens per second (one wait took over 600 s at a load
@@ -227,12 +230,15 @@ async fn a_slurm_array_runs_every_shard_survives_a_cancel_and_refuses_a_duplicat
     .await;
     step("task 1 gone");
     // Its own server got the SIGTERM too: what it had in flight could not finish, and gen did
-    // not wait out the grace for it (issue 29 item 2).
+    // not wait out the grace for it (issue 29 item 2): it saw the server go quiet, or the
+    // streams broke as the server died (with the prompts prepared once, a task generates
+    // within a second of its server answering, and the cancel finds its streams open).
     let cancelled_log =
         std::fs::read_to_string(root.join(format!("slurm/{job}_1.out"))).expect("log");
     assert!(
         !cancelled_log.contains("in flight get")
-            || cancelled_log.contains("cannot finish, stopping now"),
+            || cancelled_log.contains("cannot finish, stopping now")
+            || cancelled_log.contains("is down (stream broke"),
         "{cancelled_log}"
     );
     let cancelled = read_json(&shard1.join("status.json")).expect("shard 1 status");
@@ -432,9 +438,11 @@ async fn a_task_told_its_time_is_up_stops_requeues_itself_and_takes_its_shard_ba
     );
 }
 
-/// Issue 29 item 3 on the cluster: a task whose `gen` binary does not exist exits 127 before
-/// `gen` starts; `gen status RUN_ROOT` shows its shard failed, with the task's log and what
-/// the shell said in it (before: `not started` forever).
+/// Issue 29 item 3 on the cluster: a job whose `gen` binary does not exist fails before `gen`
+/// starts. First its preparation job (exit 127): `gen status RUN_ROOT` shows the preparation
+/// failed with its log and what the shell said, and the shards it kept from starting to run
+/// again. Then, prepared by hand, the rerun's array task: its shard failed, with the task's
+/// log (before: `not started` forever).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_task_whose_gen_binary_is_wrong_is_shown_failed_with_its_log() {
     if let Some(reason) = slurm_skip_reason() {
@@ -443,6 +451,7 @@ async fn a_task_whose_gen_binary_is_wrong_is_shown_failed_with_its_log() {
     }
     let gen_ = project(48);
     let root: PathBuf = gen_.run_path("");
+    let root_arg = root.to_str().expect("utf-8");
     let submitted = gen_
         .run(&[
             "slurm",
@@ -458,11 +467,50 @@ async fn a_task_whose_gen_binary_is_wrong_is_shown_failed_with_its_log() {
         .await;
     assert_eq!(submitted.code, Some(0), "{}", submitted.stderr);
     let job = submitted.stdout.trim().to_owned();
-    wait_gone(&[&job], &root).await;
-    let status = gen_
-        .run(&["status", root.to_str().expect("utf-8"), "--json"])
-        .await;
+    let jobs = std::fs::read_to_string(root.join("slurm/jobs.jsonl")).expect("jobs.jsonl");
+    let first: serde_json::Value =
+        serde_json::from_str(jobs.lines().next().expect("a line")).expect("json");
+    assert_eq!(first["array"], "prepare", "{jobs}");
+    let prepare = first["job_id"].as_str().expect("job id").to_owned();
+    wait_gone(&[&prepare, &job], &root).await;
+    let status = gen_.run(&["status", root_arg, "--json"]).await;
+    assert_eq!(status.code, Some(1), "{}", status.stdout);
     let view: serde_json::Value = serde_json::from_str(&status.stdout).expect("json");
+    let preparation = &view["preparation"];
+    assert_eq!(preparation["state"], "failed", "{view}\n{}", logs(&root));
+    let log = root.join(format!("slurm/prepare-{prepare}.out"));
+    assert_eq!(preparation["log"], log.display().to_string(), "{view}");
+    let why = preparation["stopped_by"].as_str().expect("stopped_by");
+    assert!(
+        why.starts_with(&format!("job {prepare} exited with 127 on "))
+            && why.ends_with("/nonexistent/gen: No such file or directory"),
+        "{why}"
+    );
+    let table = gen_.run(&["status", root_arg]).await;
+    assert!(
+        table.stdout.contains("rerun  shards 0: `gen slurm "),
+        "{}",
+        table.stdout
+    );
+
+    // Prepared by hand on the run root: the rerun submits no preparation, and its task fails.
+    let prepared = gen_.run(&["prepare", "examples/quickstart.toml"]).await;
+    assert_eq!(prepared.code, Some(0), "{}", prepared.stderr);
+    assert!(root.join("prepared/status.json").is_file());
+    let again = gen_
+        .run(&[
+            "slurm",
+            "examples/quickstart.toml",
+            "--only-failed",
+            "--submit",
+        ])
+        .await;
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
+    let job = again.stdout.trim().to_owned();
+    wait_gone(&[&job], &root).await;
+    let status = gen_.run(&["status", root_arg, "--json"]).await;
+    let view: serde_json::Value = serde_json::from_str(&status.stdout).expect("json");
+    assert_eq!(view["preparation"]["state"], "done", "{view}");
     let shard = &view["shards"][0];
     assert_eq!(shard["state"], "failed", "{view}\n{}", logs(&root));
     let log = root.join(format!("slurm/{job}_0.out"));
@@ -473,4 +521,271 @@ async fn a_task_whose_gen_binary_is_wrong_is_shown_failed_with_its_log() {
             && why.ends_with("/nonexistent/gen: No such file or directory"),
         "{why}"
     );
+}
+
+/// Prompts of the fake hub's dataset: `n` one-turn conversations with ids.
+fn hub_rows(n: usize) -> Vec<u8> {
+    (0..n)
+        .map(|i| {
+            serde_json::json!({
+                "id": format!("q{i:03}"),
+                "messages": [{"role": "user", "content": format!("question number {i}")}],
+            })
+            .to_string()
+                + "\n"
+        })
+        .collect::<String>()
+        .into_bytes()
+}
+
+/// Requests of the fake hub that fetched the dataset: its listing (`info`) and its data
+/// file's bytes (not the `bytes=0-0` probe of its size).
+fn hub_fetches(hub: &FakeHub) -> (usize, usize) {
+    let seen = hub.seen();
+    let listings = seen
+        .iter()
+        .filter(|s| s.path.contains("/revision/"))
+        .count();
+    let downloads = seen
+        .iter()
+        .filter(|s| s.path.contains("/resolve/") && s.range.as_deref() != Some("bytes=0-0"))
+        .count();
+    (listings, downloads)
+}
+
+/// Issue 29 item 7 on the cluster: a 3-shard job prepares once. `gen slurm --submit` submits
+/// a preparation job and the array after it; the dataset is fetched from the hub exactly once
+/// (before: once per shard), every shard takes the prepared prompts, and the merged output
+/// has every prompt exactly once. A shard run again (`--only-failed`) takes them again
+/// without a preparation job and without touching the hub.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sharded_job_prepares_once_and_every_shard_reads_the_shared_preparation() {
+    if let Some(reason) = slurm_skip_reason() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let hub = FakeHub::start(vec![FakeRepo::new(
+        "gen-test/questions",
+        vec![("data/train.jsonl", hub_rows(90))],
+    )]);
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let mut gen_ = Gen::new();
+    gen_.write(
+        "local.jsonl",
+        "{\"prompt\": \"a local one\"}\n{\"prompt\": \"another\"}\n",
+    );
+    gen_.config(
+        &Config::new(&server.url())
+            .source_table(
+                "questions",
+                "repo = \"gen-test/questions\"\nrevision = \"main\"\nsplit = \"train\"\n\
+                 files = [\"data/train.jsonl\"]\nformat = \"jsonl\"\n\
+                 messages-field = \"messages\"\nid-field = \"id\"",
+            )
+            .source("local", "local.jsonl"),
+    );
+    let cache = gen_.path("hf-home");
+    let cache = cache.to_str().expect("utf-8");
+    gen_.env("HF_ENDPOINT", &hub.endpoint);
+    gen_.env("HF_HOME", cache);
+    gen_.env("HF_HUB_CACHE", &format!("{cache}/hub"));
+    let root: PathBuf = gen_.run_path("");
+    let root_arg = root.to_str().expect("utf-8");
+
+    let submitted = gen_
+        .run(&[
+            "slurm",
+            "cfg.toml",
+            "--shards",
+            "3",
+            "--submit",
+            "--",
+            "--cpus-per-task=1",
+        ])
+        .await;
+    assert_eq!(submitted.code, Some(0), "{}", submitted.stderr);
+    let job = submitted.stdout.trim().to_owned();
+    wait_gone(&[&job], &root).await;
+    assert_eq!(
+        hub_fetches(&hub),
+        (1, 1),
+        "one listing and one download for the whole job\n{}",
+        logs(&root)
+    );
+    assert!(
+        submitted
+            .stderr
+            .contains("prepares questions, local once into"),
+        "{}",
+        submitted.stderr
+    );
+    let prepare = std::fs::read_to_string(root.join("slurm/gen-prepare.sbatch")).expect("script");
+    assert!(
+        prepare.contains(" prepare ") && prepare.contains("#SBATCH --cpus-per-task=1\n"),
+        "{prepare}"
+    );
+    let prepared = prompt_ids(&root.join("prepared"), "questions");
+    assert_eq!(prepared.len(), 90);
+    for shard in ["shard-000", "shard-001", "shard-002"] {
+        assert_eq!(
+            prompt_ids(&root.join(shard), "questions"),
+            prepared,
+            "{shard}"
+        );
+    }
+    let shard_logs = logs(&root);
+    assert_eq!(
+        shard_logs.matches("gen: prepared once in").count(),
+        3,
+        "{shard_logs}"
+    );
+
+    let status = gen_.run(&["status", root_arg, "--json"]).await;
+    assert_eq!(status.code, Some(0), "{}", status.stderr);
+    let view: serde_json::Value = serde_json::from_str(&status.stdout).expect("json");
+    assert_eq!(view["preparation"]["state"], "done", "{view}");
+    assert!(
+        view["shards"]
+            .as_array()
+            .expect("shards")
+            .iter()
+            .all(|s| s["state"] == "done"),
+        "{view}\n{shard_logs}"
+    );
+    let merged = root.join("merged");
+    let records = completions(&merged.join("sources/questions/completions.jsonl.zst"));
+    let ids: Vec<String> = records
+        .iter()
+        .map(|r| r["id"].as_str().expect("id").to_owned())
+        .collect();
+    let unique: HashSet<String> = ids.iter().cloned().collect();
+    assert_eq!(unique.len(), ids.len(), "a prompt answered twice");
+    assert_eq!(unique, prepared, "every prompt answered");
+    let verify = gen_.run(&["verify", merged.to_str().expect("utf-8")]).await;
+    assert_eq!(verify.code, Some(0), "{}{}", verify.stdout, verify.stderr);
+
+    // Shard 2 lost (its directory gone): the rerun resubmits it alone, with no preparation
+    // job, and its task takes the prepared prompts again without asking the hub.
+    std::fs::remove_dir_all(root.join("shard-002")).expect("remove shard 2");
+    std::fs::remove_dir_all(&merged).expect("remove merged");
+    let again = gen_
+        .run(&["slurm", "cfg.toml", "--only-failed", "--submit"])
+        .await;
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
+    assert!(!again.stderr.contains("once into"), "{}", again.stderr);
+    let rerun = again.stdout.trim().to_owned();
+    wait_gone(&[&rerun], &root).await;
+    assert_eq!(hub_fetches(&hub), (1, 1), "{}", logs(&root));
+    assert_eq!(prompt_ids(&root.join("shard-002"), "questions"), prepared);
+    assert!(merged.is_dir(), "merged again\n{}", logs(&root));
+}
+
+/// Issue 29 item 7: a preparation that fails (the dataset is not on the hub) ends the job's
+/// array before any task starts (no shard downloads it again), and `gen status RUN_ROOT`
+/// says which source failed and why, exit 1, with the rerun; `--only-failed` then prepares
+/// only that source again and runs every shard.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_preparation_stops_the_array_and_says_why() {
+    if let Some(reason) = slurm_skip_reason() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let empty = FakeHub::start(Vec::new());
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let gen_ = Gen::new();
+    gen_.write("local.jsonl", "{\"prompt\": \"a local one\"}\n");
+    gen_.config(
+        &Config::new(&server.url())
+            .source_table(
+                "questions",
+                "repo = \"gen-test/questions\"\nrevision = \"main\"\nsplit = \"train\"\n\
+                 files = [\"data/train.jsonl\"]\nformat = \"jsonl\"\n\
+                 messages-field = \"messages\"\nid-field = \"id\"",
+            )
+            .source("local", "local.jsonl"),
+    );
+    let cache = gen_.path("hf-home");
+    let cache = cache.to_str().expect("utf-8");
+    let env = |endpoint: &str| {
+        [
+            ("HF_ENDPOINT", endpoint.to_owned()),
+            ("HF_HOME", cache.to_owned()),
+            ("HF_HUB_CACHE", format!("{cache}/hub")),
+        ]
+    };
+    let root: PathBuf = gen_.run_path("");
+    let root_arg = root.to_str().expect("utf-8");
+    let submit = async |args: &[&str], endpoint: &str| {
+        let env = env(endpoint);
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let out = gen_.run_with_env(args, &env).await;
+        assert_eq!(out.code, Some(0), "{}", out.stderr);
+        out.stdout.trim().to_owned()
+    };
+    let job = submit(
+        &["slurm", "cfg.toml", "--shards", "2", "--submit"],
+        &empty.endpoint,
+    )
+    .await;
+    wait_gone(&[&job], &root).await;
+    assert!(
+        !root.join("shard-000").exists() && !root.join("shard-001").exists(),
+        "no task ran\n{}",
+        logs(&root)
+    );
+    let status = gen_.run(&["status", root_arg, "--json"]).await;
+    assert_eq!(status.code, Some(1), "{}", status.stderr);
+    let view: serde_json::Value = serde_json::from_str(&status.stdout).expect("json");
+    assert_eq!(view["preparation"]["state"], "stopped", "{view}");
+    assert_eq!(view["preparation"]["failed"][0], "questions", "{view}");
+    let questions = &view["sources"][0];
+    assert_eq!(
+        (questions["name"].as_str(), questions["phase"].as_str()),
+        (Some("questions"), Some("failed")),
+        "{view}"
+    );
+    let verdict = questions["verdict"].to_string();
+    assert!(verdict.contains("gen-test/questions"), "{verdict}");
+    let table = gen_.run(&["status", root_arg]).await;
+    for line in [
+        "prep   stopped on ",
+        "1 of 2 sources prepared once; failed: questions",
+        "why: `gen diagnose questions --run-dir ",
+        "rerun  shards 0,1: `gen slurm ",
+    ] {
+        assert!(table.stdout.contains(line), "{line}:\n{}", table.stdout);
+    }
+
+    let prepared = root.join("prepared");
+    let diagnosis = gen_
+        .run(&[
+            "diagnose",
+            "questions",
+            "--run-dir",
+            prepared.to_str().expect("utf-8"),
+        ])
+        .await;
+    assert!(
+        diagnosis.stdout.contains("gen-test/questions"),
+        "{}{}",
+        diagnosis.stdout,
+        diagnosis.stderr
+    );
+
+    // The dataset appears: the rerun prepares it alone, then runs both shards.
+    let hub = FakeHub::start(vec![FakeRepo::new(
+        "gen-test/questions",
+        vec![("data/train.jsonl", hub_rows(20))],
+    )]);
+    let rerun = submit(
+        &["slurm", "cfg.toml", "--only-failed", "--submit"],
+        &hub.endpoint,
+    )
+    .await;
+    wait_gone(&[&rerun], &root).await;
+    assert_eq!(hub_fetches(&hub), (1, 1), "{}", logs(&root));
+    let status = gen_.run(&["status", root_arg, "--json"]).await;
+    assert_eq!(status.code, Some(0), "{}\n{}", status.stdout, logs(&root));
+    let view: serde_json::Value = serde_json::from_str(&status.stdout).expect("json");
+    assert_eq!(view["merged"], true, "{view}");
 }

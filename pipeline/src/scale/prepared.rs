@@ -1,0 +1,136 @@
+//! Prepare once: `gen prepare CONFIG --run-dir RUN_ROOT` prepares every source into
+//! `RUN_ROOT/prepared` (an ordinary run directory that only prepares), and each shard's task
+//! takes the prepared sources from there instead of downloading and normalizing them again.
+//!
+//! A shard takes a source by linking its `prompts.jsonl.zst` (a copy where the file system
+//! refuses links) and copying its `manifest.json` last, as a preparation writes them: the
+//! shard's directory then holds the source prepared, exactly as if it had prepared it, and
+//! everything after (resume, merge, verify) is unchanged. The prompts file is never written
+//! in place (a new preparation renames a new file over it), so a link shares nothing a shard
+//! can change. A source not prepared there is prepared by the shard itself, as before.
+
+use std::path::Path;
+
+use anyhow::Context as _;
+
+use super::root::RunRoot;
+use crate::config::Plan;
+use crate::store::manifest::read_manifest;
+use crate::store::{RunDir, atomic};
+
+/// The sources of `plan` that `RUN_ROOT/prepared` does not hold prepared.
+pub fn unprepared(plan: &Plan, root: &RunRoot) -> Vec<String> {
+    let prepared = root.prepared();
+    plan.sources
+        .iter()
+        .map(|s| s.name().to_owned())
+        .filter(|name| !read_manifest(&prepared, name).is_ok_and(|m| m.is_some()))
+        .collect()
+}
+
+/// Takes into the shard directory `shard` every source of `plan` that `RUN_ROOT/prepared`
+/// holds prepared and `shard` does not. Says what it took and what the shard prepares itself.
+/// Nothing to do without `RUN_ROOT/prepared` (a job that does not prepare once).
+pub fn adopt(plan: &Plan, root: &RunRoot, shard: &RunDir) -> anyhow::Result<()> {
+    let prepared = root.prepared();
+    if !prepared.root().is_dir() {
+        return Ok(());
+    }
+    let (mut taken, mut missing) = (Vec::new(), Vec::new());
+    for spec in &plan.sources {
+        let name = spec.name();
+        if read_manifest(shard, name)?.is_some() {
+            continue;
+        }
+        match read_manifest(&prepared, name)? {
+            Some(manifest) => {
+                let (from, to) = (prepared.source(name), shard.source(name));
+                super::root::private_dir(to.root())
+                    .with_context(|| format!("failed to create `{}`", to.root().display()))?;
+                link_or_copy(&from.prompts(), &to.prompts())?;
+                atomic::write_json(&to.manifest(), &manifest)
+                    .with_context(|| format!("failed to write `{}`", to.manifest().display()))?;
+                taken.push(name);
+            }
+            None => missing.push(name),
+        }
+    }
+    if !taken.is_empty() {
+        crate::report::plain(&format!(
+            "gen: prepared once in `{}`: {}",
+            prepared.root().display(),
+            taken.join(", ")
+        ));
+    }
+    if !missing.is_empty() {
+        crate::report::plain(&format!(
+            "gen: warning: not prepared in `{}`: {}; this shard prepares them itself",
+            prepared.root().display(),
+            missing.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+/// Links `from` to `to` (replacing what is there), or copies it where links are refused
+/// (another file system, a mount without hard links).
+fn link_or_copy(from: &Path, to: &Path) -> anyhow::Result<()> {
+    let mut name = to.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{}.adopt", std::process::id()));
+    let tmp = to.with_file_name(name);
+    fs_err::remove_file(&tmp).ok();
+    if fs_err::hard_link(from, &tmp).is_err() {
+        fs_err::copy(from, &tmp)
+            .with_context(|| format!("failed to copy the prepared `{}`", from.display()))?;
+    }
+    fs_err::rename(&tmp, to).with_context(|| format!("failed to write `{}`", to.display()))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(dir: &Path) -> Plan {
+        fs_err::write(dir.join("a.jsonl"), "{\"prompt\": \"one\"}\n").expect("write");
+        fs_err::write(dir.join("b.jsonl"), "{\"prompt\": \"two\"}\n").expect("write");
+        let text = "[server]\nurl = \"http://127.0.0.1:1\"\nmodel = \"m\"\n[generation]\nmax-tokens = 8\n\
+                    [[source]]\nname = \"a\"\npath = \"a.jsonl\"\n\
+                    [[source]]\nname = \"b\"\npath = \"b.jsonl\"\n";
+        let config = dir.join("c.toml");
+        fs_err::write(&config, text).expect("write");
+        Plan::load(&config).expect("plan")
+    }
+
+    #[test]
+    fn a_shard_takes_the_sources_prepared_once_and_no_others() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let plan = plan(tmp.path());
+        let root = RunRoot::new(tmp.path().join("job"));
+        root.open_or_create(2, &plan.config_path).expect("root");
+        let shard = root.shard(1, 2);
+        // Nothing prepared once: nothing taken, nothing said.
+        adopt(&plan, &root, &shard).expect("adopt");
+        assert!(!shard.root().exists());
+        crate::prep::prepare_source(&plan, &root.prepared(), "a", None).expect("prepare a");
+        assert_eq!(unprepared(&plan, &root), ["b"]);
+        adopt(&plan, &root, &shard).expect("adopt");
+        let (from, to) = (root.prepared().source("a"), shard.source("a"));
+        assert_eq!(
+            fs_err::read(to.prompts()).expect("linked"),
+            fs_err::read(from.prompts()).expect("prepared")
+        );
+        let manifest = |dir: &RunDir| {
+            serde_json::to_value(read_manifest(dir, "a").expect("read")).expect("json")
+        };
+        assert_eq!(manifest(&shard), manifest(&root.prepared()));
+        assert!(read_manifest(&shard, "b").expect("read").is_none());
+        // A shard's own manifest is its own: written again by the shard, not through a link.
+        fs_err::write(to.manifest(), "{}").expect("write");
+        assert!(
+            read_manifest(&root.prepared(), "a")
+                .expect("read")
+                .is_some()
+        );
+    }
+}
