@@ -603,7 +603,7 @@ async fn every_schema_keeps_every_turn_under_its_trainers_rules() {
     assert!(
         unknown
             .stderr
-            .contains("[possible values: messages, specforge, sharegpt, modelopt]"),
+            .contains("[possible values: messages, specforge, speculators, sharegpt, modelopt]"),
         "{}",
         unknown.stderr
     );
