@@ -878,4 +878,84 @@ mod tests {
             "{missing}"
         );
     }
+
+    /// `--schema speculators`: token rows (one per answer, a two-turn record's turns each a
+    /// row with its own prompt ids) when every record has its ids, in JSONL and Parquet; a
+    /// record without them makes the whole export conversations.
+    #[test]
+    fn speculators_writes_token_rows_only_when_every_answer_has_its_ids() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let run = dir.path();
+        let alpha = run.join("sources/alpha");
+        fs_err::create_dir_all(&alpha).expect("mkdir");
+        let ids = |p: &[u32], c: &[u32]| serde_json::json!({"prompt": p, "completion": c});
+        let (mut writer, _) =
+            FrameWriter::open(&alpha.join("completions.jsonl.zst")).expect("open");
+        writer
+            .push(&serde_json::json!({
+                "id": "one", "source": "alpha", "model": "m",
+                "messages": [{"role": "user", "content": "q"}], "content": "a",
+                "finish_reason": "stop", "usage": null, "token_ids": ids(&[1, 2], &[3, 4, 5]),
+            }))
+            .expect("push");
+        writer
+            .push(&serde_json::json!({
+                "id": "two", "source": "alpha", "model": "m",
+                "messages": [{"role": "user", "content": "q1"}, {"role": "user", "content": "q2"}],
+                "content": "a2", "finish_reason": "stop", "usage": null,
+                "token_ids": ids(&[1, 6, 7, 8], &[9]),
+                "turns": [
+                    {"content": "a1", "finish_reason": "stop", "usage": null, "token_ids": ids(&[1, 6], &[7])},
+                    {"content": "a2", "finish_reason": "stop", "usage": null, "token_ids": ids(&[1, 6, 7, 8], &[9])},
+                ],
+            }))
+            .expect("push");
+        writer.flush().expect("flush");
+        drop(writer);
+        assert_eq!(
+            speculators_rows(run).expect("scan"),
+            ExportSchema::SpeculatorsTokens
+        );
+        let tokens = ExportOptions {
+            schema: ExportSchema::SpeculatorsTokens,
+            ..JSONL
+        };
+        let output = run.join("out/tokens");
+        let summary = export_run(run, tokens, &output).expect("export");
+        assert_eq!(summary.rows, BTreeMap::from([("alpha".to_owned(), 3)]));
+        let text = fs_err::read_to_string(output.join("data/train.jsonl")).expect("read");
+        let rows: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json"))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                serde_json::json!({"id": "one", "input_ids": [1, 2, 3, 4, 5], "loss_mask": [0, 0, 1, 1, 1]}),
+                serde_json::json!({"id": "two#turn0", "input_ids": [1, 6, 7], "loss_mask": [0, 0, 1]}),
+                serde_json::json!({"id": "two#turn1", "input_ids": [1, 6, 7, 8, 9], "loss_mask": [0, 0, 0, 0, 1]}),
+            ]
+        );
+        let parquet = ExportOptions {
+            format: ExportFormat::Parquet,
+            ..tokens
+        };
+        export_run(run, parquet, &run.join("out/parquet")).expect("parquet");
+
+        let (mut writer, _) =
+            FrameWriter::open(&alpha.join("completions.jsonl.zst")).expect("open");
+        writer
+            .push(&serde_json::json!({
+                "id": "old", "source": "alpha", "model": "m",
+                "messages": [{"role": "user", "content": "q"}], "content": "a",
+                "finish_reason": "stop", "usage": null,
+            }))
+            .expect("push");
+        writer.flush().expect("flush");
+        drop(writer);
+        assert_eq!(
+            speculators_rows(run).expect("scan"),
+            ExportSchema::Speculators
+        );
+    }
 }
