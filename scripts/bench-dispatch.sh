@@ -12,7 +12,8 @@
 # (both clients, default 128), SERVER_THREADS (the fake server's tokio workers, default 1),
 # SERVER_ARGS (e.g. `--harness`: the test harness's fake server instead of the lean one),
 # PYTHON (a Python 3 to build the venv from), GEN (a prebuilt `gen` to measure instead of
-# this tree's, e.g. an older commit's). N_PY=0 skips the Python peer. The peer's venv (PyPI
+# this tree's, e.g. an older commit's), TOKEN_IDS=1 (`token-ids = true`: the fake server then
+# sends token ids as vLLM does, and gen stores them). N_PY=0 skips the Python peer. The peer's venv (PyPI
 # `openai`) is created under DIR on first use. KEEP=1 keeps the run directory and outputs.
 #
 # What is measured:
@@ -35,6 +36,8 @@ concurrency=${CONCURRENCY:-128}
 server_threads=${SERVER_THREADS:-1}
 python=${PYTHON:-python3}
 target=${CARGO_TARGET_DIR:-target}
+token_ids=false
+[[ -z ${TOKEN_IDS:-} || ${TOKEN_IDS} == 0 ]] || token_ids=true
 
 cargo build --release -p gen-pipeline -p gen-tests --bin gen --bin instant-openai
 gen=${GEN:-$target/release/gen}
@@ -85,6 +88,7 @@ url = "$url"
 max-tokens = 64
 temperature = 0.6
 concurrency = $concurrency
+token-ids = $token_ids
 
 [[source]]
 name = "bench"

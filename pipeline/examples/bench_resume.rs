@@ -155,6 +155,7 @@ fn completion(words: &mut Words, id: String, messages: Vec<Message>, i: u64) -> 
         settings: serde_json::json!({"temperature": 0.6, "top_p": 0.95, "max_tokens": 8192})
             .as_object()
             .cloned(),
+        token_ids: None,
     }
 }
 

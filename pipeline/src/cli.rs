@@ -508,8 +508,10 @@ pub struct ExportArgs {
     /// A run directory or a config file.
     pub target: PathBuf,
     /// The trainer's schema: `messages` (gen's own), `specforge` (SpecForge, speculators),
-    /// `sharegpt` (SafeAILab EAGLE: `from`/`value`, no reasoning), `modelopt` (NVIDIA
-    /// ModelOpt: `conversation_id`, `conversations`).
+    /// `speculators` (pre-tokenized `input_ids` + `loss_mask`, one row per answer, when every
+    /// answer was stored with its token ids (`token-ids = true`); else `specforge`'s
+    /// conversations for speculators to render), `sharegpt` (SafeAILab EAGLE: `from`/`value`,
+    /// no reasoning), `modelopt` (NVIDIA ModelOpt: `conversation_id`, `conversations`).
     #[arg(long, value_enum, default_value = "messages")]
     pub schema: ExportSchema,
     /// The file format: JSONL (one row per line) or Parquet.
@@ -549,6 +551,12 @@ pub enum ExportFormat {
 pub enum ExportSchema {
     Messages,
     Specforge,
+    /// speculators: token rows when every answer has its token ids, else conversations.
+    Speculators,
+    /// What `speculators` becomes when every answer has its token ids: `input_ids` and
+    /// `loss_mask`, which speculators' `prepare-data` passes through without rendering.
+    #[value(skip)]
+    SpeculatorsTokens,
     Sharegpt,
     Modelopt,
 }

@@ -42,6 +42,7 @@ use serde::Deserialize;
 
 use crate::CliError;
 use crate::cli::{ExportArgs, ExportFormat, ExportSchema};
+use crate::store::records::TokenIds;
 use gen_sources::{Message, Role};
 use table::{Cell, Column};
 
@@ -80,6 +81,8 @@ pub struct Answer {
     pub cut_by: Option<crate::store::records::CutBy>,
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
+    /// The prompt's and the answer's token ids, when `token-ids = true` stored them.
+    pub token_ids: Option<TokenIds>,
 }
 
 /// The fields of a stored [`crate::store::records::CompletionRecord`] an export needs. Read
@@ -104,6 +107,8 @@ struct StoredCompletion {
     /// Every answered user turn of a multi-turn prompt (empty for a single turn).
     #[serde(default)]
     turns: Vec<StoredTurn>,
+    #[serde(default)]
+    token_ids: Option<TokenIds>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -125,6 +130,8 @@ struct StoredTurn {
     cut_by: Option<crate::store::records::CutBy>,
     #[serde(default)]
     usage: Option<StoredUsage>,
+    #[serde(default)]
+    token_ids: Option<TokenIds>,
 }
 
 fn tokens(usage: Option<&StoredUsage>) -> (Option<u64>, Option<u64>) {
@@ -154,6 +161,7 @@ fn answer(
     finish_reason: Option<String>,
     cut_by: Option<crate::store::records::CutBy>,
     usage: Option<&StoredUsage>,
+    token_ids: Option<TokenIds>,
 ) -> ExportMessage {
     let (prompt_tokens, completion_tokens) = tokens(usage);
     ExportMessage {
@@ -165,6 +173,7 @@ fn answer(
             cut_by,
             prompt_tokens,
             completion_tokens,
+            token_ids,
         }),
     }
 }
@@ -180,6 +189,7 @@ impl From<StoredCompletion> for ExportRow {
                 stored.finish_reason.clone(),
                 stored.cut_by,
                 stored.usage.as_ref(),
+                stored.token_ids,
             ));
         } else {
             // A multi-turn regeneration answered each user turn in order: each answer follows
@@ -196,6 +206,7 @@ impl From<StoredCompletion> for ExportRow {
                         turn.finish_reason,
                         turn.cut_by,
                         turn.usage.as_ref(),
+                        turn.token_ids,
                     ));
                 }
             }
@@ -337,8 +348,12 @@ impl ExportSummary {
 /// `gen export TARGET [--schema S] [--format F] [--per-turn] [--keep-cut] [--output DIR]`.
 pub fn export(args: &ExportArgs) -> Result<ExitCode, CliError> {
     let run_dir = crate::resolve_run_dir(&args.target)?;
+    let schema = match args.schema {
+        ExportSchema::Speculators => speculators_rows(run_dir.root())?,
+        schema => schema,
+    };
     let options = ExportOptions {
-        schema: args.schema,
+        schema,
         format: args.format,
         per_turn: args.per_turn,
         drop_cut: !args.keep_cut,
@@ -396,6 +411,58 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode, CliError> {
     let summary = export_run(run_dir.root(), options, &output)?;
     print!("{}", summary_text(&summary, options, &output));
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `--schema speculators` writes: token rows when every stored answer carries its token
+/// ids, else conversations (said on stderr, with why), for speculators to render. Mixing the
+/// two in one file is not possible: speculators takes token rows only when every row is one.
+fn speculators_rows(run_dir: &Path) -> anyhow::Result<ExportSchema> {
+    /// Just the token ids of a stored record, the rest skipped unparsed.
+    #[derive(Deserialize)]
+    struct Ids {
+        #[serde(default)]
+        token_ids: Option<serde::de::IgnoredAny>,
+        #[serde(default)]
+        turns: Vec<TurnIds>,
+    }
+    #[derive(Deserialize)]
+    struct TurnIds {
+        #[serde(default)]
+        token_ids: Option<serde::de::IgnoredAny>,
+    }
+    let (mut with, mut without) = (0u64, 0u64);
+    for (_, dir) in source_dirs(run_dir)? {
+        let path = dir.join("completions.jsonl.zst");
+        if !path.exists() {
+            continue;
+        }
+        crate::store::frames::scan(&path, |line| {
+            let ids: Ids = serde_json::from_slice(line)
+                .map_err(|e| io::Error::other(format!("a record is not a completion: {e}")))?;
+            let all = ids.token_ids.is_some() && ids.turns.iter().all(|t| t.token_ids.is_some());
+            if all {
+                with += 1
+            } else {
+                without += 1
+            }
+            Ok(())
+        })
+        .with_context(|| format!("cannot read `{}`", path.display()))?;
+    }
+    if without == 0 && with > 0 {
+        eprintln!(
+            "gen: every answer has its token ids: writing `input_ids` + `loss_mask` rows \
+             (speculators' `prepare-data` takes them as they are, no `--render-endpoint`)"
+        );
+        return Ok(ExportSchema::SpeculatorsTokens);
+    }
+    eprintln!(
+        "gen: {without} of {} stored answers have no token ids (`token-ids = true` stores \
+         them): writing `conversations` for speculators to render (`speculators prepare-data \
+         --render-endpoint http://VLLM:PORT`)",
+        with + without
+    );
+    Ok(ExportSchema::Speculators)
 }
 
 /// What `gen export` prints on success.
@@ -581,7 +648,11 @@ fn write_data(
                 };
                 row.source_key = keys.get(&row.id).cloned();
             }
-            let rows = if options.per_turn {
+            let answers = row.messages.iter().filter(|m| m.answer.is_some()).count();
+            let token_rows = options.schema == ExportSchema::SpeculatorsTokens;
+            // Token rows are one per answer, as speculators' regeneration writes them: each
+            // answer's prompt tokens hold the conversation before it.
+            let rows = if options.per_turn || (token_rows && answers > 1) {
                 select::per_turn(row)
             } else {
                 vec![row]
@@ -703,6 +774,7 @@ mod tests {
                     cut_by: None,
                     prompt_tokens: Some(7),
                     completion_tokens: Some(2),
+                    token_ids: None,
                 }),
             }
         );
@@ -804,6 +876,86 @@ mod tests {
         assert!(
             missing.to_string().starts_with("no run found at"),
             "{missing}"
+        );
+    }
+
+    /// `--schema speculators`: token rows (one per answer, a two-turn record's turns each a
+    /// row with its own prompt ids) when every record has its ids, in JSONL and Parquet; a
+    /// record without them makes the whole export conversations.
+    #[test]
+    fn speculators_writes_token_rows_only_when_every_answer_has_its_ids() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let run = dir.path();
+        let alpha = run.join("sources/alpha");
+        fs_err::create_dir_all(&alpha).expect("mkdir");
+        let ids = |p: &[u32], c: &[u32]| serde_json::json!({"prompt": p, "completion": c});
+        let (mut writer, _) =
+            FrameWriter::open(&alpha.join("completions.jsonl.zst")).expect("open");
+        writer
+            .push(&serde_json::json!({
+                "id": "one", "source": "alpha", "model": "m",
+                "messages": [{"role": "user", "content": "q"}], "content": "a",
+                "finish_reason": "stop", "usage": null, "token_ids": ids(&[1, 2], &[3, 4, 5]),
+            }))
+            .expect("push");
+        writer
+            .push(&serde_json::json!({
+                "id": "two", "source": "alpha", "model": "m",
+                "messages": [{"role": "user", "content": "q1"}, {"role": "user", "content": "q2"}],
+                "content": "a2", "finish_reason": "stop", "usage": null,
+                "token_ids": ids(&[1, 6, 7, 8], &[9]),
+                "turns": [
+                    {"content": "a1", "finish_reason": "stop", "usage": null, "token_ids": ids(&[1, 6], &[7])},
+                    {"content": "a2", "finish_reason": "stop", "usage": null, "token_ids": ids(&[1, 6, 7, 8], &[9])},
+                ],
+            }))
+            .expect("push");
+        writer.flush().expect("flush");
+        drop(writer);
+        assert_eq!(
+            speculators_rows(run).expect("scan"),
+            ExportSchema::SpeculatorsTokens
+        );
+        let tokens = ExportOptions {
+            schema: ExportSchema::SpeculatorsTokens,
+            ..JSONL
+        };
+        let output = run.join("out/tokens");
+        let summary = export_run(run, tokens, &output).expect("export");
+        assert_eq!(summary.rows, BTreeMap::from([("alpha".to_owned(), 3)]));
+        let text = fs_err::read_to_string(output.join("data/train.jsonl")).expect("read");
+        let rows: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json"))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                serde_json::json!({"id": "one", "input_ids": [1, 2, 3, 4, 5], "loss_mask": [0, 0, 1, 1, 1]}),
+                serde_json::json!({"id": "two#turn0", "input_ids": [1, 6, 7], "loss_mask": [0, 0, 1]}),
+                serde_json::json!({"id": "two#turn1", "input_ids": [1, 6, 7, 8, 9], "loss_mask": [0, 0, 0, 0, 1]}),
+            ]
+        );
+        let parquet = ExportOptions {
+            format: ExportFormat::Parquet,
+            ..tokens
+        };
+        export_run(run, parquet, &run.join("out/parquet")).expect("parquet");
+
+        let (mut writer, _) =
+            FrameWriter::open(&alpha.join("completions.jsonl.zst")).expect("open");
+        writer
+            .push(&serde_json::json!({
+                "id": "old", "source": "alpha", "model": "m",
+                "messages": [{"role": "user", "content": "q"}], "content": "a",
+                "finish_reason": "stop", "usage": null,
+            }))
+            .expect("push");
+        writer.flush().expect("flush");
+        drop(writer);
+        assert_eq!(
+            speculators_rows(run).expect("scan"),
+            ExportSchema::Speculators
         );
     }
 }

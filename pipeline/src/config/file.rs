@@ -90,6 +90,9 @@ pub struct SettingsTable {
     pub chat_template_kwargs: Option<toml::Table>,
     /// Further keys of the request body, passed through as they are.
     pub extra_body: Option<toml::Table>,
+    /// Ask the server for the prompt's and the answer's token ids (`return_token_ids`) and
+    /// store them with the answer.
+    pub token_ids: Option<Spanned<Drawn<bool>>>,
 }
 
 impl SettingsTable {
@@ -107,6 +110,7 @@ impl SettingsTable {
             samples: self.samples.or(d.samples),
             chat_template_kwargs: self.chat_template_kwargs.or(d.chat_template_kwargs),
             extra_body: self.extra_body.or(d.extra_body),
+            token_ids: self.token_ids.or(d.token_ids),
         }
     }
 }

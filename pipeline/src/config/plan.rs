@@ -172,6 +172,7 @@ impl Plan {
             launch: Vec::new(),
             sources: Vec::new(),
             workers: Vec::new(),
+            token_ids_at: Vec::new(),
             base_dir_hint: path
                 .parent()
                 .map(Path::to_path_buf)
@@ -259,6 +260,8 @@ struct PlanResolver<'t> {
     launch: Vec<String>,
     sources: Vec<SourceSpec>,
     workers: Vec<WorkerPlan>,
+    /// Where `token-ids = true` is written, for the check against the server `launch` starts.
+    token_ids_at: Vec<std::ops::Range<usize>>,
 }
 
 /// How [`Plan::load_checked`] reads a variable and which sources' files it does not check.
@@ -414,6 +417,7 @@ impl<'t> PlanResolver<'t> {
                 self.generation(g, defaults)
             }),
         };
+        self.check_token_ids_server();
         let (run, server, generation) = (tables.run?, server?, generation?);
         let (base_dir, run_dir) = run_dir(path, &run);
         let max_parallel_prep = self.positive(
@@ -731,6 +735,24 @@ impl<'t> PlanResolver<'t> {
         }
     }
 
+    /// `token-ids = true` with a `[server] launch` that starts a server known to return no
+    /// token ids on streamed chat completions: reported at each `token-ids`.
+    fn check_token_ids_server(&mut self) {
+        let Some(server) = super::launch::without_token_ids(&self.launch) else {
+            return;
+        };
+        for span in self.token_ids_at.clone() {
+            self.problem(
+                Some(span),
+                format!(
+                    "`token-ids` needs a server that returns token ids, and `[server] launch` \
+                     starts {server}, which does not: launch vLLM (it returns them with \
+                     `return_token_ids`), or remove `token-ids`"
+                ),
+            );
+        }
+    }
+
     /// A duration in whole seconds of at least 1; `None` when absent or reported as invalid.
     fn seconds(&mut self, value: &Option<Spanned<i64>>, key: &str) -> Option<Duration> {
         let secs = value.as_ref()?;
@@ -942,6 +964,16 @@ impl<'t> PlanResolver<'t> {
         if let Some(kwargs) = &table.chat_template_kwargs {
             let kwargs = serde_json::to_value(kwargs).expect("a toml table is valid JSON");
             params.insert("chat_template_kwargs".into(), kwargs);
+        }
+        if let Some(on) = self.one(&table.token_ids, "token-ids") {
+            if *on.get_ref() {
+                params.insert(super::settings::TOKEN_IDS.into(), Value::Bool(true));
+                if !self.token_ids_at.contains(&on.span()) {
+                    self.token_ids_at.push(on.span());
+                }
+            } else {
+                params.remove(super::settings::TOKEN_IDS);
+            }
         }
         Settings {
             max_tokens,
@@ -1305,5 +1337,50 @@ colour = 1
             found[0].contains("`[generation]` needs `max-tokens"),
             "{found:#?}"
         );
+    }
+
+    #[test]
+    fn token_ids_is_one_bool_per_source_and_refused_with_a_server_that_cannot() {
+        let text = GOOD.replace("max-tokens = 64", "max-tokens = 64\ntoken-ids = true")
+            + "[source.generation]\ntoken-ids = false\n\n[[source]]\nname = \"b\"\npath = \"b.jsonl\"\n";
+        let plan = Plan::from_text(Path::new("x.toml"), &text).expect("valid");
+        let on: Vec<bool> = plan.settings.iter().map(Settings::token_ids).collect();
+        assert_eq!(on, [false, true]);
+        assert_eq!(plan.settings[1].params["return_token_ids"], true);
+
+        let bad = GOOD.to_owned()
+            + "[source.generation]\ntoken-ids = \"yes\"\n\n[[source]]\nname = \"b\"\npath = \"b.jsonl\"\n\n[source.generation]\ntoken-ids = [{ value = true, weight = 1 }]\n";
+        let found = problems(&bad);
+        assert_eq!(found.len(), 2, "{found:#?}");
+        assert!(
+            found[0] == "13:13 invalid type: string \"yes\", expected a boolean",
+            "{found:#?}"
+        );
+        assert!(
+            found[1].starts_with("20:13 `token-ids` takes one value, not a weighted list"),
+            "{found:#?}"
+        );
+
+        for launch in [
+            r#"launch = ["${LLAMA_SERVER_BIN:-llama-server}", "--port", "{port}"]"#,
+            r#"launch = ["python", "-m", "sglang.launch_server", "--port", "{port}"]"#,
+        ] {
+            let text = GOOD
+                .replace("[server]", &format!("[server]\n{launch}"))
+                .replace("max-tokens = 64", "max-tokens = 64\ntoken-ids = true");
+            let found = problems(&text);
+            assert_eq!(found.len(), 1, "{found:#?}");
+            assert!(
+                found[0].starts_with("8:13 `token-ids` needs a server that returns token ids"),
+                "{found:#?}"
+            );
+        }
+        let vllm = GOOD
+            .replace(
+                "[server]",
+                "[server]\nlaunch = [\"vllm\", \"serve\", \"m\"]",
+            )
+            .replace("max-tokens = 64", "max-tokens = 64\ntoken-ids = true");
+        assert_eq!(problems(&vllm), Vec::<String>::new());
     }
 }

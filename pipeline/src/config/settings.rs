@@ -13,6 +13,10 @@ use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 /// The keys (under their request names) that may be a weighted list in the config.
 pub const DRAWN_KEYS: [&str; 5] = ["temperature", "top_p", "top_k", "min_p", "reasoning_effort"];
 
+/// The request key `token-ids = true` sends: vLLM (and SGLang, on non-streaming requests)
+/// then return the prompt's token ids (`prompt_token_ids`) and the answer's (`token_ids`).
+pub const TOKEN_IDS: &str = "return_token_ids";
+
 /// One source's request settings, resolved. Recorded per source in `run.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Settings {
@@ -62,6 +66,11 @@ impl Settings {
             params.insert("seed".into(), Value::from(seed));
         }
         Request { id, sample, params }
+    }
+
+    /// Whether this source's answers are stored with their token ids (`token-ids = true`).
+    pub fn token_ids(&self) -> bool {
+        self.params.get(TOKEN_IDS) == Some(&Value::Bool(true))
     }
 
     /// A fingerprint of what a refusal may be caused by: `max_tokens` and what is sent or

@@ -117,7 +117,10 @@ async fn probe_one(plan: &Plan, url: &str) -> Vec<Check> {
     let mut checks = vec![model_check];
     checks.push(context(plan, &client, url, served, &listed, api_key.as_deref()).await);
     if let Some(model) = served {
-        checks.push(reasoning_probe(plan, url, model, api_key).await);
+        checks.push(reasoning_probe(plan, url, model, api_key.clone()).await);
+        if let Some(check) = token_ids_probe(plan, url, model, api_key).await {
+            checks.push(check);
+        }
     }
     checks
 }
@@ -273,6 +276,68 @@ pub(crate) async fn reasoning_probe(
         .is_some_and(|r| !r.trim().is_empty());
     let inline = answer.content.contains("<think>");
     reasoning_verdict(expected, separated, inline)
+}
+
+/// With `token-ids = true` on some source: one small real request with that source's
+/// settings, whose streamed answer must carry the prompt's and the answer's token ids
+/// (`return_token_ids`). `None` when no source asks for them.
+pub(crate) async fn token_ids_probe(
+    plan: &Plan,
+    url: &str,
+    model: &str,
+    api_key: Option<String>,
+) -> Option<Check> {
+    let (index, settings) = plan
+        .settings
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.token_ids())?;
+    let source = plan.sources.get(index).map_or("?", |s| s.name());
+    let budget = 16;
+    let params = settings.request("token-ids-probe", 0).params;
+    let client = match crate::inference::ChatClient::new(
+        url,
+        model.to_owned(),
+        api_key,
+        budget,
+        params.clone(),
+    ) {
+        Ok(client) => client,
+        Err(e) => {
+            return Some(Check::new(
+                "token ids",
+                Level::Warn,
+                format!("not probed: {e}"),
+            ));
+        }
+    };
+    let question = [gen_sources::Message::new(
+        gen_sources::Role::User,
+        "What is 2 + 2? Answer briefly.",
+    )];
+    let asked = client.complete_with(&question, budget, &params);
+    Some(match tokio::time::timeout(PROBE_TIMEOUT * 6, asked).await {
+        Ok(Ok(_)) => Check::new(
+            "token ids",
+            Level::Ok,
+            "answers carry their prompt's and their own token ids",
+        ),
+        Ok(Err(crate::inference::RequestError::Fatal(reason))) => Check::new(
+            "token ids",
+            Level::Fail,
+            format!("source `{source}`: {reason}"),
+        ),
+        Ok(Err(e)) => Check::new(
+            "token ids",
+            Level::Warn,
+            format!("probe request failed: {e}: not checked"),
+        ),
+        Err(_) => Check::new(
+            "token ids",
+            Level::Warn,
+            "probe request took too long: not checked",
+        ),
+    })
 }
 
 fn reasoning_verdict(expected: Option<bool>, separated: bool, inline: bool) -> Check {

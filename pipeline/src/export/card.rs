@@ -43,6 +43,7 @@ fn feature(card: &mut String, column: &Column) {
     match column.kind {
         Kind::Text | Kind::OptionalText => card.push_str("    dtype: string\n"),
         Kind::Count => card.push_str("    dtype: int64\n"),
+        Kind::Ids => card.push_str("    sequence: int64\n"),
         Kind::Turns(keys) => {
             card.push_str("    list:\n");
             for key in [Some(keys.role), Some(keys.content), keys.reasoning]

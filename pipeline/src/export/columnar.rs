@@ -39,6 +39,22 @@ fn turn_item(keys: &TurnKeys) -> Arc<Field> {
     ))
 }
 
+fn id_item() -> Arc<Field> {
+    Arc::new(Field::new("item", DataType::Int64, false))
+}
+
+fn ids_array(lists: &[&Vec<u32>]) -> anyhow::Result<ListArray> {
+    let values =
+        Int64Array::from_iter_values(lists.iter().flat_map(|l| l.iter().map(|&n| i64::from(n))));
+    let offsets = OffsetBuffer::from_lengths(lists.iter().map(|l| l.len()));
+    Ok(ListArray::try_new(
+        id_item(),
+        offsets,
+        Arc::new(values),
+        None,
+    )?)
+}
+
 /// The Arrow schema of `columns`.
 pub(super) fn schema(columns: &[Column]) -> SchemaRef {
     let fields: Vec<Field> = columns
@@ -48,6 +64,7 @@ pub(super) fn schema(columns: &[Column]) -> SchemaRef {
             Kind::OptionalText => Field::new(column.name, DataType::Utf8, true),
             Kind::Count => Field::new(column.name, DataType::Int64, true),
             Kind::Turns(keys) => Field::new(column.name, DataType::List(turn_item(keys)), false),
+            Kind::Ids => Field::new(column.name, DataType::List(id_item()), false),
         })
         .collect();
     Arc::new(Schema::new(fields))
@@ -198,6 +215,10 @@ pub(super) fn record_batch(
                     _ => None,
                 })?,
             )?),
+            Kind::Ids => Arc::new(ids_array(&cells(rows, index, name, |c| match c {
+                Cell::Ids(ids) => Some(ids),
+                _ => None,
+            })?)?),
         };
         arrays.push(array);
     }

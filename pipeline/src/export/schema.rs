@@ -7,6 +7,11 @@
 //!   passes every column besides `conversations`, `id` and `tools` to the tokenizer's chat
 //!   template as keyword arguments, so nothing else is added; its reasoning expander needs
 //!   `status = "success"`. speculators reads the same `conversations`.
+//! * `speculators`: with every answer's token ids stored (`token-ids = true`), `id`,
+//!   `input_ids` (the prompt as the server's chat template rendered it, then the answer's
+//!   tokens) and `loss_mask` (0 on the prompt, 1 on the answer), one row per answer: the rows
+//!   speculators' own regeneration writes, which its `prepare-data` passes through without
+//!   rendering. Otherwise `specforge`'s columns, for speculators to render.
 //! * `sharegpt`: `id`, `system`, `conversations` [{from: human|gpt, value}] (SafeAILab EAGLE
 //!   asserts strict human/gpt alternation and knows no other role, so the system prompt has
 //!   its own column and a row that does not alternate cannot be carried).
@@ -53,6 +58,11 @@ const SPECFORGE: [Column; 3] = [
     column("conversations", Kind::Turns(&WITH_REASONING)),
     column("status", Kind::Text),
 ];
+const TOKEN_ROWS: [Column; 3] = [
+    column("id", Kind::Text),
+    column("input_ids", Kind::Ids),
+    column("loss_mask", Kind::Ids),
+];
 const SHAREGPT: [Column; 3] = [
     column("id", Kind::Text),
     column("system", Kind::OptionalText),
@@ -73,6 +83,7 @@ pub(super) type Unfit = &'static str;
 
 const NOT_ALTERNATING: Unfit =
     "turns do not alternate user/assistant (ShareGPT needs human/gpt in turn)";
+const NO_TOKEN_IDS: Unfit = "an answer stored without its token ids";
 const SYSTEM_INSIDE: Unfit =
     "a system message after the first turn (ShareGPT has one `system` column)";
 
@@ -81,6 +92,7 @@ impl ExportSchema {
         match self {
             ExportSchema::Messages => "messages",
             ExportSchema::Specforge => "specforge",
+            ExportSchema::Speculators | ExportSchema::SpeculatorsTokens => "speculators",
             ExportSchema::Sharegpt => "sharegpt",
             ExportSchema::Modelopt => "modelopt",
         }
@@ -89,7 +101,8 @@ impl ExportSchema {
     pub(super) fn columns(self) -> &'static [Column] {
         match self {
             ExportSchema::Messages => &MESSAGES,
-            ExportSchema::Specforge => &SPECFORGE,
+            ExportSchema::Specforge | ExportSchema::Speculators => &SPECFORGE,
+            ExportSchema::SpeculatorsTokens => &TOKEN_ROWS,
             ExportSchema::Sharegpt => &SHAREGPT,
             ExportSchema::Modelopt => &MODELOPT,
         }
@@ -99,7 +112,12 @@ impl ExportSchema {
     pub(super) fn not_carried(self) -> Vec<&'static str> {
         match self {
             ExportSchema::Messages => vec![],
-            ExportSchema::Specforge => vec![ROW_METADATA],
+            ExportSchema::Specforge | ExportSchema::Speculators => vec![ROW_METADATA],
+            ExportSchema::SpeculatorsTokens => vec![
+                "the text (`messages`, reasoning): the rows are the tokens the model read and \
+                 wrote; `gen export --schema messages` has the text",
+                ROW_METADATA,
+            ],
             ExportSchema::Sharegpt => vec![
                 "reasoning (`reasoning_content`): ShareGPT turns have only `from` and `value`",
                 ROW_METADATA,
@@ -127,7 +145,24 @@ impl ExportSchema {
                 Cell::Count(row.prompt_tokens),
                 Cell::Count(row.completion_tokens),
             ],
-            ExportSchema::Specforge => vec![
+            ExportSchema::SpeculatorsTokens => {
+                let ids = row
+                    .messages
+                    .last()
+                    .and_then(|m| m.answer.as_ref())
+                    .and_then(|a| a.token_ids.clone())
+                    .ok_or(NO_TOKEN_IDS)?;
+                let mut loss_mask = vec![0; ids.prompt.len()];
+                loss_mask.resize(ids.prompt.len() + ids.completion.len(), 1);
+                let mut input_ids = ids.prompt;
+                input_ids.extend(ids.completion);
+                vec![
+                    Cell::Text(row.id),
+                    Cell::Ids(input_ids),
+                    Cell::Ids(loss_mask),
+                ]
+            }
+            ExportSchema::Specforge | ExportSchema::Speculators => vec![
                 Cell::Text(row.id),
                 Cell::Turns(row.messages.into_iter().map(turn).collect()),
                 // Only answers are exported (`store::records::answer_defect`).

@@ -92,6 +92,7 @@ mod tests {
                 cut_by: None,
                 prompt_tokens: Some(1),
                 completion_tokens: Some(content.len() as u64),
+                token_ids: None,
             }),
         }
     }

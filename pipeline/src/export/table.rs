@@ -20,6 +20,8 @@ pub(super) enum Kind {
     OptionalText,
     Count,
     Turns(&'static TurnKeys),
+    /// A list of token ids (or a loss mask of 0 and 1).
+    Ids,
 }
 
 #[derive(Debug)]
@@ -43,6 +45,7 @@ pub(super) enum Cell {
     OptionalText(Option<String>),
     Count(Option<u64>),
     Turns(Vec<Turn>),
+    Ids(Vec<u32>),
 }
 
 /// A row as a JSON object, keys in column order.
@@ -59,6 +62,7 @@ impl Serialize for JsonRow<'_> {
                 (Cell::Text(text), _) => map.serialize_entry(column.name, text)?,
                 (Cell::OptionalText(text), _) => map.serialize_entry(column.name, text)?,
                 (Cell::Count(count), _) => map.serialize_entry(column.name, count)?,
+                (Cell::Ids(ids), _) => map.serialize_entry(column.name, ids)?,
                 (Cell::Turns(turns), Kind::Turns(keys)) => {
                     let turns: Vec<JsonTurn<'_>> =
                         turns.iter().map(|turn| JsonTurn { keys, turn }).collect();

@@ -23,9 +23,11 @@ use serde_json::{Map, Value};
 
 use gen_sources::Message;
 
+use crate::config::settings::TOKEN_IDS;
+
 // The answer rule and the token counts belong to the stored records; the client applies the
 // rule before an answer is accepted and reports usage in the same type.
-pub use crate::store::records::{Defect, Usage, answer_defect};
+pub use crate::store::records::{Defect, TokenIds, Usage, answer_defect};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Limit for the response headers, and for the first token after them: queueing and prefill
@@ -47,6 +49,11 @@ pub struct Completion {
     /// chunk carries `model`); `None` when they name none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// The prompt's and the answer's token ids, when the request asked for them
+    /// (`return_token_ids`) and the server sent them: vLLM sends the prompt's in its first
+    /// chunk and the answer's as deltas with the text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_ids: Option<TokenIds>,
 }
 
 /// A completion with its timing, as [`ChatClient::complete_timed`] measures it.
@@ -256,6 +263,9 @@ impl ChatClient {
         ) {
             return Err(RequestError::Transient(defect.to_string()));
         }
+        if params.get(TOKEN_IDS) == Some(&Value::Bool(true)) {
+            check_token_ids(&completion)?;
+        }
         Ok(TimedCompletion {
             completion,
             first_token,
@@ -348,10 +358,10 @@ impl ChatClient {
             }
             let chunk: Value = serde_json::from_str(&event.data)
                 .map_err(|e| RequestError::Transient(format!("unreadable stream chunk: {e}")))?;
-            let generated = completion.content.len() + reasoning.len();
+            let generated = generated(&completion, &reasoning);
             let finished = completion.finish_reason.is_some();
             apply_chunk(&chunk, &mut completion, &mut reasoning)?;
-            let grew = completion.content.len() + reasoning.len() > generated;
+            let grew = self::generated(&completion, &reasoning) > generated;
             if grew && first_token.is_none() {
                 first_token = Some(started.elapsed());
             }
@@ -371,6 +381,48 @@ impl ChatClient {
             activity.store(crate::sys::unix_ms(), Ordering::Relaxed);
         }
     }
+}
+
+/// An answer asked for with `return_token_ids` must carry both lists, the answer's as long
+/// as the server counted it: a server that ignores the key (llama.cpp, a plain OpenAI
+/// server) or sends it only without streaming (SGLang) would otherwise fill the run with
+/// records that cannot be trained on token for token. Wrong for every request, so fatal.
+fn check_token_ids(completion: &Completion) -> Result<(), RequestError> {
+    let ids = completion.token_ids.as_ref();
+    let missing = match ids {
+        None => Some("neither `prompt_token_ids` nor `token_ids`"),
+        Some(ids) if ids.prompt.is_empty() => Some("no `prompt_token_ids`"),
+        Some(ids) if ids.completion.is_empty() => Some("no `token_ids` for the answer"),
+        Some(_) => None,
+    };
+    if let Some(missing) = missing {
+        return Err(RequestError::Fatal(format!(
+            "`token-ids = true` asks the server for token ids (`return_token_ids`), and its \
+             streamed answer carried {missing}: the server cannot return them (llama.cpp has \
+             no such option, SGLang returns them only without streaming, a plain OpenAI \
+             server ignores the key); serve the model with vLLM, or remove `token-ids`"
+        )));
+    }
+    if let (Some(ids), Some(usage)) = (ids, &completion.usage)
+        && ids.completion.len() as u64 != usage.completion_tokens
+    {
+        return Err(RequestError::Transient(format!(
+            "the answer's token ids are {} tokens, its usage says {}",
+            ids.completion.len(),
+            usage.completion_tokens
+        )));
+    }
+    Ok(())
+}
+
+/// How much of the answer came so far: its text, and its token ids when they come (a token
+/// the server sends without text, with `return_token_ids`, is progress too).
+fn generated(completion: &Completion, reasoning: &str) -> usize {
+    let ids = completion
+        .token_ids
+        .as_ref()
+        .map_or(0, |t| t.completion.len());
+    completion.content.len() + reasoning.len() + ids
 }
 
 /// Why a stream was abandoned: `no token for 120 s (6 chunks without one)`.
@@ -418,9 +470,19 @@ fn apply_chunk(
     {
         completion.usage = Some(usage);
     }
+    if let Some(prompt) = chunk.get("prompt_token_ids").and_then(token_list) {
+        completion
+            .token_ids
+            .get_or_insert_with(TokenIds::default)
+            .prompt = prompt;
+    }
     let Some(choice) = chunk.get("choices").and_then(|c| c.get(0)) else {
         return Ok(());
     };
+    if let Some(ids) = choice.get("token_ids").and_then(token_list) {
+        let stored = completion.token_ids.get_or_insert_with(TokenIds::default);
+        stored.completion.extend(ids);
+    }
     if let Some(delta) = choice.get("delta") {
         if let Some(text) = delta.get("content").and_then(Value::as_str) {
             completion.content.push_str(text);
@@ -435,6 +497,15 @@ fn apply_chunk(
         completion.finish_reason = Some(reason.to_owned());
     }
     Ok(())
+}
+
+/// A JSON array of token ids; `None` for `null` or anything else.
+fn token_list(value: &Value) -> Option<Vec<u32>> {
+    value
+        .as_array()?
+        .iter()
+        .map(|v| v.as_u64().and_then(|n| u32::try_from(n).ok()))
+        .collect()
 }
 
 /// `error.message`, else `message`, else the raw JSON.
@@ -639,6 +710,46 @@ mod tests {
         assert_eq!(completion.finish_reason.as_deref(), Some("stop"));
         assert_eq!(completion.usage.map(|u| u.completion_tokens), Some(5));
         assert_eq!(completion.model.as_deref(), Some("served"));
+    }
+
+    /// vLLM's stream with `return_token_ids` (captured from vLLM 0.32.0): the prompt's ids in
+    /// the role chunk, the answer's with each delta, the finish chunk's included.
+    #[test]
+    fn token_ids_are_gathered_from_a_vllm_stream_and_required_when_asked_for() {
+        let mut completion = Completion::default();
+        let mut reasoning = String::new();
+        for chunk in [
+            json!({"choices": [{"delta": {"role": "assistant", "content": ""}}], "prompt_token_ids": [0, 30, 94, 1024], "prompt_text": null}),
+            json!({"choices": [{"delta": {"content": " data"}, "token_ids": [343]}]}),
+            json!({"choices": [{"delta": {"content": "ata"}, "finish_reason": "length", "token_ids": [306]}]}),
+            json!({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}}),
+        ] {
+            apply_chunk(&chunk, &mut completion, &mut reasoning).expect("chunk");
+        }
+        let ids = completion.token_ids.clone().expect("token ids");
+        assert_eq!(
+            (ids.prompt, ids.completion),
+            (vec![0, 30, 94, 1024], vec![343, 306])
+        );
+        assert_eq!(check_token_ids(&completion), Ok(()));
+        let mut short = completion.clone();
+        short.usage = Some(Usage {
+            prompt_tokens: 4,
+            completion_tokens: 3,
+            total_tokens: 7,
+        });
+        assert!(matches!(
+            check_token_ids(&short),
+            Err(RequestError::Transient(_))
+        ));
+        let ignored = Completion {
+            token_ids: None,
+            ..completion
+        };
+        let Err(RequestError::Fatal(message)) = check_token_ids(&ignored) else {
+            panic!("a server that ignores `return_token_ids` is fatal");
+        };
+        assert!(message.contains("remove `token-ids`"), "{message}");
     }
 
     #[test]

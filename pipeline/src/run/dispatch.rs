@@ -748,6 +748,7 @@ fn completed(
         created_unix_ms: unix_ms(),
         sample,
         settings: Some(settings),
+        token_ids: last.token_ids,
     }
 }
 
@@ -814,6 +815,7 @@ impl From<Completion> for TurnRecord {
             finish_reason: c.finish_reason,
             cut_by: None,
             usage: c.usage,
+            token_ids: c.token_ids,
         }
     }
 }

@@ -297,7 +297,8 @@ async fn stop_after(
 
 /// Before generating, on the first server that answers: its context holds `max-tokens` plus a
 /// margin for the prompt, and — when the config asks for thinking — it separates reasoning
-/// (its reasoning parser is on), so days of output are not generated without it.
+/// (its reasoning parser is on), and — when a source asks for `token-ids` — its answers carry
+/// token ids, so days of output are not generated without them.
 async fn server_checks(
     plan: &Plan,
     fleet: &Fleet,
@@ -328,7 +329,7 @@ async fn server_checks(
         crate::doctor::Level::Ok => {}
     }
     if crate::doctor::server::thinking_expected(plan).is_some() {
-        let check = crate::doctor::server::reasoning_probe(plan, url, model, api_key).await;
+        let check = crate::doctor::server::reasoning_probe(plan, url, model, api_key.clone()).await;
         match check.level {
             crate::doctor::Level::Fail => anyhow::bail!(
                 "{} (override: remove `chat-template-kwargs` thinking settings)",
@@ -336,6 +337,17 @@ async fn server_checks(
             ),
             crate::doctor::Level::Warn => {
                 reporter.say(format!("gen: warning: reasoning: {}", check.message));
+            }
+            crate::doctor::Level::Ok => {}
+        }
+    }
+    if let Some(check) = crate::doctor::server::token_ids_probe(plan, url, model, api_key).await {
+        match check.level {
+            crate::doctor::Level::Fail => {
+                anyhow::bail!("server {}: {}", probe::redact(url), check.message)
+            }
+            crate::doctor::Level::Warn => {
+                reporter.say(format!("gen: warning: token ids: {}", check.message));
             }
             crate::doctor::Level::Ok => {}
         }

@@ -143,6 +143,20 @@ pub struct CompletionRecord {
     /// `run.json`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub settings: Option<serde_json::Map<String, serde_json::Value>>,
+    /// The last turn's tokens as the server saw and wrote them, with `token-ids = true`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_ids: Option<TokenIds>,
+}
+
+/// A turn's tokens, as the server reported them (`return_token_ids`): the prompt as its chat
+/// template rendered it, history included, and the answer, reasoning and end token included.
+/// Stored as two JSON arrays of numbers: in the completions file's zstd frames they take
+/// about as little as a binary packing would (see BENCHMARKS.md), and stay readable with
+/// `zstd -dc | jq`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenIds {
+    pub prompt: Vec<u32>,
+    pub completion: Vec<u32>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -159,6 +173,8 @@ pub struct TurnRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cut_by: Option<CutBy>,
     pub usage: Option<Usage>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_ids: Option<TokenIds>,
 }
 
 impl CompletionRecord {

@@ -380,3 +380,41 @@ async fn the_readmes_first_project_runs_as_written() {
     assert_eq!(export.code, Some(0), "{}", export.stderr);
     assert_eq!(gen_.read("out/data/train.jsonl").lines().count(), 3);
 }
+
+/// `token-ids = true` against the real llama-server, met as an external server: it streams
+/// answers without token ids whatever the request asks (`return_token_ids`, `return_tokens`:
+/// checked on this build), so `gen run` refuses at the start, before any prompt, saying why
+/// and what to do.
+#[tokio::test]
+async fn token_ids_are_refused_by_a_real_llama_server_before_any_prompt() {
+    let Some((gen_, server)) = llama_project(2).await else {
+        return;
+    };
+    gen_.write("data/a.jsonl", "{\"prompt\": \"Name a fruit.\"}\n");
+    gen_.config(
+        &Config::new(&server.url())
+            .generation("max-tokens = 8\ntoken-ids = true")
+            .source("fruit", "data/a.jsonl"),
+    );
+    let out = gen_.run(&["run", "cfg.toml"]).await;
+    assert_ne!(out.code, Some(0), "{}", out.stderr);
+    assert!(
+        out.stderr.contains("source `fruit`")
+            && out
+                .stderr
+                .contains("carried neither `prompt_token_ids` nor `token_ids`")
+            && out.stderr.contains("llama.cpp has no such option")
+            && out
+                .stderr
+                .contains("serve the model with vLLM, or remove `token-ids`"),
+        "{}",
+        out.stderr
+    );
+    // Nothing generated: no completions file, or an empty one.
+    let stored = gen_.source_path("fruit", "completions.jsonl.zst");
+    assert!(
+        std::fs::metadata(&stored).map_or(true, |m| m.len() == 0),
+        "{}",
+        stored.display()
+    );
+}

@@ -26,4 +26,5 @@ mod sampling;
 mod scale_scripts;
 mod servers;
 mod slurm;
+mod token_ids;
 mod vllm;

@@ -34,6 +34,7 @@ fn expected(prompt: &str) -> Completion {
             total_tokens: 5 + words,
         }),
         model: Some("fake-model".into()),
+        token_ids: None,
     }
 }
 

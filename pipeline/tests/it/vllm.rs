@@ -261,3 +261,248 @@ async fn a_launched_vllm_killed_mid_run_is_restarted_and_the_run_completes() {
     let records = gen_.completions_of("chat");
     assert_eq!((records.len(), ids(&records).len()), (200, 200));
 }
+
+/// Decodes each answer's stored token ids with the model's own tokenizer, and loads a
+/// `--schema speculators` token export with speculators' reader and preprocessing
+/// (`load_raw_dataset`, `build_speculator_training_dataset`, no render endpoint: pre-tokenized
+/// rows pass through), reporting rows, supervised tokens per row and every warning it logs.
+const DECODE_AND_LOAD: &str = r#"
+import json, logging, sys
+from transformers import AutoTokenizer
+import speculators.data_generation.preprocessing as speculators
+model, answers_path, export_path = sys.argv[1], sys.argv[2], sys.argv[3]
+tokenizer = AutoTokenizer.from_pretrained(model)
+answers = json.load(open(answers_path))
+decoded = [tokenizer.decode(ids, skip_special_tokens=False) for ids in answers]
+logged = []
+class Collect(logging.Handler):
+    def emit(self, record):
+        if record.levelno >= logging.WARNING:
+            logged.append(record.getMessage())
+logging.getLogger().addHandler(Collect())
+raw, _ = speculators.load_raw_dataset(export_path)
+ds = speculators.build_speculator_training_dataset(raw, tokenizer, max_length=1024, num_proc=1)
+rows = [{"input_ids": [int(x) for x in r["input_ids"]], "supervised": int(r["loss_mask"].sum())}
+        for r in ds]
+print(json.dumps({"decoded": decoded, "columns": raw.column_names, "rows": rows,
+                  "problems": logged}))
+"#;
+
+/// `token-ids = true` against the real vLLM (reasoning parser on): every answer of the source
+/// that asks is stored with the prompt's and the answer's token ids, each turn of a two-turn
+/// prompt too; the prompt's are what the server's own `/tokenize` makes of the messages, the
+/// answer's as many as its usage counts and, decoded with the model's tokenizer, the stored
+/// reasoning and content; a source without the key stores none. `--schema speculators` then
+/// writes conversations for the mixed run (said why), and `input_ids` + `loss_mask` rows for a
+/// run whose every answer has ids, which speculators' reader passes through (one row per
+/// answer, the answer's tokens supervised).
+#[tokio::test]
+async fn token_ids_from_vllm_are_the_servers_tokens_and_export_for_speculators() {
+    let Some((gen_, server)) = vllm_project(&["--reasoning-parser", "deepseek_r1"]).await else {
+        return;
+    };
+    let Some((python, model)) = gen_tests::python::with_trainers() else {
+        return;
+    };
+    let mut rows = short_prompts(4);
+    rows.push_str(
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"first question\"}, \
+         {\"role\": \"assistant\", \"content\": \"old answer\"}, \
+         {\"role\": \"user\", \"content\": \"second question\"}]}\n",
+    );
+    gen_.write("data/a.jsonl", &rows);
+    gen_.write(
+        "data/b.jsonl",
+        "{\"prompt\": \"plain one\"}\n{\"prompt\": \"plain two\"}\n",
+    );
+    let ids_only = |config: Config| {
+        config.source_with(
+            "chat",
+            "data/a.jsonl",
+            "turns = \"all\"\n[source.generation]\ntoken-ids = true",
+        )
+    };
+    gen_.config(&ids_only(Config::new(&server.url())).source("plain", "data/b.jsonl"));
+    let out = gen_.run(&["run", "cfg.toml"]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+
+    let records = gen_.completions_of("chat");
+    assert_eq!(records.len(), 5, "{}", out.stderr);
+    // Each answer (a turn of the two-turn prompt is one) as (prompt ids, answer ids, text).
+    let mut answers: Vec<(Vec<u64>, Vec<u64>, String, Value)> = Vec::new();
+    let list = |v: &Value| -> Vec<u64> {
+        v.as_array()
+            .unwrap_or_else(|| panic!("a list of ids: {v}"))
+            .iter()
+            .map(|n| n.as_u64().expect("an id"))
+            .collect()
+    };
+    for record in &records {
+        assert_eq!(record["settings"]["return_token_ids"], true, "{record}");
+        let turns = match record["turns"].as_array() {
+            Some(turns) => turns.clone(),
+            None => vec![record.clone()],
+        };
+        for turn in turns {
+            let ids = &turn["token_ids"];
+            let text = format!(
+                "{}{}",
+                turn["reasoning_content"].as_str().unwrap_or(""),
+                turn["content"].as_str().unwrap_or("")
+            );
+            answers.push((list(&ids["prompt"]), list(&ids["completion"]), text, turn));
+        }
+        assert_eq!(
+            record["token_ids"],
+            answers.last().expect("an answer").3["token_ids"]
+        );
+    }
+    assert_eq!(answers.len(), 6, "4 single answers and 2 turns");
+    for (prompt, completion, _, turn) in &answers {
+        assert_eq!(
+            completion.len() as u64,
+            turn["usage"]["completion_tokens"].as_u64().expect("usage"),
+            "{turn}"
+        );
+        assert_eq!(
+            prompt.len() as u64,
+            turn["usage"]["prompt_tokens"].as_u64().expect("usage"),
+            "{turn}"
+        );
+    }
+    // A single-turn prompt's ids are what the server's tokenizer and chat template make of it.
+    let single = records
+        .iter()
+        .find(|r| r["turns"].is_null())
+        .expect("one turn");
+    let tokenized: Value = reqwest::Client::new()
+        .post(format!("{}/tokenize", server.url()))
+        .json(&serde_json::json!({"model": vllm::MODEL_NAME, "messages": single["messages"]}))
+        .send()
+        .await
+        .expect("/tokenize")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(tokenized["tokens"], single["token_ids"]["prompt"]);
+    let plain = gen_.completions_of("plain");
+    assert_eq!(plain.len(), 2);
+    for record in plain {
+        assert!(record.get("token_ids").is_none(), "{record}");
+    }
+    assert_eq!(gen_.verify().await.0, Some(0));
+
+    // The mixed run: conversations, said why.
+    let mixed = gen_
+        .run(&[
+            "export",
+            "cfg.toml",
+            "--schema",
+            "speculators",
+            "--keep-cut",
+            "-o",
+            "out/mixed",
+        ])
+        .await;
+    assert_eq!(mixed.code, Some(0), "{}", mixed.stderr);
+    assert!(
+        mixed
+            .stderr
+            .contains("2 of 7 stored answers have no token ids"),
+        "{}",
+        mixed.stderr
+    );
+    assert!(
+        gen_.read("out/mixed/data/train.jsonl")
+            .contains("\"conversations\"")
+    );
+
+    // A run whose every answer has ids: token rows.
+    gen_.config(&ids_only(Config::new(&server.url())).named("ids.toml"));
+    let out = gen_.run(&["run", "ids.toml"]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let export = gen_
+        .run(&[
+            "export",
+            "ids.toml",
+            "--schema",
+            "speculators",
+            "--keep-cut",
+            "-o",
+            "out/ids",
+        ])
+        .await;
+    assert_eq!(export.code, Some(0), "{}", export.stderr);
+    assert!(
+        export.stderr.contains("every answer has its token ids"),
+        "{}",
+        export.stderr
+    );
+
+    let completion_ids: Vec<&Vec<u64>> = answers.iter().map(|a| &a.1).collect();
+    gen_.write(
+        "answers.json",
+        serde_json::to_string(&completion_ids).expect("json"),
+    );
+    let loaded = gen_tests::python::run_json(
+        &python,
+        DECODE_AND_LOAD,
+        &[
+            std::ffi::OsStr::new(&model),
+            gen_.path("answers.json").as_os_str(),
+            gen_.path("out/ids/data/train.jsonl").as_os_str(),
+        ],
+        &[],
+        "decoding token ids and loading the speculators export",
+    );
+    let decoded = loaded["decoded"].as_array().expect("decoded");
+    for ((_, _, text, turn), decoded) in answers.iter().zip(decoded) {
+        let decoded = decoded.as_str().expect("text");
+        // An answer cut at `max-tokens` inside a character (the tiny model's byte-fallback
+        // tokens) ends with bytes vLLM's streaming detokenizer holds back and never sends: the
+        // ids have them (decoded as U+FFFD), the text does not. Token-exact records are the
+        // point of storing ids.
+        let held_back = decoded
+            .strip_prefix(text.as_str())
+            .unwrap_or_else(|| panic!("{decoded:?} does not start with {text:?}: {turn}"));
+        assert!(
+            held_back.is_empty()
+                || (turn["finish_reason"] == "length"
+                    && held_back.chars().all(|c| c == '\u{fffd}')),
+            "{decoded:?} vs {text:?}: {turn}"
+        );
+    }
+    assert_eq!(
+        loaded["columns"],
+        serde_json::json!(["id", "input_ids", "loss_mask"]),
+        "{loaded}"
+    );
+    assert_eq!(loaded["problems"], serde_json::json!([]), "{loaded}");
+    // One row per answer of the second run, each the prompt's ids then the answer's, the
+    // answer's supervised.
+    let mut expected: Vec<(Vec<u64>, u64)> = Vec::new();
+    for record in gen_.completions_of("chat") {
+        let turns = match record["turns"].as_array() {
+            Some(turns) => turns.clone(),
+            None => vec![record.clone()],
+        };
+        for turn in turns {
+            let (prompt, completion) = (
+                list(&turn["token_ids"]["prompt"]),
+                list(&turn["token_ids"]["completion"]),
+            );
+            let supervised = completion.len() as u64;
+            expected.push(([prompt, completion].concat(), supervised));
+        }
+    }
+    let mut got: Vec<(Vec<u64>, u64)> = loaded["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| (list(&r["input_ids"]), r["supervised"].as_u64().expect("n")))
+        .collect();
+    expected.sort();
+    got.sort();
+    assert_eq!(got.len(), 6, "{loaded}");
+    assert_eq!(got, expected);
+}

@@ -6,7 +6,8 @@
 //! `max_model_len`) and `/v1/chat/completions`, whose answer is a minimal valid stream: a role +
 //! reasoning chunk, a content chunk with `finish_reason`, a usage chunk and `[DONE]`, one
 //! precomputed body per request. The request body is read (so keep-alive connections stay in
-//! step) but not parsed.
+//! step) but not parsed; one that asks for `"return_token_ids":true` gets the same answer with
+//! token ids in vLLM's shape (the prompt's in the first chunk, the answer's with the deltas).
 //!
 //! `--harness` serves the test harness's [`gen_tests::fake_openai`] server instead (it parses
 //! each request and echoes the prompt), to compare the two.
@@ -31,10 +32,26 @@ const STREAM: &str = concat!(
     "data: [DONE]\n\n",
 );
 
-async fn chat(_body: Bytes) -> Response {
+const STREAM_WITH_IDS: &str = concat!(
+    r#"data: {"id":"c","object":"chat.completion.chunk","model":"instant-model","choices":[{"index":0,"delta":{"role":"assistant","reasoning_content":"thinking"},"token_ids":[151667,82260]}],"prompt_token_ids":[151644,872,198,9707,1879,315,279,9867,3538,13,151645,198]}"#,
+    "\n\n",
+    r#"data: {"id":"c","object":"chat.completion.chunk","model":"instant-model","choices":[{"index":0,"delta":{"content":"Hello from the instant server."},"finish_reason":"stop","token_ids":[151668,9707,504,279,9867,3538]}]}"#,
+    "\n\n",
+    r#"data: {"id":"c","object":"chat.completion.chunk","model":"instant-model","choices":[],"usage":{"prompt_tokens":12,"completion_tokens":8,"total_tokens":20}}"#,
+    "\n\n",
+    "data: [DONE]\n\n",
+);
+
+async fn chat(body: Bytes) -> Response {
+    const ASKS_FOR_IDS: &[u8] = b"\"return_token_ids\":true";
+    let stream = if body.windows(ASKS_FOR_IDS.len()).any(|w| w == ASKS_FOR_IDS) {
+        STREAM_WITH_IDS
+    } else {
+        STREAM
+    };
     (
         [(header::CONTENT_TYPE, "text/event-stream")],
-        Body::from(Bytes::from_static(STREAM.as_bytes())),
+        Body::from(Bytes::from_static(stream.as_bytes())),
     )
         .into_response()
 }
