@@ -482,9 +482,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub keep_preparation: bool,
     /// Run only share `k` of `n` of every source's prompts, counted from 0 as Slurm task ids
-    /// are, e.g. `--shard 2/8` on the third of eight hosts; `gen merge` combines the shares. `auto`: the share
-    /// of this Slurm array task, Kubernetes Indexed Job pod or RANK, in its own
-    /// directory under the run directory (the job's run root).
+    /// are, e.g. `--shard 2/8` on the third of eight hosts; `gen merge` combines the shares.
+    /// `auto`: the share of this Slurm array task, Kubernetes Indexed Job pod or RANK, in its
+    /// own directory under the run directory (the job's run root).
     #[arg(long, value_name = "K/N|auto")]
     pub shard: Option<crate::run::shard::ShardArg>,
     /// With `--shard auto`: how many shards the job has (needed for a Kubernetes Indexed
