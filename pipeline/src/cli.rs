@@ -309,31 +309,31 @@ pub struct K8sArgs {
     pub image: String,
     /// The job's run root, as the pods see it (default: `[run] dir` of the config when it is
     /// here too, else `runs/NAME` next to it).
-    #[arg(long)]
+    #[arg(long, help_heading = "Storage")]
     pub run_dir: Option<PathBuf>,
     /// Each pod starts its server with this command line instead of `[server] launch`.
-    #[arg(long, value_name = "CMD")]
+    #[arg(long, value_name = "CMD", help_heading = "Each pod")]
     pub server_launch: Option<String>,
     /// A ReadWriteMany PersistentVolumeClaim holding the run root, mounted in every pod.
-    #[arg(long, value_name = "CLAIM")]
+    #[arg(long, value_name = "CLAIM", help_heading = "Storage")]
     pub volume_claim: Option<String>,
     /// Where the claim is mounted.
-    #[arg(long, default_value = "/data")]
+    #[arg(long, default_value = "/data", help_heading = "Storage")]
     pub mount_path: String,
     /// GPUs per pod (`nvidia.com/gpu`, requested and the limit).
-    #[arg(long)]
+    #[arg(long, help_heading = "Each pod")]
     pub gpus: Option<u32>,
     /// CPUs requested per pod.
-    #[arg(long)]
+    #[arg(long, help_heading = "Each pod")]
     pub cpus: Option<u32>,
     /// Memory per pod, requested and the limit (e.g. `64Gi`).
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", help_heading = "Each pod")]
     pub memory: Option<String>,
     /// The size of `/dev/shm` (a memory volume) [default: no limit but the pod's memory].
-    #[arg(long, value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE", help_heading = "Each pod")]
     pub shm_size: Option<String>,
     /// A Secret whose key `token` becomes `HF_TOKEN` in every pod.
-    #[arg(long, value_name = "SECRET")]
+    #[arg(long, value_name = "SECRET", help_heading = "Each pod")]
     pub hf_token_secret: Option<String>,
     /// Retries of one shard's pod before it counts as failed.
     #[arg(long, default_value_t = 2)]
@@ -465,38 +465,43 @@ pub struct RunArgs {
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
     /// Restart only the sources that failed in the last run; touch nothing else.
-    #[arg(long)]
+    #[arg(long, help_heading = "Which prompts")]
     pub only_failed: bool,
     /// Run only this source (repeatable).
-    #[arg(long = "source", value_name = "NAME")]
+    #[arg(long = "source", value_name = "NAME", help_heading = "Which prompts")]
     pub sources: Vec<String>,
     /// Resume even though the model or sampling settings changed since the run started.
-    #[arg(long)]
+    #[arg(long, help_heading = "After a change")]
     pub allow_config_change: bool,
     /// Generate this source again under its current settings (repeatable): its stored
     /// answers are set aside in its directory (`completions.superseded-*`), not deleted.
-    #[arg(long, value_name = "SOURCE")]
+    #[arg(long, value_name = "SOURCE", help_heading = "Which prompts")]
     pub regenerate: Vec<String>,
     /// Go on with the prompts prepared before although a source's input file or settings
     /// changed since (refused otherwise once answers were generated from them).
-    #[arg(long)]
+    #[arg(long, help_heading = "After a change")]
     pub keep_preparation: bool,
     /// Run only share `k` of `n` of every source's prompts, counted from 0 as Slurm task ids
     /// are, e.g. `--shard 2/8` on the third of eight hosts; `gen merge` combines the shares.
     /// `auto`: the share of this Slurm array task, Kubernetes Indexed Job pod or RANK, in its
     /// own directory under the run directory (the job's run root).
-    #[arg(long, value_name = "K/N|auto")]
+    #[arg(long, value_name = "K/N|auto", help_heading = "Many machines")]
     pub shard: Option<crate::run::shard::ShardArg>,
     /// With `--shard auto`: how many shards the job has (needed for a Kubernetes Indexed
     /// Job, and for a Slurm array of only some tasks).
-    #[arg(long, value_name = "N", env = "GEN_SHARDS")]
+    #[arg(
+        long,
+        value_name = "N",
+        env = "GEN_SHARDS",
+        help_heading = "Many machines"
+    )]
     pub shards: Option<u32>,
     /// Start the inference server with this command line instead of `[server] launch`
     /// (`{port}` and `${VAR}` are filled in the same way).
     #[arg(long, value_name = "CMD")]
     pub server_launch: Option<String>,
     /// Send the prompts the server refused (HTTP 400, in `rejected.jsonl`) again.
-    #[arg(long)]
+    #[arg(long, help_heading = "Which prompts")]
     pub retry_rejected: bool,
     /// Set by `gen prepare`: prepare, then stop before any server is contacted.
     #[arg(skip)]
