@@ -398,29 +398,8 @@ fn status_view(
     let status = match (remote.first(), target) {
         (Some(remote), _) => status::remote::fetch(remote)?,
         (None, Some(target)) if job_root(target).is_some() => {
-            use status::job::ShardState;
             let root = job_root(target).expect("checked by the guard");
-            let job = status::job::view(&root, now)?;
-            let text = if json {
-                serde_json::to_string_pretty(&job).context("status serializes")? + "\n"
-            } else {
-                status::job::render(&job, now)
-            };
-            let preparing = job
-                .preparation
-                .as_ref()
-                .is_some_and(|p| p.state == ShardState::Running);
-            let over = !preparing && job.shards.iter().all(|s| s.state != ShardState::Running);
-            let done = job.shards.iter().all(|s| s.state == ShardState::Done);
-            return Ok(StatusView {
-                text,
-                code: if done || !over {
-                    exit::OK
-                } else {
-                    exit::FAILED
-                },
-                over,
-            });
+            return job_status(&status::job::view(&root, now)?, json, now);
         }
         (None, Some(target)) => {
             let run_dir = resolve_run_dir(target)?;
@@ -456,7 +435,6 @@ fn status_view(
 /// `gen status --remote A --remote B …`: every host's run over ssh at once (a host that
 /// cannot be read is a failed line, not an error), as one view.
 fn fleet_view(remote: &[String], json: bool, now: u64) -> Result<StatusView, CliError> {
-    use status::job::ShardState;
     let fetched: Vec<(String, Result<status::RunStatus, String>)> = std::thread::scope(|scope| {
         let fetching: Vec<_> = remote
             .iter()
@@ -474,14 +452,24 @@ fn fleet_view(remote: &[String], json: bool, now: u64) -> Result<StatusView, Cli
             })
             .collect()
     });
-    let fleet = status::job::fleet(fetched, now);
+    job_status(&status::job::fleet(fetched, now), json, now)
+}
+
+/// A job's (or a fleet's) view as `gen status` prints it: over once nothing runs or prepares,
+/// failed when over with a shard not done.
+fn job_status(job: &status::job::JobView, json: bool, now: u64) -> Result<StatusView, CliError> {
+    use status::job::ShardState;
     let text = if json {
-        serde_json::to_string_pretty(&fleet).context("status serializes")? + "\n"
+        serde_json::to_string_pretty(job).context("status serializes")? + "\n"
     } else {
-        status::job::render(&fleet, now)
+        status::job::render(job, now)
     };
-    let over = fleet.shards.iter().all(|s| s.state != ShardState::Running);
-    let done = fleet.shards.iter().all(|s| s.state == ShardState::Done);
+    let preparing = job
+        .preparation
+        .as_ref()
+        .is_some_and(|p| p.state == ShardState::Running);
+    let over = !preparing && job.shards.iter().all(|s| s.state != ShardState::Running);
+    let done = job.shards.iter().all(|s| s.state == ShardState::Done);
     Ok(StatusView {
         text,
         code: if done || !over {
