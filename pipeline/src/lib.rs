@@ -24,6 +24,7 @@ pub mod inference;
 #[cfg(test)]
 mod layering;
 pub mod merge;
+pub mod notice;
 pub mod prep;
 pub mod report;
 pub mod run;

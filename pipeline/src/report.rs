@@ -1,9 +1,9 @@
 //! What `gen run` tells. A [`RunReporter`] is made for each run and passed to every part of it
 //! that has something to say; it owns the terminal output and the run's `events.jsonl`. One
-//! typed [`Notice`] goes to the progress display (on a TTY: one bar per source, lines printed
-//! above the bars), the plain log (stderr lines, when stderr is a pipe or a file, or
-//! `NO_COLOR`/`TERM=dumb`) and `events.jsonl` alike, so the terminal and the history never say
-//! different things. Every known secret is taken out first ([`crate::secrets`]). Outside a run,
+//! typed [`Notice`] (the facts and their wording: [`crate::notice`]) goes to the progress
+//! display (on a TTY: one bar per source, lines printed above the bars), the plain log (stderr
+//! lines, when stderr is a pipe or a file, or `NO_COLOR`/`TERM=dumb`) and `events.jsonl` alike,
+//! so the terminal and the history never say different things. Every known secret is taken out first ([`crate::secrets`]). Outside a run,
 //! [`plain`] prints one redacted line.
 
 use std::io::{IsTerminal as _, Write as _};
@@ -13,85 +13,9 @@ use std::time::Duration;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
+use crate::notice::Notice;
 use crate::status::state::{Phase, SourceStatus};
 use crate::store::events::EventLog;
-
-/// The kinds of facts `events.jsonl` records (its `event` field).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EventKind {
-    RunStarted,
-    RunFinished,
-    SourcePhase,
-    WorkerVerdict,
-    ServerDown,
-    ServerUp,
-    Concurrency,
-    ServerRestart,
-    ServerRestartFailed,
-    OutageGiveUp,
-    InputsChanged,
-    PrepareAgain,
-    DuplicatesAcross,
-    CompletionsRepaired,
-    ModelMismatch,
-    ContextCut,
-}
-
-impl EventKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventKind::RunStarted => "run_started",
-            EventKind::RunFinished => "run_finished",
-            EventKind::SourcePhase => "source_phase",
-            EventKind::WorkerVerdict => "worker_verdict",
-            EventKind::ServerDown => "server_down",
-            EventKind::ServerUp => "server_up",
-            EventKind::Concurrency => "concurrency",
-            EventKind::ServerRestart => "server_restart",
-            EventKind::ServerRestartFailed => "server_restart_failed",
-            EventKind::OutageGiveUp => "outage_give_up",
-            EventKind::InputsChanged => "inputs_changed",
-            EventKind::PrepareAgain => "prepare_again",
-            EventKind::DuplicatesAcross => "duplicates_across",
-            EventKind::CompletionsRepaired => "completions_repaired",
-            EventKind::ModelMismatch => "model_mismatch",
-            EventKind::ContextCut => "context_cut",
-        }
-    }
-}
-
-/// One fact a run tells: a line for the person, an entry of `events.jsonl`, or both.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Notice {
-    line: Option<String>,
-    event: Option<(EventKind, Option<String>, String)>,
-}
-
-impl Notice {
-    /// A line for the person (terminal or plain log), in no history.
-    pub fn said(line: impl Into<String>) -> Notice {
-        Notice {
-            line: Some(line.into()),
-            event: None,
-        }
-    }
-
-    /// An entry of `events.jsonl`, about `source` when given.
-    pub fn recorded(kind: EventKind, source: Option<&str>, detail: impl Into<String>) -> Notice {
-        Notice {
-            line: None,
-            event: Some((kind, source.map(str::to_owned), detail.into())),
-        }
-    }
-
-    /// The same fact, also said as `line`.
-    pub fn and_said(self, line: impl Into<String>) -> Notice {
-        Notice {
-            line: Some(line.into()),
-            ..self
-        }
-    }
-}
 
 /// Where a run's notices and progress go; cheap to clone (every clone reports to the same
 /// places).
@@ -159,17 +83,18 @@ impl RunReporter {
     }
 
     /// Says and records `notice`, without any known secret.
-    pub fn notice(&self, notice: Notice) {
+    pub fn notice(&self, notice: Notice<'_>) {
         let mut inner = self.lock();
-        if let Some(line) = notice.line {
+        let line = notice.to_string();
+        if !line.is_empty() {
             inner.print(&crate::secrets::redact(&line));
         }
-        if let Some((kind, source, detail)) = notice.event {
+        if let Some((kind, source, detail)) = notice.event() {
             let detail = crate::secrets::redact(&detail).into_owned();
             let Some(events) = inner.events.as_mut() else {
                 return;
             };
-            if let Err(e) = events.append(kind.as_str(), source.as_deref(), detail)
+            if let Err(e) = events.append(kind, source, detail)
                 && !inner.events_failed
             {
                 inner.events_failed = true;
@@ -178,14 +103,9 @@ impl RunReporter {
         }
     }
 
-    /// Says one line ([`Notice::said`]).
-    pub fn say(&self, line: impl Into<String>) {
-        self.notice(Notice::said(line));
-    }
-
-    /// Records one entry of `events.jsonl` ([`Notice::recorded`]).
-    pub fn record(&self, kind: EventKind, source: Option<&str>, detail: impl Into<String>) {
-        self.notice(Notice::recorded(kind, source, detail));
+    /// Says where the run stands, as a line of the plain log.
+    pub fn say_progress(&self, progress: &Progress) {
+        self.lock().print(&crate::secrets::redact(&progress.line()));
     }
 
     /// Shows one bar per source when stderr is a terminal that can redraw.
@@ -412,7 +332,7 @@ fn bars_wanted() -> bool {
 mod tests {
     use std::time::Duration;
 
-    use super::{EventKind, Notice, Progress, RunReporter, bar_view};
+    use super::{Notice, Progress, RunReporter, bar_view};
     use crate::status::state::{Phase, SourceStatus};
 
     /// A source without prompts to count (failed before any were prepared, pending,
@@ -500,16 +420,15 @@ mod tests {
         let path = dir.path().join("events.jsonl");
         crate::secrets::register("sk-reporter-test-secret");
         let reporter = RunReporter::new(Some(path.clone()));
-        reporter.notice(
-            Notice::recorded(
-                EventKind::ServerRestart,
-                Some("src"),
-                "key sk-reporter-test-secret refused",
-            )
-            .and_said("gen: restarting"),
-        );
+        reporter.notice(Notice::CompletionsRepaired {
+            source: "src",
+            message: "key sk-reporter-test-secret refused",
+        });
         let text = fs_err::read_to_string(&path).expect("events.jsonl");
-        assert!(text.contains("\"event\":\"server_restart\""), "{text}");
+        assert!(
+            text.contains("\"event\":\"completions_repaired\""),
+            "{text}"
+        );
         assert!(text.contains("\"source\":\"src\""), "{text}");
         assert!(!text.contains("sk-reporter-test-secret"), "{text}");
     }

@@ -17,6 +17,7 @@
 //! ([`Liveness::require_process`]): once it died, its port may answer from another process,
 //! which must not get the run's requests.
 
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,6 +25,7 @@ use tokio::sync::watch;
 
 use super::client::{ChatClient, RequestError};
 use super::probe;
+use crate::notice::Notice;
 use crate::sys::unix_ms;
 
 /// Longest pause between two health probes while the server is down.
@@ -46,6 +48,23 @@ pub enum Health {
     Down {
         since_unix_ms: u64,
     },
+}
+
+/// How many of a run's servers are down, shared by their [`Liveness`]es: an outage says
+/// whether the others take over or dispatch pauses.
+#[derive(Debug)]
+pub struct Outages {
+    servers: usize,
+    down: std::sync::atomic::AtomicUsize,
+}
+
+impl Outages {
+    pub fn new(servers: usize) -> Arc<Outages> {
+        Arc::new(Outages {
+            servers,
+            down: 0.into(),
+        })
+    }
 }
 
 /// What requests have seen of the server lately.
@@ -74,10 +93,13 @@ pub struct Liveness {
     process: Arc<std::sync::OnceLock<super::managed::ProcessGate>>,
     /// Where outages and recoveries are said.
     reporter: crate::report::RunReporter,
+    /// Shared with the run's other servers.
+    outages: Arc<Outages>,
 }
 
 impl Liveness {
-    pub fn new(url: &str, reporter: crate::report::RunReporter) -> Liveness {
+    /// The liveness of one of the servers `outages` counts.
+    pub fn new(url: &str, reporter: crate::report::RunReporter, outages: Arc<Outages>) -> Liveness {
         let (state, _) = watch::channel(Health::Up);
         Liveness {
             url: url.into(),
@@ -86,6 +108,7 @@ impl Liveness {
             process: Arc::default(),
             record: Arc::default(),
             reporter,
+            outages,
         }
     }
 
@@ -169,12 +192,12 @@ impl Liveness {
     /// a small real request until it answers one.
     pub fn report_failing(&self, reason: &str, client: &ChatClient) {
         let why = format!("{reason} (its /health answers, but requests fail)");
-        if self.go_down(&why) {
-            self.reporter.say(format!(
-                "gen: server {} fails every request although /health answers ({reason}); \
-                 pausing, and probing it with a small request until it answers one",
-                self.shown
-            ));
+        if let Some(all_down) = self.go_down(&why) {
+            self.reporter.notice(Notice::ServerFailing {
+                url: &self.shown,
+                reason,
+                all_down,
+            });
             tokio::spawn(self.clone().probe_until_up(Some(client.clone())));
         }
     }
@@ -285,17 +308,20 @@ impl Liveness {
 
     /// A request found the server down: pause everyone and probe until it is back.
     pub fn report_down(&self, reason: &str) {
-        if self.go_down(reason) {
-            self.reporter.say(format!(
-                "gen: server {} is down ({reason}); pausing until it answers again",
-                self.shown
-            ));
+        if let Some(all_down) = self.go_down(reason) {
+            let url = &self.shown;
+            self.reporter.notice(Notice::ServerDown {
+                url,
+                reason,
+                all_down,
+            });
             tokio::spawn(self.clone().probe_until_up(None));
         }
     }
 
-    /// Marks the server down for `reason`; whether it was up until now.
-    fn go_down(&self, reason: &str) -> bool {
+    /// Marks the server down for `reason`; when it was up until now, whether every server is
+    /// down now.
+    fn go_down(&self, reason: &str) -> Option<bool> {
         let newly_down = self.state.send_if_modified(|health| match health {
             Health::Up => {
                 *health = Health::Down {
@@ -305,10 +331,12 @@ impl Liveness {
             }
             Health::Down { .. } => false,
         });
-        if newly_down {
-            self.record().down_reason = Some(reason.to_owned());
+        if !newly_down {
+            return None;
         }
-        newly_down
+        self.record().down_reason = Some(reason.to_owned());
+        let down = self.outages.down.fetch_add(1, Ordering::Relaxed) + 1;
+        Some(down >= self.outages.servers)
     }
 
     /// Probes until the server is back: `/health`, or with `client` (a failing server) a small
@@ -325,15 +353,14 @@ impl Liveness {
             };
             if back {
                 let down_for = match self.health() {
-                    Health::Down { since_unix_ms } => {
-                        unix_ms().saturating_sub(since_unix_ms) / 1000
-                    }
+                    Health::Down { since_unix_ms } => unix_ms().saturating_sub(since_unix_ms),
                     Health::Up => 0,
                 };
-                self.reporter.say(format!(
-                    "gen: server {} is back after {down_for} s; resuming",
-                    self.shown
-                ));
+                self.outages.down.fetch_sub(1, Ordering::Relaxed);
+                self.reporter.notice(Notice::ServerBack {
+                    url: &self.shown,
+                    down_for: Duration::from_millis(down_for),
+                });
                 {
                     let mut record = self.record();
                     record.down_reason = None;
@@ -367,7 +394,8 @@ mod tests {
     /// prompts with no answer in between make the server failing, with the last reason.
     #[tokio::test]
     async fn failures_across_prompts_make_a_failing_server_one_prompt_alone_does_not() {
-        let liveness = Liveness::new("http://127.0.0.1:1", crate::report::RunReporter::new(None));
+        let reporter = crate::report::RunReporter::new(None);
+        let liveness = Liveness::new("http://127.0.0.1:1", reporter, Outages::new(1));
         let client = client();
         for _ in 0..10 {
             assert!(!liveness.failed("a", "HTTP 500: boom", &client).await);
@@ -391,5 +419,36 @@ mod tests {
         );
         // Down: every later failure is the outage's.
         assert!(liveness.failed("d", "HTTP 500: boom", &client).await);
+    }
+
+    /// An outage is said once, where it is found: on the terminal and in `events.jsonl`, which
+    /// says whether the other servers take over. Before, the history got it from a diff of
+    /// status snapshots, a tick later, and missed an outage shorter than a tick.
+    #[tokio::test]
+    async fn an_outage_is_recorded_where_it_is_found_saying_whether_dispatch_pauses() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let events = dir.path().join("events.jsonl");
+        let reporter = crate::report::RunReporter::new(Some(events.clone()));
+        let outages = Outages::new(2);
+        let first = Liveness::new("http://127.0.0.1:1", reporter.clone(), outages.clone());
+        let second = Liveness::new("http://127.0.0.1:2", reporter, outages);
+        first.report_down("connection refused");
+        first.report_down("connection refused");
+        second.report_down("connection reset");
+        let text = fs_err::read_to_string(&events).expect("events.jsonl");
+        let details: Vec<String> = text
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("event"))
+            .map(|e| format!("{} {}", e["event"].as_str().unwrap_or(""), e["detail"]))
+            .collect();
+        assert_eq!(
+            details,
+            [
+                "server_down \"http://127.0.0.1:1 stopped answering (connection refused); its \
+                 requests go to the others\"",
+                "server_down \"http://127.0.0.1:2 stopped answering (connection reset); \
+                 dispatch paused\"",
+            ]
+        );
     }
 }

@@ -46,7 +46,7 @@ use crate::config::values::LengthPolicy;
 use crate::inference::RequestError;
 use crate::inference::client::{Completion, Usage};
 use crate::inference::liveness::{Health, Liveness};
-use crate::report::{EventKind, Notice};
+use crate::notice::Notice;
 use crate::store::records::{
     CompletionRecord, CutBy, RejectKind, RejectedRecord, TurnRecord, heuristic_cut_by,
 };
@@ -343,26 +343,11 @@ impl Dispatcher {
     /// first that names another model than the run asked for is said loudly, once per server.
     fn check_model(&self, backend: &Backend, model: &str) -> Result<(), String> {
         if self.fleet.answered_as(backend, model)? {
-            let line = format!(
-                "gen: WARNING: server {} answers as model `{model}`, not `{}` (the model \
-                 `/v1/models` lists and the run asks for): a router or gateway names the model \
-                 otherwise, or sends the requests to another model; the answers are stored under \
-                 `{model}`; stop the run if that is not the model you want",
-                backend.liveness.shown(),
-                self.model
-            );
-            backend.liveness.reporter().notice(
-                Notice::recorded(
-                    EventKind::ModelMismatch,
-                    None,
-                    format!(
-                        "server {} answers as model `{model}`, not `{}`",
-                        backend.liveness.shown(),
-                        self.model
-                    ),
-                )
-                .and_said(line),
-            );
+            backend.liveness.reporter().notice(Notice::ModelMismatch {
+                url: backend.liveness.shown(),
+                named: model,
+                asked: &self.model,
+            });
         }
         Ok(())
     }

@@ -24,8 +24,9 @@ use super::limiter::{Limiter, Slot};
 use super::tuner::{Telemetry, Tuner, TunerTarget, TunerView};
 use crate::config::Plan;
 use crate::config::plan::Concurrency;
-use crate::inference::liveness::{Health, Liveness};
+use crate::inference::liveness::{Health, Liveness, Outages};
 use crate::inference::{ChatClient, probe, signals};
+use crate::notice::Notice;
 
 /// How often each server's own queue is read for `gen status`.
 const LOAD_EVERY: Duration = Duration::from_secs(5);
@@ -361,8 +362,9 @@ pub async fn connect(
     let (model, unreachable) = served_model(plan, urls, api_key.as_deref()).await?;
     let mut backends = Vec::new();
     let mut tuners = Vec::new();
+    let outages = Outages::new(urls.len());
     for (i, url) in urls.iter().enumerate() {
-        let liveness = Liveness::new(url, reporter.clone());
+        let liveness = Liveness::new(url, reporter.clone(), outages.clone());
         let activity = Arc::new(AtomicU64::new(unix_ms()));
         let client = ChatClient::new(
             url,
@@ -378,7 +380,9 @@ pub async fn connect(
         .with_stall(plan.server.stall_after.saturating_mul(2));
         let (limiter, telemetry, tuner) = match plan.generation.concurrency {
             Concurrency::Fixed(n) => {
-                let limit = u32::try_from(n.get()).unwrap_or(u32::MAX);
+                let (url, limit) = (liveness.shown(), n.get());
+                reporter.notice(Notice::ConcurrencyFixed { url, limit });
+                let limit = u32::try_from(limit).unwrap_or(u32::MAX);
                 (Limiter::new(limit), Arc::new(Telemetry::default()), None)
             }
             Concurrency::Auto { max } => {
@@ -495,7 +499,7 @@ mod tests {
     fn backend(url: &str, limit: u32) -> Backend {
         Backend::new(
             ChatClient::new(url, "m".into(), None, 8, serde_json::Map::new()).expect("client"),
-            Liveness::new(url, crate::report::RunReporter::new(None)),
+            Liveness::new(url, crate::report::RunReporter::new(None), Outages::new(2)),
             Limiter::new(limit),
             Arc::new(Telemetry::default()),
             Arc::new(AtomicU64::new(0)),

@@ -23,7 +23,8 @@ use super::server::{Launched, Servers};
 use super::sources::{Sources, create_private_dir};
 use crate::config::Plan;
 use crate::inference::managed::ManagedServer;
-use crate::report::{EventKind, RunReporter};
+use crate::notice::Notice;
+use crate::report::RunReporter;
 use crate::status::state::{self, Phase, RunStatus, SourceStatus};
 use crate::store::records as record;
 use crate::store::{RunDir, atomic, layout::LAYOUT_VERSION};
@@ -124,11 +125,6 @@ struct RunState<'p> {
     /// Output tokens generated in this run.
     tokens: u64,
     started: Instant,
-    /// What the last status write said, to log changes as events.
-    logged_phases: Vec<Phase>,
-    /// Per server, what the last status write said.
-    logged_limit: Vec<Option<usize>>,
-    logged_down: Vec<Option<u64>>,
     /// The last status write failed (warned once until one succeeds).
     status_unwritten: bool,
 }
@@ -236,21 +232,12 @@ fn lock_run_dir(
     match RunLock::acquire(run_dir) {
         Ok(lock) => Ok(Some(lock)),
         Err(LockError::Held { .. } | LockError::HeldUnnamed { .. }) if leased => {
-            reporter.say(
-                "gen: the run directory's lock is still held by the owner this task took the \
-                 shard over from past its lease (fenced: it stops before its next write); \
-                 going on under the lease",
-            );
+            reporter.notice(Notice::LockHeldPastLease);
             Ok(None)
         }
         Err(error @ LockError::Unsupported { .. }) => {
-            let guard = match leased {
-                true => "the shard's lease guards it",
-                false => "make sure no other `gen run` uses this run directory",
-            };
-            reporter.say(format!(
-                "gen: warning: {error}: going on without the lock; {guard}"
-            ));
+            let error = &error.to_string();
+            reporter.notice(Notice::LockUnsupported { error, leased });
             Ok(None)
         }
         Err(error) => Err(error.into()),
@@ -268,11 +255,8 @@ impl<'p> RunState<'p> {
         let previous: Option<RunStatus> = atomic::read_json(&run_dir.status()).ok().flatten();
         for name in &selection.regenerate {
             let aside = run_dir.source(name).supersede(crate::sys::unix_ms())?;
-            if let Some(file) = aside {
-                reporter.say(format!(
-                    "gen: `{name}`: its answers are set aside in `{file}`; generating it again \
-                     under its current settings"
-                ));
+            if let Some(file) = &aside {
+                reporter.notice(Notice::AnswersSetAside { source: name, file });
             }
         }
         let resend = record::Resend {
@@ -280,27 +264,20 @@ impl<'p> RunState<'p> {
             settings: Some(settings_fingerprint(plan)),
         };
         let sources = Sources::load(plan, run_dir, &resend, selection, &reporter)?;
-        reporter.record(
-            EventKind::RunStarted,
-            None,
-            format!("pid {} on {}", std::process::id(), crate::sys::host_name()),
-        );
+        reporter.notice(Notice::RunStarted {
+            pid: std::process::id(),
+            host: &crate::sys::host_name(),
+        });
         let selected: Vec<bool> = sources
             .iter()
             .map(|s| selection.includes(&s.status.name, previous.as_ref(), s.prep_failed))
             .collect();
         if selection.only_failed && !selected.contains(&true) {
-            reporter.say("gen: no source failed in the last run: nothing to restart");
+            reporter.notice(Notice::NothingToRestart);
             return Ok(Start::Over(RunOutcome::NothingToDo));
         }
         let mut state = RunState::new(plan, run_dir, selected, sources, reporter);
         let selected = state.selected.clone();
-        state
-            .sources
-            .check_inputs(&selected, selection.keep_preparation, &state.reporter)?;
-        let mut needs_prep: Vec<usize> = (0..state.sources.len())
-            .filter(|i| selected[*i] && state.sources[*i].status.prepared.is_none())
-            .collect();
         for (i, selected) in selected.iter().enumerate() {
             let name = &state.sources[i].status.name;
             if !selected
@@ -320,6 +297,20 @@ impl<'p> RunState<'p> {
                 };
             }
         }
+        // Where every source starts; from here on each change is recorded where it happens.
+        for source in state.sources.iter().map(|s| &s.status) {
+            state.reporter.notice(Notice::SourcePhase {
+                source: &source.name,
+                phase: source.phase.label(),
+                note: &source.note,
+            });
+        }
+        state
+            .sources
+            .check_inputs(&selected, selection.keep_preparation, &state.reporter)?;
+        let mut needs_prep: Vec<usize> = (0..state.sources.len())
+            .filter(|i| selected[*i] && state.sources[*i].status.prepared.is_none())
+            .collect();
         needs_prep.extend(state.sources.open_ready(&selected, &state.reporter));
         if needs_prep.is_empty() && !state.sources.has_feeds() {
             return state.nothing_left().map(Start::Over);
@@ -361,9 +352,6 @@ impl<'p> RunState<'p> {
             reporter,
             tokens: 0,
             started: Instant::now(),
-            logged_phases: Vec::new(),
-            logged_limit: Vec::new(),
-            logged_down: Vec::new(),
             status_unwritten: false,
         }
     }
@@ -379,27 +367,24 @@ impl<'p> RunState<'p> {
             return Ok(RunOutcome::Finished { failed, refused });
         }
         if !refused.is_empty() {
-            self.reporter
-                .say("gen: nothing to send: every prompt is completed or settled");
+            self.reporter.notice(Notice::NothingToSend);
             return Ok(RunOutcome::Finished {
                 failed: Vec::new(),
                 refused,
             });
         }
-        self.reporter
-            .say("gen: nothing to do: every prompt of every source is already completed");
+        self.reporter.notice(Notice::NothingToDo);
         let now = (self.plan.sources.iter().map(|s| s.name().to_owned()))
             .zip(self.plan.settings.iter().cloned())
             .collect();
         let stored_in = self.sources.stored_in();
+        let config = &self.plan.config_path.display().to_string();
         for (name, how) in super::pin::RunPin::changed_since(&self.run_dir, &now, &stored_in) {
-            self.reporter.say(format!(
-                "gen: note: `{name}`'s settings changed since its answers were generated ({}); \
-                 they stand as they are — `gen run {} --regenerate {name}` generates it again \
-                 under the new settings",
-                how.join("; "),
-                self.plan.config_path.display()
-            ));
+            self.reporter.notice(Notice::SettingsChangedSince {
+                source: &name,
+                how: &how.join("; "),
+                config,
+            });
         }
         Ok(RunOutcome::NothingToDo)
     }
@@ -412,10 +397,10 @@ impl<'p> RunState<'p> {
         };
         let preflight = crate::doctor::preflight(self.plan, &overrides);
         for warning in preflight.warnings() {
-            self.reporter.say(format!(
-                "gen: warning: {}: {}",
-                warning.name, warning.message
-            ));
+            self.reporter.notice(Notice::CheckWarned {
+                check: warning.name,
+                message: &warning.message,
+            });
         }
         if let Some(refusal) = preflight.refusal() {
             anyhow::bail!(
@@ -426,72 +411,8 @@ impl<'p> RunState<'p> {
         Ok(())
     }
 
-    /// Appends an event for every change since the last status write.
-    fn log_changes(&mut self) {
-        for (i, source) in self.sources.iter().enumerate() {
-            let phase = source.status.phase;
-            if self.logged_phases.get(i) != Some(&phase) {
-                let detail = if source.status.note.is_empty() {
-                    phase.label().to_owned()
-                } else {
-                    format!("{}: {}", phase.label(), source.status.note)
-                };
-                self.reporter
-                    .record(EventKind::SourcePhase, Some(&source.status.name), detail);
-            }
-        }
-        self.logged_phases = self.sources.iter().map(|s| s.status.phase).collect();
-        let all_down = !self.status.servers.is_empty()
-            && self
-                .status
-                .servers
-                .iter()
-                .all(|s| s.down_since_unix_ms.is_some());
-        self.logged_down.resize(self.status.servers.len(), None);
-        self.logged_limit.resize(self.status.servers.len(), None);
-        for (i, server) in self.status.servers.iter().enumerate() {
-            if server.down_since_unix_ms != self.logged_down[i] {
-                match server.down_since_unix_ms {
-                    Some(_) => self.reporter.record(EventKind::ServerDown, None, {
-                        let why = server
-                            .down_reason
-                            .as_ref()
-                            .map_or_else(String::new, |r| format!(" ({r})"));
-                        if all_down {
-                            format!("{} stopped answering{why}; dispatch paused", server.url)
-                        } else {
-                            format!(
-                                "{} stopped answering{why}; its requests go to the others",
-                                server.url
-                            )
-                        }
-                    }),
-                    None => self.reporter.record(
-                        EventKind::ServerUp,
-                        None,
-                        format!("{} answers again; dispatch resumed", server.url),
-                    ),
-                }
-                self.logged_down[i] = server.down_since_unix_ms;
-            }
-            if Some(server.concurrency) != self.logged_limit[i] {
-                let why = server
-                    .decision
-                    .clone()
-                    .unwrap_or_else(|| "fixed".to_owned());
-                self.reporter.record(
-                    EventKind::Concurrency,
-                    None,
-                    format!("{} {} ({why})", server.url, server.concurrency),
-                );
-                self.logged_limit[i] = Some(server.concurrency);
-            }
-        }
-    }
-
     fn write_status(&mut self) -> anyhow::Result<()> {
         self.sources.fenced()?;
-        self.log_changes();
         self.status.heartbeat_unix_ms = crate::sys::unix_ms();
         self.status.sources = self.sources.statuses();
         self.status.eta_secs = self.progress(0).eta.map(|eta| eta.as_secs());
@@ -508,8 +429,8 @@ impl<'p> RunState<'p> {
             Ok(()) => self.status_unwritten = false,
             Err(e) if !self.status_unwritten => {
                 self.status_unwritten = true;
-                self.reporter
-                    .say(format!("gen: warning: {e:#}; retrying on every change"));
+                let error = &format!("{e:#}");
+                self.reporter.notice(Notice::StatusUnwritten { error });
             }
             Err(_) => {}
         }
@@ -517,7 +438,7 @@ impl<'p> RunState<'p> {
 
     /// Says where the run stands (`in_flight`: requests in flight now).
     fn print_progress(&self, in_flight: u32) {
-        self.reporter.say(self.progress(in_flight).line());
+        self.reporter.say_progress(&self.progress(in_flight));
     }
 
     /// Where the whole run stands (`in_flight`: requests in flight now).
@@ -564,9 +485,7 @@ impl<'p> RunState<'p> {
             return;
         }
         let prepared: u64 = selected().filter_map(|(s, _)| s.status.prepared).sum();
-        self.reporter.say(format!(
-            "gen: resuming: {done} of {prepared} prepared prompts already completed"
-        ));
+        self.reporter.notice(Notice::Resuming { done, prepared });
     }
 }
 
@@ -752,11 +671,10 @@ impl<'p> Orchestrator<'p> {
             && !self.dispatcher.cancel.is_cancelled()
             && self.servers.fleet.none_can_finish(GONE_QUIET).await
         {
-            state.reporter.say(format!(
-                "gen: the server stopped too (no `/health`, no token for {} s): the {in_flight} \
-                 in flight cannot finish, stopping now; they are asked again on the next run",
-                GONE_QUIET.as_secs()
-            ));
+            state.reporter.notice(Notice::InFlightCannotFinish {
+                in_flight,
+                quiet: GONE_QUIET,
+            });
             self.dispatcher.cancel.cancel();
         }
         // Stopping: a server that exited (it got the signal too) is not started again.
@@ -773,7 +691,7 @@ impl<'p> Orchestrator<'p> {
 
     /// Starts dispatching every source counted with prompts left.
     fn start_dispatch(&mut self) {
-        for (i, feed) in self.state.sources.take_feeds() {
+        for (i, feed) in self.state.sources.take_feeds(&self.state.reporter) {
             let plan = self.state.plan;
             let length = plan.worker(&self.state.sources[i].status.name).on_length;
             let requests = SourceRequests::new(length, plan.settings[i].clone());
@@ -785,17 +703,11 @@ impl<'p> Orchestrator<'p> {
     /// The first signal: no new requests or workers; requests in flight get a grace period.
     fn interrupted(&mut self) {
         let in_flight = self.servers.fleet.in_flight();
-        self.state.reporter.say(match in_flight {
-            // Requests waiting for a server end at once (see `Dispatcher::healthy_backend`).
-            0 => format!(
-                "gen: {}: no new requests; nothing in flight, stopping now",
-                super::stop::interrupted_by()
-            ),
-            n => format!(
-                "gen: {}: no new requests; {n} in flight get {} s to finish (a second Ctrl-C stops at once)",
-                super::stop::interrupted_by(),
-                shutdown_grace().as_secs()
-            ),
+        // Requests waiting for a server end at once (see `Dispatcher::healthy_backend`).
+        self.state.reporter.notice(Notice::Interrupted {
+            by: super::stop::interrupted_by(),
+            in_flight,
+            grace: shutdown_grace(),
         });
         self.stopping.interrupt();
         self.preparation.stop(false);
@@ -811,7 +723,8 @@ impl<'p> Orchestrator<'p> {
         match &failure {
             Failure::Refused(message) | Failure::ModelChanged(message) => {
                 if !self.stopping.refused() {
-                    self.state.reporter.say(format!("gen: stopping: {message}"));
+                    let reason = message.as_str();
+                    self.state.reporter.notice(Notice::Stopping { reason });
                     self.dispatcher.cancel.cancel();
                     self.preparation.stop(true);
                 }
@@ -833,9 +746,8 @@ impl<'p> Orchestrator<'p> {
         let state = &mut self.state;
         state.sources.flush_all()?;
         state.sources.save_tallies();
-        state
-            .reporter
-            .record(EventKind::RunFinished, None, self.stopping.ending());
+        let ending = self.stopping.ending();
+        state.reporter.notice(Notice::RunFinished { ending });
         state.reporter.finish_progress();
         state.status.finished = true;
         if self.stopping.interrupted() {
@@ -972,10 +884,10 @@ async fn connected_servers(
         }
     };
     let Some(servers) = preparing_while(state, preparation, connected).await? else {
-        state.reporter.say(format!(
-            "gen: {} while waiting for the inference server",
-            super::stop::interrupted_by()
-        ));
+        let by = super::stop::interrupted_by();
+        state
+            .reporter
+            .notice(Notice::InterruptedWaitingForServer { by });
         stopped_before_serving(state, preparation, Some(super::stop::reason())).await?;
         return Ok(None);
     };

@@ -180,10 +180,8 @@ impl RunPin {
         let stored = match atomic::read_json::<RunPin>(&path) {
             Ok(stored) => stored,
             Err(e) if allow => {
-                reporter.say(format!(
-                    "gen: warning: `run.json` does not decode ({e}); recording this run's \
-                     settings in it again"
-                ));
+                let error = &e.to_string();
+                reporter.notice(crate::notice::Notice::RunPinUnreadable { error });
                 None
             }
             Err(e) => anyhow::bail!(
@@ -219,10 +217,8 @@ impl RunPin {
                     }
                     .into());
                 }
-                reporter.say(format!(
-                    "gen: continuing with changed settings (--allow-config-change):\n{}",
-                    differences.join("\n")
-                ));
+                let differences = &differences;
+                reporter.notice(crate::notice::Notice::SettingsChanged { differences });
                 atomic::write_json(&path, self)?;
             }
             Some(_) => {}

@@ -12,10 +12,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::kernel_log::KernelLogFollower;
 use super::observe;
-use super::sources::Sources;
+use super::sources::{Sources, enter};
 use super::supervisor::{self, WorkerCommand, WorkerReport};
+use crate::notice::Notice;
 use crate::prep;
-use crate::report::{EventKind, RunReporter};
+use crate::report::RunReporter;
 use crate::status::state::{Phase, VerdictLine};
 use crate::store::manifest::{PrepManifest, read_manifest};
 use crate::store::{RunDir, atomic};
@@ -83,9 +84,11 @@ impl Preparation {
                 break;
             };
             let command = worker_command(sources, i, &exe)?;
-            sources[i].status.phase = Phase::Preparing;
             sources[i].status.note.clear();
-            reporter.say(format!("gen: preparing `{}`", command.name));
+            enter(&mut sources[i].status, Phase::Preparing, reporter);
+            reporter.notice(Notice::Preparing {
+                source: &command.name,
+            });
             let cancel = self.cancel.clone();
             self.running
                 .spawn(async move { (i, supervisor::supervise(&command, cancel).await) });
@@ -109,9 +112,10 @@ impl Preparation {
             Ok(report) => report,
             Err(e) => {
                 let state = &mut sources[i].status;
-                state.phase = Phase::Failed;
                 state.note = format!("could not start the preparation worker: {e}");
-                reporter.say(format!("gen: `{name}`: {}", state.note));
+                enter(state, Phase::Failed, reporter);
+                let (source, note) = (&name, &state.note);
+                reporter.notice(Notice::WorkerNotStarted { source, note });
                 return Ok(());
             }
         };
@@ -138,13 +142,12 @@ impl Preparation {
         record_worker(&dir, &report, verdict.as_ref(), manifest.is_some())?;
         sources[i].status.verdict = verdict.as_ref().map(VerdictLine::from);
         if let Some(verdict) = &verdict {
-            let detail = format!(
-                "{}: {}; {}",
-                report.exit.describe(),
-                verdict.headline(),
-                verdict.next_action()
-            );
-            reporter.record(EventKind::WorkerVerdict, Some(&name), detail);
+            reporter.notice(Notice::WorkerVerdict {
+                source: &name,
+                exit: &report.exit.describe(),
+                headline: &verdict.headline(),
+                next_action: &verdict.next_action(),
+            });
         }
         let ending = Ending {
             report: &report,
@@ -334,35 +337,42 @@ fn prepared(
     let state = &mut sources[i].status;
     let name = state.name.clone();
     state.prepared = Some(manifest.prompts * u64::from(state.samples));
+    let source = name.as_str();
     if let Some(warning) = manifest.warning() {
-        reporter.say(format!("gen: warning: `{name}`: {warning}"));
+        reporter.notice(Notice::PreparationWarned {
+            source,
+            warning: &warning,
+        });
         state.warnings.push(warning);
     }
-    state.phase = Phase::Prepared;
     if !ending.report.exit.success() {
         // The manifest is written last: the output is complete, the crash came after it.
         let headline = ending
             .verdict
             .map_or_else(|| ending.report.exit.describe(), Verdict::full_headline);
         state.note = format!("{headline}; output kept");
-        reporter.say(format!("gen: `{name}`: {}", state.note));
+        reporter.notice(Notice::OutputKept {
+            source,
+            note: &state.note,
+        });
     }
-    let tools = match manifest.counters.cut_at_tool_turn {
-        0 => String::new(),
-        n => format!(" ({n} of them cut before a tool's turn)"),
-    };
-    reporter.say(format!(
-        "gen: prepared `{name}`: {} prompts{tools}",
-        manifest.prompts
-    ));
+    reporter.notice(Notice::Prepared {
+        source,
+        prompts: manifest.prompts,
+        cut_at_tool_turn: manifest.counters.cut_at_tool_turn,
+    });
     if ending.restored {
         state.note = format!(
             "preparing again without earlier sources' prompts failed ({}); the first sample \
              is kept and its prompts in earlier sources are settled as duplicates",
             ending.report.exit.describe()
         );
-        reporter.say(format!("gen: `{name}`: {}", state.note));
+        reporter.notice(Notice::FirstSampleKept {
+            source,
+            note: &state.note,
+        });
     }
+    enter(state, Phase::Prepared, reporter);
 }
 
 /// Source `i`'s worker ended without a manifest: failed, or pending when `interrupted`.
@@ -382,11 +392,10 @@ fn not_prepared(
     let config = sources.plan().config_path.display().to_string();
     let state = &mut sources[i].status;
     if interrupted {
-        state.phase = Phase::Pending;
         state.note = "interrupted during preparation".into();
+        enter(state, Phase::Pending, reporter);
         return Ok(());
     }
-    state.phase = Phase::Failed;
     let disk_full = disk_full(&dir.prep_log());
     state.note = match ending.verdict {
         _ if disk_full.is_some() => format!(
@@ -406,17 +415,17 @@ fn not_prepared(
             last_line(&dir.prep_log())
         ),
     };
-    reporter.say(format!("gen: `{}` failed: {}", state.name, state.note));
+    enter(state, Phase::Failed, reporter);
+    let (source, note) = (&state.name, &state.note);
+    reporter.notice(Notice::SourceFailed { source, note });
     match ending.verdict {
         Some(v) if ending.said_before && !v.evidence.is_empty() => {
-            reporter.say(format!(
-                "gen:   as in the last run; `gen diagnose {} --config {config}` shows the evidence",
-                state.name
-            ));
+            let config = &config;
+            reporter.notice(Notice::EvidenceAsBefore { source, config });
         }
         Some(v) => {
             for line in &v.evidence {
-                reporter.say(format!("gen:   evidence: {line}"));
+                reporter.notice(Notice::Evidence { line });
             }
         }
         None => {}

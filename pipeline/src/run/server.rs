@@ -14,7 +14,8 @@ use super::fleet::{self, Fleet};
 use crate::config::Plan;
 use crate::inference::managed::{self, LaunchError, ManagedServer};
 use crate::inference::probe;
-use crate::report::{EventKind, Notice, RunReporter};
+use crate::notice::Notice;
+use crate::report::RunReporter;
 use crate::status::state::ServerStatus;
 use crate::store::RunDir;
 
@@ -54,16 +55,13 @@ impl Servers {
         let Some(launch) = &plan.server.launch else {
             return Ok(Launched::Up(None));
         };
-        reporter.say(format!(
-            "gen: starting the inference server (log: {})",
-            run_dir.server_log().display()
-        ));
         // A signal while it loads (minutes, for a large model) stops the run there.
         let log = run_dir.server_log();
+        reporter.notice(Notice::StartingServer { log: &log });
         tokio::select! {
             started = ManagedServer::start(&plan.server, launch, &log) => Ok(Launched::Up(Some(started?))),
             () = cancel.cancelled() => {
-                reporter.say(format!("gen: {} while the inference server started", super::stop::interrupted_by()));
+                reporter.notice(Notice::InterruptedWhileServerStarts { by: super::stop::interrupted_by() });
                 Ok(Launched::Interrupted)
             }
         }
@@ -107,11 +105,8 @@ impl Servers {
             }
         }
         for url in &urls {
-            reporter.say(format!(
-                "gen: server {} serves `{}`",
-                probe::redact(url),
-                connected.model
-            ));
+            let (url, model) = (&probe::redact(url), &connected.model);
+            reporter.notice(Notice::ServerServes { url, model });
         }
         let checked = match pin(&connected.model) {
             Ok(()) => {
@@ -178,11 +173,8 @@ impl Servers {
             && !self.explained_outage
         {
             self.explained_outage = true;
-            reporter.say(format!(
-                "gen: server log `{}`:\n{}",
-                log.display(),
-                managed::diagnosis(log)
-            ));
+            let diagnosis = &managed::diagnosis(log);
+            reporter.notice(Notice::ServerLog { log, diagnosis });
         } else if all_down_since.is_none() {
             self.explained_outage = false;
         }
@@ -197,10 +189,7 @@ impl Servers {
             "giving up: no server has answered for {} s (`max-outage-secs`); nothing was marked failed: run `gen run` again once a server is back",
             max.as_secs()
         );
-        reporter.notice(
-            Notice::recorded(EventKind::OutageGiveUp, None, message.clone())
-                .and_said(format!("gen: {message}")),
-        );
+        reporter.notice(Notice::OutageGaveUp { message: &message });
         Some(Failure::ServerGone(message))
     }
 
@@ -220,24 +209,15 @@ impl Servers {
             managed::tail(&log, 25),
             managed::diagnosis(&log)
         );
-        reporter.say(format!("gen: {message}"));
+        reporter.notice(Notice::ServerExited { message: &message });
         if server.restarts >= plan.server.max_restarts {
             return Some(Failure::ServerGone(message));
         }
-        reporter.say(format!(
-            "gen: restarting the inference server ({} of {}); requests wait for it",
-            server.restarts + 1,
-            plan.server.max_restarts
-        ));
-        reporter.record(
-            EventKind::ServerRestart,
-            None,
-            format!(
-                "{exit}; restart {} of {}",
-                server.restarts + 1,
-                plan.server.max_restarts
-            ),
-        );
+        reporter.notice(Notice::ServerRestarting {
+            exit: &exit.to_string(),
+            restart: server.restarts + 1,
+            max: plan.server.max_restarts,
+        });
         self.restarting = Some(tokio::spawn(server.restart()));
         None
     }
@@ -250,17 +230,15 @@ impl Servers {
     ) -> anyhow::Result<Option<Failure>> {
         match restarted {
             Ok(Ok(server)) => {
-                reporter.say(format!(
-                    "gen: the inference server is back (restart {})",
-                    server.restarts
-                ));
+                let restarts = server.restarts;
+                reporter.notice(Notice::ServerRestarted { restarts });
                 self.managed = Some(server);
                 Ok(None)
             }
             Ok(Err(e)) => {
                 // Said once, as the run's error.
                 let message = format!("the inference server could not be restarted: {e}");
-                reporter.record(EventKind::ServerRestartFailed, None, message.clone());
+                reporter.notice(Notice::ServerRestartFailed { message: &message });
                 Ok(Some(Failure::ServerGone(message)))
             }
             Err(e) => anyhow::bail!("the server restart task failed: {e}"),
@@ -324,7 +302,11 @@ async fn server_checks(
             plan.config_path.display()
         ),
         crate::doctor::Level::Warn => {
-            reporter.say(format!("gen: warning: context: {}", context.message));
+            let message = &context.message;
+            reporter.notice(Notice::CheckWarned {
+                check: "context",
+                message,
+            });
         }
         crate::doctor::Level::Ok => {}
     }
@@ -336,7 +318,11 @@ async fn server_checks(
                 check.message
             ),
             crate::doctor::Level::Warn => {
-                reporter.say(format!("gen: warning: reasoning: {}", check.message));
+                let message = &check.message;
+                reporter.notice(Notice::CheckWarned {
+                    check: "reasoning",
+                    message,
+                });
             }
             crate::doctor::Level::Ok => {}
         }
@@ -347,7 +333,11 @@ async fn server_checks(
                 anyhow::bail!("server {}: {}", probe::redact(url), check.message)
             }
             crate::doctor::Level::Warn => {
-                reporter.say(format!("gen: warning: token ids: {}", check.message));
+                let message = &check.message;
+                reporter.notice(Notice::CheckWarned {
+                    check: "token ids",
+                    message,
+                });
             }
             crate::doctor::Level::Ok => {}
         }

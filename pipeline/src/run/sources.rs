@@ -13,8 +13,9 @@ use anyhow::Context as _;
 use super::feed::{Census, Feed, Skip};
 use crate::config::Plan;
 use crate::config::values::LengthPolicy;
+use crate::notice::Notice;
 use crate::prep;
-use crate::report::{EventKind, Notice, RunReporter};
+use crate::report::RunReporter;
 use crate::status::state::{Phase, SourceStatus};
 use crate::store::frames::FrameWriter;
 use crate::store::ids::IdSet;
@@ -283,14 +284,10 @@ impl<'p> Sources<'p> {
             manifest.kept_for = Some(comparison.now);
             atomic::write_json(&dir.manifest(), &manifest)
                 .with_context(|| format!("failed to write `{}`", dir.manifest().display()))?;
-            let message = format!(
-                "changed since it was prepared: {changes}; going on with the prompts \
-                 prepared before (--keep-preparation)"
-            );
-            reporter.notice(
-                Notice::recorded(EventKind::InputsChanged, Some(&name), message.clone())
-                    .and_said(format!("gen: `{name}`: {message}")),
-            );
+            reporter.notice(Notice::PreparationKept {
+                source: &name,
+                changes: &changes,
+            });
             Ok(None)
         } else {
             Ok(Some(comparison.changes))
@@ -316,18 +313,12 @@ impl<'p> Sources<'p> {
         state.settled_duplicates = 0;
         let status = &mut state.status;
         status.prepared = None;
-        status.phase = Phase::Pending;
         status.rejected = 0;
         status.duplicates = 0;
         status.note = format!("inputs changed ({changes}); preparing again");
-        reporter.notice(
-            Notice::recorded(EventKind::InputsChanged, Some(&name), status.note.clone()).and_said(
-                format!(
-                    "gen: `{name}`: changed since it was prepared: {changes}; nothing of it \
-                     was generated yet: preparing it again"
-                ),
-            ),
-        );
+        enter(status, Phase::Pending, reporter);
+        let source = &name;
+        reporter.notice(Notice::InputsChanged { source, changes });
         Ok(())
     }
 
@@ -354,9 +345,10 @@ impl<'p> Sources<'p> {
                 Err(e) => {
                     // This source's files are unreadable: it fails, the others go on.
                     let state = &mut self.list[i].status;
-                    state.phase = Phase::Failed;
                     state.note = format!("{e:#}");
-                    reporter.say(format!("gen: `{}` failed: {}", state.name, state.note));
+                    enter(state, Phase::Failed, reporter);
+                    let (source, note) = (&state.name, &state.note);
+                    reporter.notice(Notice::SourceFailed { source, note });
                 }
             }
         }
@@ -394,7 +386,7 @@ impl<'p> Sources<'p> {
         let recorded = manifest.as_ref().and_then(|m| m.prompt_ids.as_ref());
         if let Some(census) = super::feed::finished(&dir.prompts(), recorded, &skip) {
             // Nothing to send: neither its prompts nor the other sources' need reading.
-            state.finished_unread(&census, left_out);
+            state.finished_unread(&census, left_out, reporter);
             return Ok(Opened::Counted);
         }
         if self.plan.sources[i].dedup() {
@@ -459,7 +451,7 @@ impl<'p> Sources<'p> {
         state.status.duplicates =
             state.settled_duplicates + census.duplicates.len() as u64 + left_out;
         if census.pending == 0 {
-            state.status.phase = Phase::Done;
+            enter(&mut state.status, Phase::Done, reporter);
         } else {
             let (writer, _) = FrameWriter::open_indexed(&dir.completions())?;
             state.writer = Some(writer);
@@ -501,9 +493,9 @@ impl<'p> Sources<'p> {
         let message = prepare_anew(&dir, &name, "prompts.jsonl.zst", why, stored, reporter)?;
         let status = &mut self.list[i].status;
         status.warnings.push(message);
-        status.phase = Phase::Pending;
         status.prepared = None;
         status.note = "its prompts file was damaged; preparing it again".to_owned();
+        enter(status, Phase::Pending, reporter);
         Ok(Opened::PrepareAgain)
     }
 
@@ -550,20 +542,14 @@ impl<'p> Sources<'p> {
         state.opened = false;
         state.hashes = None;
         let status = &mut state.status;
-        status.phase = Phase::Pending;
         status.prepared = None;
         status.note = format!(
             "preparing again: {earlier_duplicates} of its prompts are in earlier sources; \
              sampling others instead"
         );
-        reporter.notice(
-            Notice::recorded(
-                EventKind::PrepareAgain,
-                Some(&status.name),
-                status.note.clone(),
-            )
-            .and_said(format!("gen: `{}`: {}", status.name, status.note)),
-        );
+        enter(status, Phase::Pending, reporter);
+        let (source, note) = (&status.name, &status.note);
+        reporter.notice(Notice::PrepareAgain { source, note });
     }
 
     /// Records source `i`'s prompts that another source holds (`(id, holder)`) as settled
@@ -613,10 +599,8 @@ impl<'p> Sources<'p> {
                  them), {m} were already answered in later sources"
             ),
         };
-        reporter.notice(
-            Notice::recorded(EventKind::DuplicatesAcross, Some(name), note.clone())
-                .and_said(format!("gen: `{name}`: {note}")),
-        );
+        let (source, note) = (name.as_str(), &note);
+        reporter.notice(Notice::DuplicatesAcross { source, note });
         Ok(())
     }
 
@@ -675,11 +659,14 @@ impl<'p> Sources<'p> {
     }
 
     /// Starts streaming every source counted with prompts left; marks them generating.
-    pub(super) fn take_feeds(&mut self) -> Vec<(usize, super::feed::Prompts)> {
+    pub(super) fn take_feeds(
+        &mut self,
+        reporter: &RunReporter,
+    ) -> Vec<(usize, super::feed::Prompts)> {
         let mut started = Vec::new();
         for (i, state) in self.list.iter_mut().enumerate() {
             if let Some(feed) = state.feed.take() {
-                state.status.phase = Phase::Generating;
+                enter(&mut state.status, Phase::Generating, reporter);
                 started.push((i, feed.start()));
             }
         }
@@ -746,7 +733,6 @@ impl<'p> Sources<'p> {
         }
         let status = &mut state.status;
         if status.prepared == Some(status.done + status.rejected) {
-            status.phase = Phase::Done;
             status.note = if status.rejected > 0 {
                 format!(
                     "{} rejected by the server (see rejected.jsonl)",
@@ -755,17 +741,18 @@ impl<'p> Sources<'p> {
             } else {
                 String::new()
             };
-            reporter.say(format!(
-                "gen: `{}` done: {} completions{}",
-                status.name,
-                status.done,
-                cuts(status)
-            ));
+            enter(status, Phase::Done, reporter);
+            reporter.notice(Notice::SourceDone {
+                source: &status.name,
+                done: status.done,
+                cuts: &cuts(status),
+            });
         } else if stopped {
-            status.phase = Phase::Prepared;
+            enter(status, Phase::Prepared, reporter);
         } else {
-            status.phase = Phase::Failed;
-            reporter.say(format!("gen: `{}`: {}", status.name, status.note));
+            enter(status, Phase::Failed, reporter);
+            let (source, note) = (&status.name, &status.note);
+            reporter.notice(Notice::GenerationFailed { source, note });
         }
         Ok(())
     }
@@ -878,13 +865,13 @@ impl SourceState {
     /// Counted without reading its prompts: every one is done or settled (`census`, from
     /// [`super::feed::finished`]), `left_out` of them left out of its sample as an earlier
     /// source's.
-    fn finished_unread(&mut self, census: &Census, left_out: u64) {
+    fn finished_unread(&mut self, census: &Census, left_out: u64, reporter: &RunReporter) {
         self.opened = true;
         self.status.prepared = Some(census.prepared);
         self.status.done = census.done;
         self.status.rejected = census.settled;
         self.status.duplicates = self.settled_duplicates + left_out;
-        self.status.phase = Phase::Done;
+        enter(&mut self.status, Phase::Done, reporter);
     }
 
     /// What the run directory holds for source `name`, putting right what an interrupted run
@@ -907,10 +894,10 @@ impl SourceState {
                  crash): moved them to `{}`; their prompts are sent again",
                 to.file_name().unwrap_or_default().to_string_lossy()
             );
-            reporter.notice(
-                Notice::recorded(EventKind::CompletionsRepaired, Some(name), message.clone())
-                    .and_said(format!("gen: WARNING: `{name}`: {message}")),
-            );
+            reporter.notice(Notice::CompletionsRepaired {
+                source: name,
+                message: &message,
+            });
             repaired.push(message);
         }
         let settled = record::settled_ids(&dir.rejected(), resend)
@@ -1012,37 +999,39 @@ fn cuts(status: &SourceStatus) -> String {
     }
 }
 
-/// What the first answer of `source` cut by the context in a run says: that it is not a
-/// `max-tokens` cut, and that no larger budget is asked for (under `policy`).
-fn context_cut(source: &str, record: &CompletionRecord, policy: LengthPolicy) -> Notice {
+/// The first answer of `source` cut by the context in a run: not a `max-tokens` cut, and no
+/// larger budget is asked for (under `policy`).
+fn context_cut<'a>(
+    source: &'a str,
+    record: &'a CompletionRecord,
+    policy: LengthPolicy,
+) -> Notice<'a> {
     // The last turn's own counts (a record's `usage` sums its turns).
     let usage = record
         .turns
         .last()
         .and_then(|t| t.usage.as_ref())
         .or(record.usage.as_ref());
-    let tokens = usage.map_or_else(String::new, |u| {
-        format!(
-            ": {} prompt + {} answer tokens",
-            u.prompt_tokens, u.completion_tokens
-        )
+    Notice::ContextCut {
+        source,
+        first: &record.id,
+        usage: usage.map(|u| (u.prompt_tokens, u.completion_tokens)),
+        retry: policy == LengthPolicy::Retry,
+    }
+}
+
+/// Moves a source to `phase`; a change is recorded in the run's history, with the source's
+/// note as it is then.
+pub(super) fn enter(status: &mut SourceStatus, phase: Phase, reporter: &RunReporter) {
+    if status.phase == phase {
+        return;
+    }
+    status.phase = phase;
+    reporter.notice(Notice::SourcePhase {
+        source: &status.name,
+        phase: phase.label(),
+        note: &status.note,
     });
-    let retry = match policy {
-        LengthPolicy::Retry => {
-            "; not asked again with a larger budget (`on-length = \"retry\"`), which cannot help"
-        }
-        LengthPolicy::Keep | LengthPolicy::Drop => "",
-    };
-    let detail = format!(
-        "answers cut by the server's context before `max-tokens` (first: prompt `{}`{tokens}): \
-         kept and counted apart from `max-tokens` cuts{retry}",
-        record.id
-    );
-    let line = format!(
-        "gen: `{source}`: {detail}; shorter prompts (`max-prompt-tokens`) or a longer context \
-         on the server avoid them"
-    );
-    Notice::recorded(EventKind::ContextCut, Some(source), detail).and_said(line)
 }
 
 /// Removes what an interrupted run left in a source's directory (temp files, a partial prompts
@@ -1092,10 +1081,10 @@ fn prepare_anew(
         "`{file}` {why}: moved it to `{moved}`; preparing the source again (its {stored} \
          stored completions are kept)"
     );
-    reporter.notice(
-        Notice::recorded(EventKind::PrepareAgain, Some(name), message.clone())
-            .and_said(format!("gen: WARNING: `{name}`: {message}")),
-    );
+    reporter.notice(Notice::PreparationSetAside {
+        source: name,
+        message: &message,
+    });
     Ok(message)
 }
 
@@ -1110,14 +1099,8 @@ fn report_repairs(
     let mut warnings = Vec::new();
     for repair in repairs {
         if repair.is_loud() {
-            reporter.notice(
-                Notice::recorded(
-                    EventKind::CompletionsRepaired,
-                    Some(name),
-                    repair.to_string(),
-                )
-                .and_said(format!("gen: WARNING: `{name}`: {repair}")),
-            );
+            let (source, message) = (name, &repair.to_string());
+            reporter.notice(Notice::CompletionsRepaired { source, message });
             warnings.push(repair.to_string());
         } else {
             tracing::info!(source = name, "{repair}");

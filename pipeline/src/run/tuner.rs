@@ -20,6 +20,7 @@ use crate::inference::controller::{
 };
 use crate::inference::liveness::{Health, Liveness};
 use crate::inference::signals::SignalReader;
+use crate::notice::Notice;
 use crate::store::atomic;
 use gen_sources::Message;
 
@@ -175,12 +176,14 @@ impl Tuner {
             ceiling: controller.ceiling(),
             decision: controller.summary(),
         });
-        liveness.reporter().say(format!(
-            "gen: concurrency auto: {}; read from {} ({})",
-            decision.reason,
-            signals.endpoints().describe(),
-            describe_caps(caps)
-        ));
+        liveness.reporter().notice(Notice::ConcurrencyAuto {
+            url: liveness.shown(),
+            limit: decision.limit,
+            reason: &decision.reason,
+            endpoints: &signals.endpoints().describe(),
+            caps: &describe_caps(caps),
+            summary: &view.borrow().decision,
+        });
         Tuner {
             controller,
             limiter,
@@ -275,19 +278,22 @@ impl Tuner {
     }
 
     fn apply(&mut self, decision: &Decision) {
-        if decision.limit != self.limiter.limit() {
-            self.liveness.reporter().say(format!(
-                "gen: concurrency {} → {} ({})",
-                self.limiter.limit(),
-                decision.limit,
-                decision.reason
-            ));
-        }
+        let from = self.limiter.limit();
         self.limiter.set_limit(decision.limit);
+        let summary = self.controller.summary();
+        if decision.limit != from {
+            self.liveness.reporter().notice(Notice::ConcurrencyChanged {
+                url: self.liveness.shown(),
+                from,
+                to: decision.limit,
+                reason: &decision.reason,
+                summary: &summary,
+            });
+        }
         self.view.send_replace(TunerView {
             limit: decision.limit,
             ceiling: self.controller.ceiling(),
-            decision: self.controller.summary(),
+            decision: summary,
         });
     }
 }
