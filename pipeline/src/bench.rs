@@ -187,6 +187,7 @@ impl Contender {
             api_key.as_deref(),
             plan.server.model.as_deref(),
             probe::REACH_TIMEOUT,
+            &crate::report::RunReporter::new(None),
         )
         .await?;
         let slots = signals::SignalReader::probe(url, api_key.as_deref())

@@ -234,6 +234,13 @@ pub enum Notice<'a> {
         url: &'a str,
         down_for: Duration,
     },
+    /// Still waiting for a server to answer (`waited` of `wait`).
+    WaitingForServer {
+        url: &'a str,
+        waited: Duration,
+        wait: Duration,
+        last_error: &'a str,
+    },
     /// `concurrency = "auto"` starts at `limit`, read from the server's `endpoints`.
     ConcurrencyAuto {
         url: &'a str,
@@ -559,6 +566,23 @@ impl fmt::Display for Notice<'_> {
                 "gen: server {url} is back after {} s; resuming",
                 down_for.as_secs()
             ),
+            N::WaitingForServer {
+                url,
+                waited,
+                wait,
+                last_error,
+            } => {
+                write!(
+                    f,
+                    "gen: waiting for {url}: {} of {}",
+                    clock(waited),
+                    clock(wait)
+                )?;
+                if !last_error.is_empty() {
+                    write!(f, ", {last_error}")?;
+                }
+                f.write_str("; a server loading its model takes minutes")
+            }
             N::ConcurrencyAuto {
                 reason,
                 endpoints,
@@ -610,4 +634,13 @@ fn context_cut(first: &str, usage: Option<(u64, u64)>, retry: bool) -> String {
         "answers cut by the server's context before `max-tokens` (first: prompt `{first}`{tokens}): \
          kept and counted apart from `max-tokens` cuts{retry}"
     )
+}
+
+/// `1m20s`, `45s`.
+pub fn clock(elapsed: Duration) -> String {
+    let secs = elapsed.as_secs();
+    match secs {
+        0..=59 => format!("{secs}s"),
+        _ => format!("{}m{:02}s", secs / 60, secs % 60),
+    }
 }

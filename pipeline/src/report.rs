@@ -35,6 +35,8 @@ struct Inner {
     events: Option<EventLog>,
     /// Writing `events.jsonl` failed (said once).
     events_failed: bool,
+    /// A line redrawn in place ([`RunReporter::redraw`]) is open: the next line starts below it.
+    redrawn: bool,
 }
 
 struct Bars {
@@ -73,6 +75,7 @@ impl RunReporter {
                 bars: None,
                 events: events.map(EventLog::new),
                 events_failed: false,
+                redrawn: false,
             })),
         }
     }
@@ -106,6 +109,27 @@ impl RunReporter {
     /// Says where the run stands, as a line of the plain log.
     pub fn say_progress(&self, progress: &Progress) {
         self.lock().print(&crate::secrets::redact(&progress.line()));
+    }
+
+    /// Shows `notice` in place of the line it last redrew, when stderr is a terminal; `false`
+    /// when it is not (the caller then says it now and then).
+    pub fn redraw(&self, notice: Notice<'_>) -> bool {
+        if !std::io::stderr().is_terminal() {
+            return false;
+        }
+        let width = terminal_size::terminal_size_of(std::io::stderr())
+            .map_or(80, |(terminal_size::Width(w), _)| usize::from(w));
+        let mut inner = self.lock();
+        // Back to the line's start, the old text erased. A line wider than the terminal would
+        // wrap, and the erase reach only its last row: cut to fit.
+        let line = redrawn(&notice.to_string(), width);
+        inner.redrawn = write!(std::io::stderr(), "\r\x1b[K{line}").is_ok();
+        true
+    }
+
+    /// Ends a line redrawn in place, so what follows starts on a line of its own.
+    pub fn end_redraw(&self) {
+        self.lock().end_redraw();
     }
 
     /// Shows one bar per source when stderr is a terminal that can redraw.
@@ -192,7 +216,8 @@ impl RunReporter {
 impl Inner {
     /// Above the bars when they are shown. A terminal that went away (an SSH session closed:
     /// writes fail with EIO or EPIPE) loses the line; the run goes on.
-    fn print(&self, line: &str) {
+    fn print(&mut self, line: &str) {
+        self.end_redraw();
         if let Some(bars) = self.bars.as_ref()
             && bars.multi.println(line).is_ok()
         {
@@ -200,6 +225,21 @@ impl Inner {
         }
         writeln!(std::io::stderr(), "{line}").ok();
     }
+
+    fn end_redraw(&mut self) {
+        if std::mem::take(&mut self.redrawn) {
+            writeln!(std::io::stderr()).ok();
+        }
+    }
+}
+
+/// `line` as redrawn on a terminal `width` columns wide: secrets out, cut short of the last
+/// column so it never wraps.
+pub fn redrawn(line: &str, width: usize) -> String {
+    crate::status::render::cut(
+        &crate::secrets::redact(line),
+        width.saturating_sub(1).max(20),
+    )
 }
 
 /// Where a run stands, for the progress line of the plain log (and the last word of a run).

@@ -1,8 +1,12 @@
-//! Asking a server whether it is up and what it serves.
+//! Asking a server whether it is up and what it serves. While a server does not answer yet,
+//! the wait is told as a [`Notice`] (redrawn in place on a terminal); nothing here prints.
 
 use std::time::Duration;
 
 use serde_json::Value;
+
+use crate::notice::{Notice, clock};
+use crate::report::RunReporter;
 
 /// `url` with any user name and password replaced by `***`, for messages, logs and status:
 /// credentials in a server URL must never reach the disk or the terminal.
@@ -109,12 +113,13 @@ pub async fn version(url: &str, api_key: Option<&str>) -> Option<String> {
 
 /// The served model, as the server names it: `wanted` when `/v1/models` lists it (a server
 /// that does not would answer another model's completions under that name, or refuse them),
-/// else the first listed model.
+/// else the first listed model. A wait longer than a moment is told to `reporter`.
 pub async fn model(
     url: &str,
     api_key: Option<&str>,
     wanted: Option<&str>,
     wait: Duration,
+    reporter: &RunReporter,
 ) -> Result<String, ProbeError> {
     let unreachable = |reason: String| ProbeError::Unreachable {
         url: redact(url),
@@ -123,7 +128,7 @@ pub async fn model(
     let started = tokio::time::Instant::now();
     let deadline = started + wait;
     let mut last_error = String::new();
-    let mut waiting = Waiting::new(url, wait);
+    let mut waiting = Waiting::new(url, wait, reporter);
     while tokio::time::Instant::now() < deadline {
         waiting.show(started.elapsed(), &last_error);
         let mut request = client(Duration::from_secs(3)).get(format!("{url}/v1/models"));
@@ -144,96 +149,54 @@ pub async fn model(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    waiting.done();
     Err(unreachable(format!(
         "{last_error} (waited {} for it to answer; `[server] startup-timeout-secs` waits longer)",
         clock(wait)
     )))
 }
 
-/// `1m20s`, `45s`.
-fn clock(elapsed: Duration) -> String {
-    let secs = elapsed.as_secs();
-    match secs {
-        0..=59 => format!("{secs}s"),
-        _ => format!("{}m{:02}s", secs / 60, secs % 60),
-    }
-}
-
-/// The line that says `gen` waits for a server: one line redrawn on a terminal, a line a
-/// minute otherwise; nothing while the server answers at once.
-struct Waiting {
+/// The wait for a server, told now and then: redrawn in place on a terminal, a line a minute
+/// otherwise; nothing while the server answers at once.
+struct Waiting<'r> {
     url: String,
     wait: Duration,
-    terminal: bool,
-    shown: Option<Duration>,
+    reporter: &'r RunReporter,
+    /// When a line was last said (not redrawn).
+    said: Option<Duration>,
 }
 
-impl Waiting {
-    fn new(url: &str, wait: Duration) -> Waiting {
+impl Waiting<'_> {
+    fn new<'r>(url: &str, wait: Duration, reporter: &'r RunReporter) -> Waiting<'r> {
         Waiting {
             url: redact(url),
             wait,
-            terminal: std::io::IsTerminal::is_terminal(&std::io::stderr()),
-            shown: None,
+            reporter,
+            said: None,
         }
     }
 
-    fn show(&mut self, elapsed: Duration, last_error: &str) {
-        if elapsed < QUIET_WAIT
-            || (!self.terminal && self.shown.is_some_and(|at| elapsed < at + PIPED_EVERY))
-        {
+    fn show(&mut self, waited: Duration, last_error: &str) {
+        if waited < QUIET_WAIT || self.said.is_some_and(|at| waited < at + PIPED_EVERY) {
             return;
         }
-        let line = self.line(elapsed, last_error);
-        if self.terminal {
-            // Redrawn in place: back to the line's start, the old text erased. A line wider than
-            // the terminal would wrap, and the erase reach only its last row: cut to fit.
-            let width = terminal_size::terminal_size_of(std::io::stderr())
-                .map_or(80, |(terminal_size::Width(w), _)| usize::from(w));
-            eprint!("\r\x1b[K{}", redrawn(&line, width));
-        } else {
-            crate::report::plain(&line);
-        }
-        self.shown = Some(elapsed);
-    }
-
-    /// What is said first: the wait and its last reason, then why it can take long.
-    fn line(&self, elapsed: Duration, last_error: &str) -> String {
-        let why = if last_error.is_empty() {
-            String::new()
-        } else {
-            format!(", {last_error}")
+        let notice = Notice::WaitingForServer {
+            url: &self.url,
+            waited,
+            wait: self.wait,
+            last_error,
         };
-        format!(
-            "gen: waiting for {}: {} of {}{why}; a server loading its model takes minutes",
-            self.url,
-            clock(elapsed),
-            clock(self.wait)
-        )
-    }
-
-    /// Ends the redrawn line, so what follows starts on a line of its own.
-    fn done(&mut self) {
-        if self.terminal && self.shown.take().is_some() {
-            eprintln!();
+        if !self.reporter.redraw(notice) {
+            self.reporter.notice(notice);
+            self.said = Some(waited);
         }
     }
 }
 
-impl Drop for Waiting {
+/// Ends a redrawn line, so what follows starts on a line of its own.
+impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.done();
+        self.reporter.end_redraw();
     }
-}
-
-/// `line` as redrawn on a terminal `width` columns wide: secrets out, cut short of the last
-/// column so it never wraps.
-fn redrawn(line: &str, width: usize) -> String {
-    crate::status::render::cut(
-        &crate::secrets::redact(line),
-        width.saturating_sub(1).max(20),
-    )
 }
 
 /// One model of a `/v1/models` answer: its id and the other names it answers to (llama.cpp
@@ -297,19 +260,19 @@ mod tests {
 
     #[test]
     fn the_wait_line_fits_the_terminal_and_names_a_refused_connection() {
-        let waiting = Waiting {
-            url: "http://127.0.0.1:30000".to_owned(),
+        let line = Notice::WaitingForServer {
+            url: "http://127.0.0.1:30000",
+            waited: Duration::from_secs(80),
             wait: Duration::from_secs(1800),
-            terminal: true,
-            shown: None,
-        };
-        let line = waiting.line(Duration::from_secs(80), "connection refused");
+            last_error: "connection refused",
+        }
+        .to_string();
         assert_eq!(
             line,
             "gen: waiting for http://127.0.0.1:30000: 1m20s of 30m00s, connection refused; a server loading its model takes minutes"
         );
         for width in [80, 120] {
-            let drawn = redrawn(&line, width);
+            let drawn = crate::report::redrawn(&line, width);
             assert!(drawn.chars().count() < width, "{width}: {drawn}");
             assert!(drawn.contains(", connection refused"), "{drawn}");
         }

@@ -359,7 +359,7 @@ pub async fn connect(
     cancel: &CancellationToken,
     reporter: &crate::report::RunReporter,
 ) -> anyhow::Result<Connected> {
-    let (model, unreachable) = served_model(plan, urls, api_key.as_deref()).await?;
+    let (model, unreachable) = served_model(plan, urls, api_key.as_deref(), reporter).await?;
     let mut backends = Vec::new();
     let mut tuners = Vec::new();
     let outages = Outages::new(urls.len());
@@ -453,6 +453,7 @@ async fn served_model(
     plan: &Plan,
     urls: &[String],
     api_key: Option<&str>,
+    reporter: &crate::report::RunReporter,
 ) -> anyhow::Result<(String, Vec<(String, String)>)> {
     let wanted = plan.server.model.as_deref();
     // One server is waited for while it starts; of several, one not up yet joins later as
@@ -463,7 +464,7 @@ async fn served_model(
     };
     let probes = join_all(
         urls.iter()
-            .map(|url| probe::model(url, api_key, wanted, wait)),
+            .map(|url| probe::model(url, api_key, wanted, wait, reporter)),
     )
     .await;
     let mut model: Option<(String, String)> = None;
