@@ -8,9 +8,12 @@ use std::fmt;
 use std::path::Path;
 use std::time::Duration;
 
-/// One fact a run tells. Borrowed: made where the fact happens, rendered at once.
+/// One fact a run tells. Borrowed: made where the fact happens, rendered at once. A `note` is
+/// the source's note as `gen status` shows it; a `message` is text that goes elsewhere too (a
+/// source's warnings, the run's error).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Notice<'a> {
+    // The run.
     /// The run started (history only).
     RunStarted {
         pid: u32,
@@ -83,6 +86,7 @@ pub enum Notice<'a> {
         by: &'a str,
     },
 
+    // The sources.
     Preparing {
         source: &'a str,
     },
@@ -179,6 +183,7 @@ pub enum Notice<'a> {
         note: &'a str,
     },
 
+    // The servers.
     /// The launched server starts, its output going to `log`.
     StartingServer {
         log: &'a Path,

@@ -19,6 +19,7 @@ mod export;
 mod faults;
 mod llama;
 mod llama_ops;
+mod notice;
 mod protocol;
 mod remote;
 mod run;
