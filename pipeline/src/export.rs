@@ -61,6 +61,11 @@ pub struct ExportRow {
     pub model: String,
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
+    /// Which answer to its prompt this is, with `samples = k` (0 to k − 1).
+    pub sample: u32,
+    /// What the request asked for besides the messages (`max_tokens`, sampling, drawn values
+    /// as drawn); `None` for records of older `gen`s (theirs are in `provenance.json`).
+    pub settings: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// One chat turn of an exported row; `reasoning_content` and `answer` are set on generated
@@ -109,6 +114,10 @@ struct StoredCompletion {
     turns: Vec<StoredTurn>,
     #[serde(default)]
     token_ids: Option<TokenIds>,
+    #[serde(default)]
+    sample: u32,
+    #[serde(default)]
+    settings: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -222,6 +231,8 @@ impl From<StoredCompletion> for ExportRow {
             model: stored.model,
             prompt_tokens,
             completion_tokens,
+            sample: stored.sample,
+            settings: stored.settings,
         }
     }
 }
