@@ -442,11 +442,14 @@ fn speculators_rows(run_dir: &Path) -> anyhow::Result<ExportSchema> {
         token_ids: Option<serde::de::IgnoredAny>,
     }
     let (mut with, mut without) = (0u64, 0u64);
-    for (_, dir) in source_dirs(run_dir)? {
+    // The sources with answers lacking ids, and how many.
+    let mut lacking: Vec<(String, u64)> = Vec::new();
+    for (name, dir) in source_dirs(run_dir)? {
         let path = dir.join("completions.jsonl.zst");
         if !path.exists() {
             continue;
         }
+        let before = without;
         crate::store::frames::scan(&path, |line| {
             let ids: Ids = serde_json::from_slice(line)
                 .map_err(|e| io::Error::other(format!("a record is not a completion: {e}")))?;
@@ -459,6 +462,9 @@ fn speculators_rows(run_dir: &Path) -> anyhow::Result<ExportSchema> {
             Ok(())
         })
         .with_context(|| format!("cannot read `{}`", path.display()))?;
+        if without > before {
+            lacking.push((name, without - before));
+        }
     }
     if without == 0 && with > 0 {
         eprintln!(
@@ -473,6 +479,22 @@ fn speculators_rows(run_dir: &Path) -> anyhow::Result<ExportSchema> {
          --render-endpoint http://VLLM:PORT`)",
         with + without
     );
+    if with > 0 {
+        // Some sources have ids: say which lack them, and the way to token rows for all.
+        let named: Vec<String> = lacking
+            .iter()
+            .map(|(name, n)| format!("`{name}` ({n})"))
+            .collect();
+        let regenerate: String = lacking
+            .iter()
+            .map(|(name, _)| format!(" --regenerate {name}"))
+            .collect();
+        eprintln!(
+            "gen: answers without ids: {}; with `token-ids = true` for them, `gen run \
+             CONFIG{regenerate}` stores them again with ids, and the export is token rows",
+            named.join(", ")
+        );
+    }
     Ok(ExportSchema::Speculators)
 }
 

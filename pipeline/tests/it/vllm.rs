@@ -414,6 +414,15 @@ async fn token_ids_from_vllm_are_the_servers_tokens_and_export_for_speculators()
         "{}",
         mixed.stderr
     );
+    // Which source lacks them, and the command that stores them again with ids.
+    assert!(
+        mixed.stderr.contains(
+            "answers without ids: `plain` (2); with `token-ids = true` for them, \
+             `gen run CONFIG --regenerate plain`"
+        ),
+        "{}",
+        mixed.stderr
+    );
     assert!(
         gen_.read("out/mixed/data/train.jsonl")
             .contains("\"conversations\"")
