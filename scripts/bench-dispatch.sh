@@ -13,7 +13,8 @@
 # SERVER_ARGS (e.g. `--harness`: the test harness's fake server instead of the lean one),
 # PYTHON (a Python 3 to build the venv from), GEN (a prebuilt `gen` to measure instead of
 # this tree's, e.g. an older commit's), TOKEN_IDS=1 (`token-ids = true`: the fake server then
-# sends token ids as vLLM does, and gen stores them). N_PY=0 skips the Python peer. The peer's venv (PyPI
+# sends token ids as vLLM does, and gen stores them), SAMPLES (`samples = k`: k answers per
+# prompt, so N × k requests; default 1). N_PY=0 skips the Python peer. The peer's venv (PyPI
 # `openai`) is created under DIR on first use. KEEP=1 keeps the run directory and outputs.
 #
 # What is measured:
@@ -37,6 +38,7 @@ server_threads=${SERVER_THREADS:-1}
 python=${PYTHON:-python3}
 target=${CARGO_TARGET_DIR:-target}
 token_ids=false
+samples=${SAMPLES:-1}
 [[ -z ${TOKEN_IDS:-} || ${TOKEN_IDS} == 0 ]] || token_ids=true
 
 cargo build --release -p gen-pipeline -p gen-tests --bin gen --bin instant-openai
@@ -89,6 +91,7 @@ max-tokens = 64
 temperature = 0.6
 concurrency = $concurrency
 token-ids = $token_ids
+samples = $samples
 
 [[source]]
 name = "bench"
@@ -101,7 +104,7 @@ echo "== gen prep: $count prompts"
 /usr/bin/time -v -o "$dir/prep.time" "$gen" prep "$dir/gen.toml" --source bench --run-dir "$run" > "$dir/prep.log" 2>&1
 echo "   $(seconds_of "$(field 'Elapsed (wall' "$dir/prep.time")") s"
 
-echo "== gen run: $count prompts queued, concurrency $concurrency, server $url"
+echo "== gen run: $count prompts queued ($samples answers each), concurrency $concurrency, server $url"
 server_before=$(cpu_of "$server_pid")
 /usr/bin/time -v -o "$dir/gen.time" "$gen" run "$dir/gen.toml" --run-dir "$run" > "$dir/gen.log" 2>&1 || {
     tail -n 20 "$dir/gen.log"

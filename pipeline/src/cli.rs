@@ -284,13 +284,13 @@ pub struct SlurmArgs {
     #[arg(long)]
     pub requeue: bool,
     /// Seconds before the time limit at which a task is told to stop (SIGUSR1) [default: 120].
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", hide_short_help = true)]
     pub signal_secs: Option<u32>,
     /// The `gen` binary the tasks run (default: this one).
-    #[arg(long, value_name = "PATH")]
+    #[arg(long, value_name = "PATH", hide_short_help = true)]
     pub gen_bin: Option<PathBuf>,
     /// The job's name (default: `gen-` and the config's name).
-    #[arg(long)]
+    #[arg(long, hide_short_help = true)]
     pub job_name: Option<String>,
     /// sbatch options, after `--` (e.g. `-- --partition=gpu --gres=gpu:1`).
     #[arg(last = true, value_name = "SBATCH_OPTION")]
@@ -318,7 +318,12 @@ pub struct K8sArgs {
     #[arg(long, value_name = "CLAIM", help_heading = "Storage")]
     pub volume_claim: Option<String>,
     /// Where the claim is mounted.
-    #[arg(long, default_value = "/data", help_heading = "Storage")]
+    #[arg(
+        long,
+        default_value = "/data",
+        help_heading = "Storage",
+        hide_short_help = true
+    )]
     pub mount_path: String,
     /// GPUs per pod (`nvidia.com/gpu`, requested and the limit).
     #[arg(long, help_heading = "Each pod")]
@@ -330,16 +335,21 @@ pub struct K8sArgs {
     #[arg(long, value_name = "SIZE", help_heading = "Each pod")]
     pub memory: Option<String>,
     /// The size of `/dev/shm` (a memory volume) [default: no limit but the pod's memory].
-    #[arg(long, value_name = "SIZE", help_heading = "Each pod")]
+    #[arg(
+        long,
+        value_name = "SIZE",
+        help_heading = "Each pod",
+        hide_short_help = true
+    )]
     pub shm_size: Option<String>,
     /// A Secret whose key `token` becomes `HF_TOKEN` in every pod.
     #[arg(long, value_name = "SECRET", help_heading = "Each pod")]
     pub hf_token_secret: Option<String>,
     /// Retries of one shard's pod before it counts as failed.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = 2, hide_short_help = true)]
     pub retries: u32,
     /// The Job's name (default: `gen-` and the config's name).
-    #[arg(long)]
+    #[arg(long, hide_short_help = true)]
     pub name: Option<String>,
 }
 
@@ -380,40 +390,58 @@ pub struct DiagnoseArgs {
         long,
         requires = "stderr",
         conflicts_with = "signal",
-        help_heading = "Evidence beside the logs"
+        help_heading = "Evidence beside the logs",
+        hide_short_help = true
     )]
     pub exit_code: Option<i32>,
     /// The signal that ended it: a number or a name (9, KILL, SIGKILL).
-    #[arg(long, value_name = "SIGNAL", requires = "stderr", value_parser = parse_signal, help_heading = "Evidence beside the logs")]
+    #[arg(long, value_name = "SIGNAL", requires = "stderr", value_parser = parse_signal, help_heading = "Evidence beside the logs",
+        hide_short_help = true)]
     pub signal: Option<i32>,
     /// The worker's pid as the kernel log names it.
-    #[arg(long, requires = "stderr", help_heading = "Evidence beside the logs")]
+    #[arg(
+        long,
+        requires = "stderr",
+        help_heading = "Evidence beside the logs",
+        hide_short_help = true
+    )]
     pub pid: Option<u32>,
     /// The worker's memory cgroup (e.g. `/kubepods/burstable/pod.../<container>`).
     #[arg(
         long,
         value_name = "PATH",
         requires = "stderr",
-        help_heading = "Evidence beside the logs"
+        help_heading = "Evidence beside the logs",
+        hide_short_help = true
     )]
     pub cgroup: Option<String>,
     /// When the worker started: wall-clock as the logs print it, or seconds since boot.
-    #[arg(long, value_name = "TIME", requires = "stderr", value_parser = parse_moment, help_heading = "Evidence beside the logs")]
+    #[arg(long, value_name = "TIME", requires = "stderr", value_parser = parse_moment, help_heading = "Evidence beside the logs",
+        hide_short_help = true)]
     pub started_at: Option<String>,
     /// When the worker ended: wall-clock as the logs print it, or seconds since boot.
-    #[arg(long, value_name = "TIME", requires = "stderr", value_parser = parse_moment, help_heading = "Evidence beside the logs")]
+    #[arg(long, value_name = "TIME", requires = "stderr", value_parser = parse_moment, help_heading = "Evidence beside the logs",
+        hide_short_help = true)]
     pub exited_at: Option<String>,
     /// Peak RSS (bytes, or a size such as 7.5G).
-    #[arg(long, value_name = "SIZE", requires = "stderr", value_parser = parse_bytes, help_heading = "Evidence beside the logs")]
+    #[arg(long, value_name = "SIZE", requires = "stderr", value_parser = parse_bytes, help_heading = "Evidence beside the logs",
+        hide_short_help = true)]
     pub peak_rss: Option<u64>,
     /// Memory limit (bytes, or a size such as 8G).
-    #[arg(long, value_name = "SIZE", requires = "stderr", value_parser = parse_bytes, help_heading = "Evidence beside the logs")]
+    #[arg(long, value_name = "SIZE", requires = "stderr", value_parser = parse_bytes, help_heading = "Evidence beside the logs",
+        hide_short_help = true)]
     pub memory_limit: Option<u64>,
     /// Size of the largest input row the worker held (sizes the memory advice).
-    #[arg(long, value_name = "SIZE", requires = "stderr", value_parser = parse_bytes, help_heading = "Evidence beside the logs")]
+    #[arg(long, value_name = "SIZE", requires = "stderr", value_parser = parse_bytes, help_heading = "Evidence beside the logs",
+        hide_short_help = true)]
     pub largest_row: Option<u64>,
     /// The worker's output was verified complete.
-    #[arg(long, requires = "stderr", help_heading = "Evidence beside the logs")]
+    #[arg(
+        long,
+        requires = "stderr",
+        help_heading = "Evidence beside the logs",
+        hide_short_help = true
+    )]
     pub output_complete: bool,
     /// A whole observation as JSON, instead of the flags (its fields: docs/operations.md).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["stderr", "server_log"], help_heading = "Logs captured anywhere")]
@@ -471,7 +499,7 @@ pub struct RunArgs {
     #[arg(long = "source", value_name = "NAME", help_heading = "Which prompts")]
     pub sources: Vec<String>,
     /// Resume even though the model or sampling settings changed since the run started.
-    #[arg(long, help_heading = "After a change")]
+    #[arg(long, help_heading = "After a change", hide_short_help = true)]
     pub allow_config_change: bool,
     /// Generate this source again under its current settings (repeatable): its stored
     /// answers are set aside in its directory (`completions.superseded-*`), not deleted.
@@ -479,7 +507,7 @@ pub struct RunArgs {
     pub regenerate: Vec<String>,
     /// Go on with the prompts prepared before although a source's input file or settings
     /// changed since (refused otherwise once answers were generated from them).
-    #[arg(long, help_heading = "After a change")]
+    #[arg(long, help_heading = "After a change", hide_short_help = true)]
     pub keep_preparation: bool,
     /// Run only share `k` of `n` of every source's prompts, counted from 0 as Slurm task ids
     /// are, e.g. `--shard 2/8` on the third of eight hosts; `gen merge` combines the shares.
@@ -493,7 +521,8 @@ pub struct RunArgs {
         long,
         value_name = "N",
         env = "GEN_SHARDS",
-        help_heading = "Many machines"
+        help_heading = "Many machines",
+        hide_short_help = true
     )]
     pub shards: Option<u32>,
     /// Start the inference server with this command line instead of `[server] launch`
@@ -646,5 +675,84 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// `-h` keeps to what a first use needs; the flags for a rare case (the evidence of a
+    /// failure typed by hand, the names and paths a cluster job defaults well) are in
+    /// `--help`, which `-h` points to. Issue 27: 62 flags, `diagnose` alone 19.
+    #[test]
+    fn short_help_leaves_the_rare_flags_to_long_help() {
+        let mut cli = Cli::command();
+        cli.build();
+        let cases: [(&str, &[&str], &[&str]); 4] = [
+            (
+                "diagnose",
+                &[
+                    "--run-dir",
+                    "--stderr",
+                    "--kernel-log",
+                    "--server-log",
+                    "--json",
+                ],
+                &[
+                    "--pid",
+                    "--peak-rss",
+                    "--exited-at",
+                    "--exit-code",
+                    "--output-complete",
+                ],
+            ),
+            (
+                "run",
+                &[
+                    "--only-failed",
+                    "--regenerate",
+                    "--shard ",
+                    "--server-launch",
+                ],
+                &["--keep-preparation", "--allow-config-change", "--shards"],
+            ),
+            (
+                "slurm",
+                &["--shards", "--submit", "--only-failed", "--requeue"],
+                &["--gen-bin", "--job-name", "--signal-secs"],
+            ),
+            (
+                "k8s",
+                &["--image", "--volume-claim", "--gpus"],
+                &["--mount-path", "--shm-size", "--retries", "--name"],
+            ),
+        ];
+        let mut shown = 0;
+        for (name, short, long_only) in cases {
+            let command = cli.find_subcommand_mut(name).expect(name);
+            let brief = command.render_help().to_string();
+            // The flags, not the examples after them.
+            let brief = brief
+                .split("Examples:")
+                .next()
+                .unwrap_or_default()
+                .to_owned();
+            let full = command.render_long_help().to_string();
+            for flag in short {
+                assert!(
+                    brief.contains(flag),
+                    "`gen {name} -h` lacks {flag}:\n{brief}"
+                );
+            }
+            for flag in long_only {
+                assert!(
+                    !brief.contains(flag),
+                    "`gen {name} -h` has {flag}:\n{brief}"
+                );
+                assert!(full.contains(flag), "`gen {name} --help` lacks {flag}");
+            }
+            assert!(brief.contains("(see more with '--help')"), "{brief}");
+            shown += brief
+                .lines()
+                .filter(|l| l.trim_start().starts_with("--"))
+                .count();
+        }
+        assert!(shown <= 30, "{shown} flags in the four commands' -h");
     }
 }

@@ -61,6 +61,11 @@ pub struct ExportRow {
     pub model: String,
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
+    /// Which answer to its prompt this is, with `samples = k` (0 to k − 1).
+    pub sample: u32,
+    /// What the request asked for besides the messages (`max_tokens`, sampling, drawn values
+    /// as drawn); `None` for records of older `gen`s (theirs are in `provenance.json`).
+    pub settings: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 /// One chat turn of an exported row; `reasoning_content` and `answer` are set on generated
@@ -109,6 +114,10 @@ struct StoredCompletion {
     turns: Vec<StoredTurn>,
     #[serde(default)]
     token_ids: Option<TokenIds>,
+    #[serde(default)]
+    sample: u32,
+    #[serde(default)]
+    settings: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -222,6 +231,8 @@ impl From<StoredCompletion> for ExportRow {
             model: stored.model,
             prompt_tokens,
             completion_tokens,
+            sample: stored.sample,
+            settings: stored.settings,
         }
     }
 }
@@ -431,11 +442,14 @@ fn speculators_rows(run_dir: &Path) -> anyhow::Result<ExportSchema> {
         token_ids: Option<serde::de::IgnoredAny>,
     }
     let (mut with, mut without) = (0u64, 0u64);
-    for (_, dir) in source_dirs(run_dir)? {
+    // The sources with answers lacking ids, and how many.
+    let mut lacking: Vec<(String, u64)> = Vec::new();
+    for (name, dir) in source_dirs(run_dir)? {
         let path = dir.join("completions.jsonl.zst");
         if !path.exists() {
             continue;
         }
+        let before = without;
         crate::store::frames::scan(&path, |line| {
             let ids: Ids = serde_json::from_slice(line)
                 .map_err(|e| io::Error::other(format!("a record is not a completion: {e}")))?;
@@ -448,6 +462,9 @@ fn speculators_rows(run_dir: &Path) -> anyhow::Result<ExportSchema> {
             Ok(())
         })
         .with_context(|| format!("cannot read `{}`", path.display()))?;
+        if without > before {
+            lacking.push((name, without - before));
+        }
     }
     if without == 0 && with > 0 {
         eprintln!(
@@ -462,6 +479,22 @@ fn speculators_rows(run_dir: &Path) -> anyhow::Result<ExportSchema> {
          --render-endpoint http://VLLM:PORT`)",
         with + without
     );
+    if with > 0 {
+        // Some sources have ids: say which lack them, and the way to token rows for all.
+        let named: Vec<String> = lacking
+            .iter()
+            .map(|(name, n)| format!("`{name}` ({n})"))
+            .collect();
+        let regenerate: String = lacking
+            .iter()
+            .map(|(name, _)| format!(" --regenerate {name}"))
+            .collect();
+        eprintln!(
+            "gen: answers without ids: {}; with `token-ids = true` for them, `gen run \
+             CONFIG{regenerate}` stores them again with ids, and the export is token rows",
+            named.join(", ")
+        );
+    }
     Ok(ExportSchema::Speculators)
 }
 

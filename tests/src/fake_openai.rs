@@ -118,6 +118,12 @@ pub struct Knobs {
     /// With `context_length`: listed as `max_model_len`, and a request whose messages fit but
     /// messages and `max_tokens` do not gets `max_tokens` shortened to fit, as vLLM does.
     pub shorten_to_context: bool,
+    /// Answer token ids as SGLang does (since sgl-project/sglang PR #34488, 2026-08): vLLM's
+    /// `return_token_ids` on a streamed chat is refused with SGLang's 400, and
+    /// `return_input_ids_in_sglext` / `return_output_ids_in_sglext` get a last chunk
+    /// `{"choices": [], "sglext": {"input_ids": [...], "output_ids": [[...]]}}` (the shape of
+    /// SGLang's own streaming test of those flags).
+    pub sglang_token_ids: bool,
     /// Be a simulated server (the other knobs then do nothing).
     pub sim: Option<SimKnobs>,
 }
@@ -467,6 +473,13 @@ async fn chat(State(shared): State<Arc<Shared>>, axum::Json(body): axum::Json<Va
     if last_user.contains("REJECT") {
         return error_response(knobs, StatusCode::BAD_REQUEST, "prompt too long");
     }
+    if knobs.sglang_token_ids && body["return_token_ids"] == true {
+        // SGLang's words, in its flat error object.
+        let message = "return_token_ids is not supported with streaming on /v1/chat/completions. \
+                       Please set stream=false when using return_token_ids=true.";
+        let body = json!({"object": "error", "message": message, "type": "BadRequestError", "param": null, "code": 400});
+        return (StatusCode::BAD_REQUEST, axum::Json(body)).into_response();
+    }
     let mut max_tokens = body["max_tokens"].as_u64().unwrap_or(0);
     let prompt_words: u64 = body["messages"]
         .as_array()
@@ -617,6 +630,12 @@ async fn chat(State(shared): State<Arc<Shared>>, axum::Json(body): axum::Json<Va
     }
     if knobs.usage != UsageMode::Absent && knobs.error_event.is_none() {
         events.push(json!({"choices": [], "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": words, "total_tokens": prompt_tokens + words}}));
+    }
+    if knobs.sglang_token_ids && body["return_output_ids_in_sglext"] == true {
+        // A token a word: the prompt's ids 1..=prompt_tokens, the answer's from 1000.
+        let input: Vec<u64> = (1..=prompt_tokens).collect();
+        let output: Vec<u64> = (1000..1000 + words).collect();
+        events.push(json!({"choices": [], "sglext": {"input_ids": input, "output_ids": [output]}}));
     }
     let text = sse_text(knobs, &events, !last_user.contains("CUT"));
     sse_body(cut(knobs.writes, text))

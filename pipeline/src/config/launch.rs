@@ -72,22 +72,14 @@ pub fn variables(arg: &str) -> Vec<(&str, bool)> {
 }
 
 /// The server a launch command starts when it is one known to return no token ids on a
-/// streamed chat completion: llama.cpp's `llama-server` (it has no `return_token_ids`), and
-/// SGLang, which returns them on non-streaming requests only (sgl-project/sglang PR #30917)
-/// while `gen` streams every request.
+/// streamed chat completion: llama.cpp's `llama-server` (it has no `return_token_ids`). SGLang
+/// returns them in its `sglext` extension (sgl-project/sglang PR #34488), which `gen` asks for.
 pub fn without_token_ids(args: &[String]) -> Option<&'static str> {
     let program = args.first()?;
     let program = program.rsplit('/').next().unwrap_or(program);
-    if program.contains("llama-server") {
-        Some("llama.cpp's `llama-server`")
-    } else if args
-        .iter()
-        .any(|a| a.starts_with("sglang.launch_server") || a == "sglang")
-    {
-        Some("SGLang (token ids only on non-streaming requests; `gen` streams)")
-    } else {
-        None
-    }
+    program
+        .contains("llama-server")
+        .then_some("llama.cpp's `llama-server`")
 }
 
 #[cfg(test)]

@@ -256,6 +256,8 @@ mod tests {
             model: "m".into(),
             prompt_tokens: Some(3),
             completion_tokens: None,
+            sample: 0,
+            settings: None,
         }
     }
 

@@ -2,7 +2,8 @@
 //! from an [`ExportRow`] to its cells. Each schema is what its trainer's reader reads (the
 //! readers are named in `ARCHITECTURE.md` and checked in `pipeline/tests/it/export.rs`):
 //!
-//! * `messages`: gen's own; every field of the row.
+//! * `messages`: gen's own; every field of the row, with `sample` (which answer to its prompt)
+//!   and `settings` (what the request asked for, drawn values as drawn, as JSON text).
 //! * `specforge`: `id`, `conversations` [{role, content, reasoning_content}], `status`. SpecForge
 //!   passes every column besides `conversations`, `id` and `tools` to the tokenizer's chat
 //!   template as keyword arguments, so nothing else is added; its reasoning expander needs
@@ -42,7 +43,7 @@ const fn column(name: &'static str, kind: Kind) -> Column {
     Column { name, kind }
 }
 
-const MESSAGES: [Column; 9] = [
+const MESSAGES: [Column; 11] = [
     column("id", Kind::Text),
     column("source", Kind::Text),
     column("source_key", Kind::OptionalText),
@@ -52,6 +53,10 @@ const MESSAGES: [Column; 9] = [
     column("model", Kind::Text),
     column("prompt_tokens", Kind::Count),
     column("completion_tokens", Kind::Count),
+    column("sample", Kind::Count),
+    // A JSON object as text: its keys differ between sources (sampling, `chat_template_kwargs`,
+    // extra body keys), which a fixed column type cannot hold.
+    column("settings", Kind::OptionalText),
 ];
 const SPECFORGE: [Column; 3] = [
     column("id", Kind::Text),
@@ -144,6 +149,11 @@ impl ExportSchema {
                 Cell::Text(row.model),
                 Cell::Count(row.prompt_tokens),
                 Cell::Count(row.completion_tokens),
+                Cell::Count(Some(u64::from(row.sample))),
+                Cell::OptionalText(
+                    row.settings
+                        .map(|s| serde_json::Value::Object(s).to_string()),
+                ),
             ],
             ExportSchema::SpeculatorsTokens => {
                 let ids = row

@@ -72,6 +72,8 @@ pub(super) fn per_turn(row: ExportRow) -> Vec<ExportRow> {
                 prompt_tokens: answer.prompt_tokens,
                 completion_tokens: answer.completion_tokens,
                 messages,
+                sample: row.sample,
+                settings: row.settings.clone(),
             }
         })
         .collect()
@@ -114,6 +116,8 @@ mod tests {
             model: "m".into(),
             prompt_tokens: Some(2),
             completion_tokens: Some(5),
+            sample: 0,
+            settings: None,
         }
     }
 

@@ -13,7 +13,7 @@
 //! keep a stream that generates nothing.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use eventsource_stream::Eventsource as _;
@@ -91,7 +91,13 @@ struct RequestBody<'a> {
     model: &'a str,
     messages: &'a [Message],
     max_tokens: u32,
+    /// Ask for token ids SGLang's way (see [`ChatClient::sglext_ids`]).
+    sglext_ids: bool,
 }
+
+/// SGLang's flags for the prompt's and the answer's token ids, answered in a last `sglext`
+/// chunk of the stream (SGLang refuses vLLM's `return_token_ids` on a streamed chat).
+const SGLEXT_IDS: [&str; 2] = ["return_input_ids_in_sglext", "return_output_ids_in_sglext"];
 
 impl Serialize for RequestBody<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -110,7 +116,11 @@ impl Serialize for RequestBody<'_> {
         ];
         let mut map = serializer.serialize_map(None)?;
         for (key, value) in self.params {
-            if !FIXED.contains(&key.as_str()) {
+            if self.sglext_ids && key == TOKEN_IDS {
+                for flag in SGLEXT_IDS {
+                    map.serialize_entry(flag, value)?;
+                }
+            } else if !FIXED.contains(&key.as_str()) {
                 map.serialize_entry(key, value)?;
             }
         }
@@ -144,6 +154,9 @@ pub struct ChatClient {
     activity: Option<Arc<AtomicU64>>,
     /// A stream without a token for this long is abandoned.
     stall: Duration,
+    /// Token ids are asked for SGLang's way: set once the server refused vLLM's
+    /// `return_token_ids` on a streamed chat, as SGLang does; shared by the clones.
+    sglext_ids: Arc<AtomicBool>,
 }
 
 impl ChatClient {
@@ -168,6 +181,7 @@ impl ChatClient {
             params,
             activity: None,
             stall: TOKEN_TIMEOUT,
+            sglext_ids: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -203,12 +217,14 @@ impl ChatClient {
         messages: &'a [Message],
         max_tokens: u32,
         params: &'a Map<String, Value>,
+        sglext_ids: bool,
     ) -> RequestBody<'a> {
         RequestBody {
             params,
             model: &self.model,
             messages,
             max_tokens,
+            sglext_ids,
         }
     }
 
@@ -251,7 +267,17 @@ impl ChatClient {
         params: &Map<String, Value>,
     ) -> Result<TimedCompletion, RequestError> {
         let started = std::time::Instant::now();
-        let response = self.send(messages, max_tokens, params).await?;
+        let asks_ids = params.get(TOKEN_IDS) == Some(&Value::Bool(true));
+        let sglext = self.sglext_ids.load(Ordering::Relaxed);
+        let response = match self.send(messages, max_tokens, params, sglext).await {
+            // SGLang: "return_token_ids is not supported with streaming on
+            // /v1/chat/completions"; it takes its own flags instead.
+            Err(RequestError::Rejected(why)) if asks_ids && !sglext && why.contains(TOKEN_IDS) => {
+                self.sglext_ids.store(true, Ordering::Relaxed);
+                self.send(messages, max_tokens, params, true).await?
+            }
+            other => other?,
+        };
         let (mut completion, reasoning, first_token) = self.read_stream(response, started).await?;
         if !reasoning.is_empty() {
             completion.reasoning_content = Some(reasoning);
@@ -263,7 +289,7 @@ impl ChatClient {
         ) {
             return Err(RequestError::Transient(defect.to_string()));
         }
-        if params.get(TOKEN_IDS) == Some(&Value::Bool(true)) {
+        if asks_ids {
             check_token_ids(&completion)?;
         }
         Ok(TimedCompletion {
@@ -279,12 +305,13 @@ impl ChatClient {
         messages: &[Message],
         max_tokens: u32,
         params: &Map<String, Value>,
+        sglext_ids: bool,
     ) -> Result<reqwest::Response, RequestError> {
         let request = match &self.parsed_url {
             Some(url) => self.http.post(url.clone()),
             None => self.http.post(&self.url),
         };
-        let mut request = request.json(&self.body(messages, max_tokens, params));
+        let mut request = request.json(&self.body(messages, max_tokens, params, sglext_ids));
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }
@@ -397,10 +424,11 @@ fn check_token_ids(completion: &Completion) -> Result<(), RequestError> {
     };
     if let Some(missing) = missing {
         return Err(RequestError::Fatal(format!(
-            "`token-ids = true` asks the server for token ids (`return_token_ids`), and its \
-             streamed answer carried {missing}: the server cannot return them (llama.cpp has \
-             no such option, SGLang returns them only without streaming, a plain OpenAI \
-             server ignores the key); serve the model with vLLM, or remove `token-ids`"
+            "`token-ids = true` asks the server for token ids (vLLM's `return_token_ids`, \
+             SGLang's `return_input_ids_in_sglext`), and its streamed answer carried {missing}: \
+             the server cannot return them (llama.cpp has no such option, SGLang only since \
+             August 2026, a plain OpenAI server ignores the key); serve the model with vLLM or \
+             a recent SGLang, or remove `token-ids`"
         )));
     }
     if let (Some(ids), Some(usage)) = (ids, &completion.usage)
@@ -469,6 +497,20 @@ fn apply_chunk(
         && let Ok(usage) = serde_json::from_value(usage.clone())
     {
         completion.usage = Some(usage);
+    }
+    // SGLang's last chunk: the prompt's ids, and the answer's per choice.
+    if let Some(ext) = chunk.get("sglext") {
+        let stored = completion.token_ids.get_or_insert_with(TokenIds::default);
+        if let Some(prompt) = ext.get("input_ids").and_then(token_list) {
+            stored.prompt = prompt;
+        }
+        if let Some(answer) = ext
+            .get("output_ids")
+            .and_then(|o| o.get(0))
+            .and_then(token_list)
+        {
+            stored.completion = answer;
+        }
     }
     if let Some(prompt) = chunk.get("prompt_token_ids").and_then(token_list) {
         completion
@@ -567,8 +609,8 @@ mod tests {
         let client =
             ChatClient::new("http://127.0.0.1:1", "m".into(), None, 8, params).expect("client");
         let messages = [Message::new(gen_sources::Role::User, "hi".to_owned())];
-        let body =
-            serde_json::to_value(client.body(&messages, 16, &client.params)).expect("serializes");
+        let body = serde_json::to_value(client.body(&messages, 16, &client.params, false))
+            .expect("serializes");
         assert_eq!(
             body,
             json!({

@@ -8,7 +8,7 @@ use crate::support;
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 use support::{Config, Gen};
 
-const COLUMNS: [&str; 9] = [
+const COLUMNS: [&str; 11] = [
     "id",
     "source",
     "source_key",
@@ -18,6 +18,8 @@ const COLUMNS: [&str; 9] = [
     "model",
     "prompt_tokens",
     "completion_tokens",
+    "sample",
+    "settings",
 ];
 
 /// Loads `path` with `datasets.load_dataset(format, …)` and reports what it holds as JSON.
@@ -69,6 +71,10 @@ fn assert_loaded(loaded: &serde_json::Value, format: &str) {
     assert_eq!(three["finish_reason"], "stop", "{format}");
     assert_eq!(three["reasoning_content"], "thinking", "{format}");
     assert_eq!(three["completion_tokens"], 2, "{format}");
+    assert_eq!(three["sample"], 0, "{format}");
+    let settings: serde_json::Value =
+        serde_json::from_str(three["settings"].as_str().unwrap_or_default()).expect("JSON text");
+    assert!(settings["max_tokens"].is_u64(), "{format}: {settings}");
 }
 
 #[tokio::test]

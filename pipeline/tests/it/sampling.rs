@@ -96,6 +96,23 @@ async fn each_source_asks_with_its_own_settings_draws_by_id_and_records_them() {
         math.contains("0.6") && math.contains("1.0") && math.contains("high"),
         "{math}"
     );
+    // And each row the temperature its own answer was drawn with (`settings`, JSON text).
+    let rows = project.read("out/data/train.jsonl");
+    let mut math_rows = 0;
+    for row in rows
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("row"))
+    {
+        let settings: Value =
+            serde_json::from_str(row["settings"].as_str().expect("settings")).expect("JSON");
+        assert_eq!(row["sample"], 0, "{row}");
+        if row["source"] == "math" {
+            math_rows += 1;
+            let prompt = row["messages"][0]["content"].as_str().unwrap_or("");
+            assert_eq!(settings["temperature"], drawn[prompt], "{row}");
+        }
+    }
+    assert_eq!(math_rows, 40);
 
     // A new run directory draws the same values for the same prompts.
     let again = project
@@ -237,6 +254,26 @@ async fn the_pin_refuses_a_change_only_for_the_source_whose_answers_it_touches()
         .run(&["export", "cfg.toml", "-o", "regenerated"])
         .await;
     assert_eq!(export.code, Some(0), "{}", export.stderr);
+    // Each of the three answers to a prompt is a row of its own, with its sample index.
+    let mut samples = BTreeMap::<String, BTreeSet<u64>>::new();
+    for line in project.read("regenerated/data/train.jsonl").lines() {
+        let row: Value = serde_json::from_str(line).expect("row");
+        if row["source"] == "math" {
+            let prompt = row["messages"][0]["content"]
+                .as_str()
+                .unwrap_or("")
+                .to_owned();
+            samples
+                .entry(prompt)
+                .or_default()
+                .insert(row["sample"].as_u64().expect("sample"));
+        }
+    }
+    assert_eq!(samples.len(), 3, "{samples:?}");
+    assert!(
+        samples.values().all(|s| s == &BTreeSet::from([0, 1, 2])),
+        "{samples:?}"
+    );
 }
 
 /// Samples are units of work: three records per prompt, ids from the prompt id and the

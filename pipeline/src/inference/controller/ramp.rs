@@ -2,7 +2,8 @@
 //! (at most `start_without_running_cap` when the running cap is unknown) and, every
 //! `ramp_ticks`, follows it upward (×`ramp_growth` at most per step; above the bounded start
 //! ×`ramp_growth_without_running_cap` while the running cap is unknown, so a step passes an
-//! unknown cap by a quarter at most) as the first completions
+//! unknown cap by a quarter at most, and one at a power of two — vLLM's defaults — by the queue
+//! headroom) as the first completions
 //! refine `E_resident` (never while the server queues behind the limit). It keeps following
 //! while that estimate still rises — the prior washes out over the first generations, so
 //! touching the ceiling once says little — and stops at the first sign of saturation: a
@@ -34,6 +35,11 @@ pub(super) struct Ramp {
     /// The highest ceiling it saw, and its completions when the ceiling last rose there.
     ceiling_high: u32,
     finishes_at_high: u64,
+    /// While the running cap is unknown: the power of two the limit stopped just past (by the
+    /// queue headroom) before going further. vLLM's default `max_num_seqs` is one (128 per CPU
+    /// socket, 256 on most GPUs, 1024 on H100 and up), so a server capped there shows its
+    /// queue with no more waiting than the headroom.
+    pub(super) at_power_of_two: Option<u32>,
     /// While the server shows headroom (KV below plan, no more waiting than the queue
     /// headroom): the requests the
     /// cache would hold at the planned use at their size now (at most `ramp_room` × the KV
@@ -108,10 +114,12 @@ impl Controller {
     fn ramp_found_running_cap(&mut self, obs: &TickObservation) -> bool {
         let s = &self.settings;
         let headroom = s.headroom(self.limit);
+        let at_cap = |queued: u32, running: u32| match self.ramp.at_power_of_two {
+            Some(power) => queued > 0 && running <= power,
+            None => queued > headroom && running.saturating_add(headroom) < self.limit,
+        };
         match (obs.server_queued, obs.server_running) {
-            (Some(queued), Some(running))
-                if queued > headroom && running.saturating_add(headroom) < self.limit =>
-            {
+            (Some(queued), Some(running)) if at_cap(queued, running) => {
                 self.ramp.queue_ticks += 1;
                 self.ramp.running_peak = self.ramp.running_peak.max(running);
             }
@@ -182,17 +190,34 @@ impl Controller {
         // Grow only a limit the job fills and the server runs: a larger one would say nothing,
         // and one the server queues behind (counted in `ramp_found_running_cap`) only makes
         // the queue longer.
+        let past_power = match (self.ramp.at_power_of_two, obs.server_running) {
+            (Some(power), Some(running)) => running > power,
+            _ => true,
+        };
         if self.limit < ceiling
             && obs.in_flight.saturating_add(headroom) >= self.limit
             && self.ramp.queue_ticks == 0
+            && past_power
         {
             let from = self.limit;
-            let growth = match self.running_cap() {
-                None if from >= s.start_without_running_cap => s.ramp_growth_without_running_cap,
-                _ => s.ramp_growth,
+            let unknown_cap = self.running_cap().is_none();
+            let growth = if unknown_cap && from >= s.start_without_running_cap {
+                s.ramp_growth_without_running_cap
+            } else {
+                s.ramp_growth
             };
             let grown = (f64::from(self.limit) * growth).ceil() as u32;
+            // A step past a power of two stops just past it first: an unknown cap there
+            // shows as a queue of the headroom, not of the whole step.
+            let power = grown.checked_next_power_of_two().map_or(0, |p| p / 2);
+            let probe = unknown_cap && power >= s.start_without_running_cap && from <= power;
+            let grown = if probe {
+                power + s.headroom(power)
+            } else {
+                grown
+            };
             self.limit = grown.min(ceiling).max(from + 1);
+            self.ramp.at_power_of_two = Some(power).filter(|p| probe && self.limit > *p);
             self.reason = format!(
                 "ramping {from} → {} ({}; KV {}, {} waiting at the server)",
                 self.limit,

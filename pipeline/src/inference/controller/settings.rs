@@ -26,9 +26,11 @@ pub struct Settings {
     pub initial_limit: u32,
     /// The most the start may be when the server tells its KV capacity but not how many
     /// requests it runs at once (vLLM exports nothing carrying `max_num_seqs`): a KV ceiling
-    /// alone may allow thousands while the server runs 128. The ramp doubles it from there
-    /// while the server runs what it is sent, and a queue that stays shows the cap.
-    /// Default 64.
+    /// alone may allow thousands while the server runs 128. Default 128, the least vLLM's
+    /// API server runs by default (`max_num_seqs`: 128 per CPU socket, 256 on most GPUs,
+    /// 1024 on H100 and up): the ramp goes on a quarter a step while the server runs what it
+    /// is sent, stopping just past each power of two (the defaults) until the server runs more
+    /// than it, and a queue that stays shows the cap.
     pub start_without_running_cap: u32,
     /// Ceiling when neither the server's caps nor the user bound it. Default 4096.
     pub max_limit: u32,
@@ -63,8 +65,9 @@ pub struct Settings {
     /// Ramp: growth per step, at most up to the ceiling. Default 2.
     pub ramp_growth: f64,
     /// Ramp: growth per step above `start_without_running_cap` while the running cap is
-    /// unknown. A step can pass the unknown cap by this much before the queue shows it (vLLM
-    /// on CPU: 125 → 157 with 128 running, then 135), not by twice. Default 1.25.
+    /// unknown. A step can pass an unknown cap that is not a power of two by this much before
+    /// the queue shows it, not by twice; one at a power of two by the queue headroom (vLLM on
+    /// CPU: 128 → 135 with 128 running). Default 1.25.
     pub ramp_growth_without_running_cap: f64,
     /// Ramp: while the server shows headroom (KV below plan, nothing waiting) the ramp may go
     /// past the KV ceiling to what the cache holds at the requests' size now, at most this
@@ -141,7 +144,7 @@ impl Default for Settings {
             window_ticks: 60,
             settle_ticks: 5,
             initial_limit: 8,
-            start_without_running_cap: 64,
+            start_without_running_cap: 128,
             max_limit: 4096,
             kv_utilization: 0.90,
             kv_utilization_min: 0.5,

@@ -304,7 +304,7 @@ fn without_a_reported_running_cap_the_start_is_bounded_and_ramps_to_what_runs() 
         None,
     );
     assert!(c.ceiling() > 1000, "{}", c.ceiling());
-    assert!(c.limit() <= 64, "{}", c.decision().reason);
+    assert_eq!(c.limit(), 128, "{}", c.decision().reason);
     assert!(
         c.decision()
             .reason
@@ -313,24 +313,89 @@ fn without_a_reported_running_cap_the_start_is_bounded_and_ramps_to_what_runs() 
         c.decision().reason
     );
     let mut limits = vec![c.limit()];
-    for _ in 0..20 {
+    for _ in 0..12 {
         limits.push(c.observe(&vllm_capped(c.limit(), 128)).limit);
     }
-    // Doubling up to the bounded start, then a quarter a step: never more than a quarter
-    // above what runs (issue 23's check on the real server: at most 128 + 32), down to the
-    // cap (+7 waiting) once the queue stays.
+    // vLLM's least default cap, then just past it by the queue headroom: a queue of 7 shows the
+    // cap, and nothing more is sent (before: 64 → 80 → 100 → 125 → 157, 29 waiting at the
+    // server for 3 s, then 135).
     assert_eq!(
-        limits[..12],
-        [64, 64, 80, 80, 100, 100, 125, 125, 157, 157, 157, 135],
-        "{limits:?}"
+        limits[..7],
+        [128, 128, 135, 135, 135, 135, 135],
+        "{limits:?}: {}",
+        c.decision().reason
     );
     assert_eq!((c.limit(), c.phase()), (135, ControllerPhase::Steady));
     assert!(
-        c.summary()
-            .starts_with("ramped 64 → … → 125 → 157 → 135 in 11 s"),
+        c.summary().starts_with("ramped 128 → 135 in 5 s"),
         "{}",
         c.summary()
     );
+    assert_eq!(
+        c.ceiling_reason(),
+        "the server runs 128 at once, 7 more wait there"
+    );
+}
+
+#[test]
+fn without_a_reported_running_cap_the_ramp_stops_past_each_power_of_two() {
+    // vLLM on most GPUs runs 256 by default, on H100 and up 1024; a cap set by hand may be
+    // anything. Auto never holds more than the cap and its queue headroom for longer than the
+    // queue takes to show, and passes a cap at a power of two by the headroom only.
+    for (cap, most) in [(256, 269), (1024, 1076), (200, 212)] {
+        let mut c = Controller::new(
+            Settings::default(),
+            caps(None, Some(16_384 * 128), None),
+            64,
+            None,
+        );
+        let mut limits = vec![c.limit()];
+        for _ in 0..40 {
+            limits.push(c.observe(&vllm_capped(c.limit(), cap)).limit);
+        }
+        let headroom = Settings::default().headroom(cap);
+        assert_eq!(
+            (c.limit(), c.phase()),
+            (cap + headroom, ControllerPhase::Steady),
+            "cap {cap}: {limits:?}: {}",
+            c.decision().reason
+        );
+        assert_eq!(limits.iter().max(), Some(&most), "cap {cap}: {limits:?}");
+    }
+}
+
+#[test]
+fn a_kv_ceiling_below_a_power_of_two_does_not_stop_the_ramp_there() {
+    // A step toward 135 (just past 128) cut to a KV ceiling below 128 probes nothing: once the
+    // ceiling rises as short answers come back, the ramp goes on past 128.
+    let start = |tokens: u64| {
+        let mut c = Controller::new(
+            Settings::default(),
+            caps(None, Some(tokens), None),
+            4096,
+            None,
+        );
+        c.observe(&vllm_capped(c.limit(), 1024));
+        c
+    };
+    let tokens = 100_000 * 120 / u64::from(start(100_000).ceiling());
+    let mut c = start(tokens);
+    for _ in 0..4 {
+        c.observe(&vllm_capped(c.limit(), 1024));
+    }
+    assert!((100..128).contains(&c.limit()), "{}", c.decision().reason);
+    for _ in 0..60 {
+        let mut tick = vllm_capped(c.limit(), 1024);
+        tick.finishes = vec![
+            Finish {
+                prompt_tokens: 20,
+                output_tokens: 20,
+            };
+            8
+        ];
+        c.observe(&tick);
+    }
+    assert!(c.limit() > 200, "{}: {}", c.summary(), c.decision().reason);
 }
 
 #[test]
