@@ -19,6 +19,7 @@ pub mod cli;
 pub mod config;
 pub mod diagnose;
 pub mod doctor;
+pub mod exit;
 pub mod export;
 pub mod inference;
 #[cfg(test)]
@@ -45,14 +46,6 @@ use config::{ConfigError, Plan};
 use run::RunOutcome;
 use store::RunDir;
 
-/// Exit codes: 0 everything finished, 1 some sources failed or the run stopped (a rerun
-/// continues), 2 a usage or config error.
-pub mod exit {
-    pub const OK: u8 = 0;
-    pub const FAILED: u8 = 1;
-    pub const USAGE: u8 = 2;
-}
-
 /// An error together with the exit code it maps to.
 #[derive(Debug)]
 pub struct CliError {
@@ -64,7 +57,7 @@ impl<E: Into<anyhow::Error>> From<E> for CliError {
     fn from(error: E) -> CliError {
         let error = error.into();
         let code = if error.downcast_ref::<ConfigError>().is_some()
-            || error.downcast_ref::<run::pin::PinMismatch>().is_some()
+            || error.downcast_ref::<store::pin::PinMismatch>().is_some()
             || error
                 .downcast_ref::<run::orchestrator::InputsChanged>()
                 .is_some()
@@ -179,7 +172,7 @@ fn check_command(config: &Path) -> Result<ExitCode, CliError> {
     for (source, settings) in plan.sources.iter().zip(&plan.settings) {
         println!("  {}: {settings}", source.name());
     }
-    println!("{}", run::pin::RULE);
+    println!("{}", store::pin::RULE);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -189,7 +182,7 @@ fn run_command(args: RunArgs) -> Result<ExitCode, CliError> {
     // Under `--shard auto` the run directory is the job's run root, and this task owns its
     // shard's directory inside it until the run ends.
     let task = match args.shard {
-        Some(run::shard::ShardArg::Auto) => Some(
+        Some(scale::shard::ShardArg::Auto) => Some(
             scale::task::ShardTask::begin(&plan, run_dir.root(), args.shards).map_err(|error| {
                 CliError {
                     code: exit::FAILED,
@@ -201,7 +194,7 @@ fn run_command(args: RunArgs) -> Result<ExitCode, CliError> {
     };
     let (run_dir, shard) = match (&task, args.shard) {
         (Some(task), _) => (task.dir.clone(), Some(task.shard())),
-        (None, Some(run::shard::ShardArg::Fixed(shard))) => (run_dir, Some(shard)),
+        (None, Some(scale::shard::ShardArg::Fixed(shard))) => (run_dir, Some(shard)),
         (None, _) => (run_dir, None),
     };
     let selection = run::Selection {
@@ -268,7 +261,7 @@ fn load_run_plan(args: &RunArgs) -> Result<(Plan, RunDir), CliError> {
     // Before anything starts. A prepared source does not read its files again, and one left
     // out by `--source` not at all.
     plan.check_inputs(&|name| {
-        left_out(name) || prep::read_manifest(&run_dir, name).is_ok_and(|m| m.is_some())
+        left_out(name) || store::manifest::read_manifest(&run_dir, name).is_ok_and(|m| m.is_some())
     })?;
     let named = sources.iter().chain(&args.regenerate);
     if let Some(unknown) = named.into_iter().find(|s| plan.source(s).is_none()) {
@@ -297,8 +290,10 @@ fn resume_command(args: &RunArgs) -> String {
         command.push_str(&format!(" --source {source}"));
     }
     match args.shard {
-        Some(run::shard::ShardArg::Fixed(shard)) => command.push_str(&format!(" --shard {shard}")),
-        Some(run::shard::ShardArg::Auto) => command.push_str(" --shard auto"),
+        Some(scale::shard::ShardArg::Fixed(shard)) => {
+            command.push_str(&format!(" --shard {shard}"))
+        }
+        Some(scale::shard::ShardArg::Auto) => command.push_str(" --shard auto"),
         None => {}
     }
     command

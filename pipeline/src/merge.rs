@@ -130,13 +130,13 @@ pub fn merge_dirs(
     // Every shard ran with the same settings: the first pin says them (samples per prompt,
     // for the merge and for `gen verify` of the merged directory), for all prompts.
     let pin = shards.iter().find_map(|shard| {
-        atomic::read_json::<crate::run::pin::RunPin>(&shard.root().join("run.json"))
+        atomic::read_json::<crate::store::pin::RunPin>(&shard.root().join("run.json"))
             .ok()
             .flatten()
     });
     if let Some(pin) = &pin {
         fs_err::create_dir_all(out.root())?;
-        let merged = crate::run::pin::RunPin {
+        let merged = crate::store::pin::RunPin {
             shard: None,
             ..pin.clone()
         };

@@ -23,7 +23,7 @@ use anyhow::Context as _;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::run::shard::Shard;
+use crate::scale::shard::Shard;
 use crate::status::Phase;
 use crate::store::frames;
 use crate::store::ids::{self, IdSet};
@@ -248,8 +248,13 @@ fn source_names(
 fn last_run(
     run_dir: &RunDir,
     config: &str,
-) -> (Option<crate::run::pin::RunPin>, Option<Shard>, Vec<String>) {
-    let pin = match atomic::read_json::<crate::run::pin::RunPin>(&run_dir.root().join("run.json")) {
+) -> (
+    Option<crate::store::pin::RunPin>,
+    Option<Shard>,
+    Vec<String>,
+) {
+    let pin = match atomic::read_json::<crate::store::pin::RunPin>(&run_dir.root().join("run.json"))
+    {
         Ok(Some(pin)) => pin,
         Ok(None) => return (None, None, Vec::new()),
         Err(e) => {
@@ -1150,7 +1155,7 @@ mod tests {
             params: serde_json::Map::new(),
             drawn: Default::default(),
         };
-        let pin = crate::run::pin::RunPin {
+        let pin = crate::store::pin::RunPin {
             layout: 1,
             model: "m".into(),
             max_tokens: 8,

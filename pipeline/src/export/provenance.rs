@@ -13,9 +13,9 @@ use serde_json::{Map, Value};
 
 use super::{ExportOptions, ExportSummary, TokenStats};
 use crate::cli::ExportFormat;
-use crate::run::pin::RunPin;
 use crate::status::RunStatus;
 use crate::status::state::ServerStatus;
+use crate::store::pin::RunPin;
 use crate::store::{RunDir, atomic};
 
 #[derive(Debug, Serialize)]

@@ -20,15 +20,15 @@ use super::dispatch::{DispatchEvent, Dispatcher, SourceRequests};
 use super::events::{Failure, RunEvent, Stopping};
 use super::preparation::Preparation;
 use super::server::{Launched, Servers};
-use super::sources::{Sources, create_private_dir};
+use super::sources::Sources;
 use crate::config::Plan;
 use crate::inference::managed::ManagedServer;
 use crate::report::{EventKind, RunReporter};
 use crate::status::state::{self, Phase, RunStatus, SourceStatus};
+use crate::store::private::create_private_dir;
 use crate::store::records as record;
 use crate::store::{RunDir, atomic, layout::LAYOUT_VERSION};
 
-pub use super::preparation::WorkerFile;
 pub use super::sources::InputsChanged;
 
 /// Dispatch events handled per turn of the loop.
@@ -82,7 +82,7 @@ pub struct Selection {
     /// Keep a source's preparation although its inputs changed since.
     pub keep_preparation: bool,
     /// Only this host's share of every source's prompts.
-    pub shard: Option<super::shard::Shard>,
+    pub shard: Option<crate::scale::shard::Shard>,
     /// Send the prompts the server refused again (`--retry-rejected`).
     pub retry_rejected: bool,
     /// Under `--shard auto`: checked before every write, so a task that lost its shard
@@ -392,7 +392,8 @@ impl<'p> RunState<'p> {
             .zip(self.plan.settings.iter().cloned())
             .collect();
         let stored_in = self.sources.stored_in();
-        for (name, how) in super::pin::RunPin::changed_since(&self.run_dir, &now, &stored_in) {
+        for (name, how) in crate::store::pin::RunPin::changed_since(&self.run_dir, &now, &stored_in)
+        {
             self.reporter.say(format!(
                 "gen: note: `{name}`'s settings changed since its answers were generated ({}); \
                  they stand as they are — `gen run {} --regenerate {name}` generates it again \
@@ -943,7 +944,7 @@ async fn connected_servers(
     let stored_in = state.sources.stored_in();
     let reporter = state.reporter.clone();
     let pin = |model: &str| {
-        super::pin::RunPin {
+        crate::store::pin::RunPin {
             layout: LAYOUT_VERSION,
             model: model.to_owned(),
             max_tokens: plan.generation.max_tokens,
