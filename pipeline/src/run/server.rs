@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::events::Failure;
 use super::fleet::{self, Fleet};
 use crate::config::Plan;
+use crate::inference::checks::{self, Level};
 use crate::inference::managed::{self, LaunchError, ManagedServer};
 use crate::inference::probe;
 use crate::report::{EventKind, Notice, RunReporter};
@@ -315,41 +316,41 @@ async fn server_checks(
     let Some((_, url)) = up else {
         return Ok(());
     };
-    let context = crate::doctor::server::context_at(plan, url, model, api_key.as_deref()).await;
+    let context = checks::context_at(plan, url, model, api_key.as_deref()).await;
     match context.level {
-        crate::doctor::Level::Fail => anyhow::bail!(
+        Level::Fail => anyhow::bail!(
             "server {}: {} (see `gen doctor {}`)",
             probe::redact(url),
             context.message,
             plan.config_path.display()
         ),
-        crate::doctor::Level::Warn => {
+        Level::Warn => {
             reporter.say(format!("gen: warning: context: {}", context.message));
         }
-        crate::doctor::Level::Ok => {}
+        Level::Ok => {}
     }
-    if crate::doctor::server::thinking_expected(plan).is_some() {
-        let check = crate::doctor::server::reasoning_probe(plan, url, model, api_key.clone()).await;
+    if checks::thinking_expected(plan).is_some() {
+        let check = checks::reasoning_probe(plan, url, model, api_key.clone()).await;
         match check.level {
-            crate::doctor::Level::Fail => anyhow::bail!(
+            Level::Fail => anyhow::bail!(
                 "{} (override: remove `chat-template-kwargs` thinking settings)",
                 check.message
             ),
-            crate::doctor::Level::Warn => {
+            Level::Warn => {
                 reporter.say(format!("gen: warning: reasoning: {}", check.message));
             }
-            crate::doctor::Level::Ok => {}
+            Level::Ok => {}
         }
     }
-    if let Some(check) = crate::doctor::server::token_ids_probe(plan, url, model, api_key).await {
+    if let Some(check) = checks::token_ids_probe(plan, url, model, api_key).await {
         match check.level {
-            crate::doctor::Level::Fail => {
+            Level::Fail => {
                 anyhow::bail!("server {}: {}", probe::redact(url), check.message)
             }
-            crate::doctor::Level::Warn => {
+            Level::Warn => {
                 reporter.say(format!("gen: warning: token ids: {}", check.message));
             }
-            crate::doctor::Level::Ok => {}
+            Level::Ok => {}
         }
     }
     Ok(())
