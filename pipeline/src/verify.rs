@@ -113,7 +113,7 @@ impl Audit {
 /// `gen verify TARGET [--json] [--allow-incomplete]`: prints the audit; exit 0 when consistent
 /// and complete (or incomplete with `allow_incomplete`), 1 otherwise.
 pub fn verify(target: &Path, json: bool, allow_incomplete: bool) -> anyhow::Result<ExitCode> {
-    let run_dir = crate::resolve_run_dir(target).map_err(|e| e.error)?;
+    let run_dir = RunDir::named_by(target)?;
     let config = target.is_file().then(|| target.display().to_string());
     anyhow::ensure!(
         run_dir.root().is_dir(),
