@@ -29,7 +29,7 @@ use std::process::ExitCode;
 
 pub use machine::{CgroupMemory, Disk, Gpu, Machine, read_machine};
 
-use crate::config::Plan;
+use crate::config::{Plan, SourcePlan};
 use crate::inference::checks::{Check, Level};
 
 /// Memory assumed for a worker with no `memory-limit` and no earlier run.
@@ -276,10 +276,9 @@ impl MemoryDemand {
         let largest = plan
             .sources
             .iter()
-            .zip(&plan.workers)
-            .map(|(spec, worker)| {
-                let name = spec.name();
-                match (worker.memory_limit, machine.peak_rss.get(name)) {
+            .map(|source| {
+                let name = source.name();
+                match (source.worker.memory_limit, machine.peak_rss.get(name)) {
                     (Some(limit), _) => (limit, Basis::Limit, name),
                     (None, Some(peak)) => (*peak, Basis::Measured, name),
                     (None, None) => (DEFAULT_WORKER_MEMORY, Basis::Assumed, name),
@@ -349,7 +348,7 @@ const COUNTED_BYTES: u64 = 256 << 20;
 /// default 10,000). Unreadable files are left to the run to report.
 pub fn local_rows(plan: &Plan, prepared: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
     let mut rows = BTreeMap::new();
-    for (spec, worker) in plan.sources.iter().zip(&plan.workers) {
+    for SourcePlan { spec, worker } in &plan.sources {
         if spec.path.is_none() || worker.command.is_some() || prepared.contains_key(spec.name()) {
             continue;
         }
@@ -395,6 +394,7 @@ fn hub_pending<'p>(
 ) -> Vec<&'p gen_sources::SourceSpec> {
     plan.sources
         .iter()
+        .map(|s| &s.spec)
         .filter(|s| s.repo.is_some() && !prepared.contains_key(s.name()))
         .collect()
 }
@@ -512,7 +512,7 @@ fn disk(plan: &Plan, machine: &Machine) -> Check {
     // prepared sources, and bounded for the others.
     let (mut prompts, mut answers) = (0u64, 0u64);
     let (mut known_tokens, mut tokens, mut bound) = (0u64, 0u64, 0u64);
-    for (spec, settings) in plan.sources.iter().zip(&plan.settings) {
+    for (SourcePlan { spec, .. }, settings) in plan.sources.iter().zip(&plan.settings) {
         let (n, prepared) = match machine.prepared.get(spec.name()) {
             Some(prompts) => (*prompts, true),
             None => (unprepared_bound(spec, &machine.local_rows), false),

@@ -11,7 +11,7 @@ use std::path::Path;
 use anyhow::Context as _;
 use gen_sources::hub::DownloadProgress;
 
-use crate::config::Plan;
+use crate::config::{Plan, SourcePlan};
 use crate::store::manifest::{FileStat, PrepManifest};
 use crate::store::{RunDir, atomic, frames::FrameWriter, worker};
 
@@ -29,14 +29,9 @@ pub fn prepare_source(
     source: &str,
     exclude: Option<&Path>,
 ) -> anyhow::Result<PrepManifest> {
-    let spec = plan.source(source).with_context(|| {
-        format!(
-            "config `{}` has no source `{source}`",
-            plan.config_path.display()
-        )
-    })?;
+    let source = named(plan, source)?;
     let mut exclude = exclude.map(worker::read_hashes).transpose()?;
-    let manifest = prepare_spec(plan, spec, &plan.base_dir, run_dir, exclude.as_mut())?;
+    let manifest = prepare_spec(plan, source, &plan.base_dir, run_dir, exclude.as_mut())?;
     print_summary(&manifest);
     Ok(manifest)
 }
@@ -48,33 +43,34 @@ pub fn import_custom_output(
     run_dir: &RunDir,
     source: &str,
 ) -> anyhow::Result<PrepManifest> {
-    let mut spec = plan
-        .source(source)
-        .with_context(|| {
-            format!(
-                "config `{}` has no source `{source}`",
-                plan.config_path.display()
-            )
-        })?
-        .clone();
+    let mut imported = named(plan, source)?.clone();
     let (output, _) = worker::custom_output(run_dir, source);
-    spec.path = Some(toml::Spanned::new(
+    imported.spec.path = Some(toml::Spanned::new(
         0..0,
         output.to_string_lossy().into_owned(),
     ));
-    spec.repo = None;
-    prepare_spec(plan, &spec, Path::new("/"), run_dir, None)
+    imported.spec.repo = None;
+    prepare_spec(plan, &imported, Path::new("/"), run_dir, None)
+}
+
+fn named<'p>(plan: &'p Plan, source: &str) -> anyhow::Result<&'p SourcePlan> {
+    plan.source(source).with_context(|| {
+        format!(
+            "config `{}` has no source `{source}`",
+            plan.config_path.display()
+        )
+    })
 }
 
 fn prepare_spec(
     plan: &Plan,
-    spec: &gen_sources::SourceSpec,
+    SourcePlan { spec, worker }: &SourcePlan,
     base_dir: &Path,
     run_dir: &RunDir,
     exclude: Option<&mut std::collections::HashSet<u64>>,
 ) -> anyhow::Result<PrepManifest> {
     let source = spec.name();
-    let memory_limit = plan.worker(source).memory_limit;
+    let memory_limit = worker.memory_limit;
     let dir = run_dir.source(source);
     fs_err::create_dir_all(dir.root())?;
     let final_path = dir.prompts();

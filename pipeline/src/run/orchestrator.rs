@@ -776,7 +776,7 @@ impl<'p> Orchestrator<'p> {
     fn start_dispatch(&mut self) {
         for (i, feed) in self.state.sources.take_feeds() {
             let plan = self.state.plan;
-            let length = plan.worker(&self.state.sources[i].status.name).on_length;
+            let length = plan.sources[i].worker.on_length;
             let requests = SourceRequests::new(length, plan.settings[i].clone());
             tokio::spawn(self.dispatcher.clone().run_source(i, feed, requests));
             self.dispatching += 1;

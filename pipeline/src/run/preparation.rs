@@ -125,8 +125,8 @@ impl Preparation {
         let verdict = if report.exit.success() && manifest.is_some() {
             None
         } else {
-            let spec = sources.plan().sources.iter().find(|s| s.name() == name);
-            let input = spec.map(|spec| (spec.clone(), sources.plan().base_dir.clone()));
+            let spec = sources.plan().source(&name);
+            let input = spec.map(|s| (s.spec.clone(), sources.plan().base_dir.clone()));
             Some(self.verdict(&report, &dir, manifest.is_some(), input).await)
         };
         // The last worker's verdict, before this one replaces it.
@@ -242,7 +242,7 @@ fn worker_command(
     if log.exists() {
         fs_err::rename(&log, dir.root().join("prep.previous.log"))?;
     }
-    let worker = plan.worker(&name);
+    let worker = &plan.sources[i].worker;
     let mut args = crate::cli::worker_args(&plan.config_path, &name, run_dir.root());
     // Written by this run for this preparation only: a later first preparation (after
     // a crash, or changed settings) starts from the full sample and is checked again.
@@ -295,7 +295,9 @@ fn worker_command(
 /// Imports a custom worker's output when it is complete; the import's error, if any.
 async fn import_custom_output(sources: &Sources<'_>, name: &str) -> anyhow::Result<Option<String>> {
     let (plan, run_dir) = (sources.plan(), sources.run_dir());
-    let worker = plan.worker(name);
+    let Some(worker) = plan.source(name).map(|s| &s.worker) else {
+        return Ok(None);
+    };
     if worker.command.is_none() || !custom_output_complete(run_dir, name, worker.expected) {
         return Ok(None);
     }

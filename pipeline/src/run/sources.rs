@@ -248,7 +248,7 @@ impl<'p> Sources<'p> {
         };
         let dir = self.run_dir.source(&name);
         let output = crate::store::worker::custom_output(&self.run_dir, &name).0;
-        let reader = match self.plan.worker(&name).command {
+        let reader = match self.plan.sources[i].worker.command {
             Some(_) => super::inputs::Reader::Custom {
                 output: manifest.counters.files.first().unwrap_or(&output),
             },
@@ -257,7 +257,7 @@ impl<'p> Sources<'p> {
             },
         };
         let comparison = super::inputs::compare(
-            &self.plan.sources[i],
+            &self.plan.sources[i].spec,
             &reader,
             &super::inputs::recorded(&manifest),
         );
@@ -397,12 +397,12 @@ impl<'p> Sources<'p> {
             state.finished_unread(&census, left_out);
             return Ok(Opened::Counted);
         }
-        if self.plan.sources[i].dedup() {
+        if self.plan.sources[i].spec.dedup() {
             skip.elsewhere = self.held_elsewhere(i)?;
         }
         let earlier_hashes = Arc::clone(&skip.elsewhere);
         self.list[i].opened = true;
-        let worker = self.plan.worker(&name);
+        let worker = &self.plan.sources[i].worker;
         let (census, feed) = match Feed::open(&dir.prompts(), skip, worker.order) {
             Ok(opened) => opened,
             Err((e, skip)) => {
@@ -840,7 +840,7 @@ impl<'p> Sources<'p> {
         reporter: &RunReporter,
     ) -> anyhow::Result<u64> {
         let tokens = record.usage.as_ref().map_or(0, |u| u.completion_tokens);
-        let policy = self.plan.worker(&self.list[i].status.name).on_length;
+        let policy = self.plan.sources[i].worker.on_length;
         let state = &mut self.list[i];
         state.status.done += 1;
         state.status.output_tokens += tokens;
