@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs, Received};
-use support::{Config, Gen};
+use support::{Config, Project};
 
 fn slow_server(delay_ms: u64) -> Knobs {
     Knobs {
@@ -18,8 +18,8 @@ fn slow_server(delay_ms: u64) -> Knobs {
 }
 
 /// A project with two prepared sources (6 prompts), prepared and generated against `url`.
-async fn prepared(url: &str) -> (Gen, String) {
-    let gen_ = Gen::new();
+async fn prepared(url: &str) -> (Project, String) {
+    let gen_ = Project::new();
     gen_.write(
         "data/a.jsonl",
         "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n{\"prompt\": \"three\"}\n",
@@ -265,7 +265,7 @@ async fn auto_doubles_until_a_level_could_not_fill() {
 #[tokio::test]
 async fn without_prepared_prompts_it_says_to_run_gen_prepare_first() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
     let config = gen_.config(&Config::new(&server.url()).source("alpha", "data/a.jsonl"));
     let bench = gen_.run(&["bench", &config, "--concurrency", "1"]).await;
@@ -298,7 +298,7 @@ async fn a_config_that_launches_its_server_is_benched_on_the_server_it_launches(
         return;
     }
     let (bin, model) = gen_tests::llama::installed().expect("installed");
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     support::llama_fruit_project(&gen_, &bin, &model, 4, "max-tokens = 8");
     let prepared = gen_.run(&["prepare", "cfg.toml"]).await;
     assert_eq!(prepared.code, Some(0), "{}", prepared.stderr);

@@ -6,19 +6,19 @@
 use crate::support;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
-use support::{Config, Gen};
+use support::{Config, Project};
 
 /// The config against `url`, answers of up to 8 tokens.
 fn config(url: &str) -> Config {
     Config::new(url).generation("max-tokens = 8")
 }
 
-async fn status(gen_: &Gen) -> serde_json::Value {
+async fn status(gen_: &Project) -> serde_json::Value {
     let out = gen_.run(&["status", "cfg.toml", "--json"]).await;
     serde_json::from_str(&out.stdout).expect("status json")
 }
 
-fn worker(gen_: &Gen, name: &str) -> serde_json::Value {
+fn worker(gen_: &Project, name: &str) -> serde_json::Value {
     serde_json::from_str(&gen_.read_run(&format!("sources/{name}/worker.json")))
         .expect("worker.json")
 }
@@ -58,7 +58,7 @@ async fn a_worker_over_its_memory_limit_is_oom_killed_and_classified_from_the_ke
         return;
     }
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write("data/ok.jsonl", "{\"prompt\": \"fine\"}\n");
     let hog = "import time\nchunks = []\nwhile True:\n    chunks.append(bytearray(8 << 20))\n    time.sleep(0.01)\n";
     gen_.config(
@@ -110,7 +110,7 @@ async fn a_childs_oom_kill_behind_the_workers_traceback_is_the_childs_oom() {
         return;
     }
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     let pool = concat!(
         "import concurrent.futures\n",
         "def grow(_):\n",
@@ -149,7 +149,7 @@ async fn a_childs_oom_kill_behind_the_workers_traceback_is_the_childs_oom() {
 #[tokio::test]
 async fn a_python_traceback_is_reported_with_type_and_message() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     let script = "import sys\nrows = {}\nprint('loading', flush=True)\nrows['prompt']\n";
     gen_.config(&config(&server.url()).python_source("broken", script, ""));
     let out = gen_.run(&["run", "cfg.toml"]).await;
@@ -185,7 +185,7 @@ async fn a_python_traceback_is_reported_with_type_and_message() {
 #[tokio::test]
 async fn a_crash_after_complete_output_keeps_the_output_and_generates() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     let script = concat!(
         "import json, os\n",
         "with open(os.environ['GEN_OUTPUT'], 'w') as f:\n",
@@ -219,7 +219,7 @@ async fn a_crash_after_complete_output_keeps_the_output_and_generates() {
 
 #[tokio::test]
 async fn offline_diagnosis_of_captured_logs() {
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write("stderr.txt", "Traceback (most recent call last):\n  File \"prep.py\", line 3, in <module>\n    main()\nValueError: bad row\n");
     let out = gen_
         .run(&[
@@ -256,7 +256,7 @@ async fn without_dev_kmsg_the_kernel_line_comes_from_dmesg_after_the_fact() {
         return;
     }
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     let hog = "chunks = []\nwhile True:\n    chunks.append(bytearray(8 << 20))\n";
     gen_.config(&config(&server.url()).python_source("hog", hog, "memory-limit = \"48M\""));
     let out = gen_
@@ -279,7 +279,7 @@ async fn without_dev_kmsg_the_kernel_line_comes_from_dmesg_after_the_fact() {
 #[tokio::test]
 async fn a_worker_that_makes_no_progress_is_stopped_by_the_watchdog_and_called_a_timeout() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     let hang = "import time\nprint('started', flush=True)\ntime.sleep(3600)\n";
     gen_.config(
         &config(&server.url())
@@ -309,7 +309,7 @@ async fn keeping_every_row_of_a_source_larger_than_the_memory_limit_succeeds() {
         return;
     }
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     // 2,000 distinct prompts of 40 KB: 81 MB of input, more than the 64 MiB limit (held in
     // memory, as before, they took 125 MB).
     let rows = 2_000;
@@ -352,7 +352,7 @@ async fn an_oom_on_a_huge_row_advises_a_limit_sized_from_that_row() {
         return;
     }
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     let huge = "x".repeat(48 << 20);
     gen_.write(
         "data/huge.jsonl",

@@ -6,7 +6,7 @@
 use crate::support;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
-use support::{Config, Gen};
+use support::{Config, Project};
 
 const COLUMNS: [&str; 9] = [
     "id",
@@ -74,7 +74,7 @@ fn assert_loaded(loaded: &serde_json::Value, format: &str) {
 #[tokio::test]
 async fn an_export_loads_with_the_python_datasets_package_in_both_formats() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write(
         "data/a.jsonl",
         concat!(
@@ -191,7 +191,7 @@ async fn an_export_loads_with_the_python_datasets_package_in_both_formats() {
 
 /// A config with `alpha` (4 prompts, each row with its own `id`, one cut by `max-tokens`) and
 /// `beta`, whose preparation command fails.
-fn alpha_and_a_failing_beta(gen_: &Gen, url: &str) -> String {
+fn alpha_and_a_failing_beta(gen_: &Project, url: &str) -> String {
     gen_.write(
         "data/a.jsonl",
         concat!(
@@ -214,7 +214,7 @@ fn alpha_and_a_failing_beta(gen_: &Gen, url: &str) -> String {
 #[tokio::test]
 async fn a_run_with_a_failed_source_fails_status_export_and_verify_unless_allowed() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     let config = alpha_and_a_failing_beta(&gen_, &server.url());
     let run = gen_.run(&["run", &config]).await;
     assert_eq!(run.code, Some(1), "{}", run.stderr);
@@ -324,9 +324,9 @@ async fn a_run_with_a_failed_source_fails_status_export_and_verify_unless_allowe
 #[tokio::test]
 async fn a_rerun_keeps_the_truncation_count_of_a_source_it_did_not_generate_for() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     let config = alpha_and_a_failing_beta(&gen_, &server.url());
-    let truncated = |gen_: &Gen| -> serde_json::Value {
+    let truncated = |gen_: &Project| -> serde_json::Value {
         let status: serde_json::Value =
             serde_json::from_str(&gen_.read_run("status.json")).expect("status");
         status["sources"][0]["truncated"].clone()
@@ -350,7 +350,7 @@ async fn a_rerun_keeps_the_truncation_count_of_a_source_it_did_not_generate_for(
 /// A finished run for the schema tests: `alpha` (single turns: one with a system prompt, one
 /// cut by `max-tokens`, one the server refuses) and `chat` (a conversation regenerated turn by
 /// turn, and a single turn).
-async fn two_kinds_of_conversation(gen_: &Gen, url: &str) -> String {
+async fn two_kinds_of_conversation(gen_: &Project, url: &str) -> String {
     gen_.write(
         "data/a.jsonl",
         concat!(
@@ -382,7 +382,7 @@ async fn two_kinds_of_conversation(gen_: &Gen, url: &str) -> String {
 /// Exports the run in `schema` and `format` (plus `extra` flags) to `out/NAME` and returns
 /// the command's output.
 async fn export_as(
-    gen_: &Gen,
+    gen_: &Project,
     name: &str,
     schema: &str,
     format: &str,
@@ -405,7 +405,7 @@ async fn export_as(
     out
 }
 
-fn jsonl_rows(gen_: &Gen, name: &str) -> Vec<serde_json::Value> {
+fn jsonl_rows(gen_: &Project, name: &str) -> Vec<serde_json::Value> {
     gen_.read(&format!("out/{name}/data/train.jsonl"))
         .lines()
         .map(|l| serde_json::from_str(l).expect("json row"))
@@ -434,7 +434,7 @@ fn turns(row: &serde_json::Value, column: &str) -> Vec<serde_json::Value> {
 #[tokio::test]
 async fn every_schema_keeps_every_turn_under_its_trainers_rules() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     two_kinds_of_conversation(&gen_, &server.url()).await;
 
     export_as(&gen_, "messages", "messages", "jsonl", &["--keep-cut"]).await;
@@ -629,7 +629,7 @@ async fn every_schema_keeps_every_turn_under_its_trainers_rules() {
 #[tokio::test]
 async fn the_provenance_file_and_card_agree_with_gen_status() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     let config = two_kinds_of_conversation(&gen_, &server.url()).await;
     export_as(&gen_, "p", "specforge", "parquet", &[]).await;
     let status = gen_.run(&["status", &config, "--json"]).await;
@@ -784,7 +784,7 @@ async fn each_schema_loads_in_its_trainers_own_reader_without_losing_a_row() {
         return;
     };
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     two_kinds_of_conversation(&gen_, &server.url()).await;
     export_as(&gen_, "specforge", "specforge", "jsonl", &[]).await;
     export_as(&gen_, "per-turn", "specforge", "jsonl", &["--per-turn"]).await;

@@ -3,13 +3,13 @@
 //! refused before any prompt is sent, with what to do; a `[server] launch` of llama-server is
 //! refused by `gen check` at the key. The real vLLM's token ids are checked in `vllm.rs`.
 
-use crate::support::{Config, Gen};
+use crate::support::{Config, Project};
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 
 #[tokio::test]
 async fn a_server_that_ignores_return_token_ids_is_refused_before_any_prompt() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write(
         "data/a.jsonl",
         "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n",
@@ -56,7 +56,7 @@ async fn a_server_that_ignores_return_token_ids_is_refused_before_any_prompt() {
 
 #[tokio::test]
 async fn token_ids_with_a_launched_llama_server_is_a_located_config_error() {
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
     let text = "[server]\nurl = \"http://127.0.0.1:{port}\"\n\
                 launch = [\"llama-server\", \"--port\", \"{port}\"]\n\n\
