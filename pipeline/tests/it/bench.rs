@@ -291,36 +291,42 @@ async fn without_prepared_prompts_it_says_to_run_gen_prepare_first() {
     );
 }
 
-#[tokio::test]
-async fn a_config_that_launches_its_server_is_benched_on_the_server_it_launches() {
-    if let Some(reason) = support::llama_skip_reason() {
-        eprintln!("skipped: {reason}");
-        return;
+/// Against the real llama-server: slow, so `.config/nextest.toml` leaves `llama` modules out of
+/// the default profile.
+mod llama {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_config_that_launches_its_server_is_benched_on_the_server_it_launches() {
+        if let Some(reason) = support::llama_skip_reason() {
+            eprintln!("skipped: {reason}");
+            return;
+        }
+        let (bin, model) = gen_tests::llama::installed().expect("installed");
+        let gen_ = Project::new();
+        support::llama_fruit_project(&gen_, &bin, &model, 4, "max-tokens = 8");
+        let prepared = gen_.run(&["prepare", "cfg.toml"]).await;
+        assert_eq!(prepared.code, Some(0), "{}", prepared.stderr);
+        let bench = gen_
+            .run(&[
+                "bench",
+                "cfg.toml",
+                "--concurrency",
+                "1,2",
+                "--requests",
+                "2",
+            ])
+            .await;
+        assert_eq!(bench.code, Some(0), "{}{}", bench.stdout, bench.stderr);
+        assert!(
+            bench
+                .stderr
+                .contains("gen bench: starting the inference server (log: ")
+                && bench.stderr.contains("gen bench: A = http://127.0.0.1:")
+                && !bench.stderr.contains("builder error"),
+            "{}",
+            bench.stderr
+        );
+        assert!(bench.stdout.contains("L"), "{}", bench.stdout);
     }
-    let (bin, model) = gen_tests::llama::installed().expect("installed");
-    let gen_ = Project::new();
-    support::llama_fruit_project(&gen_, &bin, &model, 4, "max-tokens = 8");
-    let prepared = gen_.run(&["prepare", "cfg.toml"]).await;
-    assert_eq!(prepared.code, Some(0), "{}", prepared.stderr);
-    let bench = gen_
-        .run(&[
-            "bench",
-            "cfg.toml",
-            "--concurrency",
-            "1,2",
-            "--requests",
-            "2",
-        ])
-        .await;
-    assert_eq!(bench.code, Some(0), "{}{}", bench.stdout, bench.stderr);
-    assert!(
-        bench
-            .stderr
-            .contains("gen bench: starting the inference server (log: ")
-            && bench.stderr.contains("gen bench: A = http://127.0.0.1:")
-            && !bench.stderr.contains("builder error"),
-        "{}",
-        bench.stderr
-    );
-    assert!(bench.stdout.contains("L"), "{}", bench.stdout);
 }

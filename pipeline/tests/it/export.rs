@@ -772,120 +772,6 @@ for path in paths:
 print(json.dumps(out))
 "#;
 
-/// Every row of each schema loads in the trainers' own readers, with every assistant turn:
-/// SpecForge and speculators on the `specforge` export (whole conversations and `--per-turn`),
-/// and the Python `datasets` package on every schema's Parquet folder (how NeMo Automodel's
-/// `ChatDataset` and the Hub read a folder: every Parquet file in it). Needs
-/// `scripts/install-trainers.sh` (skips with the reason unless `GEN_REQUIRE_TRAINERS=1`) and
-/// starts the real vLLM that speculators renders with.
-#[tokio::test]
-async fn each_schema_loads_in_its_trainers_own_reader_without_losing_a_row() {
-    let Some((python, model)) = gen_tests::python::with_trainers() else {
-        return;
-    };
-    let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Project::new();
-    two_kinds_of_conversation(&gen_, &server.url()).await;
-    export_as(&gen_, "specforge", "specforge", "jsonl", &[]).await;
-    export_as(&gen_, "per-turn", "specforge", "jsonl", &["--per-turn"]).await;
-    let answers = |name: &str| -> usize {
-        jsonl_rows(&gen_, name)
-            .iter()
-            .map(|r| {
-                turns(r, "conversations")
-                    .iter()
-                    .filter(|m| m["role"] == "assistant")
-                    .count()
-            })
-            .sum()
-    };
-    let names = ["specforge", "per-turn"];
-    let paths: Vec<std::path::PathBuf> = names
-        .iter()
-        .map(|name| gen_.path(&format!("out/{name}/data/train.jsonl")))
-        .collect();
-    let logs = tempfile::tempdir().expect("tempdir");
-    let vllm = gen_tests::vllm::VllmServer::start(logs.path(), &["--enable-scale-out"])
-        .await
-        .expect("start vLLM for speculators' renders");
-    let render = vllm.url();
-    let mut args = vec![std::ffi::OsStr::new(&model), std::ffi::OsStr::new(&render)];
-    args.extend(paths.iter().map(|p| p.as_os_str()));
-    let loaded = gen_tests::python::run_json(
-        &python,
-        TRAINERS,
-        &args,
-        &[],
-        "SpecForge and speculators loading the `specforge` exports",
-    );
-    for (name, loaded) in names
-        .iter()
-        .zip(loaded.as_array().expect("one result per file"))
-    {
-        let rows = jsonl_rows(&gen_, name).len();
-        let specforge = &loaded["specforge"];
-        assert_eq!(specforge["rows"], rows, "SpecForge, {name}: {specforge}");
-        assert_eq!(
-            specforge["trained_answers"],
-            answers(name),
-            "SpecForge, {name}: every assistant turn trained: {specforge}"
-        );
-        assert_eq!(
-            specforge["problems"],
-            serde_json::json!([]),
-            "{name}: {specforge}"
-        );
-        let speculators = &loaded["speculators"];
-        assert_eq!(
-            speculators["rows_in"], rows,
-            "speculators, {name}: {speculators}"
-        );
-        assert_eq!(
-            speculators["rows"],
-            answers(name),
-            "speculators, {name}: one row per assistant turn: {speculators}"
-        );
-        assert_eq!(
-            speculators["problems"],
-            serde_json::json!([]),
-            "{name}: {speculators}"
-        );
-    }
-
-    // Each schema as JSONL and as a Parquet folder, loaded in one Python.
-    let mut args = Vec::new();
-    for schema in ["messages", "specforge", "sharegpt", "modelopt"] {
-        for format in ["jsonl", "parquet"] {
-            let name = format!("{schema}-{format}");
-            // Every row, the answer cut by `max-tokens` too: none may be lost on loading.
-            export_as(&gen_, &name, schema, format, &["--keep-cut"]).await;
-            let (format, path) = match format {
-                "jsonl" => ("json", format!("out/{name}/data/train.jsonl")),
-                _ => ("parquet", format!("out/{name}/data")),
-            };
-            args.push(std::ffi::OsString::from(format));
-            args.push(gen_.path(&path).into_os_string());
-        }
-    }
-    let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsString::as_os_str).collect();
-    let loaded = gen_tests::python::run_json(
-        &python,
-        LOAD_TURNS,
-        &args,
-        &[],
-        "loading every schema with datasets",
-    );
-    let loaded = loaded.as_array().expect("one result per export");
-    for pair in loaded.chunks(2) {
-        let (jsonl, parquet) = (&pair[0], &pair[1]);
-        assert_eq!(jsonl["rows"], 5, "{jsonl}");
-        assert_eq!(
-            parquet, jsonl,
-            "Parquet and JSONL load the same rows and turns"
-        );
-    }
-}
-
 /// Loads each `FORMAT PATH` pair of its arguments (a file, or a folder: every file in it)
 /// with `datasets` and reports, per pair, the rows, columns and each row's turns by id.
 const LOAD_TURNS: &str = r#"
@@ -901,3 +787,123 @@ for fmt, path in zip(sys.argv[1::2], sys.argv[2::2]):
                 "turns": {r[ids]: r[turns] for r in ds}})
 print(json.dumps(out, sort_keys=True))
 "#;
+
+/// With the real vLLM that speculators renders with: slow, so `.config/nextest.toml` leaves
+/// `vllm` modules out of the default profile.
+mod vllm {
+    use super::*;
+
+    /// Every row of each schema loads in the trainers' own readers, with every assistant turn:
+    /// SpecForge and speculators on the `specforge` export (whole conversations and `--per-turn`),
+    /// and the Python `datasets` package on every schema's Parquet folder (how NeMo Automodel's
+    /// `ChatDataset` and the Hub read a folder: every Parquet file in it). Needs
+    /// `scripts/install-trainers.sh` (skips with the reason unless `GEN_REQUIRE_TRAINERS=1`) and
+    /// starts the real vLLM that speculators renders with.
+    #[tokio::test]
+    async fn each_schema_loads_in_its_trainers_own_reader_without_losing_a_row() {
+        let Some((python, model)) = gen_tests::python::with_trainers() else {
+            return;
+        };
+        let server = FakeOpenAi::start(Knobs::default()).await;
+        let gen_ = Project::new();
+        two_kinds_of_conversation(&gen_, &server.url()).await;
+        export_as(&gen_, "specforge", "specforge", "jsonl", &[]).await;
+        export_as(&gen_, "per-turn", "specforge", "jsonl", &["--per-turn"]).await;
+        let answers = |name: &str| -> usize {
+            jsonl_rows(&gen_, name)
+                .iter()
+                .map(|r| {
+                    turns(r, "conversations")
+                        .iter()
+                        .filter(|m| m["role"] == "assistant")
+                        .count()
+                })
+                .sum()
+        };
+        let names = ["specforge", "per-turn"];
+        let paths: Vec<std::path::PathBuf> = names
+            .iter()
+            .map(|name| gen_.path(&format!("out/{name}/data/train.jsonl")))
+            .collect();
+        let logs = tempfile::tempdir().expect("tempdir");
+        let vllm = gen_tests::vllm::VllmServer::start(logs.path(), &["--enable-scale-out"])
+            .await
+            .expect("start vLLM for speculators' renders");
+        let render = vllm.url();
+        let mut args = vec![std::ffi::OsStr::new(&model), std::ffi::OsStr::new(&render)];
+        args.extend(paths.iter().map(|p| p.as_os_str()));
+        let loaded = gen_tests::python::run_json(
+            &python,
+            TRAINERS,
+            &args,
+            &[],
+            "SpecForge and speculators loading the `specforge` exports",
+        );
+        for (name, loaded) in names
+            .iter()
+            .zip(loaded.as_array().expect("one result per file"))
+        {
+            let rows = jsonl_rows(&gen_, name).len();
+            let specforge = &loaded["specforge"];
+            assert_eq!(specforge["rows"], rows, "SpecForge, {name}: {specforge}");
+            assert_eq!(
+                specforge["trained_answers"],
+                answers(name),
+                "SpecForge, {name}: every assistant turn trained: {specforge}"
+            );
+            assert_eq!(
+                specforge["problems"],
+                serde_json::json!([]),
+                "{name}: {specforge}"
+            );
+            let speculators = &loaded["speculators"];
+            assert_eq!(
+                speculators["rows_in"], rows,
+                "speculators, {name}: {speculators}"
+            );
+            assert_eq!(
+                speculators["rows"],
+                answers(name),
+                "speculators, {name}: one row per assistant turn: {speculators}"
+            );
+            assert_eq!(
+                speculators["problems"],
+                serde_json::json!([]),
+                "{name}: {speculators}"
+            );
+        }
+
+        // Each schema as JSONL and as a Parquet folder, loaded in one Python.
+        let mut args = Vec::new();
+        for schema in ["messages", "specforge", "sharegpt", "modelopt"] {
+            for format in ["jsonl", "parquet"] {
+                let name = format!("{schema}-{format}");
+                // Every row, the answer cut by `max-tokens` too: none may be lost on loading.
+                export_as(&gen_, &name, schema, format, &["--keep-cut"]).await;
+                let (format, path) = match format {
+                    "jsonl" => ("json", format!("out/{name}/data/train.jsonl")),
+                    _ => ("parquet", format!("out/{name}/data")),
+                };
+                args.push(std::ffi::OsString::from(format));
+                args.push(gen_.path(&path).into_os_string());
+            }
+        }
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsString::as_os_str).collect();
+        let loaded = gen_tests::python::run_json(
+            &python,
+            LOAD_TURNS,
+            &args,
+            &[],
+            "loading every schema with datasets",
+        );
+        let loaded = loaded.as_array().expect("one result per export");
+        for pair in loaded.chunks(2) {
+            let (jsonl, parquet) = (&pair[0], &pair[1]);
+            assert_eq!(jsonl["rows"], 5, "{jsonl}");
+            assert_eq!(
+                parquet, jsonl,
+                "Parquet and JSONL load the same rows and turns"
+            );
+        }
+    }
+}
