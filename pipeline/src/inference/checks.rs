@@ -92,6 +92,19 @@ async fn get_json(
         .map_err(|e| format!("not JSON: {}", e.without_url()))
 }
 
+/// The models the server lists at `/v1/models` (its `data`).
+async fn listed_models(
+    client: &reqwest::Client,
+    url: &str,
+    api_key: Option<&str>,
+) -> Result<Vec<Value>, String> {
+    let models = get_json(client, &format!("{url}/v1/models"), api_key).await?;
+    Ok(match models.get("data") {
+        Some(Value::Array(listed)) => listed.clone(),
+        _ => Vec::new(),
+    })
+}
+
 async fn probe_async(plan: &Plan) -> Vec<Check> {
     let mut checks = Vec::new();
     for url in &plan.server.urls {
@@ -120,8 +133,8 @@ async fn probe_one(plan: &Plan, url: &str) -> Vec<Check> {
         .api_key_env
         .as_deref()
         .and_then(|name| std::env::var(name).ok());
-    let models = match get_json(&client, &format!("{url}/v1/models"), api_key.as_deref()).await {
-        Ok(models) => models,
+    let listed = match listed_models(&client, url, api_key.as_deref()).await {
+        Ok(listed) => listed,
         Err(reason) => {
             return vec![Check::new(
                 "server",
@@ -133,11 +146,6 @@ async fn probe_one(plan: &Plan, url: &str) -> Vec<Check> {
             )];
         }
     };
-    let listed: Vec<&Value> = models
-        .get("data")
-        .and_then(Value::as_array)
-        .map(|d| d.iter().collect())
-        .unwrap_or_default();
     let ids: Vec<&str> = listed
         .iter()
         .filter_map(|m| m.get("id").and_then(Value::as_str))
@@ -165,12 +173,9 @@ pub(crate) async fn context_at(
     let Ok(client) = reqwest::Client::builder().timeout(PROBE_TIMEOUT).build() else {
         return Check::new("context", Level::Warn, "not checked: no HTTP client");
     };
-    let listed: Vec<Value> = get_json(&client, &format!("{url}/v1/models"), api_key)
+    let listed = listed_models(&client, url, api_key)
         .await
-        .ok()
-        .and_then(|models| models.get("data").and_then(Value::as_array).cloned())
         .unwrap_or_default();
-    let listed: Vec<&Value> = listed.iter().collect();
     context(plan, &client, url, Some(model), &listed, api_key).await
 }
 
@@ -182,14 +187,7 @@ pub(crate) async fn context_length(url: &str, model: &str, api_key: Option<&str>
         .timeout(PROBE_TIMEOUT)
         .build()
         .ok()?;
-    let models = get_json(&client, &format!("{url}/v1/models"), api_key)
-        .await
-        .ok()?;
-    let listed: Vec<&Value> = models
-        .get("data")
-        .and_then(Value::as_array)
-        .map(|d| d.iter().collect())
-        .unwrap_or_default();
+    let listed = listed_models(&client, url, api_key).await.ok()?;
     server_context(&client, url, Some(model), &listed, api_key)
         .await
         .map(|(tokens, _)| tokens)
@@ -200,7 +198,7 @@ async fn context(
     client: &reqwest::Client,
     url: &str,
     served: Option<&str>,
-    listed: &[&Value],
+    listed: &[Value],
     api_key: Option<&str>,
 ) -> Check {
     match server_context(client, url, served, listed, api_key).await {
@@ -223,7 +221,7 @@ async fn server_context(
     client: &reqwest::Client,
     url: &str,
     served: Option<&str>,
-    listed: &[&Value],
+    listed: &[Value],
     api_key: Option<&str>,
 ) -> Option<(u64, &'static str)> {
     // vLLM and SGLang list the context with the model; llama.cpp says it in `/props`.

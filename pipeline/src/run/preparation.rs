@@ -17,7 +17,6 @@ use super::supervisor::{self, WorkerCommand};
 use crate::prep;
 use crate::report::{EventKind, RunReporter};
 use crate::status::state::{Phase, VerdictLine};
-use crate::store::atomic;
 use crate::store::manifest::{PrepManifest, read_manifest};
 use crate::store::worker::{
     self, ExitRecord, WorkerFile, WorkerReport, custom_output_complete, record_worker,
@@ -130,9 +129,7 @@ impl Preparation {
             Some(self.verdict(&report, &dir, manifest.is_some(), input).await)
         };
         // The last worker's verdict, before this one replaces it.
-        let said_before = atomic::read_json::<WorkerFile>(&dir.worker())
-            .ok()
-            .flatten()
+        let said_before = WorkerFile::read(&dir)
             .and_then(|w| w.verdict)
             .is_some_and(|before| {
                 verdict

@@ -106,6 +106,10 @@ impl RunDir {
         self.root.join("events.jsonl")
     }
 
+    pub fn pin(&self) -> PathBuf {
+        self.root.join("run.json")
+    }
+
     pub fn server_log(&self) -> PathBuf {
         self.root.join("server.log")
     }

@@ -95,6 +95,11 @@ fn regenerate(changed: &[String]) -> String {
 }
 
 impl RunPin {
+    /// `run_dir`'s `run.json`, once a run recorded it.
+    pub fn read(run_dir: &RunDir) -> std::io::Result<Option<RunPin>> {
+        atomic::read_json(&run_dir.pin())
+    }
+
     /// The settings of source `name` as this pin has them (a pin without per-source settings:
     /// the run's).
     pub fn settings_of(&self, name: &str) -> Settings {
@@ -154,7 +159,7 @@ impl RunPin {
         now: &BTreeMap<String, Settings>,
         stored_in: &BTreeSet<String>,
     ) -> Vec<(String, Vec<String>)> {
-        let Ok(Some(stored)) = atomic::read_json::<RunPin>(&run_dir.root().join("run.json")) else {
+        let Ok(Some(stored)) = RunPin::read(run_dir) else {
             return Vec::new();
         };
         now.iter()

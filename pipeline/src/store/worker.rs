@@ -91,9 +91,7 @@ pub struct MemoryCounters {
 /// The report of the source's last preparation worker when it failed (its `worker.json`); a
 /// worker `gen` stopped because the run stopped did not fail.
 pub fn last_failure(dir: &SourceDir) -> Option<WorkerReport> {
-    atomic::read_json::<WorkerFile>(&dir.worker())
-        .ok()
-        .flatten()
+    WorkerFile::read(dir)
         .filter(|w| {
             let cancelled = w.verdict.as_ref().and_then(|v| v.subtype)
                 == Some(gen_diagnostics::Subtype::Cancelled);
@@ -113,6 +111,13 @@ pub struct WorkerFile {
     /// Milliseconds from the worker's exit to its verdict (the budget is 1 s).
     #[serde(default)]
     pub verdict_ms: Option<u64>,
+}
+
+impl WorkerFile {
+    /// The source's `worker.json`, when there is one that decodes.
+    pub fn read(dir: &SourceDir) -> Option<WorkerFile> {
+        atomic::read_json(&dir.worker()).ok().flatten()
+    }
 }
 
 /// After a preparation again (see `run::sources::Sources`): drops the first sample set
