@@ -30,7 +30,7 @@ use std::process::ExitCode;
 pub use machine::{CgroupMemory, Disk, Gpu, Machine, read_machine};
 
 use crate::config::{Plan, SourcePlan};
-use crate::inference::checks::{Check, Level};
+pub use crate::inference::checks::{Check, Level};
 
 /// Memory assumed for a worker with no `memory-limit` and no earlier run.
 pub const DEFAULT_WORKER_MEMORY: u64 = 2 << 30;

@@ -392,8 +392,7 @@ impl<'p> RunState<'p> {
             .zip(self.plan.settings.iter().cloned())
             .collect();
         let stored_in = self.sources.stored_in();
-        for (name, how) in crate::store::pin::RunPin::changed_since(&self.run_dir, &now, &stored_in)
-        {
+        for (name, how) in super::pin::RunPin::changed_since(&self.run_dir, &now, &stored_in) {
             self.reporter.say(format!(
                 "gen: note: `{name}`'s settings changed since its answers were generated ({}); \
                  they stand as they are — `gen run {} --regenerate {name}` generates it again \
@@ -944,7 +943,7 @@ async fn connected_servers(
     let stored_in = state.sources.stored_in();
     let reporter = state.reporter.clone();
     let pin = |model: &str| {
-        crate::store::pin::RunPin {
+        super::pin::RunPin {
             layout: LAYOUT_VERSION,
             model: model.to_owned(),
             max_tokens: plan.generation.max_tokens,

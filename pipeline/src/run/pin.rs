@@ -4,7 +4,8 @@
 
 use std::collections::BTreeSet;
 
-use crate::store::pin::{PinMismatch, RunPin, setting_differences};
+pub use crate::store::pin::RunPin;
+use crate::store::pin::{PinMismatch, setting_differences};
 use crate::store::{RunDir, atomic};
 
 impl RunPin {

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::events::Failure;
 use super::fleet::{self, Fleet};
 use crate::config::Plan;
-use crate::inference::checks::{self, Level};
+use crate::inference::checks;
 use crate::inference::managed::{self, LaunchError, ManagedServer};
 use crate::inference::probe;
 use crate::report::{EventKind, Notice, RunReporter};
@@ -318,39 +318,39 @@ async fn server_checks(
     };
     let context = checks::context_at(plan, url, model, api_key.as_deref()).await;
     match context.level {
-        Level::Fail => anyhow::bail!(
+        crate::doctor::Level::Fail => anyhow::bail!(
             "server {}: {} (see `gen doctor {}`)",
             probe::redact(url),
             context.message,
             plan.config_path.display()
         ),
-        Level::Warn => {
+        crate::doctor::Level::Warn => {
             reporter.say(format!("gen: warning: context: {}", context.message));
         }
-        Level::Ok => {}
+        crate::doctor::Level::Ok => {}
     }
     if checks::thinking_expected(plan).is_some() {
         let check = checks::reasoning_probe(plan, url, model, api_key.clone()).await;
         match check.level {
-            Level::Fail => anyhow::bail!(
+            crate::doctor::Level::Fail => anyhow::bail!(
                 "{} (override: remove `chat-template-kwargs` thinking settings)",
                 check.message
             ),
-            Level::Warn => {
+            crate::doctor::Level::Warn => {
                 reporter.say(format!("gen: warning: reasoning: {}", check.message));
             }
-            Level::Ok => {}
+            crate::doctor::Level::Ok => {}
         }
     }
     if let Some(check) = checks::token_ids_probe(plan, url, model, api_key).await {
         match check.level {
-            Level::Fail => {
+            crate::doctor::Level::Fail => {
                 anyhow::bail!("server {}: {}", probe::redact(url), check.message)
             }
-            Level::Warn => {
+            crate::doctor::Level::Warn => {
                 reporter.say(format!("gen: warning: token ids: {}", check.message));
             }
-            Level::Ok => {}
+            crate::doctor::Level::Ok => {}
         }
     }
     Ok(())
