@@ -1,6 +1,9 @@
 //! Command-line interface: what each subcommand takes. Parsing only; [`crate::run_cli`] acts.
+//! The command line of the preparation worker `gen run` starts is written here too
+//! ([`worker_args`]), next to the `gen prep` that parses it.
 
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 
 use clap::{Parser, Subcommand};
 
@@ -123,6 +126,26 @@ pub enum Command {
         #[arg(long, value_name = "FILE")]
         exclude_hashes: Option<PathBuf>,
     },
+}
+
+/// The arguments of the `gen prep` worker of `source`. Values are joined to their options
+/// (`--source=NAME`) and the config path follows `--`, so no name or path is ever read as an
+/// option, whatever it starts with. Options added later go before the last two arguments.
+pub fn worker_args(config: &Path, source: &str, run_dir: &Path) -> Vec<OsString> {
+    vec![
+        "prep".into(),
+        option("--source", Path::new(source)),
+        option("--run-dir", run_dir),
+        "--".into(),
+        config.into(),
+    ]
+}
+
+/// `--name=VALUE` for a path (which need not be UTF-8).
+pub fn option(name: &str, value: &Path) -> OsString {
+    let mut option = OsString::from(format!("{name}="));
+    option.push(value);
+    option
 }
 
 const RUN_HELP: &str = "Examples:
@@ -514,7 +537,7 @@ pub struct RunArgs {
     /// `auto`: the share of this Slurm array task, Kubernetes Indexed Job pod or RANK, in its
     /// own directory under the run directory (the job's run root).
     #[arg(long, value_name = "K/N|auto", help_heading = "Many machines")]
-    pub shard: Option<crate::run::shard::ShardArg>,
+    pub shard: Option<crate::scale::shard::ShardArg>,
     /// With `--shard auto`: how many shards the job has (needed for a Kubernetes Indexed
     /// Job, and for a Slurm array of only some tasks).
     #[arg(
@@ -620,6 +643,27 @@ pub struct BenchArgs {
 mod tests {
     use super::*;
     use clap::CommandFactory as _;
+
+    #[test]
+    fn worker_arguments_never_read_a_name_or_path_as_an_option() {
+        let mut args = worker_args(Path::new("-c.toml"), "--help", Path::new("-runs"));
+        args.insert(args.len() - 2, option("--exclude-hashes", Path::new("-h")));
+        let program = std::iter::once(OsString::from("gen"));
+        let cli = Cli::try_parse_from(program.chain(args)).expect("the worker's arguments parse");
+        let (config, source, run_dir, exclude_hashes) = match cli.command {
+            Command::Prep {
+                config,
+                source,
+                run_dir,
+                exclude_hashes,
+            } => (config, source, run_dir, exclude_hashes),
+            other => panic!("not `gen prep`: {other:?}"),
+        };
+        assert_eq!(config, Path::new("-c.toml"));
+        assert_eq!(source, "--help");
+        assert_eq!(run_dir.as_deref(), Some(Path::new("-runs")));
+        assert_eq!(exclude_hashes.as_deref(), Some(Path::new("-h")));
+    }
 
     /// `gen --help` lists the commands in the order a first project uses them, and says
     /// that order.

@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use gen_diagnostics::clock::Moment;
 use gen_diagnostics::{Class, Exit, KernelLog, Observation, Subtype, Verdict};
 
-use crate::run::orchestrator::WorkerFile;
+use crate::store::worker::WorkerFile;
 use crate::store::{RunDir, atomic};
 
 /// What to diagnose.

@@ -8,8 +8,9 @@
 //! - [`assess`] compares a [`Plan`] with a [`Machine`] (pure);
 //! - [`preflight`] does both, with [`Overrides`] (`GEN_TEST_MEM_AVAILABLE`, `--run-dir`).
 //!
-//! `gen doctor` adds the server checks ([`server`]: the model is served, the context covers
-//! `max-tokens`), which need the network; the preflight does not contact the server.
+//! `gen doctor` adds the server checks ([`crate::inference::checks`]: the model is served, the
+//! context covers `max-tokens`), which need the network; the preflight does not contact the
+//! server.
 //!
 //! Memory demand: `max-parallel-prep` (at most the number of sources) × the largest
 //! per-source worker demand — its `memory-limit`, else the peak RSS its last worker reached
@@ -21,7 +22,6 @@
 
 mod duration;
 mod machine;
-pub(crate) mod server;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -29,7 +29,8 @@ use std::process::ExitCode;
 
 pub use machine::{CgroupMemory, Disk, Gpu, Machine, read_machine};
 
-use crate::config::Plan;
+use crate::config::{Plan, SourcePlan};
+use crate::inference::checks::{Check, Level};
 
 /// Memory assumed for a worker with no `memory-limit` and no earlier run.
 pub const DEFAULT_WORKER_MEMORY: u64 = 2 << 30;
@@ -41,42 +42,6 @@ pub const BYTES_PER_TOKEN: u64 = 4;
 pub const COMPRESSION: u64 = 3;
 /// Test hook: bytes to use instead of `MemAvailable` (e.g. a small budget).
 pub const MEM_AVAILABLE_ENV: &str = "GEN_TEST_MEM_AVAILABLE";
-
-/// How a check came out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Level {
-    Ok,
-    Warn,
-    Fail,
-}
-
-impl Level {
-    fn label(self) -> &'static str {
-        match self {
-            Level::Ok => "ok",
-            Level::Warn => "warn",
-            Level::Fail => "FAIL",
-        }
-    }
-}
-
-/// One line of the report.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Check {
-    pub name: &'static str,
-    pub level: Level,
-    pub message: String,
-}
-
-impl Check {
-    fn new(name: &'static str, level: Level, message: impl Into<String>) -> Check {
-        Check {
-            name,
-            level,
-            message: message.into(),
-        }
-    }
-}
 
 /// The outcome of the preflight: every check, in report order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -311,10 +276,9 @@ impl MemoryDemand {
         let largest = plan
             .sources
             .iter()
-            .zip(&plan.workers)
-            .map(|(spec, worker)| {
-                let name = spec.name();
-                match (worker.memory_limit, machine.peak_rss.get(name)) {
+            .map(|source| {
+                let name = source.name();
+                match (source.worker.memory_limit, machine.peak_rss.get(name)) {
                     (Some(limit), _) => (limit, Basis::Limit, name),
                     (None, Some(peak)) => (*peak, Basis::Measured, name),
                     (None, None) => (DEFAULT_WORKER_MEMORY, Basis::Assumed, name),
@@ -384,7 +348,7 @@ const COUNTED_BYTES: u64 = 256 << 20;
 /// default 10,000). Unreadable files are left to the run to report.
 pub fn local_rows(plan: &Plan, prepared: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
     let mut rows = BTreeMap::new();
-    for (spec, worker) in plan.sources.iter().zip(&plan.workers) {
+    for SourcePlan { spec, worker } in &plan.sources {
         if spec.path.is_none() || worker.command.is_some() || prepared.contains_key(spec.name()) {
             continue;
         }
@@ -430,6 +394,7 @@ fn hub_pending<'p>(
 ) -> Vec<&'p gen_sources::SourceSpec> {
     plan.sources
         .iter()
+        .map(|s| &s.spec)
         .filter(|s| s.repo.is_some() && !prepared.contains_key(s.name()))
         .collect()
 }
@@ -547,7 +512,7 @@ fn disk(plan: &Plan, machine: &Machine) -> Check {
     // prepared sources, and bounded for the others.
     let (mut prompts, mut answers) = (0u64, 0u64);
     let (mut known_tokens, mut tokens, mut bound) = (0u64, 0u64, 0u64);
-    for (spec, settings) in plan.sources.iter().zip(&plan.settings) {
+    for (SourcePlan { spec, .. }, settings) in plan.sources.iter().zip(&plan.settings) {
         let (n, prepared) = match machine.prepared.get(spec.name()) {
             Some(prompts) => (*prompts, true),
             None => (unprepared_bound(spec, &machine.local_rows), false),
@@ -709,7 +674,7 @@ pub fn doctor(config: &Path) -> anyhow::Result<ExitCode> {
             ),
         ));
     }
-    report.checks.extend(server::probe(&plan));
+    report.checks.extend(crate::inference::checks::probe(&plan));
     report
         .checks
         .push(duration::check(&plan, &machine.local_rows));

@@ -42,6 +42,7 @@ use serde::Deserialize;
 
 use crate::CliError;
 use crate::cli::{ExportArgs, ExportFormat, ExportSchema};
+use crate::store::RunDir;
 use crate::store::records::TokenIds;
 use gen_sources::{Message, Role};
 use table::{Cell, Column};
@@ -358,7 +359,7 @@ impl ExportSummary {
 
 /// `gen export TARGET [--schema S] [--format F] [--per-turn] [--keep-cut] [--output DIR]`.
 pub fn export(args: &ExportArgs) -> Result<ExitCode, CliError> {
-    let run_dir = crate::resolve_run_dir(&args.target)?;
+    let run_dir = RunDir::named_by(&args.target)?;
     let schema = match args.schema {
         ExportSchema::Speculators => speculators_rows(run_dir.root())?,
         schema => schema,

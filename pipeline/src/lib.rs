@@ -19,6 +19,7 @@ pub mod cli;
 pub mod config;
 pub mod diagnose;
 pub mod doctor;
+pub mod exit;
 pub mod export;
 pub mod inference;
 #[cfg(test)]
@@ -46,14 +47,6 @@ use config::{ConfigError, Plan};
 use run::RunOutcome;
 use store::RunDir;
 
-/// Exit codes: 0 everything finished, 1 some sources failed or the run stopped (a rerun
-/// continues), 2 a usage or config error.
-pub mod exit {
-    pub const OK: u8 = 0;
-    pub const FAILED: u8 = 1;
-    pub const USAGE: u8 = 2;
-}
-
 /// An error together with the exit code it maps to.
 #[derive(Debug)]
 pub struct CliError {
@@ -65,7 +58,10 @@ impl<E: Into<anyhow::Error>> From<E> for CliError {
     fn from(error: E) -> CliError {
         let error = error.into();
         let code = if error.downcast_ref::<ConfigError>().is_some()
-            || error.downcast_ref::<run::pin::PinMismatch>().is_some()
+            || error.downcast_ref::<store::pin::PinMismatch>().is_some()
+            || error
+                .downcast_ref::<status::command::NoRunNamed>()
+                .is_some()
             || error
                 .downcast_ref::<run::orchestrator::InputsChanged>()
                 .is_some()
@@ -147,7 +143,12 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             json,
             watch,
             remote,
-        } => status_command(target.as_deref(), json, watch, &remote),
+        } => Ok(ExitCode::from(status::command::status(
+            target.as_deref(),
+            json,
+            watch,
+            &remote,
+        )?)),
         Command::Export(args) => Ok(export::export(&args)?),
         Command::Bench(args) => Ok(bench::bench(&args)?),
         Command::Merge { output, shards } => Ok(merge::merge(output.as_deref(), &shards)?),
@@ -180,7 +181,7 @@ fn check_command(config: &Path) -> Result<ExitCode, CliError> {
     for (source, settings) in plan.sources.iter().zip(&plan.settings) {
         println!("  {}: {settings}", source.name());
     }
-    println!("{}", run::pin::RULE);
+    println!("{}", store::pin::RULE);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -190,7 +191,7 @@ fn run_command(args: RunArgs) -> Result<ExitCode, CliError> {
     // Under `--shard auto` the run directory is the job's run root, and this task owns its
     // shard's directory inside it until the run ends.
     let task = match args.shard {
-        Some(run::shard::ShardArg::Auto) => Some(
+        Some(scale::shard::ShardArg::Auto) => Some(
             scale::task::ShardTask::begin(&plan, run_dir.root(), args.shards).map_err(|error| {
                 CliError {
                     code: exit::FAILED,
@@ -202,7 +203,7 @@ fn run_command(args: RunArgs) -> Result<ExitCode, CliError> {
     };
     let (run_dir, shard) = match (&task, args.shard) {
         (Some(task), _) => (task.dir.clone(), Some(task.shard())),
-        (None, Some(run::shard::ShardArg::Fixed(shard))) => (run_dir, Some(shard)),
+        (None, Some(scale::shard::ShardArg::Fixed(shard))) => (run_dir, Some(shard)),
         (None, _) => (run_dir, None),
     };
     let selection = run::Selection {
@@ -269,7 +270,7 @@ fn load_run_plan(args: &RunArgs) -> Result<(Plan, RunDir), CliError> {
     // Before anything starts. A prepared source does not read its files again, and one left
     // out by `--source` not at all.
     plan.check_inputs(&|name| {
-        left_out(name) || prep::read_manifest(&run_dir, name).is_ok_and(|m| m.is_some())
+        left_out(name) || store::manifest::read_manifest(&run_dir, name).is_ok_and(|m| m.is_some())
     })?;
     let named = sources.iter().chain(&args.regenerate);
     if let Some(unknown) = named.into_iter().find(|s| plan.source(s).is_none()) {
@@ -298,8 +299,10 @@ fn resume_command(args: &RunArgs) -> String {
         command.push_str(&format!(" --source {source}"));
     }
     match args.shard {
-        Some(run::shard::ShardArg::Fixed(shard)) => command.push_str(&format!(" --shard {shard}")),
-        Some(run::shard::ShardArg::Auto) => command.push_str(" --shard auto"),
+        Some(scale::shard::ShardArg::Fixed(shard)) => {
+            command.push_str(&format!(" --shard {shard}"))
+        }
+        Some(scale::shard::ShardArg::Auto) => command.push_str(" --shard auto"),
         None => {}
     }
     command
@@ -368,161 +371,6 @@ fn mark_stopped(run_dir: &RunDir, error: &anyhow::Error) {
         .unwrap_or_default()
         .to_owned();
     drop(status::state::mark_stopped(&run_dir.status(), &reason));
-}
-
-/// The run directory named by `target`: a run directory itself, or a config file's.
-pub fn resolve_run_dir(target: &Path) -> Result<RunDir, CliError> {
-    if target.is_dir() {
-        Ok(RunDir::new(target))
-    } else {
-        Ok(RunDir::new(Plan::load(target)?.run_dir))
-    }
-}
-
-/// One look at a run for `gen status`: the text to show, the exit code it calls for, and
-/// whether the run is over (finished, stopped, or no longer running), which ends `--watch`.
-struct StatusView {
-    text: String,
-    code: u8,
-    over: bool,
-}
-
-fn status_view(
-    target: Option<&Path>,
-    json: bool,
-    remote: &[String],
-) -> Result<StatusView, CliError> {
-    let now = sys::unix_ms();
-    if remote.len() > 1 {
-        return fleet_view(remote, json, now);
-    }
-    let status = match (remote.first(), target) {
-        (Some(remote), _) => status::remote::fetch(remote)?,
-        (None, Some(target)) if job_root(target).is_some() => {
-            let root = job_root(target).expect("checked by the guard");
-            return job_status(&status::job::view(&root, now)?, json, now);
-        }
-        (None, Some(target)) => {
-            let run_dir = resolve_run_dir(target)?;
-            let path = run_dir.status();
-            let status: Option<status::RunStatus> = store::atomic::read_json(&path)?;
-            status.ok_or_else(|| {
-                anyhow::anyhow!(
-                    "no run found at `{}` (no `status.json`): start one with `gen run CONFIG`",
-                    run_dir.root().display()
-                )
-            })?
-        }
-        (None, None) => {
-            return Err(CliError {
-                code: exit::USAGE,
-                error: anyhow::anyhow!("say which run: a CONFIG, a RUN_DIR or `--remote`"),
-            });
-        }
-    };
-    let text = if json {
-        serde_json::to_string_pretty(&status).context("status serializes")? + "\n"
-    } else {
-        status::render::render(&status, now, status::render::width())
-    };
-    let stale = now.saturating_sub(status.heartbeat_unix_ms) > status::render::STALE_AFTER_MS;
-    Ok(StatusView {
-        text,
-        code: status::render::exit_code(&status, now),
-        over: status.finished || stale,
-    })
-}
-
-/// `gen status --remote A --remote B …`: every host's run over ssh at once (a host that
-/// cannot be read is a failed line, not an error), as one view.
-fn fleet_view(remote: &[String], json: bool, now: u64) -> Result<StatusView, CliError> {
-    let fetched: Vec<(String, Result<status::RunStatus, String>)> = std::thread::scope(|scope| {
-        let fetching: Vec<_> = remote
-            .iter()
-            .map(|target| scope.spawn(move || status::remote::fetch(target)))
-            .collect();
-        remote
-            .iter()
-            .zip(fetching)
-            .map(|(target, fetching)| {
-                let status = fetching
-                    .join()
-                    .unwrap_or_else(|_| Err(anyhow::anyhow!("reading it panicked")))
-                    .map_err(|e| format!("{e:#}"));
-                (target.clone(), status)
-            })
-            .collect()
-    });
-    job_status(&status::job::fleet(fetched, now), json, now)
-}
-
-/// A job's (or a fleet's) view as `gen status` prints it: over once nothing runs or prepares,
-/// failed when over with a shard not done.
-fn job_status(job: &status::job::JobView, json: bool, now: u64) -> Result<StatusView, CliError> {
-    use status::job::ShardState;
-    let text = if json {
-        serde_json::to_string_pretty(job).context("status serializes")? + "\n"
-    } else {
-        status::job::render(job, now)
-    };
-    let preparing = job
-        .preparation
-        .as_ref()
-        .is_some_and(|p| p.state == ShardState::Running);
-    let over = !preparing && job.shards.iter().all(|s| s.state != ShardState::Running);
-    let done = job.shards.iter().all(|s| s.state == ShardState::Done);
-    Ok(StatusView {
-        text,
-        code: if done || !over {
-            exit::OK
-        } else {
-            exit::FAILED
-        },
-        over,
-    })
-}
-
-/// `gen status`: prints the run once, or with `--watch` until it is over; exits with
-/// [`status::render::exit_code`].
-fn status_command(
-    target: Option<&Path>,
-    json: bool,
-    watch: Option<u64>,
-    remote: &[String],
-) -> Result<ExitCode, CliError> {
-    use std::io::{IsTerminal as _, Write as _};
-    let redraw = watch.is_some() && !json && std::io::stdout().is_terminal();
-    let mut shown_lines = 0usize;
-    loop {
-        let view = status_view(target, json, remote)?;
-        let mut stdout = std::io::stdout().lock();
-        if redraw && shown_lines > 0 {
-            // Back to the first line of the last view, and everything below it erased.
-            write!(stdout, "\x1b[{shown_lines}F\x1b[J").ok();
-        } else if shown_lines > 0 {
-            writeln!(stdout).ok();
-        }
-        stdout.write_all(view.text.as_bytes()).ok();
-        stdout.flush().ok();
-        drop(stdout);
-        shown_lines = view.text.lines().count();
-        match watch {
-            Some(every) if !view.over => {
-                std::thread::sleep(std::time::Duration::from_secs(every.max(1)));
-            }
-            _ => return Ok(ExitCode::from(view.code)),
-        }
-    }
-}
-
-/// The run root of a sharded job named by `target` (itself, or a config's run directory).
-fn job_root(target: &Path) -> Option<scale::root::RunRoot> {
-    let dir = if target.is_dir() {
-        target.to_path_buf()
-    } else {
-        Plan::load(target).ok()?.run_dir
-    };
-    scale::root::RunRoot::is_root(&dir).then(|| scale::root::RunRoot::new(dir))
 }
 
 /// The config's name without extension, for job names (`datasets.toml` → `gen-datasets`).

@@ -10,6 +10,7 @@ use anyhow::Context as _;
 
 use crate::store::frames::{self, FrameWriter};
 use crate::store::ids::{self, IdSet, SeenIds};
+use crate::store::pin::RunPin;
 use crate::store::records::{self as record, CompletionRecord};
 use crate::store::{RunDir, atomic};
 
@@ -129,18 +130,16 @@ pub fn merge_dirs(
     );
     // Every shard ran with the same settings: the first pin says them (samples per prompt,
     // for the merge and for `gen verify` of the merged directory), for all prompts.
-    let pin = shards.iter().find_map(|shard| {
-        atomic::read_json::<crate::run::pin::RunPin>(&shard.root().join("run.json"))
-            .ok()
-            .flatten()
-    });
+    let pin = shards
+        .iter()
+        .find_map(|shard| RunPin::read(shard).ok().flatten());
     if let Some(pin) = &pin {
         fs_err::create_dir_all(out.root())?;
-        let merged = crate::run::pin::RunPin {
+        let merged = RunPin {
             shard: None,
             ..pin.clone()
         };
-        atomic::write_json(&out.root().join("run.json"), &merged)?;
+        atomic::write_json(&out.pin(), &merged)?;
     }
     let mut results = BTreeMap::new();
     for name in source_names(shards)? {

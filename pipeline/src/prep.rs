@@ -2,19 +2,18 @@
 //!
 //! It prepares one source into `prompts.jsonl.zst` (written to a temp name, then renamed) and
 //! writes `manifest.json` atomically *last*: the manifest's presence is the proof that the
-//! source's preparation completed, so a crash after it (during teardown) loses nothing.
+//! source's preparation completed, so a crash after it (during teardown) loses nothing. A
+//! custom worker's rows are imported through the same preparation ([`import_custom_output`]).
 
 use std::collections::HashMap;
 use std::path::Path;
 
-use crate::config::Plan;
-use crate::store::manifest::FileStat;
 use anyhow::Context as _;
 use gen_sources::hub::DownloadProgress;
-// `gen run` and the commands read what the worker writes through `store`; these stay
-// reachable here, where the worker writes them.
-pub use crate::store::manifest::{PrepManifest, read_manifest};
-use crate::store::{RunDir, atomic, frames::FrameWriter};
+
+use crate::config::{Plan, SourcePlan};
+use crate::store::manifest::{FileStat, PrepManifest};
+use crate::store::{RunDir, atomic, frames::FrameWriter, worker};
 
 /// Prompts per zstd frame of the prompts file, at most.
 const FRAME_PROMPTS: usize = 1000;
@@ -30,68 +29,11 @@ pub fn prepare_source(
     source: &str,
     exclude: Option<&Path>,
 ) -> anyhow::Result<PrepManifest> {
-    let spec = plan.source(source).with_context(|| {
-        format!(
-            "config `{}` has no source `{source}`",
-            plan.config_path.display()
-        )
-    })?;
-    let mut exclude = exclude.map(read_hashes).transpose()?;
-    let manifest = prepare_spec(plan, spec, &plan.base_dir, run_dir, exclude.as_mut())?;
+    let source = named(plan, source)?;
+    let mut exclude = exclude.map(worker::read_hashes).transpose()?;
+    let manifest = prepare_spec(plan, source, &plan.base_dir, run_dir, exclude.as_mut())?;
     print_summary(&manifest);
     Ok(manifest)
-}
-
-/// The arguments of the `gen prep` worker of `source`. Values are joined to their options
-/// (`--source=NAME`) and the config path follows `--`, so no name or path is ever read as an
-/// option, whatever it starts with. Options added later go before the last two arguments.
-pub fn worker_args(config: &Path, source: &str, run_dir: &Path) -> Vec<std::ffi::OsString> {
-    vec![
-        "prep".into(),
-        option("--source", Path::new(source)),
-        option("--run-dir", run_dir),
-        "--".into(),
-        config.into(),
-    ]
-}
-
-/// `--name=VALUE` for a path (which need not be UTF-8).
-pub fn option(name: &str, value: &Path) -> std::ffi::OsString {
-    let mut option = std::ffi::OsString::from(format!("{name}="));
-    option.push(value);
-    option
-}
-
-/// Writes content hashes as little-endian u64s (atomically).
-pub fn write_hashes(path: &Path, hashes: impl IntoIterator<Item = u64>) -> std::io::Result<()> {
-    let mut hashes: Vec<u64> = hashes.into_iter().collect();
-    hashes.sort_unstable();
-    let bytes: Vec<u8> = hashes.iter().flat_map(|h| h.to_le_bytes()).collect();
-    atomic::write(path, &bytes)
-}
-
-/// Reads what [`write_hashes`] wrote.
-pub fn read_hashes(path: &Path) -> anyhow::Result<std::collections::HashSet<u64>> {
-    let bytes = fs_err::read(path)?;
-    anyhow::ensure!(
-        bytes.len() % 8 == 0,
-        "`{}` is damaged ({} bytes, not a whole number of hashes); delete it and run `gen run` again",
-        path.display(),
-        bytes.len()
-    );
-    Ok(bytes
-        .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or_default()))
-        .collect())
-}
-
-/// Where a custom worker writes its rows, and the marker it creates when complete.
-pub fn custom_output(run_dir: &RunDir, source: &str) -> (std::path::PathBuf, std::path::PathBuf) {
-    let dir = run_dir.source(source);
-    (
-        dir.root().join("worker-output.jsonl"),
-        dir.root().join("worker-output.done"),
-    )
 }
 
 /// Normalizes what a custom worker wrote (JSONL rows in any shape the source's settings
@@ -101,33 +43,34 @@ pub fn import_custom_output(
     run_dir: &RunDir,
     source: &str,
 ) -> anyhow::Result<PrepManifest> {
-    let mut spec = plan
-        .source(source)
-        .with_context(|| {
-            format!(
-                "config `{}` has no source `{source}`",
-                plan.config_path.display()
-            )
-        })?
-        .clone();
-    let (output, _) = custom_output(run_dir, source);
-    spec.path = Some(toml::Spanned::new(
+    let mut imported = named(plan, source)?.clone();
+    let (output, _) = worker::custom_output(run_dir, source);
+    imported.spec.path = Some(toml::Spanned::new(
         0..0,
         output.to_string_lossy().into_owned(),
     ));
-    spec.repo = None;
-    prepare_spec(plan, &spec, Path::new("/"), run_dir, None)
+    imported.spec.repo = None;
+    prepare_spec(plan, &imported, Path::new("/"), run_dir, None)
+}
+
+fn named<'p>(plan: &'p Plan, source: &str) -> anyhow::Result<&'p SourcePlan> {
+    plan.source(source).with_context(|| {
+        format!(
+            "config `{}` has no source `{source}`",
+            plan.config_path.display()
+        )
+    })
 }
 
 fn prepare_spec(
     plan: &Plan,
-    spec: &gen_sources::SourceSpec,
+    SourcePlan { spec, worker }: &SourcePlan,
     base_dir: &Path,
     run_dir: &RunDir,
     exclude: Option<&mut std::collections::HashSet<u64>>,
 ) -> anyhow::Result<PrepManifest> {
     let source = spec.name();
-    let memory_limit = plan.worker(source).memory_limit;
+    let memory_limit = worker.memory_limit;
     let dir = run_dir.source(source);
     fs_err::create_dir_all(dir.root())?;
     let final_path = dir.prompts();
@@ -340,29 +283,6 @@ mod tests {
             downloaded,
             total,
         }
-    }
-
-    #[test]
-    fn worker_arguments_never_read_a_name_or_path_as_an_option() {
-        use clap::Parser as _;
-        let mut args = worker_args(Path::new("-c.toml"), "--help", Path::new("-runs"));
-        args.insert(args.len() - 2, option("--exclude-hashes", Path::new("-h")));
-        let program = std::iter::once(std::ffi::OsString::from("gen"));
-        let cli = crate::cli::Cli::try_parse_from(program.chain(args))
-            .expect("the worker's arguments parse");
-        let (config, source, run_dir, exclude_hashes) = match cli.command {
-            crate::cli::Command::Prep {
-                config,
-                source,
-                run_dir,
-                exclude_hashes,
-            } => (config, source, run_dir, exclude_hashes),
-            other => panic!("not `gen prep`: {other:?}"),
-        };
-        assert_eq!(config, Path::new("-c.toml"));
-        assert_eq!(source, "--help");
-        assert_eq!(run_dir.as_deref(), Some(Path::new("-runs")));
-        assert_eq!(exclude_hashes.as_deref(), Some(Path::new("-h")));
     }
 
     #[test]

@@ -23,11 +23,12 @@ use anyhow::Context as _;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::run::shard::Shard;
+use crate::scale::shard::Shard;
 use crate::status::Phase;
 use crate::store::frames;
 use crate::store::ids::{self, IdSet};
 use crate::store::manifest::PrepManifest;
+use crate::store::pin::RunPin;
 use crate::store::records::{self as record, RejectKind, RejectedRecord};
 use crate::store::{RunDir, SourceDir, atomic};
 
@@ -113,7 +114,7 @@ impl Audit {
 /// `gen verify TARGET [--json] [--allow-incomplete]`: prints the audit; exit 0 when consistent
 /// and complete (or incomplete with `allow_incomplete`), 1 otherwise.
 pub fn verify(target: &Path, json: bool, allow_incomplete: bool) -> anyhow::Result<ExitCode> {
-    let run_dir = crate::resolve_run_dir(target).map_err(|e| e.error)?;
+    let run_dir = RunDir::named_by(target)?;
     let config = target.is_file().then(|| target.display().to_string());
     anyhow::ensure!(
         run_dir.root().is_dir(),
@@ -245,11 +246,8 @@ fn source_names(
 /// The settings the last run used (`run.json`: a refusal recorded under others is sent again;
 /// each source's samples per prompt), and the share of prompts it holds (`--shard`); a note
 /// when it does not decode (`config` for the advice).
-fn last_run(
-    run_dir: &RunDir,
-    config: &str,
-) -> (Option<crate::run::pin::RunPin>, Option<Shard>, Vec<String>) {
-    let pin = match atomic::read_json::<crate::run::pin::RunPin>(&run_dir.root().join("run.json")) {
+fn last_run(run_dir: &RunDir, config: &str) -> (Option<RunPin>, Option<Shard>, Vec<String>) {
+    let pin = match RunPin::read(run_dir) {
         Ok(Some(pin)) => pin,
         Ok(None) => return (None, None, Vec::new()),
         Err(e) => {
@@ -1150,7 +1148,7 @@ mod tests {
             params: serde_json::Map::new(),
             drawn: Default::default(),
         };
-        let pin = crate::run::pin::RunPin {
+        let pin = RunPin {
             layout: 1,
             model: "m".into(),
             max_tokens: 8,
@@ -1158,7 +1156,7 @@ mod tests {
             sources: [("s".to_owned(), settings)].into(),
             shard: None,
         };
-        atomic::write_json(&run_dir.root().join("run.json"), &pin).expect("pin");
+        atomic::write_json(&run_dir.pin(), &pin).expect("pin");
         let second = Prompt {
             id: format!("{}#1", prompts[0].id),
             ..prompts[0].clone()

@@ -46,7 +46,6 @@ impl Plan {
             launch: self.server.launch.as_deref().unwrap_or_default(),
             launch_spans: &self.launch_spans,
             sources: &self.sources,
-            workers: &self.workers,
         }
     }
 
@@ -73,8 +72,7 @@ pub(super) struct Inputs<'p> {
     pub(super) base_dir: &'p Path,
     pub(super) launch: &'p [String],
     pub(super) launch_spans: &'p [std::ops::Range<usize>],
-    pub(super) sources: &'p [gen_sources::SourceSpec],
-    pub(super) workers: &'p [super::plan::WorkerPlan],
+    pub(super) sources: &'p [super::plan::SourcePlan],
 }
 
 impl Inputs<'_> {
@@ -114,7 +112,7 @@ impl Inputs<'_> {
                 push(span.clone(), format!("`launch` program{from} {why}"));
             }
         }
-        for (spec, worker) in self.sources.iter().zip(self.workers) {
+        for super::plan::SourcePlan { spec, worker } in self.sources {
             let Some(path) = &spec.path else { continue };
             if worker.command.is_some() || skip(spec.name()) {
                 continue;

@@ -13,6 +13,6 @@ pub mod settings;
 pub mod values;
 
 pub use keys::accepted_keys;
-pub use plan::{GenerationPlan, Plan, ServerPlan};
+pub use plan::{GenerationPlan, Plan, ServerPlan, SourcePlan};
 pub use problem::{ConfigError, Problem};
 pub use settings::Settings;

@@ -49,15 +49,26 @@ pub struct Plan {
     /// `[server] host-memory`: host RAM the server takes, counted by the preflight.
     pub server_host_memory: Option<u64>,
     pub generation: GenerationPlan,
-    pub sources: Vec<SourceSpec>,
-    /// How each source's preparation worker runs, parallel to `sources`.
-    pub workers: Vec<WorkerPlan>,
+    pub sources: Vec<SourcePlan>,
     /// What each source's requests ask for, parallel to `sources`.
     pub settings: Vec<Settings>,
 }
 
+/// One `[[source]]`: what it reads and how its preparation worker runs.
+#[derive(Debug, Clone)]
+pub struct SourcePlan {
+    pub spec: SourceSpec,
+    pub worker: WorkerPlan,
+}
+
+impl SourcePlan {
+    pub fn name(&self) -> &str {
+        self.spec.name()
+    }
+}
+
 /// How one source's preparation worker runs.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct WorkerPlan {
     /// Memory cap of the worker's own cgroup.
     pub memory_limit: Option<u64>,
@@ -171,7 +182,6 @@ impl Plan {
             launch_spans: Vec::new(),
             launch: Vec::new(),
             sources: Vec::new(),
-            workers: Vec::new(),
             token_ids_at: Vec::new(),
             base_dir_hint: path
                 .parent()
@@ -229,17 +239,8 @@ impl Plan {
         format!("{}:{}:{}", self.config_path.display(), at.line, at.column)
     }
 
-    pub fn source(&self, name: &str) -> Option<&SourceSpec> {
+    pub fn source(&self, name: &str) -> Option<&SourcePlan> {
         self.sources.iter().find(|s| s.name() == name)
-    }
-
-    /// The worker settings of source `name`.
-    pub fn worker(&self, name: &str) -> WorkerPlan {
-        self.sources
-            .iter()
-            .position(|s| s.name() == name)
-            .and_then(|i| self.workers.get(i).cloned())
-            .unwrap_or_default()
     }
 }
 
@@ -258,8 +259,7 @@ struct PlanResolver<'t> {
     /// `[server] launch`, the sources and their workers as far as they resolved: what the
     /// checks against this machine read when the file has problems.
     launch: Vec<String>,
-    sources: Vec<SourceSpec>,
-    workers: Vec<WorkerPlan>,
+    sources: Vec<SourcePlan>,
     /// Where `token-ids = true` is written, for the check against the server `launch` starts.
     token_ids_at: Vec<std::ops::Range<usize>>,
 }
@@ -275,7 +275,6 @@ impl<'t> PlanResolver<'t> {
             launch: &self.launch,
             launch_spans: &self.launch_spans,
             sources: &self.sources,
-            workers: &self.workers,
         }
     }
 
@@ -388,8 +387,8 @@ impl<'t> PlanResolver<'t> {
             }
             _ => SettingsTable::default(),
         };
-        let (sources, workers, settings) = self.resolve_sources(tables.sources, &defaults);
-        (self.sources, self.workers) = (sources.clone(), workers.clone());
+        let (sources, settings) = self.resolve_sources(tables.sources, &defaults);
+        self.sources.clone_from(&sources);
         let mut server_host_memory = None;
         let server = match tables.server {
             None => {
@@ -443,7 +442,6 @@ impl<'t> PlanResolver<'t> {
             server_host_memory,
             generation,
             sources,
-            workers,
             settings,
         })
     }
@@ -561,22 +559,23 @@ impl<'t> PlanResolver<'t> {
         &mut self,
         sources: Vec<(SourceSpec, WorkerTable, SettingsTable)>,
         defaults: &SettingsTable,
-    ) -> (Vec<SourceSpec>, Vec<WorkerPlan>, Vec<Settings>) {
+    ) -> (Vec<SourcePlan>, Vec<Settings>) {
         let specs: Vec<SourceSpec> = sources.iter().map(|(s, _, _)| s.clone()).collect();
         let custom: Vec<bool> = sources
             .iter()
             .map(|(_, w, _)| w.command.is_some())
             .collect();
         self.check_sources(&specs, &custom);
-        let mut workers = Vec::new();
+        let mut plans = Vec::new();
         let mut settings = Vec::new();
         for (spec, worker, own) in sources {
-            workers.push(self.worker(&spec, worker));
+            let worker = self.worker(&spec, worker);
+            plans.push(SourcePlan { spec, worker });
             // A problem of `[generation]` is found again here, at the same place: the list
             // drops the repeats.
             settings.push(self.settings(&own.or(defaults)));
         }
-        (specs, workers, settings)
+        (plans, settings)
     }
 
     fn check_sources(&mut self, sources: &[SourceSpec], custom: &[bool]) {

@@ -20,8 +20,8 @@ pub(super) fn check(plan: &Plan, local_rows: &std::collections::BTreeMap<String,
         .and_then(|bytes| serde_json::from_slice::<RunStatus>(&bytes).ok());
     // Answers (`samples` per prompt) and their budget, each source at its own `max-tokens`.
     let (mut limits, mut budget) = (0u64, 0u64);
-    for (spec, settings) in plan.sources.iter().zip(&plan.settings) {
-        let answers = super::unprepared_bound(spec, local_rows)
+    for (source, settings) in plan.sources.iter().zip(&plan.settings) {
+        let answers = super::unprepared_bound(&source.spec, local_rows)
             .saturating_mul(u64::from(settings.samples.get()));
         limits = limits.saturating_add(answers);
         budget = budget.saturating_add(answers.saturating_mul(u64::from(settings.max_tokens)));

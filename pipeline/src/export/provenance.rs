@@ -13,9 +13,9 @@ use serde_json::{Map, Value};
 
 use super::{ExportOptions, ExportSummary, TokenStats};
 use crate::cli::ExportFormat;
-use crate::run::pin::RunPin;
 use crate::status::RunStatus;
 use crate::status::state::ServerStatus;
+use crate::store::pin::RunPin;
 use crate::store::{RunDir, atomic};
 
 #[derive(Debug, Serialize)]
@@ -126,9 +126,7 @@ fn gather(
     summary: &ExportSummary,
 ) -> anyhow::Result<Provenance> {
     let dir = RunDir::new(run_dir);
-    let pin: Option<RunPin> = atomic::read_json(&dir.root().join("run.json"))
-        .ok()
-        .flatten();
+    let pin = RunPin::read(&dir).ok().flatten();
     let status: Option<RunStatus> = atomic::read_json(&dir.status()).ok().flatten();
     let names = source_names(run_dir, status.as_ref(), summary)?;
     let mut sources = Vec::with_capacity(names.len());

@@ -143,7 +143,7 @@ fn spawn_server(args: &[String], log: &Path) -> Result<tokio::process::Child, La
     use std::os::unix::process::CommandExt as _;
     let program = args.first().cloned().unwrap_or_default();
     // Created (owner-only) before the server starts, so a launch that fails has a log.
-    drop(crate::store::frames::open_private(log)?);
+    drop(crate::store::private::open_private(log)?);
     let mut command = std::process::Command::new(&program);
     command
         .args(&args[1..])

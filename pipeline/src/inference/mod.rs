@@ -1,6 +1,8 @@
 //! Talking to the inference server: the streaming chat client ([`client`]), server discovery
-//! and probes ([`probe`]) and a server `gen` launches itself ([`managed`]).
+//! and probes ([`probe`]), the checks of what a server serves and answers ([`checks`], for
+//! `gen doctor` and `gen run`) and a server `gen` launches itself ([`managed`]).
 
+pub mod checks;
 pub mod client;
 pub mod controller;
 pub mod liveness;

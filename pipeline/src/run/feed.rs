@@ -26,9 +26,9 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use super::shard::Shard;
 use crate::config::settings::sample_id;
 use crate::config::values::Order;
+use crate::scale::shard::Shard;
 use crate::store::ids::{self, IdSet};
 use crate::store::prompts::{PromptIds, Record, SampleIds, for_each_record};
 use gen_sources::Prompt;

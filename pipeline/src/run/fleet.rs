@@ -420,7 +420,7 @@ pub async fn connect(
                 (None, None)
             }
             None => (
-                crate::doctor::server::context_length(url, &model, api_key.as_deref()).await,
+                crate::inference::checks::context_length(url, &model, api_key.as_deref()).await,
                 probe::version(url, api_key.as_deref()).await,
             ),
         };

@@ -21,7 +21,6 @@ pub mod preparation;
 pub mod refusal;
 pub mod rss;
 pub mod server;
-pub mod shard;
 pub mod sources;
 pub mod stop;
 pub mod supervisor;

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use gen_diagnostics::{Exit, KernelLog, Observation, RssSample, Verdict};
 
-use super::supervisor::{ExitRecord, WorkerReport};
+use crate::store::worker::{ExitRecord, WorkerReport};
 
 /// Bytes of stderr kept from the end (where tracebacks are) and from the start.
 const TAIL_BYTES: usize = 16 * 1024;

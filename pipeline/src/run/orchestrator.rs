@@ -20,16 +20,16 @@ use super::dispatch::{DispatchEvent, Dispatcher, SourceRequests};
 use super::events::{Failure, RunEvent, Stopping};
 use super::preparation::Preparation;
 use super::server::{Launched, Servers};
-use super::sources::{Sources, create_private_dir};
+use super::sources::Sources;
 use crate::config::Plan;
 use crate::inference::managed::ManagedServer;
 use crate::notice::Notice;
 use crate::report::RunReporter;
 use crate::status::state::{self, Phase, RunStatus, SourceStatus};
+use crate::store::private::create_private_dir;
 use crate::store::records as record;
 use crate::store::{RunDir, atomic, layout::LAYOUT_VERSION};
 
-pub use super::preparation::WorkerFile;
 pub use super::sources::InputsChanged;
 
 /// Dispatch events handled per turn of the loop.
@@ -83,7 +83,7 @@ pub struct Selection {
     /// Keep a source's preparation although its inputs changed since.
     pub keep_preparation: bool,
     /// Only this host's share of every source's prompts.
-    pub shard: Option<super::shard::Shard>,
+    pub shard: Option<crate::scale::shard::Shard>,
     /// Send the prompts the server refused again (`--retry-rejected`).
     pub retry_rejected: bool,
     /// Under `--shard auto`: checked before every write, so a task that lost its shard
@@ -379,7 +379,8 @@ impl<'p> RunState<'p> {
             .collect();
         let stored_in = self.sources.stored_in();
         let config = &self.plan.config_path.display().to_string();
-        for (name, how) in super::pin::RunPin::changed_since(&self.run_dir, &now, &stored_in) {
+        for (name, how) in crate::store::pin::RunPin::changed_since(&self.run_dir, &now, &stored_in)
+        {
             self.reporter.notice(Notice::SettingsChangedSince {
                 source: &name,
                 how: &how.join("; "),
@@ -693,7 +694,7 @@ impl<'p> Orchestrator<'p> {
     fn start_dispatch(&mut self) {
         for (i, feed) in self.state.sources.take_feeds(&self.state.reporter) {
             let plan = self.state.plan;
-            let length = plan.worker(&self.state.sources[i].status.name).on_length;
+            let length = plan.sources[i].worker.on_length;
             let requests = SourceRequests::new(length, plan.settings[i].clone());
             tokio::spawn(self.dispatcher.clone().run_source(i, feed, requests));
             self.dispatching += 1;
@@ -855,7 +856,7 @@ async fn connected_servers(
     let stored_in = state.sources.stored_in();
     let reporter = state.reporter.clone();
     let pin = |model: &str| {
-        super::pin::RunPin {
+        crate::store::pin::RunPin {
             layout: LAYOUT_VERSION,
             model: model.to_owned(),
             max_tokens: plan.generation.max_tokens,

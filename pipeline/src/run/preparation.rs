@@ -13,13 +13,16 @@ use tokio_util::sync::CancellationToken;
 use super::kernel_log::KernelLogFollower;
 use super::observe;
 use super::sources::{Sources, enter};
-use super::supervisor::{self, WorkerCommand, WorkerReport};
+use super::supervisor::{self, WorkerCommand};
 use crate::notice::Notice;
 use crate::prep;
 use crate::report::RunReporter;
 use crate::status::state::{Phase, VerdictLine};
 use crate::store::manifest::{PrepManifest, read_manifest};
-use crate::store::{RunDir, atomic};
+use crate::store::worker::{
+    self, ExitRecord, WorkerFile, WorkerReport, custom_output_complete, record_worker,
+    settle_first_sample,
+};
 use gen_diagnostics::Verdict;
 
 /// How a preparation worker ended, with the index of its source.
@@ -125,14 +128,12 @@ impl Preparation {
         let verdict = if report.exit.success() && manifest.is_some() {
             None
         } else {
-            let spec = sources.plan().sources.iter().find(|s| s.name() == name);
-            let input = spec.map(|spec| (spec.clone(), sources.plan().base_dir.clone()));
+            let spec = sources.plan().source(&name);
+            let input = spec.map(|s| (s.spec.clone(), sources.plan().base_dir.clone()));
             Some(self.verdict(&report, &dir, manifest.is_some(), input).await)
         };
         // The last worker's verdict, before this one replaces it.
-        let said_before = atomic::read_json::<WorkerFile>(&dir.worker())
-            .ok()
-            .flatten()
+        let said_before = WorkerFile::read(&dir)
             .and_then(|w| w.verdict)
             .is_some_and(|before| {
                 verdict
@@ -173,7 +174,7 @@ impl Preparation {
     ) -> Verdict {
         if matches!(
             report.exit,
-            supervisor::ExitRecord::Signal {
+            ExitRecord::Signal {
                 signal: libc::SIGKILL,
                 ..
             }
@@ -241,19 +242,19 @@ fn worker_command(
     if log.exists() {
         fs_err::rename(&log, dir.root().join("prep.previous.log"))?;
     }
-    let worker = plan.worker(&name);
-    let mut args = prep::worker_args(&plan.config_path, &name, run_dir.root());
+    let worker = &plan.sources[i].worker;
+    let mut args = crate::cli::worker_args(&plan.config_path, &name, run_dir.root());
     // Written by this run for this preparation only: a later first preparation (after
     // a crash, or changed settings) starts from the full sample and is checked again.
     // The first sample is set aside, not deleted, until the new one is complete.
     if let Some(hashes) = sources[i].exclude.take() {
-        prep::write_hashes(&dir.earlier_hashes(), hashes)?;
+        worker::write_hashes(&dir.earlier_hashes(), hashes)?;
         // Manifest first: from then on the source is unprepared, whatever stops here.
         fs_err::rename(dir.manifest(), dir.first_manifest())?;
         fs_err::rename(dir.prompts(), dir.first_prompts())?;
         args.insert(
             args.len() - 2,
-            prep::option("--exclude-hashes", &dir.earlier_hashes()),
+            crate::cli::option("--exclude-hashes", &dir.earlier_hashes()),
         );
     }
     let mut command = WorkerCommand {
@@ -267,7 +268,7 @@ fn worker_command(
         name: name.clone(),
     };
     if let Some(custom) = &worker.command {
-        let (output, done) = prep::custom_output(&run_dir, &name);
+        let (output, done) = worker::custom_output(&run_dir, &name);
         for stale in [&output, &done] {
             if stale.exists() {
                 fs_err::remove_file(stale)?;
@@ -294,7 +295,9 @@ fn worker_command(
 /// Imports a custom worker's output when it is complete; the import's error, if any.
 async fn import_custom_output(sources: &Sources<'_>, name: &str) -> anyhow::Result<Option<String>> {
     let (plan, run_dir) = (sources.plan(), sources.run_dir());
-    let worker = plan.worker(name);
+    let Some(worker) = plan.source(name).map(|s| &s.worker) else {
+        return Ok(None);
+    };
     if worker.command.is_none() || !custom_output_complete(run_dir, name, worker.expected) {
         return Ok(None);
     }
@@ -304,26 +307,6 @@ async fn import_custom_output(sources: &Sources<'_>, name: &str) -> anyhow::Resu
             .await
             .context("the import of a custom worker's output panicked")?;
     Ok(imported.err().map(|e| format!("{e:#}")))
-}
-
-/// Writes the source's `worker.json`.
-fn record_worker(
-    dir: &crate::store::layout::SourceDir,
-    report: &WorkerReport,
-    verdict: Option<&Verdict>,
-    succeeded: bool,
-) -> anyhow::Result<()> {
-    atomic::write_json(
-        &dir.worker(),
-        &WorkerFile {
-            succeeded,
-            report: report.clone(),
-            verdict_ms: verdict
-                .map(|_| crate::sys::monotonic_usec().saturating_sub(report.exit_usec) / 1000),
-            verdict: verdict.cloned(),
-        },
-    )?;
-    Ok(())
 }
 
 /// Source `i`'s worker wrote its manifest: the source is prepared.
@@ -433,73 +416,6 @@ fn not_prepared(
     Ok(())
 }
 
-/// The report of the source's last preparation worker when it failed (its `worker.json`); a
-/// worker `gen` stopped because the run stopped did not fail.
-pub(super) fn last_failure(dir: &crate::store::layout::SourceDir) -> Option<WorkerReport> {
-    atomic::read_json::<WorkerFile>(&dir.worker())
-        .ok()
-        .flatten()
-        .filter(|w| {
-            let cancelled = w.verdict.as_ref().and_then(|v| v.subtype)
-                == Some(gen_diagnostics::Subtype::Cancelled);
-            !w.succeeded && !cancelled
-        })
-        .map(|w| w.report)
-}
-
-/// `worker.json`: the last preparation worker's report and whether it prepared its source.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct WorkerFile {
-    pub succeeded: bool,
-    pub report: WorkerReport,
-    /// The diagnostics verdict, when the worker did not simply succeed.
-    #[serde(default)]
-    pub verdict: Option<Verdict>,
-    /// Milliseconds from the worker's exit to its verdict (the budget is 1 s).
-    #[serde(default)]
-    pub verdict_ms: Option<u64>,
-}
-
-/// After a preparation again (see [`super::sources::Sources`]): drops the first sample set
-/// aside when the new one is complete, or puts it back when it is not (the worker failed, or
-/// `gen` stopped). Returns whether it was put back.
-pub(super) fn settle_first_sample(dir: &crate::store::layout::SourceDir) -> std::io::Result<bool> {
-    if !dir.first_manifest().exists() {
-        return Ok(false);
-    }
-    if dir.manifest().exists() {
-        fs_err::remove_file(dir.first_manifest())?;
-        fs_err::remove_file(dir.first_prompts()).ok();
-        return Ok(false);
-    }
-    // Prompts first, manifest last, as a preparation writes them; each step can be redone.
-    if dir.first_prompts().exists() {
-        fs_err::rename(dir.first_prompts(), dir.prompts())?;
-    }
-    fs_err::rename(dir.first_manifest(), dir.manifest())?;
-    Ok(true)
-}
-
-/// A custom worker's output counts as complete only with its done marker, and with the
-/// expected number of rows when the config gives one.
-fn custom_output_complete(run_dir: &RunDir, source: &str, expected: Option<u64>) -> bool {
-    let (output, done) = prep::custom_output(run_dir, source);
-    if !done.exists() {
-        return false;
-    }
-    match expected {
-        None => true,
-        Some(expected) => {
-            let text = fs_err::read(&output).unwrap_or_default();
-            let rows = text
-                .split(|b| *b == b'\n')
-                .filter(|l| !l.trim_ascii().is_empty())
-                .count() as u64;
-            rows >= expected
-        }
-    }
-}
-
 /// The error a worker's log ends with when it ran out of disk space (`ENOSPC`): its `error:`
 /// line (the file it could not write) and the cause.
 fn disk_full(log: &std::path::Path) -> Option<String> {
@@ -524,97 +440,4 @@ fn last_line(path: &std::path::Path) -> String {
         .unwrap_or("(no output)")
         .trim()
         .to_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::settle_first_sample;
-    use crate::store::layout::RunDir;
-
-    /// A source directory holding `files` (name → content).
-    fn source(files: &[(&str, &str)]) -> (tempfile::TempDir, crate::store::layout::SourceDir) {
-        let root = tempfile::tempdir().expect("tempdir");
-        let dir = RunDir::new(root.path()).source("s");
-        fs_err::create_dir_all(dir.root()).expect("mkdir");
-        for (name, text) in files {
-            fs_err::write(dir.root().join(name), text).expect("write");
-        }
-        (root, dir)
-    }
-
-    fn names(dir: &crate::store::layout::SourceDir) -> Vec<(String, String)> {
-        let mut files: Vec<(String, String)> = fs_err::read_dir(dir.root())
-            .expect("read_dir")
-            .flatten()
-            .map(|e| {
-                let text = fs_err::read_to_string(e.path()).expect("read");
-                (e.file_name().to_string_lossy().into_owned(), text)
-            })
-            .collect();
-        files.sort();
-        files
-    }
-
-    fn owned(files: &[(&str, &str)]) -> Vec<(String, String)> {
-        files
-            .iter()
-            .map(|(n, t)| ((*n).to_owned(), (*t).to_owned()))
-            .collect()
-    }
-
-    #[test]
-    fn a_complete_new_sample_replaces_the_first() {
-        let (_root, dir) = source(&[
-            ("manifest.first.json", "first"),
-            ("prompts.first.jsonl.zst", "first"),
-            ("manifest.json", "new"),
-            ("prompts.jsonl.zst", "new"),
-        ]);
-        assert!(!settle_first_sample(&dir).expect("settle"));
-        assert_eq!(
-            names(&dir),
-            owned(&[("manifest.json", "new"), ("prompts.jsonl.zst", "new")])
-        );
-    }
-
-    #[test]
-    fn a_failed_new_sample_gives_the_first_back_from_any_step() {
-        let first = [("manifest.json", "first"), ("prompts.jsonl.zst", "first")];
-        for files in [
-            // The worker failed after writing part of its temporary file.
-            &[
-                ("manifest.first.json", "first"),
-                ("prompts.first.jsonl.zst", "first"),
-                ("prompts.jsonl.zst.tmp", "partial"),
-            ][..],
-            // It renamed its new prompts into place, then died before its manifest.
-            &[
-                ("manifest.first.json", "first"),
-                ("prompts.first.jsonl.zst", "first"),
-                ("prompts.jsonl.zst", "new"),
-            ],
-            // `gen` stopped between setting the manifest and the prompts aside.
-            &[
-                ("manifest.first.json", "first"),
-                ("prompts.jsonl.zst", "first"),
-            ],
-        ] {
-            let (_root, dir) = source(files);
-            assert!(settle_first_sample(&dir).expect("settle"), "{files:?}");
-            let left: Vec<(String, String)> = names(&dir)
-                .into_iter()
-                .filter(|(n, _)| !n.ends_with(".tmp"))
-                .collect();
-            assert_eq!(left, owned(&first), "{files:?}");
-            assert!(!settle_first_sample(&dir).expect("again"), "{files:?}");
-        }
-    }
-
-    #[test]
-    fn nothing_set_aside_changes_nothing() {
-        let files = [("manifest.json", "m"), ("prompts.jsonl.zst", "p")];
-        let (_root, dir) = source(&files);
-        assert!(!settle_first_sample(&dir).expect("settle"));
-        assert_eq!(names(&dir), owned(&files));
-    }
 }

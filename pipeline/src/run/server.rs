@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use super::events::Failure;
 use super::fleet::{self, Fleet};
 use crate::config::Plan;
+use crate::inference::checks;
 use crate::inference::managed::{self, LaunchError, ManagedServer};
 use crate::inference::probe;
 use crate::notice::Notice;
@@ -293,53 +294,53 @@ async fn server_checks(
     let Some((_, url)) = up else {
         return Ok(());
     };
-    let context = crate::doctor::server::context_at(plan, url, model, api_key.as_deref()).await;
+    let context = checks::context_at(plan, url, model, api_key.as_deref()).await;
     match context.level {
-        crate::doctor::Level::Fail => anyhow::bail!(
+        crate::inference::checks::Level::Fail => anyhow::bail!(
             "server {}: {} (see `gen doctor {}`)",
             probe::redact(url),
             context.message,
             plan.config_path.display()
         ),
-        crate::doctor::Level::Warn => {
+        crate::inference::checks::Level::Warn => {
             let message = &context.message;
             reporter.notice(Notice::CheckWarned {
                 check: "context",
                 message,
             });
         }
-        crate::doctor::Level::Ok => {}
+        crate::inference::checks::Level::Ok => {}
     }
-    if crate::doctor::server::thinking_expected(plan).is_some() {
-        let check = crate::doctor::server::reasoning_probe(plan, url, model, api_key.clone()).await;
+    if checks::thinking_expected(plan).is_some() {
+        let check = checks::reasoning_probe(plan, url, model, api_key.clone()).await;
         match check.level {
-            crate::doctor::Level::Fail => anyhow::bail!(
+            crate::inference::checks::Level::Fail => anyhow::bail!(
                 "{} (override: remove `chat-template-kwargs` thinking settings)",
                 check.message
             ),
-            crate::doctor::Level::Warn => {
+            crate::inference::checks::Level::Warn => {
                 let message = &check.message;
                 reporter.notice(Notice::CheckWarned {
                     check: "reasoning",
                     message,
                 });
             }
-            crate::doctor::Level::Ok => {}
+            crate::inference::checks::Level::Ok => {}
         }
     }
-    if let Some(check) = crate::doctor::server::token_ids_probe(plan, url, model, api_key).await {
+    if let Some(check) = checks::token_ids_probe(plan, url, model, api_key).await {
         match check.level {
-            crate::doctor::Level::Fail => {
+            crate::inference::checks::Level::Fail => {
                 anyhow::bail!("server {}: {}", probe::redact(url), check.message)
             }
-            crate::doctor::Level::Warn => {
+            crate::inference::checks::Level::Warn => {
                 let message = &check.message;
                 reporter.notice(Notice::CheckWarned {
                     check: "token ids",
                     message,
                 });
             }
-            crate::doctor::Level::Ok => {}
+            crate::inference::checks::Level::Ok => {}
         }
     }
     Ok(())

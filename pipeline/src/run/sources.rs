@@ -14,12 +14,12 @@ use super::feed::{Census, Feed, Skip};
 use crate::config::Plan;
 use crate::config::values::LengthPolicy;
 use crate::notice::Notice;
-use crate::prep;
 use crate::report::RunReporter;
 use crate::status::state::{Phase, SourceStatus};
 use crate::store::frames::FrameWriter;
 use crate::store::ids::IdSet;
 use crate::store::manifest::{PrepManifest, read_manifest};
+use crate::store::private::create_private_dir;
 use crate::store::prompts::{content_hashes, for_each_prompt};
 use crate::store::records::{self as record, CompletionRecord, CutBy, RejectKind, RejectedRecord};
 use crate::store::{RunDir, SourceDir, atomic};
@@ -96,7 +96,7 @@ pub(super) struct Sources<'p> {
     plan: &'p Plan,
     run_dir: RunDir,
     /// Only this host's share of every source's prompts (`--shard`).
-    shard: Option<super::shard::Shard>,
+    shard: Option<crate::scale::shard::Shard>,
     /// Under `--shard auto`: checked before every write to a source's files.
     fence: Option<crate::scale::owner::Fence>,
     list: Vec<SourceState>,
@@ -248,8 +248,8 @@ impl<'p> Sources<'p> {
             return Ok(None);
         };
         let dir = self.run_dir.source(&name);
-        let output = prep::custom_output(&self.run_dir, &name).0;
-        let reader = match self.plan.worker(&name).command {
+        let output = crate::store::worker::custom_output(&self.run_dir, &name).0;
+        let reader = match self.plan.sources[i].worker.command {
             Some(_) => super::inputs::Reader::Custom {
                 output: manifest.counters.files.first().unwrap_or(&output),
             },
@@ -258,7 +258,7 @@ impl<'p> Sources<'p> {
             },
         };
         let comparison = super::inputs::compare(
-            &self.plan.sources[i],
+            &self.plan.sources[i].spec,
             &reader,
             &super::inputs::recorded(&manifest),
         );
@@ -389,12 +389,12 @@ impl<'p> Sources<'p> {
             state.finished_unread(&census, left_out, reporter);
             return Ok(Opened::Counted);
         }
-        if self.plan.sources[i].dedup() {
+        if self.plan.sources[i].spec.dedup() {
             skip.elsewhere = self.held_elsewhere(i)?;
         }
         let earlier_hashes = Arc::clone(&skip.elsewhere);
         self.list[i].opened = true;
-        let worker = self.plan.worker(&name);
+        let worker = &self.plan.sources[i].worker;
         let (census, feed) = match Feed::open(&dir.prompts(), skip, worker.order) {
             Ok(opened) => opened,
             Err((e, skip)) => {
@@ -827,7 +827,7 @@ impl<'p> Sources<'p> {
         reporter: &RunReporter,
     ) -> anyhow::Result<u64> {
         let tokens = record.usage.as_ref().map_or(0, |u| u.completion_tokens);
-        let policy = self.plan.worker(&self.list[i].status.name).on_length;
+        let policy = self.plan.sources[i].worker.on_length;
         let state = &mut self.list[i];
         state.status.done += 1;
         state.status.output_tokens += tokens;
@@ -924,7 +924,7 @@ impl SourceState {
             .with_context(|| format!("failed to read `{}`", dir.completions().display()))?;
         let done_ids = stored.ids;
         let refused = settled.refused.count_not_in(&done_ids) as u64;
-        let previous = super::preparation::last_failure(&dir);
+        let previous = crate::store::worker::last_failure(&dir);
         let prep_failed = manifest.is_none() && previous.is_some();
         let note = match (&manifest, previous) {
             (None, Some(report)) => format!(
@@ -1035,7 +1035,7 @@ pub(super) fn enter(status: &mut SourceStatus, phase: Phase, reporter: &RunRepor
 }
 
 /// Removes what an interrupted run left in a source's directory (temp files, a partial prompts
-/// file) and settles a first sample set aside (see `preparation::settle_first_sample`).
+/// file) and settles a first sample set aside (see `store::worker::settle_first_sample`).
 fn put_right(dir: &SourceDir) -> anyhow::Result<()> {
     create_private_dir(dir.root())?;
     remove_stale_temps(dir.root())?;
@@ -1043,7 +1043,7 @@ fn put_right(dir: &SourceDir) -> anyhow::Result<()> {
     if partial_prompts.exists() {
         fs_err::remove_file(&partial_prompts)?;
     }
-    super::preparation::settle_first_sample(dir)?;
+    crate::store::worker::settle_first_sample(dir)?;
     Ok(())
 }
 
@@ -1114,20 +1114,4 @@ fn remove_stale_temps(dir: &std::path::Path) -> anyhow::Result<()> {
         tracing::info!("removed the stale temporary file `{}`", path.display());
     }
     Ok(())
-}
-
-/// Creates `path` (and its parents) readable by its owner only: a run directory holds
-/// prompts and answers.
-pub(super) fn create_private_dir(path: &std::path::Path) -> std::io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt as _;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(path)
-        .map_err(|e| {
-            std::io::Error::new(
-                e.kind(),
-                format!("failed to create `{}`: {e}", path.display()),
-            )
-        })
 }

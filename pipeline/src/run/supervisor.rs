@@ -6,7 +6,7 @@
 //! cancellation the group gets SIGTERM, then SIGKILL after [`GRACE`]; every signal sent is
 //! recorded, because a kill `gen` sent is never an OOM.
 //!
-//! The supervisor reports facts ([`WorkerReport`]); deciding what they mean is the
+//! The supervisor reports facts ([`WorkerReport`], kept in `worker.json`); deciding what they mean is the
 //! diagnostics crate's job, and what to do about it is the orchestrator's.
 
 use std::collections::BTreeSet;
@@ -15,11 +15,11 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use super::cgroup::{self, MemoryCgroup};
 use super::rss;
+use crate::store::worker::{ExitRecord, MemoryCounters, RssSample, WorkerReport};
 use crate::sys::{self, unix_ms};
 
 pub const SAMPLE_EVERY: Duration = Duration::from_millis(500);
@@ -41,82 +41,6 @@ pub struct WorkerCommand {
     pub progress_files: Vec<PathBuf>,
     /// Name used for the worker's cgroup.
     pub name: String,
-}
-
-/// How the process ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ExitRecord {
-    Code(i32),
-    Signal { signal: i32, sent_by_gen: bool },
-}
-
-impl ExitRecord {
-    pub fn success(self) -> bool {
-        self == ExitRecord::Code(0)
-    }
-
-    pub fn describe(self) -> String {
-        match self {
-            ExitRecord::Code(code) => format!("exit code {code}"),
-            ExitRecord::Signal {
-                signal,
-                sent_by_gen: true,
-            } => format!("killed by {} sent by gen", sys::signal_name(signal)),
-            ExitRecord::Signal { signal, .. } => format!("killed by {}", sys::signal_name(signal)),
-        }
-    }
-}
-
-/// One RSS reading of the worker's process tree.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RssSample {
-    /// Milliseconds since the worker started.
-    pub at_ms: u64,
-    pub bytes: u64,
-}
-
-/// Everything observed about one worker run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WorkerReport {
-    pub pid: i32,
-    /// Descendants seen while sampling.
-    pub child_pids: Vec<i32>,
-    pub exit: ExitRecord,
-    /// The larger of the sampled tree peak and the worker's own `ru_maxrss`.
-    pub peak_rss_bytes: u64,
-    pub rss_samples: Vec<RssSample>,
-    pub started_unix_ms: u64,
-    pub duration_ms: u64,
-    /// Signals `gen` sent to the worker's group, in order.
-    pub signals_sent: Vec<i32>,
-    /// The worker's command name as the kernel knows it (`/proc/PID/comm`).
-    #[serde(default)]
-    pub comm: Option<String>,
-    /// CLOCK_MONOTONIC at spawn and reap, microseconds (the clock of `/dev/kmsg`).
-    #[serde(default)]
-    pub spawn_usec: u64,
-    #[serde(default)]
-    pub exit_usec: u64,
-    #[serde(default)]
-    pub memory: MemoryCounters,
-    /// The stall watchdog killed the worker.
-    #[serde(default)]
-    pub timed_out: bool,
-}
-
-/// What the worker's memory cgroup and the host counters said.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MemoryCounters {
-    pub cgroup_path: Option<String>,
-    /// Why the worker ran without a cap although one was asked for.
-    pub cgroup_unavailable: Option<String>,
-    pub limit_bytes: Option<u64>,
-    pub cgroup_peak_bytes: Option<u64>,
-    pub oom_kill_before: Option<u64>,
-    pub oom_kill_after: Option<u64>,
-    pub vmstat_oom_kill_before: Option<u64>,
-    pub vmstat_oom_kill_after: Option<u64>,
 }
 
 /// Spawns `command` and supervises it to the end.
@@ -187,7 +111,7 @@ pub async fn supervise(
 fn worker_process(command: &WorkerCommand) -> std::io::Result<std::process::Command> {
     use std::os::unix::process::CommandExt;
 
-    let log = crate::store::frames::open_private(&command.log)?;
+    let log = crate::store::private::open_private(&command.log)?;
     let log_err = log.try_clone()?;
     let mut process = std::process::Command::new(&command.program);
     process

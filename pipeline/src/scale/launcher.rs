@@ -7,7 +7,7 @@
 
 use std::fmt;
 
-use crate::run::shard::Shard;
+use crate::scale::shard::Shard;
 
 /// The environment variable that gives the number of shards where the launcher does not
 /// (Kubernetes sets `JOB_COMPLETION_INDEX` but not the Job's `completions`).

@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::store::private::private_dir;
 use crate::store::{RunDir, atomic};
 use crate::sys;
 
@@ -218,7 +219,7 @@ pub fn acquire(dir: &RunDir, claimant: &Claimant, timing: Timing) -> Result<Owne
         let path = path.to_path_buf();
         move |source| OwnerError::Io { path, source }
     };
-    super::root::private_dir(&claims_dir(dir)).map_err(io_error(&claims_dir(dir)))?;
+    private_dir(&claims_dir(dir)).map_err(io_error(&claims_dir(dir)))?;
     let host = sys::host_name();
     let mut previous = read_owner(dir)?;
     let verdict = match judge(previous.as_ref(), &host, pid_alive) {
@@ -562,7 +563,7 @@ mod tests {
 
     /// A previous owner as another task would have left it: claim file and `owner.json`.
     fn leave_owner(dir: &RunDir, owner: &OwnerRecord) {
-        super::super::root::private_dir(&claims_dir(dir)).expect("mkdir");
+        private_dir(&claims_dir(dir)).expect("mkdir");
         fs_err::write(claim_path(dir, owner.epoch), "{}").expect("claim");
         atomic::write_json(&owner_path(dir), owner).expect("owner");
     }
@@ -700,7 +701,7 @@ mod tests {
     #[test]
     fn two_tasks_racing_for_one_epoch_get_one_winner() {
         let (_tmp, dir) = shard();
-        super::super::root::private_dir(&claims_dir(&dir)).expect("mkdir");
+        private_dir(&claims_dir(&dir)).expect("mkdir");
         fs_err::write(claim_path(&dir, 1), "{}").expect("the other task's claim");
         let error = acquire(&dir, &Claimant::default(), timing()).expect_err("raced");
         assert!(

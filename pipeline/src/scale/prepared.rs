@@ -45,7 +45,7 @@ pub fn adopt(plan: &Plan, root: &RunRoot, shard: &RunDir) -> anyhow::Result<()> 
         match read_manifest(&prepared, name)? {
             Some(manifest) => {
                 let (from, to) = (prepared.source(name), shard.source(name));
-                super::root::private_dir(to.root())
+                crate::store::private::private_dir(to.root())
                     .with_context(|| format!("failed to create `{}`", to.root().display()))?;
                 link_or_copy(&from.prompts(), &to.prompts())?;
                 atomic::write_json(&to.manifest(), &manifest)

@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::status::state::{Phase, RunStatus};
+use crate::store::private::private_dir;
 use crate::store::{RunDir, atomic};
 
 /// Layout version of `shards.json`.
@@ -184,15 +185,6 @@ fn check_count(root: &RunRoot, existing: RootFile, requested: u32) -> Result<Roo
             requested,
         })
     }
-}
-
-/// Creates `dir` and its parents, owner-only like every run directory.
-pub(crate) fn private_dir(dir: &Path) -> io::Result<()> {
-    use std::os::unix::fs::DirBuilderExt as _;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
 }
 
 /// Whether a shard's run finished with every source done.

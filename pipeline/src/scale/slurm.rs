@@ -515,7 +515,7 @@ pub fn slurm(
 ) -> anyhow::Result<ExitCode> {
     let root = RunRoot::new(&job.root);
     root.open_or_create(job.shards, &job.config)?;
-    root::private_dir(&tasks_dir(root.root()))
+    crate::store::private::private_dir(&tasks_dir(root.root()))
         .with_context(|| format!("failed to create `{}`", root.slurm_dir().display()))?;
     let array = if only_failed {
         match array_to_resubmit(&root)? {
@@ -672,7 +672,7 @@ fn sbatch(root: &RunRoot, path: &Path, array: &str, after: Option<&str>) -> anyh
     };
     let mut line = serde_json::to_vec(&submission)?;
     line.push(b'\n');
-    crate::store::frames::open_private(&submissions_path(root))
+    crate::store::private::open_private(&submissions_path(root))
         .and_then(|mut f| std::io::Write::write_all(&mut f, &line))
         .with_context(|| format!("failed to write `{}`", submissions_path(root).display()))?;
     Ok(job_id)

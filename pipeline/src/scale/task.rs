@@ -9,7 +9,7 @@ use super::launcher::{self, AutoShard};
 use super::owner::{self, Claimant, Fence, Ownership};
 use super::root::{self, RunRoot};
 use crate::config::Plan;
-use crate::run::shard::Shard;
+use crate::scale::shard::Shard;
 use crate::store::RunDir;
 
 /// A task that owns its shard.

@@ -5,7 +5,7 @@
 use std::io::{self, Write as _};
 use std::path::Path;
 
-use super::frames::open_private;
+use super::private::open_private;
 
 /// Appends `lines` (each ending in `\n`) to `path` in one write; `sync` waits for the disk.
 /// A torn last line (a crash mid-append) is ended first, so it does not swallow the first new

@@ -37,6 +37,7 @@ use super::frames::{self, FrameBody};
 use super::ids::{self, IdSet};
 use super::index;
 use super::layout::SourceDir;
+use super::private;
 use super::records::{self as record, Defect};
 
 /// What [`load`] found in a completions file.
@@ -354,7 +355,7 @@ impl AsideFiles {
         let mut files = [None, None, None];
         for ((slot, path), count) in files.iter_mut().zip(paths).zip(moved) {
             if *count > 0 {
-                let file = frames::create_private(&path)?;
+                let file = private::create_private(&path)?;
                 *slot = Some((path, file));
             }
         }
@@ -418,7 +419,7 @@ impl AsideFiles {
 
 /// Copies the byte `ranges` of `file` into a new private file `to`, on disk when this returns.
 fn copy_ranges(file: &mut fs_err::File, ranges: &[Range<u64>], to: &Path) -> io::Result<()> {
-    let mut aside = frames::create_private(to)?;
+    let mut aside = private::create_private(to)?;
     for range in ranges {
         file.seek(SeekFrom::Start(range.start))?;
         io::copy(&mut (&mut *file).take(range.end - range.start), &mut aside)?;
@@ -435,7 +436,7 @@ fn rewrite_intact(
     aside: &mut AsideFiles,
 ) -> io::Result<()> {
     let temp = path.with_extension("zst.salvage.tmp");
-    let mut out = frames::create_private(&temp)?;
+    let mut out = private::create_private(&temp)?;
     for frame in frames {
         let len = frame.bytes.end - frame.bytes.start;
         file.seek(SeekFrom::Start(frame.bytes.start))?;
@@ -556,7 +557,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::store::frames::{FrameWriter, open_private};
+    use crate::store::frames::FrameWriter;
+    use crate::store::private::open_private;
 
     fn answer(id: &str) -> serde_json::Value {
         json!({"id": id, "content": "an answer", "finish_reason": "stop"})

@@ -30,6 +30,7 @@ use serde::Serialize;
 use zstd::zstd_safe;
 
 use super::index;
+use super::private::open_private;
 
 const LEVEL: i32 = 3;
 
@@ -753,27 +754,6 @@ impl FrameWriter {
         self.pending = 0;
         Ok(())
     }
-}
-
-/// Opens `path` for appending, created owner-only: it holds prompts and outputs.
-pub fn open_private(path: &Path) -> io::Result<fs_err::File> {
-    use fs_err::os::unix::fs::OpenOptionsExt as _;
-    fs_err::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)
-}
-
-/// Creates `path` (replacing it) for writing, owner-only.
-pub fn create_private(path: &Path) -> io::Result<fs_err::File> {
-    use fs_err::os::unix::fs::OpenOptionsExt as _;
-    fs_err::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
 }
 
 #[cfg(test)]

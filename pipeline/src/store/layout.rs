@@ -85,6 +85,15 @@ impl RunDir {
         RunDir { root: root.into() }
     }
 
+    /// The run directory `target` names: a run directory itself, or a config file's.
+    pub fn named_by(target: &Path) -> Result<RunDir, crate::config::ConfigError> {
+        if target.is_dir() {
+            Ok(RunDir::new(target))
+        } else {
+            Ok(RunDir::new(crate::config::Plan::load(target)?.run_dir))
+        }
+    }
+
     pub fn root(&self) -> &Path {
         &self.root
     }
@@ -95,6 +104,10 @@ impl RunDir {
 
     pub fn events(&self) -> PathBuf {
         self.root.join("events.jsonl")
+    }
+
+    pub fn pin(&self) -> PathBuf {
+        self.root.join("run.json")
     }
 
     pub fn server_log(&self) -> PathBuf {

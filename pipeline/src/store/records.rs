@@ -384,7 +384,7 @@ pub fn set_aside_unreadable_rejections(path: &Path, to: &Path) -> io::Result<u64
     if count == 0 {
         return Ok(0);
     }
-    let mut aside = crate::store::frames::create_private(to)?;
+    let mut aside = crate::store::private::create_private(to)?;
     io::Write::write_all(&mut aside, &moved)?;
     aside.sync_all()?;
     crate::store::atomic::write(path, &kept)?;

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs, Received};
-use support::{Config, Gen};
+use support::{Config, Project};
 
 fn slow_server(delay_ms: u64) -> Knobs {
     Knobs {
@@ -18,8 +18,8 @@ fn slow_server(delay_ms: u64) -> Knobs {
 }
 
 /// A project with two prepared sources (6 prompts), prepared and generated against `url`.
-async fn prepared(url: &str) -> (Gen, String) {
-    let gen_ = Gen::new();
+async fn prepared(url: &str) -> (Project, String) {
+    let gen_ = Project::new();
     gen_.write(
         "data/a.jsonl",
         "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n{\"prompt\": \"three\"}\n",
@@ -265,7 +265,7 @@ async fn auto_doubles_until_a_level_could_not_fill() {
 #[tokio::test]
 async fn without_prepared_prompts_it_says_to_run_gen_prepare_first() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
     let config = gen_.config(&Config::new(&server.url()).source("alpha", "data/a.jsonl"));
     let bench = gen_.run(&["bench", &config, "--concurrency", "1"]).await;
@@ -291,36 +291,42 @@ async fn without_prepared_prompts_it_says_to_run_gen_prepare_first() {
     );
 }
 
-#[tokio::test]
-async fn a_config_that_launches_its_server_is_benched_on_the_server_it_launches() {
-    if let Some(reason) = support::llama_skip_reason() {
-        eprintln!("skipped: {reason}");
-        return;
+/// Against the real llama-server: slow, so `.config/nextest.toml` leaves `llama` modules out of
+/// the default profile.
+mod llama {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_config_that_launches_its_server_is_benched_on_the_server_it_launches() {
+        if let Some(reason) = support::llama_skip_reason() {
+            eprintln!("skipped: {reason}");
+            return;
+        }
+        let (bin, model) = gen_tests::llama::installed().expect("installed");
+        let gen_ = Project::new();
+        support::llama_fruit_project(&gen_, &bin, &model, 4, "max-tokens = 8");
+        let prepared = gen_.run(&["prepare", "cfg.toml"]).await;
+        assert_eq!(prepared.code, Some(0), "{}", prepared.stderr);
+        let bench = gen_
+            .run(&[
+                "bench",
+                "cfg.toml",
+                "--concurrency",
+                "1,2",
+                "--requests",
+                "2",
+            ])
+            .await;
+        assert_eq!(bench.code, Some(0), "{}{}", bench.stdout, bench.stderr);
+        assert!(
+            bench
+                .stderr
+                .contains("gen bench: starting the inference server (log: ")
+                && bench.stderr.contains("gen bench: A = http://127.0.0.1:")
+                && !bench.stderr.contains("builder error"),
+            "{}",
+            bench.stderr
+        );
+        assert!(bench.stdout.contains("L"), "{}", bench.stdout);
     }
-    let (bin, model) = gen_tests::llama::installed().expect("installed");
-    let gen_ = Gen::new();
-    support::llama_fruit_project(&gen_, &bin, &model, 4, "max-tokens = 8");
-    let prepared = gen_.run(&["prepare", "cfg.toml"]).await;
-    assert_eq!(prepared.code, Some(0), "{}", prepared.stderr);
-    let bench = gen_
-        .run(&[
-            "bench",
-            "cfg.toml",
-            "--concurrency",
-            "1,2",
-            "--requests",
-            "2",
-        ])
-        .await;
-    assert_eq!(bench.code, Some(0), "{}{}", bench.stdout, bench.stderr);
-    assert!(
-        bench
-            .stderr
-            .contains("gen bench: starting the inference server (log: ")
-            && bench.stderr.contains("gen bench: A = http://127.0.0.1:")
-            && !bench.stderr.contains("builder error"),
-        "{}",
-        bench.stderr
-    );
-    assert!(bench.stdout.contains("L"), "{}", bench.stdout);
 }

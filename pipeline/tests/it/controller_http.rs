@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs, SimKnobs};
 use gen_tests::sim::{Flavour, ServerConfig, Workload};
-use support::{Config, Gen};
+use support::{Config, Project};
 
 /// Virtual seconds of the engine per real second: a job that takes the simulated engine 45
 /// minutes takes 27 s.
@@ -28,14 +28,14 @@ async fn job(
     server: ServerConfig,
     prompts: usize,
     concurrency: &str,
-) -> (Duration, String, Gen) {
+) -> (Duration, String, Project) {
     job_on(SimKnobs::new(flavour, server, SPEED), prompts, concurrency).await
 }
 
 /// [`job`] on a server built from `knobs`. With `prompt_tokens_from_text`, each prompt's text
 /// is as long as its tokens (4 bytes a token, drawn from the workload's prompt range), so
 /// `gen` can estimate them before sending; `max-tokens` is the workload's longest output.
-async fn job_on(knobs: SimKnobs, prompts: usize, concurrency: &str) -> (Duration, String, Gen) {
+async fn job_on(knobs: SimKnobs, prompts: usize, concurrency: &str) -> (Duration, String, Project) {
     let max_tokens = knobs.workload.output_max;
     let mut lengths = knobs.workload.reseeded(0x5eed);
     let from_text = knobs.prompt_tokens_from_text;
@@ -44,7 +44,7 @@ async fn job_on(knobs: SimKnobs, prompts: usize, concurrency: &str) -> (Duration
         ..Knobs::default()
     })
     .await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     let rows: String = (0..prompts)
         .map(|i| {
             let mut text = format!("Tell me about item {i}.");

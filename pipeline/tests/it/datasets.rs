@@ -13,7 +13,7 @@ use gen_tests::datasets::{self, Expected};
 use gen_tests::fake_hub::FakeHub;
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 use serde_json::Value;
-use support::{Gen, completions};
+use support::{Project, completions};
 
 /// A prompt as `(role, content)` turns.
 type Turns = Vec<(String, String)>;
@@ -51,7 +51,7 @@ async fn the_real_datasets_toml_runs_through_gen_against_the_fake_hub() {
     repos.extend(datasets::resolve_repos());
     let hub = FakeHub::start(repos);
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     let real = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets.toml"),
     )

@@ -3,7 +3,7 @@
 
 use crate::support;
 
-use support::{Config, Gen};
+use support::{Config, Project};
 
 fn fixture(relative: &str) -> String {
     let path = format!(
@@ -14,7 +14,7 @@ fn fixture(relative: &str) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-async fn diagnose_json(gen_: &Gen, args: &[&str]) -> serde_json::Value {
+async fn diagnose_json(gen_: &Project, args: &[&str]) -> serde_json::Value {
     let mut all = vec!["diagnose"];
     all.extend_from_slice(args);
     all.push("--json");
@@ -30,7 +30,7 @@ async fn diagnose_fixture(
     class: &str,
     subtype: &str,
 ) -> serde_json::Value {
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write("stderr.log", fixture(fixture_name));
     let mut all = vec!["--stderr", "stderr.log"];
     all.extend_from_slice(args);
@@ -70,7 +70,7 @@ async fn a_time_limit_is_not_an_oom_even_with_sigkill() {
 
 #[tokio::test]
 async fn kernel_log_lifetime_and_output_flags_reach_the_classifier() {
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write(
         "job.err",
         fixture("batch/own_bash_script_killed_memcg.stderr.txt"),
@@ -146,7 +146,7 @@ async fn a_server_log_given_as_stderr_keeps_its_server_verdict() {
 
 #[tokio::test]
 async fn wrong_flags_are_usage_errors_that_say_what_to_give() {
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write("stderr.txt", "Killed\n");
     let out = gen_
         .run(&[
@@ -171,7 +171,7 @@ async fn wrong_flags_are_usage_errors_that_say_what_to_give() {
 
 #[tokio::test]
 async fn help_documents_every_offline_flag_with_examples() {
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     let out = gen_.run(&["diagnose", "--help"]).await;
     assert_eq!(out.code, Some(0));
     for needle in [
@@ -197,7 +197,7 @@ async fn help_documents_every_offline_flag_with_examples() {
 
 #[tokio::test]
 async fn a_source_without_a_config_names_the_default_or_asks_for_one() {
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     let out = gen_.run(&["diagnose", "wildchat"]).await;
     assert_eq!(out.code, Some(2), "{}", out.stderr);
     assert!(

@@ -6,7 +6,7 @@ use crate::support;
 
 use gen_tests::fake_hub::{FakeHub, FakeRepo};
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
-use support::{Config, Gen, Output};
+use support::{Config, Output, Project};
 
 fn config(url: &str) -> Config {
     Config::new(url)
@@ -18,12 +18,12 @@ fn config(url: &str) -> Config {
 }
 
 /// The sources' files: a missing one is a FAIL line of its own.
-fn write_data(gen_: &Gen) {
+fn write_data(gen_: &Project) {
     gen_.write("data/a.jsonl", "{\"prompt\": \"a\"}\n");
     gen_.write("data/b.jsonl", "{\"prompt\": \"b\"}\n");
 }
 
-async fn doctor(gen_: &Gen, mem_available: &str) -> Output {
+async fn doctor(gen_: &Project, mem_available: &str) -> Output {
     gen_.run_with_env(
         &["doctor", "cfg.toml"],
         &[("GEN_TEST_MEM_AVAILABLE", mem_available)],
@@ -49,7 +49,7 @@ fn line(out: &Output, check: &str) -> String {
 #[tokio::test]
 async fn a_plan_over_a_small_memory_budget_is_refused_with_the_numbers() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.config(&config(&server.url()));
     write_data(&gen_);
 
@@ -106,7 +106,7 @@ async fn a_server_that_does_not_answer_is_a_warning_not_a_failure() {
         .and_then(|l| l.local_addr())
         .expect("free port")
         .port();
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     let url = format!("http://127.0.0.1:{port}");
     gen_.config(&config(&url));
     write_data(&gen_);
@@ -130,7 +130,7 @@ async fn the_context_check_takes_the_largest_budget_of_any_source() {
         ..Knobs::default()
     })
     .await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.config(
         &Config::new(&server.url())
             .generation("max-tokens = 16")
@@ -167,7 +167,7 @@ async fn a_launch_port_in_use_fails_and_hub_sources_say_where_and_how_much_they_
     )]);
     let held = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = held.local_addr().expect("addr").port();
-    let mut gen_ = Gen::new();
+    let mut gen_ = Project::new();
     // Every `gen doctor` here asks the fake hub, never the real one.
     gen_.env("HF_ENDPOINT", &fake_hub.endpoint);
     gen_.config(

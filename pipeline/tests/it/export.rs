@@ -6,7 +6,7 @@
 use crate::support;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
-use support::{Config, Gen};
+use support::{Config, Project};
 
 const COLUMNS: [&str; 11] = [
     "id",
@@ -80,7 +80,7 @@ fn assert_loaded(loaded: &serde_json::Value, format: &str) {
 #[tokio::test]
 async fn an_export_loads_with_the_python_datasets_package_in_both_formats() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write(
         "data/a.jsonl",
         concat!(
@@ -197,7 +197,7 @@ async fn an_export_loads_with_the_python_datasets_package_in_both_formats() {
 
 /// A config with `alpha` (4 prompts, each row with its own `id`, one cut by `max-tokens`) and
 /// `beta`, whose preparation command fails.
-fn alpha_and_a_failing_beta(gen_: &Gen, url: &str) -> String {
+fn alpha_and_a_failing_beta(gen_: &Project, url: &str) -> String {
     gen_.write(
         "data/a.jsonl",
         concat!(
@@ -220,7 +220,7 @@ fn alpha_and_a_failing_beta(gen_: &Gen, url: &str) -> String {
 #[tokio::test]
 async fn a_run_with_a_failed_source_fails_status_export_and_verify_unless_allowed() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     let config = alpha_and_a_failing_beta(&gen_, &server.url());
     let run = gen_.run(&["run", &config]).await;
     assert_eq!(run.code, Some(1), "{}", run.stderr);
@@ -330,9 +330,9 @@ async fn a_run_with_a_failed_source_fails_status_export_and_verify_unless_allowe
 #[tokio::test]
 async fn a_rerun_keeps_the_truncation_count_of_a_source_it_did_not_generate_for() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     let config = alpha_and_a_failing_beta(&gen_, &server.url());
-    let truncated = |gen_: &Gen| -> serde_json::Value {
+    let truncated = |gen_: &Project| -> serde_json::Value {
         let status: serde_json::Value =
             serde_json::from_str(&gen_.read_run("status.json")).expect("status");
         status["sources"][0]["truncated"].clone()
@@ -356,7 +356,7 @@ async fn a_rerun_keeps_the_truncation_count_of_a_source_it_did_not_generate_for(
 /// A finished run for the schema tests: `alpha` (single turns: one with a system prompt, one
 /// cut by `max-tokens`, one the server refuses) and `chat` (a conversation regenerated turn by
 /// turn, and a single turn).
-async fn two_kinds_of_conversation(gen_: &Gen, url: &str) -> String {
+async fn two_kinds_of_conversation(gen_: &Project, url: &str) -> String {
     gen_.write(
         "data/a.jsonl",
         concat!(
@@ -388,7 +388,7 @@ async fn two_kinds_of_conversation(gen_: &Gen, url: &str) -> String {
 /// Exports the run in `schema` and `format` (plus `extra` flags) to `out/NAME` and returns
 /// the command's output.
 async fn export_as(
-    gen_: &Gen,
+    gen_: &Project,
     name: &str,
     schema: &str,
     format: &str,
@@ -411,7 +411,7 @@ async fn export_as(
     out
 }
 
-fn jsonl_rows(gen_: &Gen, name: &str) -> Vec<serde_json::Value> {
+fn jsonl_rows(gen_: &Project, name: &str) -> Vec<serde_json::Value> {
     gen_.read(&format!("out/{name}/data/train.jsonl"))
         .lines()
         .map(|l| serde_json::from_str(l).expect("json row"))
@@ -440,7 +440,7 @@ fn turns(row: &serde_json::Value, column: &str) -> Vec<serde_json::Value> {
 #[tokio::test]
 async fn every_schema_keeps_every_turn_under_its_trainers_rules() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     two_kinds_of_conversation(&gen_, &server.url()).await;
 
     export_as(&gen_, "messages", "messages", "jsonl", &["--keep-cut"]).await;
@@ -635,7 +635,7 @@ async fn every_schema_keeps_every_turn_under_its_trainers_rules() {
 #[tokio::test]
 async fn the_provenance_file_and_card_agree_with_gen_status() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     let config = two_kinds_of_conversation(&gen_, &server.url()).await;
     export_as(&gen_, "p", "specforge", "parquet", &[]).await;
     let status = gen_.run(&["status", &config, "--json"]).await;
@@ -778,120 +778,6 @@ for path in paths:
 print(json.dumps(out))
 "#;
 
-/// Every row of each schema loads in the trainers' own readers, with every assistant turn:
-/// SpecForge and speculators on the `specforge` export (whole conversations and `--per-turn`),
-/// and the Python `datasets` package on every schema's Parquet folder (how NeMo Automodel's
-/// `ChatDataset` and the Hub read a folder: every Parquet file in it). Needs
-/// `scripts/install-trainers.sh` (skips with the reason unless `GEN_REQUIRE_TRAINERS=1`) and
-/// starts the real vLLM that speculators renders with.
-#[tokio::test]
-async fn each_schema_loads_in_its_trainers_own_reader_without_losing_a_row() {
-    let Some((python, model)) = gen_tests::python::with_trainers() else {
-        return;
-    };
-    let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
-    two_kinds_of_conversation(&gen_, &server.url()).await;
-    export_as(&gen_, "specforge", "specforge", "jsonl", &[]).await;
-    export_as(&gen_, "per-turn", "specforge", "jsonl", &["--per-turn"]).await;
-    let answers = |name: &str| -> usize {
-        jsonl_rows(&gen_, name)
-            .iter()
-            .map(|r| {
-                turns(r, "conversations")
-                    .iter()
-                    .filter(|m| m["role"] == "assistant")
-                    .count()
-            })
-            .sum()
-    };
-    let names = ["specforge", "per-turn"];
-    let paths: Vec<std::path::PathBuf> = names
-        .iter()
-        .map(|name| gen_.path(&format!("out/{name}/data/train.jsonl")))
-        .collect();
-    let logs = tempfile::tempdir().expect("tempdir");
-    let vllm = gen_tests::vllm::VllmServer::start(logs.path(), &["--enable-scale-out"])
-        .await
-        .expect("start vLLM for speculators' renders");
-    let render = vllm.url();
-    let mut args = vec![std::ffi::OsStr::new(&model), std::ffi::OsStr::new(&render)];
-    args.extend(paths.iter().map(|p| p.as_os_str()));
-    let loaded = gen_tests::python::run_json(
-        &python,
-        TRAINERS,
-        &args,
-        &[],
-        "SpecForge and speculators loading the `specforge` exports",
-    );
-    for (name, loaded) in names
-        .iter()
-        .zip(loaded.as_array().expect("one result per file"))
-    {
-        let rows = jsonl_rows(&gen_, name).len();
-        let specforge = &loaded["specforge"];
-        assert_eq!(specforge["rows"], rows, "SpecForge, {name}: {specforge}");
-        assert_eq!(
-            specforge["trained_answers"],
-            answers(name),
-            "SpecForge, {name}: every assistant turn trained: {specforge}"
-        );
-        assert_eq!(
-            specforge["problems"],
-            serde_json::json!([]),
-            "{name}: {specforge}"
-        );
-        let speculators = &loaded["speculators"];
-        assert_eq!(
-            speculators["rows_in"], rows,
-            "speculators, {name}: {speculators}"
-        );
-        assert_eq!(
-            speculators["rows"],
-            answers(name),
-            "speculators, {name}: one row per assistant turn: {speculators}"
-        );
-        assert_eq!(
-            speculators["problems"],
-            serde_json::json!([]),
-            "{name}: {speculators}"
-        );
-    }
-
-    // Each schema as JSONL and as a Parquet folder, loaded in one Python.
-    let mut args = Vec::new();
-    for schema in ["messages", "specforge", "sharegpt", "modelopt"] {
-        for format in ["jsonl", "parquet"] {
-            let name = format!("{schema}-{format}");
-            // Every row, the answer cut by `max-tokens` too: none may be lost on loading.
-            export_as(&gen_, &name, schema, format, &["--keep-cut"]).await;
-            let (format, path) = match format {
-                "jsonl" => ("json", format!("out/{name}/data/train.jsonl")),
-                _ => ("parquet", format!("out/{name}/data")),
-            };
-            args.push(std::ffi::OsString::from(format));
-            args.push(gen_.path(&path).into_os_string());
-        }
-    }
-    let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsString::as_os_str).collect();
-    let loaded = gen_tests::python::run_json(
-        &python,
-        LOAD_TURNS,
-        &args,
-        &[],
-        "loading every schema with datasets",
-    );
-    let loaded = loaded.as_array().expect("one result per export");
-    for pair in loaded.chunks(2) {
-        let (jsonl, parquet) = (&pair[0], &pair[1]);
-        assert_eq!(jsonl["rows"], 5, "{jsonl}");
-        assert_eq!(
-            parquet, jsonl,
-            "Parquet and JSONL load the same rows and turns"
-        );
-    }
-}
-
 /// Loads each `FORMAT PATH` pair of its arguments (a file, or a folder: every file in it)
 /// with `datasets` and reports, per pair, the rows, columns and each row's turns by id.
 const LOAD_TURNS: &str = r#"
@@ -907,3 +793,123 @@ for fmt, path in zip(sys.argv[1::2], sys.argv[2::2]):
                 "turns": {r[ids]: r[turns] for r in ds}})
 print(json.dumps(out, sort_keys=True))
 "#;
+
+/// With the real vLLM that speculators renders with: slow, so `.config/nextest.toml` leaves
+/// `vllm` modules out of the default profile.
+mod vllm {
+    use super::*;
+
+    /// Every row of each schema loads in the trainers' own readers, with every assistant turn:
+    /// SpecForge and speculators on the `specforge` export (whole conversations and `--per-turn`),
+    /// and the Python `datasets` package on every schema's Parquet folder (how NeMo Automodel's
+    /// `ChatDataset` and the Hub read a folder: every Parquet file in it). Needs
+    /// `scripts/install-trainers.sh` (skips with the reason unless `GEN_REQUIRE_TRAINERS=1`) and
+    /// starts the real vLLM that speculators renders with.
+    #[tokio::test]
+    async fn each_schema_loads_in_its_trainers_own_reader_without_losing_a_row() {
+        let Some((python, model)) = gen_tests::python::with_trainers() else {
+            return;
+        };
+        let server = FakeOpenAi::start(Knobs::default()).await;
+        let gen_ = Project::new();
+        two_kinds_of_conversation(&gen_, &server.url()).await;
+        export_as(&gen_, "specforge", "specforge", "jsonl", &[]).await;
+        export_as(&gen_, "per-turn", "specforge", "jsonl", &["--per-turn"]).await;
+        let answers = |name: &str| -> usize {
+            jsonl_rows(&gen_, name)
+                .iter()
+                .map(|r| {
+                    turns(r, "conversations")
+                        .iter()
+                        .filter(|m| m["role"] == "assistant")
+                        .count()
+                })
+                .sum()
+        };
+        let names = ["specforge", "per-turn"];
+        let paths: Vec<std::path::PathBuf> = names
+            .iter()
+            .map(|name| gen_.path(&format!("out/{name}/data/train.jsonl")))
+            .collect();
+        let logs = tempfile::tempdir().expect("tempdir");
+        let vllm = gen_tests::vllm::VllmServer::start(logs.path(), &["--enable-scale-out"])
+            .await
+            .expect("start vLLM for speculators' renders");
+        let render = vllm.url();
+        let mut args = vec![std::ffi::OsStr::new(&model), std::ffi::OsStr::new(&render)];
+        args.extend(paths.iter().map(|p| p.as_os_str()));
+        let loaded = gen_tests::python::run_json(
+            &python,
+            TRAINERS,
+            &args,
+            &[],
+            "SpecForge and speculators loading the `specforge` exports",
+        );
+        for (name, loaded) in names
+            .iter()
+            .zip(loaded.as_array().expect("one result per file"))
+        {
+            let rows = jsonl_rows(&gen_, name).len();
+            let specforge = &loaded["specforge"];
+            assert_eq!(specforge["rows"], rows, "SpecForge, {name}: {specforge}");
+            assert_eq!(
+                specforge["trained_answers"],
+                answers(name),
+                "SpecForge, {name}: every assistant turn trained: {specforge}"
+            );
+            assert_eq!(
+                specforge["problems"],
+                serde_json::json!([]),
+                "{name}: {specforge}"
+            );
+            let speculators = &loaded["speculators"];
+            assert_eq!(
+                speculators["rows_in"], rows,
+                "speculators, {name}: {speculators}"
+            );
+            assert_eq!(
+                speculators["rows"],
+                answers(name),
+                "speculators, {name}: one row per assistant turn: {speculators}"
+            );
+            assert_eq!(
+                speculators["problems"],
+                serde_json::json!([]),
+                "{name}: {speculators}"
+            );
+        }
+
+        // Each schema as JSONL and as a Parquet folder, loaded in one Python.
+        let mut args = Vec::new();
+        for schema in ["messages", "specforge", "sharegpt", "modelopt"] {
+            for format in ["jsonl", "parquet"] {
+                let name = format!("{schema}-{format}");
+                // Every row, the answer cut by `max-tokens` too: none may be lost on loading.
+                export_as(&gen_, &name, schema, format, &["--keep-cut"]).await;
+                let (format, path) = match format {
+                    "jsonl" => ("json", format!("out/{name}/data/train.jsonl")),
+                    _ => ("parquet", format!("out/{name}/data")),
+                };
+                args.push(std::ffi::OsString::from(format));
+                args.push(gen_.path(&path).into_os_string());
+            }
+        }
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsString::as_os_str).collect();
+        let loaded = gen_tests::python::run_json(
+            &python,
+            LOAD_TURNS,
+            &args,
+            &[],
+            "loading every schema with datasets",
+        );
+        let loaded = loaded.as_array().expect("one result per export");
+        for pair in loaded.chunks(2) {
+            let (jsonl, parquet) = (&pair[0], &pair[1]);
+            assert_eq!(jsonl["rows"], 5, "{jsonl}");
+            assert_eq!(
+                parquet, jsonl,
+                "Parquet and JSONL load the same rows and turns"
+            );
+        }
+    }
+}

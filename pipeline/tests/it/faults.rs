@@ -12,7 +12,8 @@
 //! - two runs on one run directory (the run lock); SIGTERM mid-generation;
 //! - secrets never reach the run directory or any output; private file modes;
 //! - disk full while writing output: a 1 MiB tmpfs as the run directory ([`disk`]);
-//! - the real llama-server stopped with `SIGSTOP` mid-run, then continued ([`llama`]);
+//! - the real llama-server stopped with `SIGSTOP` mid-run, then continued, and launched on a
+//!   port another process holds ([`llama`]);
 //! - `--shard auto` tasks: duplicates refused, a task frozen past its lease fenced ([`shards`]).
 //!
 //! Every `gen` is spawned from the built binary against the fake OpenAI server on

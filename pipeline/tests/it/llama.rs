@@ -8,7 +8,7 @@ use crate::support;
 use gen_tests::llama::{self, LlamaServer};
 use std::time::Duration;
 
-use support::{Config, Gen, copy_examples, llama_project, llama_skip_reason};
+use support::{Config, Project, copy_examples, llama_project, llama_skip_reason};
 
 #[tokio::test]
 async fn quickstart_completes_every_prompt_and_reruns_as_a_no_op() {
@@ -16,7 +16,7 @@ async fn quickstart_completes_every_prompt_and_reruns_as_a_no_op() {
         eprintln!("skipped: {reason}");
         return;
     }
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     copy_examples(&gen_);
     let first = gen_.run(&["run", "examples/quickstart.toml"]).await;
     assert_eq!(first.code, Some(0), "stderr:\n{}", first.stderr);
@@ -235,7 +235,7 @@ async fn a_launched_server_that_dies_mid_run_is_restarted_and_the_run_completes(
         return;
     }
     let (bin, model) = llama::installed().expect("installed");
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     support::llama_fruit_project(&gen_, &bin, &model, 10, "max-tokens = 16\nconcurrency = 2");
     let mut run = gen_.start(&["run", "cfg.toml"]);
     let gen_pid = run.pid();
@@ -353,7 +353,7 @@ async fn the_readmes_first_project_runs_as_written() {
         let end = section[start..].find("```").expect("closed block");
         section[start..start + end].to_owned()
     };
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write("prompts.jsonl", block("jsonl"));
     gen_.write("first.toml", block("toml"));
     gen_.use_config("first.toml");

@@ -12,7 +12,7 @@
 use crate::support;
 
 use gen_tests::llama::LlamaServer;
-use support::{Config, Gen, llama_project};
+use support::{Config, Project, llama_project};
 
 /// The custom worker as first written: it fails on its second row, a Python traceback.
 const BROKEN_WORKER: &str = r#"import json, os
@@ -40,12 +40,12 @@ with open(os.environ["GEN_OUTPUT"], "w") as out:
 open(os.environ["GEN_DONE"], "w").close()
 "#;
 
-fn completions_file(gen_: &Gen, name: &str) -> std::path::PathBuf {
+fn completions_file(gen_: &Project, name: &str) -> std::path::PathBuf {
     gen_.source_path(name, "completions.jsonl.zst")
 }
 
 /// The output tokens recorded in a source's completions file.
-fn completion_tokens(gen_: &Gen, name: &str) -> u64 {
+fn completion_tokens(gen_: &Project, name: &str) -> u64 {
     gen_.completions_of(name)
         .iter()
         .map(|r| r["usage"]["completion_tokens"].as_u64().expect("usage"))

@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
-use support::{Config, GEN_BIN, Gen, Output};
+use support::{Config, GEN_BIN, Output, Project};
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 
 const SSHD: &str = "/usr/sbin/sshd";
@@ -151,7 +151,7 @@ async fn start_sshd() -> Option<Sshd> {
 }
 
 /// Runs `gen ARGS` in the project directory with only `env`'s remote settings.
-async fn gen_with_env(gen_: &Gen, args: &[&str], env: &[(&str, &str)]) -> Output {
+async fn gen_with_env(gen_: &Project, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut command = gen_
         .command(args)
         .env_remove("GEN_SSH_OPTS")
@@ -185,7 +185,7 @@ async fn remote_status_over_a_real_sshd_matches_local_status_and_failures_are_na
         return;
     };
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write(
         "data/a.jsonl",
         "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n",
@@ -352,7 +352,7 @@ async fn status_over_several_remote_hosts_is_one_fleet_view() {
         return;
     };
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write(
         "data/a.jsonl",
         "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n{\"prompt\": \"three\"}\n",

@@ -7,7 +7,7 @@ use crate::support;
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 use std::time::Duration;
 
-use support::{Config, Gen, Running, completions, wait_for};
+use support::{Config, Project, Running, completions, wait_for};
 
 const ROWS: &str = r#"{"prompt": "one"}
 {"prompt": "two"}
@@ -20,7 +20,7 @@ not json
 #[tokio::test]
 async fn completes_every_prompt_once_and_a_second_run_sends_nothing() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write("data/a.jsonl", ROWS);
     gen_.write(
         "data/b.jsonl",
@@ -119,7 +119,7 @@ async fn server_errors_are_retried_and_a_loading_server_is_waited_for() {
             ..Knobs::default()
         };
         let server = FakeOpenAi::start(knobs).await;
-        let gen_ = Gen::new();
+        let gen_ = Project::new();
         gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
         let config = gen_.config(&Config::new(&server.url()).source("alpha", "data/a.jsonl"));
         let out = gen_.run(&["run", &config]).await;
@@ -135,7 +135,7 @@ async fn server_errors_are_retried_and_a_loading_server_is_waited_for() {
 #[tokio::test]
 async fn rejected_prompts_fail_their_source_only_and_a_broken_source_does_not_stop_others() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write(
         "data/a.jsonl",
         "{\"prompt\": \"fine\"}\n{\"prompt\": \"REJECT me\"}\n",
@@ -191,7 +191,7 @@ async fn a_server_that_starts_listening_late_is_waited_for_and_sources_are_prepa
         .expect("bind")
         .local_addr()
         .expect("addr");
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write(
         "data/a.jsonl",
         "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n",
@@ -270,7 +270,7 @@ async fn unreachable_server_is_named_and_no_source_is_marked_failed() {
         .local_addr()
         .expect("addr")
         .port();
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
     let url = format!("http://127.0.0.1:{port}");
     let config = gen_.config(
@@ -305,7 +305,7 @@ async fn unreachable_server_is_named_and_no_source_is_marked_failed() {
 
 #[tokio::test]
 async fn a_launched_server_that_dies_is_reported_with_its_log() {
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
     gen_.config(
         &Config::with_server(
@@ -332,7 +332,7 @@ launch = ["/bin/sh", "-c", "echo 'llama_model_load: error loading model: failed 
 
 #[tokio::test]
 async fn config_errors_name_file_line_and_column_and_exit_2() {
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write(
         "bad.toml",
         "[server]\nurl = \"http://127.0.0.1:1\"\ncolour = 1\n\n[generation]\nmax-tokens = 0\n\n[[source]]\nname = \"a b\"\npath = \"x\"\n",
@@ -363,7 +363,7 @@ async fn config_errors_name_file_line_and_column_and_exit_2() {
 #[tokio::test]
 async fn only_failed_restarts_just_the_failed_source() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write(
         "data/a.jsonl",
         "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n",
@@ -418,7 +418,7 @@ async fn only_failed_restarts_just_the_failed_source() {
 #[tokio::test]
 async fn multi_turn_prompts_are_answered_turn_by_turn_on_the_models_own_answers() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write(
         "data/a.jsonl",
         "{\"messages\": [{\"role\": \"user\", \"content\": \"q1\"}, {\"role\": \"assistant\", \"content\": \"dataset answer\"}, {\"role\": \"user\", \"content\": \"q2\"}]}\n",
@@ -450,7 +450,7 @@ async fn multi_turn_prompts_are_answered_turn_by_turn_on_the_models_own_answers(
 #[tokio::test]
 async fn truncated_answers_follow_the_sources_length_policy() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write(
         "data/a.jsonl",
         "{\"prompt\": \"LONG one\"}\n{\"prompt\": \"short\"}\n",
@@ -511,14 +511,14 @@ async fn run_at_a_600_token_context(
     name: &str,
     lines: &str,
     rows: &str,
-) -> (FakeOpenAi, Gen, support::Output) {
+) -> (FakeOpenAi, Project, support::Output) {
     let server = FakeOpenAi::start(Knobs {
         context_length: Some(600),
         shorten_to_context: true,
         ..Knobs::default()
     })
     .await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write(
         "data/a.jsonl",
         rows.replace("{}", &vec!["w"; 570].join(" ")),
@@ -629,7 +629,7 @@ async fn a_later_turn_cut_by_the_context_is_marked_on_that_turn() {
 #[tokio::test]
 async fn resuming_under_changed_generation_settings_is_refused_unless_allowed() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
     let settings = Config::new(&server.url()).source("alpha", "data/a.jsonl");
     let config = gen_.config(&settings);
@@ -662,7 +662,7 @@ async fn resuming_under_changed_generation_settings_is_refused_unless_allowed() 
 #[tokio::test]
 async fn shards_split_the_prompts_and_merge_puts_them_back_together() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     let rows: String = (0..40)
         .map(|i| format!("{{\"prompt\": \"p{i}\"}}\n"))
         .collect();
@@ -746,7 +746,7 @@ async fn shards_split_the_prompts_and_merge_puts_them_back_together() {
 #[tokio::test]
 async fn a_plan_that_cannot_fit_the_machine_is_refused_before_anything_starts() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
     let config = gen_.config(&Config::new(&server.url()).source_with(
         "alpha",
@@ -781,7 +781,7 @@ async fn a_plan_that_cannot_fit_the_machine_is_refused_before_anything_starts() 
 }
 
 /// `gen run CONFIG` in the background, once it has sent its first request.
-async fn run_until_it_sends(gen_: &Gen, config: &str, server: &FakeOpenAi) -> Running {
+async fn run_until_it_sends(gen_: &Project, config: &str, server: &FakeOpenAi) -> Running {
     let mut child = gen_.start(&["run", config]);
     child
         .until("a first request", Duration::from_secs(30), || {
@@ -798,7 +798,7 @@ async fn after_gen_run_is_killed_status_says_it_is_not_running() {
         ..Knobs::default()
     })
     .await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     let rows: String = (0..50)
         .map(|i| format!("{{\"prompt\": \"p{i}\"}}\n"))
         .collect();
@@ -835,7 +835,7 @@ async fn status_watch_follows_a_running_run_and_exits_with_its_code_when_it_ends
         ..Knobs::default()
     })
     .await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     let rows: String = (0..20)
         .map(|i| format!("{{\"prompt\": \"p{i}\"}}\n"))
         .collect();
@@ -874,7 +874,7 @@ async fn thinking_without_a_reasoning_parser_is_refused_before_generating() {
             ..Knobs::default()
         })
         .await;
-        let gen_ = Gen::new();
+        let gen_ = Project::new();
         gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
         let config = gen_.config(
             &Config::new(&server.url())
@@ -900,7 +900,7 @@ async fn thinking_without_a_reasoning_parser_is_refused_before_generating() {
 
 #[tokio::test]
 async fn the_real_datasets_toml_checks() {
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     let config = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../datasets.toml");
     let out = gen_.run(&["check", &config.to_string_lossy()]).await;
     assert_eq!(out.code, Some(0), "{}{}", out.stdout, out.stderr);
@@ -914,7 +914,7 @@ async fn the_real_datasets_toml_checks() {
 #[tokio::test]
 async fn a_rerun_says_it_resumes_and_the_plain_progress_line_says_where_the_run_stands() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write(
         "data/a.jsonl",
         "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n",
@@ -961,7 +961,7 @@ async fn a_rerun_says_it_resumes_and_the_plain_progress_line_says_where_the_run_
 
 #[tokio::test]
 async fn prepare_needs_no_server_and_run_then_generates_from_its_prompts() {
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write("data/a.jsonl", ROWS);
     // Nothing listens on port 9 (discard): preparing must not need the server.
     let config = gen_.config(&Config::new("http://127.0.0.1:9").source("alpha", "data/a.jsonl"));

@@ -5,14 +5,14 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use crate::support::{Gen, copy_examples};
+use crate::support::{Project, copy_examples};
 
 /// Issue 29 item 3, without a cluster: the batch script run as Slurm runs it (its output into
 /// `%A_%a.out`) with a `gen` binary that does not exist. Before, `gen status` showed the shard
 /// `not started` forever, with no pointer to the log saying why.
 #[tokio::test]
 async fn a_task_whose_gen_never_started_is_shown_failed_with_its_log() {
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     copy_examples(&gen_);
     let root: PathBuf = gen_.run_path("");
     let written = gen_
@@ -64,7 +64,7 @@ async fn a_task_whose_gen_never_started_is_shown_failed_with_its_log() {
 /// `gen k8s` loaded it here and exited 2. The run root then lies next to it, on the volume.
 #[tokio::test]
 async fn gen_k8s_takes_the_config_as_the_pods_see_it() {
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     let out = gen_
         .run(&[
             "k8s",
@@ -145,7 +145,7 @@ async fn the_k8s_manifest_validates_against_every_supported_version() {
         eprintln!("skipped: {reason}");
         return;
     }
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     let out = gen_
         .run(&[
             "k8s",

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 use serde_json::Value;
-use support::{Config, Gen, wait_for};
+use support::{Config, Project, wait_for};
 
 /// Waits (polling, bounded) until `server` has received `n` chat requests.
 async fn received(server: &FakeOpenAi, n: usize) {
@@ -28,7 +28,7 @@ fn prompts(n: usize) -> String {
         .collect()
 }
 
-fn contents(gen_: &Gen, source: &str) -> Vec<String> {
+fn contents(gen_: &Project, source: &str) -> Vec<String> {
     let mut contents: Vec<String> = gen_
         .completions_of(source)
         .iter()
@@ -44,7 +44,7 @@ fn expected(n: usize) -> Vec<String> {
     all
 }
 
-fn status(gen_: &Gen) -> Value {
+fn status(gen_: &Project) -> Value {
     serde_json::from_str(&gen_.read_run("status.json")).expect("status.json")
 }
 
@@ -56,7 +56,7 @@ async fn two_servers_share_one_queue_and_every_prompt_is_answered_once() {
     };
     let a = FakeOpenAi::start(slow()).await;
     let b = FakeOpenAi::start(slow()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write("data/a.jsonl", prompts(24));
     gen_.config(
         &Config::with_server(&format!("urls = [\"{}\", \"{}\"]", a.url(), b.url()))
@@ -95,7 +95,7 @@ async fn a_server_down_from_the_start_gets_nothing_and_the_others_do_the_work() 
         let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
         format!("http://{}", listener.local_addr().expect("addr"))
     };
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write("data/a.jsonl", prompts(6));
     gen_.config(
         &Config::with_server(&format!("urls = [\"{dead}\", \"{}\"]", a.url()))
@@ -138,7 +138,7 @@ async fn a_server_that_stalls_and_dies_hands_its_requests_to_the_other() {
         ..Knobs::default()
     })
     .await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write("data/a.jsonl", prompts(10));
     gen_.config(
         &Config::with_server(&format!(
@@ -182,7 +182,7 @@ async fn with_every_server_down_gen_gives_up_after_max_outage_secs_and_a_rerun_r
     };
     let server = FakeOpenAi::start(knobs()).await;
     let addr = server.addr;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write("data/a.jsonl", prompts(8));
     gen_.config(
         &Config::new(&server.url())
@@ -222,7 +222,7 @@ async fn with_every_server_down_gen_gives_up_after_max_outage_secs_and_a_rerun_r
 #[tokio::test]
 async fn longest_first_sends_the_longest_prompts_first() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     let lengths = [3, 40, 12, 25, 7];
     let rows: String = lengths
         .iter()
@@ -248,7 +248,7 @@ async fn longest_first_sends_the_longest_prompts_first() {
 #[tokio::test]
 async fn a_prompt_in_two_sources_is_answered_once_by_the_earlier_source() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write(
         "data/a.jsonl",
         "{\"prompt\": \"shared\"}\n{\"prompt\": \"only a\"}\n",
@@ -328,7 +328,7 @@ async fn a_prompt_in_two_sources_is_answered_once_by_the_earlier_source() {
 #[tokio::test]
 async fn an_earlier_source_prepared_late_does_not_answer_again_what_a_later_source_answered() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     // alpha's file is empty in the first run: its preparation fails (no prompt) and beta
     // generates.
     gen_.write("data/a.jsonl", "");

@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 
 use gen_tests::fake_hub::{FakeHub, FakeRepo};
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
-use support::{Config, Gen, completions, copy_examples, llama_skip_reason, read_json, wait_for};
+use support::{
+    Config, Project, completions, copy_examples, llama_skip_reason, read_json, wait_for,
+};
 
 /// The longest a wait on the array may take: on 2 CPUs shared with the rest of the suite the
 /// two tests' llama-servers run at a few tokens per second (one wait took over 600 s at a load
@@ -53,8 +55,8 @@ fn slurm_skip_reason() -> Option<String> {
 /// The quickstart (each task's llama-server from [`SERVER_LAUNCH`]) with answers of up to
 /// `max_tokens`: 256 keeps a shard generating long enough to be cancelled and duplicated (the
 /// duplicate starts only once the cancelled task has left, ~20 s later).
-fn project(max_tokens: u32) -> Gen {
-    let gen_ = Gen::new();
+fn project(max_tokens: u32) -> Project {
+    let gen_ = Project::new();
     copy_examples(&gen_);
     let config = gen_
         .read("examples/quickstart.toml")
@@ -569,7 +571,7 @@ async fn a_sharded_job_prepares_once_and_every_shard_reads_the_shared_preparatio
         vec![("data/train.jsonl", hub_rows(90))],
     )]);
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let mut gen_ = Gen::new();
+    let mut gen_ = Project::new();
     gen_.write(
         "local.jsonl",
         "{\"prompt\": \"a local one\"}\n{\"prompt\": \"another\"}\n",
@@ -692,7 +694,7 @@ async fn a_failed_preparation_stops_the_array_and_says_why() {
     }
     let empty = FakeHub::start(Vec::new());
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write("local.jsonl", "{\"prompt\": \"a local one\"}\n");
     gen_.config(
         &Config::new(&server.url())

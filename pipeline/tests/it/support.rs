@@ -6,8 +6,6 @@
 //! the `gen verify` audit, completions files read back, the real llama-server fixture's skip
 //! rules, and a seeded PRNG.
 
-#![allow(dead_code, unreachable_pub)]
-
 use std::cell::RefCell;
 use std::path::{Component, Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -16,13 +14,13 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 /// The `gen` binary under test.
-pub const GEN_BIN: &str = env!("CARGO_BIN_EXE_gen");
+pub(crate) const GEN_BIN: &str = env!("CARGO_BIN_EXE_gen");
 
 /// What `gen` printed and how it exited (`code` is `None` when a signal ended it).
-pub struct Output {
-    pub code: Option<i32>,
-    pub stdout: String,
-    pub stderr: String,
+pub(crate) struct Output {
+    pub(crate) code: Option<i32>,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 impl Output {
@@ -40,7 +38,7 @@ impl Output {
 /// [`Project::run_dir`] names. A config that must be broken on purpose (a typo, a bad value at
 /// a given line) is written as raw text with [`Project::write`] instead.
 #[derive(Clone)]
-pub struct Config {
+pub(crate) struct Config {
     file: String,
     run: String,
     server: String,
@@ -50,12 +48,12 @@ pub struct Config {
 
 impl Config {
     /// `cfg.toml` against the server at `url`: answers of up to 16 tokens, 3 at a time.
-    pub fn new(url: &str) -> Config {
+    pub(crate) fn new(url: &str) -> Config {
         Config::with_server(&format!("url = \"{url}\""))
     }
 
     /// `cfg.toml` whose `[server]` table's body is `server` (several `urls`, a `launch`...).
-    pub fn with_server(server: &str) -> Config {
+    pub(crate) fn with_server(server: &str) -> Config {
         Config {
             file: "cfg.toml".to_owned(),
             run: String::new(),
@@ -67,7 +65,7 @@ impl Config {
 
     /// A config launching the real llama-server `bin` with `model` on `port` (a number, or
     /// `{port}` for a free one); `args` are llama-server's further arguments.
-    pub fn launching(bin: &Path, model: &Path, port: &str, args: &[&str]) -> Config {
+    pub(crate) fn launching(bin: &Path, model: &Path, port: &str, args: &[&str]) -> Config {
         let mut launch = vec![
             bin.display().to_string(),
             "-m".to_owned(),
@@ -82,7 +80,7 @@ impl Config {
     }
 
     /// A config launching `command` (its `--port` argument `port`: a number, or `{port}`).
-    pub fn launching_command(command: &[String], port: &str) -> Config {
+    pub(crate) fn launching_command(command: &[String], port: &str) -> Config {
         // A JSON string is a valid TOML basic string.
         let launch: Vec<String> = command
             .iter()
@@ -95,42 +93,42 @@ impl Config {
     }
 
     /// The file name, relative to the project (`cfg.toml` unless set).
-    pub fn named(mut self, file: &str) -> Config {
+    pub(crate) fn named(mut self, file: &str) -> Config {
         file.clone_into(&mut self.file);
         self
     }
 
     /// Lines added to the `[run]` table.
-    pub fn run(mut self, lines: &str) -> Config {
+    pub(crate) fn run(mut self, lines: &str) -> Config {
         push_lines(&mut self.run, lines);
         self
     }
 
     /// Lines added to the `[server]` table.
-    pub fn server(mut self, lines: &str) -> Config {
+    pub(crate) fn server(mut self, lines: &str) -> Config {
         push_lines(&mut self.server, lines);
         self
     }
 
     /// The `[generation]` table's whole body (`max-tokens = 16`, `concurrency = 3` unless set).
-    pub fn generation(mut self, body: &str) -> Config {
+    pub(crate) fn generation(mut self, body: &str) -> Config {
         body.clone_into(&mut self.generation);
         self
     }
 
     /// A `[[source]]` reading `path`.
-    pub fn source(self, name: &str, path: &str) -> Config {
+    pub(crate) fn source(self, name: &str, path: &str) -> Config {
         self.source_with(name, path, "")
     }
 
     /// A `[[source]]` reading `path`, with `lines` added to its table.
-    pub fn source_with(self, name: &str, path: &str, lines: &str) -> Config {
+    pub(crate) fn source_with(self, name: &str, path: &str, lines: &str) -> Config {
         self.source_table(name, &format!("path = \"{path}\"\n{lines}"))
     }
 
     /// A `[[source]]` whose rows a Python `script` prints (`command = ["python3", "-c", …]`),
     /// with `lines` added to its table.
-    pub fn python_source(self, name: &str, script: &str, lines: &str) -> Config {
+    pub(crate) fn python_source(self, name: &str, script: &str, lines: &str) -> Config {
         // A JSON string is a valid TOML basic string.
         let script = serde_json::to_string(script).expect("string");
         self.source_table(
@@ -140,14 +138,14 @@ impl Config {
     }
 
     /// A `[[source]]` named `name` whose other keys are `body`.
-    pub fn source_table(mut self, name: &str, body: &str) -> Config {
+    pub(crate) fn source_table(mut self, name: &str, body: &str) -> Config {
         self.sources
             .push_str(&format!("\n[[source]]\nname = \"{name}\"\n{body}\n"));
         self
     }
 
     /// The file's text.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let mut text = String::new();
         if !self.run.is_empty() {
             text.push_str(&format!("[run]\n{}\n\n", self.run));
@@ -200,17 +198,14 @@ fn run_dir_of(file: &str, text: &str) -> String {
 
 /// A temporary project directory in which `gen` runs, with the environment every `gen` it
 /// starts gets, and the config whose run directory the tests read.
-pub struct Project {
+pub(crate) struct Project {
     dir: tempfile::TempDir,
     envs: Vec<(String, String)>,
     config: RefCell<Option<String>>,
 }
 
-/// The name the end-to-end modules use for a [`Project`].
-pub type Gen = Project;
-
 impl Project {
-    pub fn new() -> Project {
+    pub(crate) fn new() -> Project {
         Project {
             dir: tempfile::tempdir().expect("tempdir"),
             envs: Vec::new(),
@@ -220,7 +215,7 @@ impl Project {
 
     /// A copy of the project directory (times and modes kept, so a prepared source still
     /// matches its inputs), with the same config and environment.
-    pub fn copy(&self) -> Project {
+    pub(crate) fn copy(&self) -> Project {
         let mut copy = Project::new();
         let status = std::process::Command::new("cp")
             .arg("-a")
@@ -235,27 +230,27 @@ impl Project {
     }
 
     /// Sets an environment variable for every `gen` this project starts.
-    pub fn env(&mut self, name: &str, value: &str) {
+    pub(crate) fn env(&mut self, name: &str, value: &str) {
         self.envs.push((name.to_owned(), value.to_owned()));
     }
 
-    pub fn path(&self, relative: &str) -> PathBuf {
+    pub(crate) fn path(&self, relative: &str) -> PathBuf {
         self.dir.path().join(relative)
     }
 
-    pub fn write(&self, relative: &str, bytes: impl AsRef<[u8]>) {
+    pub(crate) fn write(&self, relative: &str, bytes: impl AsRef<[u8]>) {
         let path = self.path(relative);
         std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
         std::fs::write(path, bytes).expect("write");
     }
 
-    pub fn read(&self, relative: &str) -> String {
+    pub(crate) fn read(&self, relative: &str) -> String {
         std::fs::read_to_string(self.path(relative))
             .unwrap_or_else(|e| panic!("read {relative}: {e}"))
     }
 
     /// Writes `config` and makes it the project's config; returns its file name.
-    pub fn config(&self, config: &Config) -> String {
+    pub(crate) fn config(&self, config: &Config) -> String {
         self.write(&config.file, config.text());
         self.use_config(&config.file);
         config.file.clone()
@@ -263,13 +258,13 @@ impl Project {
 
     /// Makes `file`, written as raw text (a copied example, a config broken on purpose), the
     /// project's config.
-    pub fn use_config(&self, file: &str) {
+    pub(crate) fn use_config(&self, file: &str) {
         *self.config.borrow_mut() = Some(file.to_owned());
     }
 
     /// The run directory of the project's config, relative to the project (`runs/cfg` for
     /// `cfg.toml`), as `gen` derives it from the file's name and `[run] dir`.
-    pub fn run_dir(&self) -> String {
+    pub(crate) fn run_dir(&self) -> String {
         let file = self
             .config
             .borrow()
@@ -280,7 +275,7 @@ impl Project {
     }
 
     /// `relative` inside the run directory (`""`: the run directory itself).
-    pub fn run_path(&self, relative: &str) -> PathBuf {
+    pub(crate) fn run_path(&self, relative: &str) -> PathBuf {
         let root = self.path(&self.run_dir());
         if relative.is_empty() {
             root
@@ -290,22 +285,22 @@ impl Project {
     }
 
     /// The text of `relative` inside the run directory.
-    pub fn read_run(&self, relative: &str) -> String {
+    pub(crate) fn read_run(&self, relative: &str) -> String {
         self.read(&format!("{}/{relative}", self.run_dir()))
     }
 
     /// `file` in the run directory of `source`.
-    pub fn source_path(&self, source: &str, file: &str) -> PathBuf {
+    pub(crate) fn source_path(&self, source: &str, file: &str) -> PathBuf {
         self.run_path(&format!("sources/{source}/{file}"))
     }
 
     /// The records of `source`'s completions file.
-    pub fn completions_of(&self, source: &str) -> Vec<Value> {
+    pub(crate) fn completions_of(&self, source: &str) -> Vec<Value> {
         completions(&self.source_path(source, "completions.jsonl.zst"))
     }
 
     /// The records of `source`'s `rejected.jsonl` (none when it does not exist).
-    pub fn rejected_of(&self, source: &str) -> Vec<Value> {
+    pub(crate) fn rejected_of(&self, source: &str) -> Vec<Value> {
         std::fs::read_to_string(self.source_path(source, "rejected.jsonl"))
             .unwrap_or_default()
             .lines()
@@ -314,7 +309,7 @@ impl Project {
     }
 
     /// `gen ARGS` in the project directory, to be set up, then awaited or started.
-    pub fn command(&self, args: &[&str]) -> GenCommand<'_> {
+    pub(crate) fn command(&self, args: &[&str]) -> GenCommand<'_> {
         GenCommand {
             project: self,
             args: args.iter().map(|a| (*a).to_owned()).collect(),
@@ -326,12 +321,12 @@ impl Project {
     }
 
     /// Runs `gen ARGS` in the project directory and waits for it.
-    pub async fn run(&self, args: &[&str]) -> Output {
+    pub(crate) async fn run(&self, args: &[&str]) -> Output {
         self.command(args).output().await
     }
 
     /// Runs `gen ARGS` with extra environment variables.
-    pub async fn run_with_env(&self, args: &[&str], envs: &[(&str, &str)]) -> Output {
+    pub(crate) async fn run_with_env(&self, args: &[&str], envs: &[(&str, &str)]) -> Output {
         let mut command = self.command(args);
         for (name, value) in envs {
             command = command.env(name, value);
@@ -340,19 +335,19 @@ impl Project {
     }
 
     /// Starts `gen ARGS` in the background (stdout discarded, stderr piped).
-    pub fn start(&self, args: &[&str]) -> Running {
+    pub(crate) fn start(&self, args: &[&str]) -> Running {
         self.command(args).start()
     }
 
     /// `gen verify` of the run directory, `--json --allow-incomplete`, parsed; also returns
     /// the exit code (1 only for an inconsistent run: the fault scenarios audit runs stopped
     /// midway).
-    pub async fn verify(&self) -> (Option<i32>, Value) {
+    pub(crate) async fn verify(&self) -> (Option<i32>, Value) {
         self.verify_at(&self.run_dir()).await
     }
 
     /// The same for `run_dir` (a shard of the run, a merged output).
-    pub async fn verify_at(&self, run_dir: &str) -> (Option<i32>, Value) {
+    pub(crate) async fn verify_at(&self, run_dir: &str) -> (Option<i32>, Value) {
         let out = self
             .run(&["verify", run_dir, "--json", "--allow-incomplete"])
             .await;
@@ -366,18 +361,18 @@ impl Project {
     }
 
     /// `status.json` of the run directory, when it exists and is whole.
-    pub fn status(&self) -> Option<Value> {
+    pub(crate) fn status(&self) -> Option<Value> {
         self.status_at(&self.run_dir())
     }
 
     /// `status.json` of `run_dir`, when it exists and is whole.
-    pub fn status_at(&self, run_dir: &str) -> Option<Value> {
+    pub(crate) fn status_at(&self, run_dir: &str) -> Option<Value> {
         read_json(&self.path(run_dir).join("status.json"))
     }
 }
 
 /// A parsed JSON file (`status.json`, `owner.json`), when it exists and is whole.
-pub fn read_json(path: &Path) -> Option<Value> {
+pub(crate) fn read_json(path: &Path) -> Option<Value> {
     let text = std::fs::read(path).ok()?;
     serde_json::from_slice(&text).ok()
 }
@@ -385,7 +380,7 @@ pub fn read_json(path: &Path) -> Option<Value> {
 /// `gen ARGS` being set up: its environment, a wrapper program, another build of `gen`. It
 /// runs in the project directory with an empty stdin and `NO_COLOR=1`, and is killed when
 /// dropped.
-pub struct GenCommand<'a> {
+pub(crate) struct GenCommand<'a> {
     project: &'a Project,
     args: Vec<String>,
     envs: Vec<(String, String)>,
@@ -395,25 +390,25 @@ pub struct GenCommand<'a> {
 }
 
 impl GenCommand<'_> {
-    pub fn env(mut self, name: &str, value: &str) -> Self {
+    pub(crate) fn env(mut self, name: &str, value: &str) -> Self {
         self.envs.push((name.to_owned(), value.to_owned()));
         self
     }
 
     /// Leaves `name` out of the environment `gen` inherits.
-    pub fn env_remove(mut self, name: &str) -> Self {
+    pub(crate) fn env_remove(mut self, name: &str) -> Self {
         self.removed.push(name.to_owned());
         self
     }
 
     /// Runs `PROGRAM gen ARGS` (`nohup`, which execs `gen` under the same pid).
-    pub fn under(mut self, program: &str) -> Self {
+    pub(crate) fn under(mut self, program: &str) -> Self {
         self.wrapper = Some(program.to_owned());
         self
     }
 
     /// Runs another build of `gen` (an older one, to measure what changed).
-    pub fn binary(mut self, path: &str) -> Self {
+    pub(crate) fn binary(mut self, path: &str) -> Self {
         self.binary = Some(path.to_owned());
         self
     }
@@ -458,14 +453,14 @@ impl GenCommand<'_> {
     }
 
     /// Runs it and waits for it.
-    pub async fn output(self) -> Output {
+    pub(crate) async fn output(self) -> Output {
         let child = self.spawn(Stdio::piped());
         Output::of(child.wait_with_output().await.expect("wait for gen"))
     }
 
     /// Starts it in the background: stdout discarded, stderr piped (read it with
     /// [`Running::finish`], or take it from [`Running::child`]).
-    pub fn start(self) -> Running {
+    pub(crate) fn start(self) -> Running {
         Running {
             child: self.spawn(Stdio::null()),
         }
@@ -473,8 +468,8 @@ impl GenCommand<'_> {
 }
 
 /// A process started in the background (`gen`, or a script running it); killed when dropped.
-pub struct Running {
-    pub child: tokio::process::Child,
+pub(crate) struct Running {
+    pub(crate) child: tokio::process::Child,
 }
 
 impl From<tokio::process::Child> for Running {
@@ -484,28 +479,33 @@ impl From<tokio::process::Child> for Running {
 }
 
 impl Running {
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id().expect("pid of a running process")
     }
 
     /// `kill -NAME PID` (`TERM`, `HUP`, `USR1`...).
-    pub fn signal(&self, name: &str) {
+    pub(crate) fn signal(&self, name: &str) {
         signal(self.pid(), name);
     }
 
     /// `kill -9`, then its exit status.
-    pub async fn kill9(&mut self) -> ExitStatus {
+    pub(crate) async fn kill9(&mut self) -> ExitStatus {
         self.child.start_kill().expect("kill -9");
         self.child.wait().await.expect("wait")
     }
 
     /// How it ended, if it has.
-    pub fn exited(&mut self) -> Option<ExitStatus> {
+    pub(crate) fn exited(&mut self) -> Option<ExitStatus> {
         self.child.try_wait().expect("try_wait")
     }
 
     /// Polls `ready` until it holds, panicking if the process ends first or after `within`.
-    pub async fn until(&mut self, what: &str, within: Duration, mut ready: impl FnMut() -> bool) {
+    pub(crate) async fn until(
+        &mut self,
+        what: &str,
+        within: Duration,
+        mut ready: impl FnMut() -> bool,
+    ) {
         wait_for(what, within)
             .every(Duration::from_millis(1))
             .until_ok(|| {
@@ -522,7 +522,7 @@ impl Running {
 
     /// Polls `status.json` of `run_dir` until `ready` holds for it; panics if the process ends
     /// first, or after `within` with the phases it saw.
-    pub async fn until_status(
+    pub(crate) async fn until_status(
         &mut self,
         project: &Project,
         run_dir: &str,
@@ -555,7 +555,7 @@ impl Running {
     }
 
     /// The same for the project's run directory.
-    pub async fn until_run_status(
+    pub(crate) async fn until_run_status(
         &mut self,
         project: &Project,
         what: &str,
@@ -567,7 +567,7 @@ impl Running {
     }
 
     /// Waits for it to end (within `within`), leaving its output unread.
-    pub async fn exit(&mut self, within: Duration) -> ExitStatus {
+    pub(crate) async fn exit(&mut self, within: Duration) -> ExitStatus {
         tokio::time::timeout(within, self.child.wait())
             .await
             .unwrap_or_else(|_| panic!("it did not end within {within:?}"))
@@ -575,7 +575,7 @@ impl Running {
     }
 
     /// Waits for it to end (within `within`); its stderr, unless taken.
-    pub async fn finish(self, within: Duration) -> Output {
+    pub(crate) async fn finish(self, within: Duration) -> Output {
         let out = tokio::time::timeout(within, self.child.wait_with_output())
             .await
             .unwrap_or_else(|_| panic!("it did not end within {within:?}"))
@@ -585,7 +585,7 @@ impl Running {
 }
 
 /// `kill -SIGNAL PID` (the workspace forbids `unsafe`, so no direct `kill(2)`).
-pub fn signal(pid: u32, signal: &str) {
+pub(crate) fn signal(pid: u32, signal: &str) {
     let status = std::process::Command::new("kill")
         .args([&format!("-{signal}"), &pid.to_string()])
         .status()
@@ -594,7 +594,7 @@ pub fn signal(pid: u32, signal: &str) {
 }
 
 /// The state letter of process `pid` in `/proc/PID/stat` (`T`: stopped by a signal).
-pub fn process_state(pid: u32) -> Option<char> {
+pub(crate) fn process_state(pid: u32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The fields after the parenthesised command name: state, ppid, ...
     stat.rsplit_once(") ")?.1.chars().next()
@@ -602,7 +602,7 @@ pub fn process_state(pid: u32) -> Option<char> {
 
 /// A wait on observed state: polled every `every` (10 ms unless set) until it holds; after
 /// `within`, a panic naming `what` and what was last seen.
-pub struct Wait<'a> {
+pub(crate) struct Wait<'a> {
     what: String,
     within: Duration,
     every: Duration,
@@ -610,7 +610,7 @@ pub struct Wait<'a> {
 }
 
 /// Waits for `what`, for at most `within`.
-pub fn wait_for<'a>(what: &str, within: Duration) -> Wait<'a> {
+pub(crate) fn wait_for<'a>(what: &str, within: Duration) -> Wait<'a> {
     Wait {
         what: what.to_owned(),
         within,
@@ -621,30 +621,30 @@ pub fn wait_for<'a>(what: &str, within: Duration) -> Wait<'a> {
 
 impl<'a> Wait<'a> {
     /// How often to look (a check that forks a program wants a slower pace).
-    pub fn every(mut self, every: Duration) -> Self {
+    pub(crate) fn every(mut self, every: Duration) -> Self {
         self.every = every;
         self
     }
 
     /// What a timeout's message adds (logs of the processes waited on).
-    pub fn context(mut self, context: impl Fn() -> String + 'a) -> Self {
+    pub(crate) fn context(mut self, context: impl Fn() -> String + 'a) -> Self {
         self.context = Some(Box::new(context));
         self
     }
 
     /// Until `ready` holds.
-    pub async fn until(self, mut ready: impl FnMut() -> bool) {
+    pub(crate) async fn until(self, mut ready: impl FnMut() -> bool) {
         self.until_ok(|| if ready() { Ok(()) } else { Err(String::new()) })
             .await;
     }
 
     /// Until `check` gives a value.
-    pub async fn until_some<T>(self, mut check: impl FnMut() -> Option<T>) -> T {
+    pub(crate) async fn until_some<T>(self, mut check: impl FnMut() -> Option<T>) -> T {
         self.until_ok(|| check().ok_or_else(String::new)).await
     }
 
     /// Until `check` gives `Ok`; its last `Err` (what it saw) goes into a timeout's message.
-    pub async fn until_ok<T>(self, mut check: impl FnMut() -> Result<T, String>) -> T {
+    pub(crate) async fn until_ok<T>(self, mut check: impl FnMut() -> Result<T, String>) -> T {
         let until = Instant::now() + self.within;
         loop {
             let seen = match check() {
@@ -664,18 +664,18 @@ impl<'a> Wait<'a> {
 }
 
 /// Sum of `done` over the sources of a status document.
-pub fn done(status: &Value) -> u64 {
+pub(crate) fn done(status: &Value) -> u64 {
     sources(status)
         .iter()
         .map(|s| s["done"].as_u64().unwrap_or(0))
         .sum()
 }
 
-pub fn sources(status: &Value) -> Vec<Value> {
+pub(crate) fn sources(status: &Value) -> Vec<Value> {
     status["sources"].as_array().cloned().unwrap_or_default()
 }
 
-pub fn phase_of(status: &Value, source: &str) -> String {
+pub(crate) fn phase_of(status: &Value, source: &str) -> String {
     sources(status)
         .iter()
         .find(|s| s["name"] == source)
@@ -685,7 +685,7 @@ pub fn phase_of(status: &Value, source: &str) -> String {
 }
 
 /// Ids of a completions file's whole frames, in file order.
-pub fn completion_ids(path: &Path) -> Vec<String> {
+pub(crate) fn completion_ids(path: &Path) -> Vec<String> {
     let bytes = std::fs::read(path).unwrap_or_default();
     let mut ids = Vec::new();
     let mut offset = 0;
@@ -706,14 +706,14 @@ pub fn completion_ids(path: &Path) -> Vec<String> {
 }
 
 /// splitmix64: a tiny seeded generator, so every fault schedule can be replayed from its seed.
-pub struct Rng(u64);
+pub(crate) struct Rng(u64);
 
 impl Rng {
-    pub fn new(seed: u64) -> Rng {
+    pub(crate) fn new(seed: u64) -> Rng {
         Rng(seed)
     }
 
-    pub fn next_u64(&mut self) -> u64 {
+    pub(crate) fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -722,7 +722,7 @@ impl Rng {
     }
 
     /// Uniform in `low..high` (`low` when the range is empty).
-    pub fn range(&mut self, low: u64, high: u64) -> u64 {
+    pub(crate) fn range(&mut self, low: u64, high: u64) -> u64 {
         if high <= low {
             return low;
         }
@@ -731,7 +731,7 @@ impl Rng {
 }
 
 /// Every file under `root`, recursively.
-pub fn walk(root: &Path) -> Vec<PathBuf> {
+pub(crate) fn walk(root: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(dir) = stack.pop() {
@@ -748,7 +748,7 @@ pub fn walk(root: &Path) -> Vec<PathBuf> {
 
 /// Copies `examples/` (the quickstart config and its data) into the project, as the README
 /// runs it.
-pub fn copy_examples(gen_: &Gen) {
+pub(crate) fn copy_examples(gen_: &Project) {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
     gen_.write(
         "examples/quickstart.toml",
@@ -766,7 +766,7 @@ pub fn copy_examples(gen_: &Gen) {
 }
 
 /// The records of a completions file, in file order.
-pub fn completions(path: &Path) -> Vec<serde_json::Value> {
+pub(crate) fn completions(path: &Path) -> Vec<serde_json::Value> {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     // A file opened for answers that never came is empty: no records (zstd calls zero bytes
     // an incomplete frame).
@@ -783,7 +783,7 @@ pub fn completions(path: &Path) -> Vec<serde_json::Value> {
 
 /// `Some(reason)` when a test needing the real llama-server must be skipped; panics instead
 /// when `GEN_REQUIRE_LLAMA` is set (as `scripts/test.sh` does), so CI never skips it.
-pub fn llama_skip_reason() -> Option<String> {
+pub(crate) fn llama_skip_reason() -> Option<String> {
     match gen_tests::llama::installed() {
         Ok(_) => None,
         Err(reason) if std::env::var_os("GEN_REQUIRE_LLAMA").is_some() => {
@@ -795,12 +795,12 @@ pub fn llama_skip_reason() -> Option<String> {
 
 /// A project directory with a real llama-server of `slots` slots started in it, or `None`
 /// (the reason printed) when the test must be skipped.
-pub async fn llama_project(slots: u32) -> Option<(Gen, gen_tests::llama::LlamaServer)> {
+pub(crate) async fn llama_project(slots: u32) -> Option<(Project, gen_tests::llama::LlamaServer)> {
     if let Some(reason) = llama_skip_reason() {
         eprintln!("skipped: {reason}");
         return None;
     }
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     let server = gen_tests::llama::LlamaServer::start(&gen_.path(""), slots)
         .await
         .expect("llama-server");
@@ -809,7 +809,7 @@ pub async fn llama_project(slots: u32) -> Option<(Gen, gen_tests::llama::LlamaSe
 
 /// `Some(reason)` when a test needing the real vLLM must be skipped; panics instead when
 /// `GEN_REQUIRE_VLLM` is set (as `scripts/test.sh` does), so CI never skips it.
-pub fn vllm_skip_reason() -> Option<String> {
+pub(crate) fn vllm_skip_reason() -> Option<String> {
     match gen_tests::vllm::installed() {
         Ok(_) => None,
         Err(reason) if std::env::var_os("GEN_REQUIRE_VLLM").is_some() => {
@@ -821,12 +821,12 @@ pub fn vllm_skip_reason() -> Option<String> {
 
 /// A project directory with a real vLLM started in it with further `args`, or `None` (the
 /// reason printed) when the test must be skipped.
-pub async fn vllm_project(args: &[&str]) -> Option<(Gen, gen_tests::vllm::VllmServer)> {
+pub(crate) async fn vllm_project(args: &[&str]) -> Option<(Project, gen_tests::vllm::VllmServer)> {
     if let Some(reason) = vllm_skip_reason() {
         eprintln!("skipped: {reason}");
         return None;
     }
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     let server = gen_tests::vllm::VllmServer::start(&gen_.path(""), args)
         .await
         .expect("vLLM");
@@ -836,7 +836,13 @@ pub async fn vllm_project(args: &[&str]) -> Option<(Gen, gen_tests::vllm::VllmSe
 /// A project whose `cfg.toml` launches the real llama-server (`bin`, `model`) and whose
 /// source `fruit` holds `prompts` short questions; `generation` is the `[generation]` table's
 /// body.
-pub fn llama_fruit_project(gen_: &Gen, bin: &Path, model: &Path, prompts: usize, generation: &str) {
+pub(crate) fn llama_fruit_project(
+    gen_: &Project,
+    bin: &Path,
+    model: &Path,
+    prompts: usize,
+    generation: &str,
+) {
     let rows: String = (0..prompts)
         .map(|i| format!("{{\"prompt\": \"Name a fruit ({i}).\"}}\n"))
         .collect();
@@ -854,7 +860,7 @@ pub fn llama_fruit_project(gen_: &Gen, bin: &Path, model: &Path, prompts: usize,
 }
 
 /// Children of `parent` (from `/proc/*/stat`).
-pub fn children_of(parent: u32) -> Vec<u32> {
+pub(crate) fn children_of(parent: u32) -> Vec<u32> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir("/proc").expect("proc").flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {

@@ -4,13 +4,13 @@
 //! refused by `gen check` at the key; SGLang, which refuses vLLM's flag on a streamed chat, is
 //! asked its own way. The real vLLM's token ids are checked in `vllm.rs`.
 
-use crate::support::{Config, Gen};
+use crate::support::{Config, Project};
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 
 #[tokio::test]
 async fn a_server_that_ignores_return_token_ids_is_refused_before_any_prompt() {
     let server = FakeOpenAi::start(Knobs::default()).await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write(
         "data/a.jsonl",
         "{\"prompt\": \"one\"}\n{\"prompt\": \"two\"}\n",
@@ -57,7 +57,7 @@ async fn a_server_that_ignores_return_token_ids_is_refused_before_any_prompt() {
 
 #[tokio::test]
 async fn token_ids_with_a_launched_llama_server_is_a_located_config_error() {
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
     let text = "[server]\nurl = \"http://127.0.0.1:{port}\"\n\
                 launch = [\"llama-server\", \"--port\", \"{port}\"]\n\n\
@@ -88,7 +88,7 @@ async fn sglang_is_asked_for_token_ids_its_own_way() {
         ..Knobs::default()
     })
     .await;
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     let rows: String = (0..12)
         .map(|i| format!("{{\"prompt\": \"question {i}\"}}\n"))
         .collect();

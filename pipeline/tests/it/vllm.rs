@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use crate::support::{self, Config, Gen, vllm_project, vllm_skip_reason};
+use crate::support::{self, Config, Project, vllm_project, vllm_skip_reason};
 use gen_tests::vllm::{self, VllmServer};
 use serde_json::Value;
 
@@ -217,7 +217,7 @@ async fn a_launched_vllm_killed_mid_run_is_restarted_and_the_run_completes() {
         return;
     }
     let (python, model) = vllm::installed().expect("installed");
-    let gen_ = Gen::new();
+    let gen_ = Project::new();
     gen_.write("data/a.jsonl", short_prompts(200));
     let launch = vllm::serve_command(&python, &model, "{port}", &["--max-num-seqs", "8"]);
     gen_.config(

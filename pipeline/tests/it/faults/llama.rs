@@ -3,7 +3,8 @@
 //! failed or rejected, every prompt completed exactly once, audited by `gen verify`.
 //!
 //! Skipped with a printed reason when llama-server is not installed, unless `GEN_REQUIRE_LLAMA`
-//! is set (as in `pipeline/tests/llama.rs`). The `kill -9` + restart scenario lives there.
+//! is set (as in `pipeline/tests/llama.rs`). The `kill -9` + restart scenario lives there; a
+//! launch onto a port another process holds is [`busy_port`].
 
 use std::time::{Duration, Instant};
 
@@ -12,6 +13,8 @@ use serde_json::Value;
 
 use super::assert_complete;
 use crate::support::{Config, Project, completion_ids, llama_skip_reason, signal};
+
+mod busy_port;
 
 /// How long the server stays frozen: the one deliberate sleep of the test.
 const STOP: Duration = Duration::from_secs(4);

@@ -1,8 +1,6 @@
 //! `gen run` at its edges, where it must not report success for work that was misrouted,
 //! mislabelled, leaked or lost:
 //!
-//! - a launched server on a port another process holds, at start and at a restart: one clear
-//!   error, nothing sent to the other process ([`busy_port`], the real llama-server);
 //! - a `model` the server does not list: refused, naming what it serves ([`wrong_model`]);
 //! - a gateway quoting the API key in its errors: the key is in no output ([`echoed_key`]);
 //! - a source's input file or settings changed after it was prepared ([`changed_inputs`]);
@@ -11,7 +9,6 @@
 //! - a stream busy without tokens, answers naming another model ([`streams`]);
 //! - the disk full while a source is prepared ([`disk_in_preparation`]).
 
-mod busy_port;
 mod changed_inputs;
 mod disk_in_preparation;
 mod echoed_key;
@@ -20,6 +17,6 @@ mod streams;
 mod wrong_model;
 
 /// How many times `needle` occurs in `text`.
-fn count(text: &str, needle: &str) -> usize {
+pub(super) fn count(text: &str, needle: &str) -> usize {
     text.matches(needle).count()
 }

@@ -1,23 +1,59 @@
-//! The server checks of `gen doctor`: within [`PROBE_TIMEOUT`], does `/v1/models` serve the
-//! model, and does the context (vLLM's `max_model_len`, llama.cpp's `/props`
-//! `default_generation_settings.n_ctx` per slot) hold `max-tokens` plus [`PROMPT_MARGIN`]?
-//! A server that does not answer is a warning (`gen run` waits for it), not a failure; a
-//! server `gen` launches itself is checked when it starts.
+//! The server checks of `gen doctor` and of `gen run`'s start, each a [`Check`]: within
+//! [`PROBE_TIMEOUT`], does `/v1/models` serve the model, and does the context (vLLM's
+//! `max_model_len`, llama.cpp's `/props` `default_generation_settings.n_ctx` per slot) hold
+//! `max-tokens` plus [`PROMPT_MARGIN`]? Is reasoning separated, and do answers carry token ids
+//! when a source asks for them? A server that does not answer is a warning (`gen run` waits
+//! for it), not a failure; a server `gen` launches itself is checked when it starts.
 
 use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{Check, Level};
 use crate::config::Plan;
 
-/// How long the doctor waits for each answer.
-pub(super) const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a check waits for each answer.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Tokens kept free for the prompt on top of `max-tokens`.
-pub(super) const PROMPT_MARGIN: u64 = 512;
+pub const PROMPT_MARGIN: u64 = 512;
+
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Ok,
+    Warn,
+    Fail,
+}
+
+impl Level {
+    pub fn label(self) -> &'static str {
+        match self {
+            Level::Ok => "ok",
+            Level::Warn => "warn",
+            Level::Fail => "FAIL",
+        }
+    }
+}
+
+/// One line of a report (`gen doctor`'s, or a check `gen run` makes at its start).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    pub name: &'static str,
+    pub level: Level,
+    pub message: String,
+}
+
+impl Check {
+    pub fn new(name: &'static str, level: Level, message: impl Into<String>) -> Check {
+        Check {
+            name,
+            level,
+            message: message.into(),
+        }
+    }
+}
 
 /// The server checks, or one line saying why there are none.
-pub(super) fn probe(plan: &Plan) -> Vec<Check> {
+pub fn probe(plan: &Plan) -> Vec<Check> {
     if plan.server.launch.is_some() {
         return vec![launch_port(plan.server.url())];
     }
@@ -46,10 +82,7 @@ async fn get_json(
     if let Some(key) = api_key {
         request = request.bearer_auth(key);
     }
-    let response = request
-        .send()
-        .await
-        .map_err(crate::inference::probe::request_error)?;
+    let response = request.send().await.map_err(super::probe::request_error)?;
     if !response.status().is_success() {
         return Err(format!("HTTP {}", response.status()));
     }
@@ -59,6 +92,19 @@ async fn get_json(
         .map_err(|e| format!("not JSON: {}", e.without_url()))
 }
 
+/// The models the server lists at `/v1/models` (its `data`).
+async fn listed_models(
+    client: &reqwest::Client,
+    url: &str,
+    api_key: Option<&str>,
+) -> Result<Vec<Value>, String> {
+    let models = get_json(client, &format!("{url}/v1/models"), api_key).await?;
+    Ok(match models.get("data") {
+        Some(Value::Array(listed)) => listed.clone(),
+        _ => Vec::new(),
+    })
+}
+
 async fn probe_async(plan: &Plan) -> Vec<Check> {
     let mut checks = Vec::new();
     for url in &plan.server.urls {
@@ -66,11 +112,7 @@ async fn probe_async(plan: &Plan) -> Vec<Check> {
         if plan.server.urls.len() > 1 {
             // Which server each line is about.
             for check in &mut these {
-                check.message = format!(
-                    "{}: {}",
-                    super::super::inference::probe::redact(url),
-                    check.message
-                );
+                check.message = format!("{}: {}", super::probe::redact(url), check.message);
             }
         }
         checks.extend(these);
@@ -91,8 +133,8 @@ async fn probe_one(plan: &Plan, url: &str) -> Vec<Check> {
         .api_key_env
         .as_deref()
         .and_then(|name| std::env::var(name).ok());
-    let models = match get_json(&client, &format!("{url}/v1/models"), api_key.as_deref()).await {
-        Ok(models) => models,
+    let listed = match listed_models(&client, url, api_key.as_deref()).await {
+        Ok(listed) => listed,
         Err(reason) => {
             return vec![Check::new(
                 "server",
@@ -104,11 +146,6 @@ async fn probe_one(plan: &Plan, url: &str) -> Vec<Check> {
             )];
         }
     };
-    let listed: Vec<&Value> = models
-        .get("data")
-        .and_then(Value::as_array)
-        .map(|d| d.iter().collect())
-        .unwrap_or_default();
     let ids: Vec<&str> = listed
         .iter()
         .filter_map(|m| m.get("id").and_then(Value::as_str))
@@ -136,12 +173,9 @@ pub(crate) async fn context_at(
     let Ok(client) = reqwest::Client::builder().timeout(PROBE_TIMEOUT).build() else {
         return Check::new("context", Level::Warn, "not checked: no HTTP client");
     };
-    let listed: Vec<Value> = get_json(&client, &format!("{url}/v1/models"), api_key)
+    let listed = listed_models(&client, url, api_key)
         .await
-        .ok()
-        .and_then(|models| models.get("data").and_then(Value::as_array).cloned())
         .unwrap_or_default();
-    let listed: Vec<&Value> = listed.iter().collect();
     context(plan, &client, url, Some(model), &listed, api_key).await
 }
 
@@ -153,14 +187,7 @@ pub(crate) async fn context_length(url: &str, model: &str, api_key: Option<&str>
         .timeout(PROBE_TIMEOUT)
         .build()
         .ok()?;
-    let models = get_json(&client, &format!("{url}/v1/models"), api_key)
-        .await
-        .ok()?;
-    let listed: Vec<&Value> = models
-        .get("data")
-        .and_then(Value::as_array)
-        .map(|d| d.iter().collect())
-        .unwrap_or_default();
+    let listed = listed_models(&client, url, api_key).await.ok()?;
     server_context(&client, url, Some(model), &listed, api_key)
         .await
         .map(|(tokens, _)| tokens)
@@ -171,7 +198,7 @@ async fn context(
     client: &reqwest::Client,
     url: &str,
     served: Option<&str>,
-    listed: &[&Value],
+    listed: &[Value],
     api_key: Option<&str>,
 ) -> Check {
     match server_context(client, url, served, listed, api_key).await {
@@ -194,7 +221,7 @@ async fn server_context(
     client: &reqwest::Client,
     url: &str,
     served: Option<&str>,
-    listed: &[&Value],
+    listed: &[Value],
     api_key: Option<&str>,
 ) -> Option<(u64, &'static str)> {
     // vLLM and SGLang list the context with the model; llama.cpp says it in `/props`.
@@ -238,7 +265,7 @@ pub(crate) async fn reasoning_probe(
 ) -> Check {
     let expected = thinking_expected(plan);
     let budget = 64;
-    let client = match crate::inference::ChatClient::new(
+    let client = match super::ChatClient::new(
         url,
         model.to_owned(),
         api_key,
@@ -295,22 +322,17 @@ pub(crate) async fn token_ids_probe(
     let source = plan.sources.get(index).map_or("?", |s| s.name());
     let budget = 16;
     let params = settings.request("token-ids-probe", 0).params;
-    let client = match crate::inference::ChatClient::new(
-        url,
-        model.to_owned(),
-        api_key,
-        budget,
-        params.clone(),
-    ) {
-        Ok(client) => client,
-        Err(e) => {
-            return Some(Check::new(
-                "token ids",
-                Level::Warn,
-                format!("not probed: {e}"),
-            ));
-        }
-    };
+    let client =
+        match super::ChatClient::new(url, model.to_owned(), api_key, budget, params.clone()) {
+            Ok(client) => client,
+            Err(e) => {
+                return Some(Check::new(
+                    "token ids",
+                    Level::Warn,
+                    format!("not probed: {e}"),
+                ));
+            }
+        };
     let question = [gen_sources::Message::new(
         gen_sources::Role::User,
         "What is 2 + 2? Answer briefly.",
@@ -322,7 +344,7 @@ pub(crate) async fn token_ids_probe(
             Level::Ok,
             "answers carry their prompt's and their own token ids",
         ),
-        Ok(Err(crate::inference::RequestError::Fatal(reason))) => Check::new(
+        Ok(Err(super::RequestError::Fatal(reason))) => Check::new(
             "token ids",
             Level::Fail,
             format!("source `{source}`: {reason}"),

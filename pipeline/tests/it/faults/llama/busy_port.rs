@@ -10,8 +10,8 @@ use std::time::Duration;
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 use gen_tests::llama;
 
-use super::count;
 use crate::faults::rows;
+use crate::faults::run_edges::count;
 use crate::support::{Config, Project, llama_skip_reason, signal};
 
 /// `cfg.toml` launching the real llama-server on `port` (a number, or `{port}`).

@@ -2,7 +2,8 @@
 //! the same config in parallel, each on its own share; `gen merge` puts the shares together.
 //! Shares count from 0, as Slurm array task ids, Kubernetes completion indexes and the job's
 //! `shard-NNN` directories do.
-//! `--shard auto` takes the share from the scheduler instead (`crate::scale`).
+//! `--shard auto` takes the share from the scheduler instead ([`super::launcher`]). A leaf:
+//! `run.json` (`store::pin`) records the share, so the bottom layers may use it.
 
 use std::fmt;
 use std::str::FromStr;
