@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use super::render::{self, STALE_AFTER_MS, cut};
 use super::state::{Phase, RunStatus, SourceStatus};
+use crate::report::clock;
 use crate::scale::owner::{self, OwnerRecord};
 use crate::scale::root::{self, RootError, RunRoot};
 use crate::store::atomic;
@@ -55,6 +56,8 @@ pub struct ShardView {
     pub prepared: u64,
     pub done: u64,
     pub tokens_per_sec: Option<f64>,
+    /// While it runs: its time to finish, as its run estimates it.
+    pub eta_secs: Option<u64>,
     pub heartbeat_unix_ms: Option<u64>,
     /// Why its run stopped early, when an error stopped it.
     pub stopped_by: Option<String>,
@@ -98,6 +101,25 @@ pub struct JobView {
     pub submitted: Option<crate::scale::slurm::SlurmJob>,
     /// Hosts read over ssh (`gen status --remote A --remote B`), not a run root's shards.
     pub fleet: bool,
+    /// Output tokens per second of every running shard together.
+    pub tokens_per_sec: Option<f64>,
+    /// The job's time to finish: its slowest running shard's.
+    pub eta_secs: Option<u64>,
+}
+
+impl JobView {
+    /// The job's rate and time to finish, from its running shards.
+    fn with_totals(mut self) -> JobView {
+        let running = || {
+            self.shards
+                .iter()
+                .filter(|s| s.state == ShardState::Running)
+        };
+        let rates: Vec<f64> = running().filter_map(|s| s.tokens_per_sec).collect();
+        self.tokens_per_sec = (!rates.is_empty()).then(|| rates.iter().sum());
+        self.eta_secs = running().filter_map(|s| s.eta_secs).max();
+        self
+    }
 }
 
 /// The runs of several hosts read over ssh (`--remote` given more than once), as one view: a
@@ -133,6 +155,9 @@ pub fn fleet(hosts: Vec<(String, Result<RunStatus, String>)>, now_ms: u64) -> Jo
                 tokens_per_sec: ok
                     .filter(|s| shard_state(Some(s), now_ms) == ShardState::Running)
                     .map(|s| s.sources.iter().filter_map(|s| s.tokens_per_sec).sum()),
+                eta_secs: ok
+                    .filter(|s| shard_state(Some(s), now_ms) == ShardState::Running)
+                    .and_then(|s| s.eta_secs),
                 heartbeat_unix_ms: ok.map(|s| s.heartbeat_unix_ms),
                 stopped_by: match status {
                     Ok(status) => status.stopped_by.clone(),
@@ -156,7 +181,10 @@ pub fn fleet(hosts: Vec<(String, Result<RunStatus, String>)>, now_ms: u64) -> Jo
         merged: false,
         submitted: None,
         fleet: true,
+        tokens_per_sec: None,
+        eta_secs: None,
     }
+    .with_totals()
 }
 
 fn shard_state(status: Option<&RunStatus>, now_ms: u64) -> ShardState {
@@ -377,6 +405,10 @@ pub fn view(root: &RunRoot, now_ms: u64) -> Result<JobView, RootError> {
             } else {
                 None
             },
+            eta_secs: status
+                .as_ref()
+                .filter(|_| state == ShardState::Running)
+                .and_then(|s| s.eta_secs),
             heartbeat_unix_ms: status.as_ref().map(|s| s.heartbeat_unix_ms),
             stopped_by,
             log: log.map(|l| l.display().to_string()),
@@ -392,7 +424,10 @@ pub fn view(root: &RunRoot, now_ms: u64) -> Result<JobView, RootError> {
         merged: root.merged().is_dir(),
         submitted: crate::scale::slurm::submitted(root.root()),
         fleet: false,
-    })
+        tokens_per_sec: None,
+        eta_secs: None,
+    }
+    .with_totals())
 }
 
 /// The last line of a task's log with text in it (the shell's `gen: No such file or
@@ -538,7 +573,7 @@ pub fn render(job: &JobView, now_ms: u64) -> String {
 }
 
 /// The job's config, root, and how many shards are in each state.
-fn header(job: &JobView) -> [String; 3] {
+fn header(job: &JobView) -> Vec<String> {
     let count = |state: ShardState| job.shards.iter().filter(|s| s.state == state).count();
     let mut states = Vec::new();
     for state in [
@@ -554,19 +589,31 @@ fn header(job: &JobView) -> [String; 3] {
             states.push(format!("{n} {}", state.label()));
         }
     }
+    let running = count(ShardState::Running);
+    let time = job.tokens_per_sec.map(|rate| {
+        let shard = if job.fleet { "host" } else { "shard" };
+        let eta = job.eta_secs.map_or_else(String::new, |eta| {
+            let eta = clock(std::time::Duration::from_secs(eta));
+            format!("ETA {eta} (the slowest {shard}'s), ")
+        });
+        let plural = if running == 1 { "" } else { "s" };
+        format!("time   {eta}{rate:.0} tok/s over {running} running {shard}{plural}")
+    });
     if job.fleet {
-        return [
+        let mut lines = vec![
             format!("job    {}", job.config),
             format!("fleet  {}", job.root),
             format!("hosts  {}", states.join(", ")),
         ];
+        lines.extend(time);
+        return lines;
     }
     let merged = if job.merged {
         "merged into RUN_ROOT/merged".to_owned()
     } else {
         "not merged yet".to_owned()
     };
-    [
+    let mut lines = vec![
         format!("job    {}", job.config),
         format!("root   {}", job.root),
         format!(
@@ -574,7 +621,9 @@ fn header(job: &JobView) -> [String; 3] {
             job.shards.len(),
             states.join(", ")
         ),
-    ]
+    ];
+    lines.extend(time);
+    lines
 }
 
 /// One shard's line of the shard table (not yet cut to 80 columns).
@@ -686,17 +735,25 @@ mod tests {
         );
         write(
             1,
-            &status(
-                "gpu-node-02",
-                false,
-                vec![
-                    source("sharegpt", Phase::Done, 3333, 3333, None),
-                    source("wildchat", Phase::Generating, 3350, 1200, Some(2100.0)),
-                ],
-            ),
+            &RunStatus {
+                eta_secs: Some(7_500),
+                ..status(
+                    "gpu-node-02",
+                    false,
+                    vec![
+                        source("sharegpt", Phase::Done, 3333, 3333, None),
+                        source("wildchat", Phase::Generating, 3350, 1200, Some(2100.0)),
+                    ],
+                )
+            },
             owner("812_1", 2),
         );
         let view = view(&root, NOW).expect("view");
+        // The job's rate and time to finish, for `--json` and the `time` line (issue 29).
+        assert_eq!(
+            (view.tokens_per_sec, view.eta_secs),
+            (Some(2100.0), Some(7_500))
+        );
         assert_eq!(view.shards.len(), 3);
         assert_eq!(view.shards[2].state, ShardState::NotStarted);
         let wildchat = &view.sources[1];
@@ -728,6 +785,7 @@ mod tests {
                 prepared: 10,
                 done: 4,
                 tokens_per_sec: None,
+                eta_secs: None,
                 heartbeat_unix_ms: Some(NOW - 60_000),
                 stopped_by: Some(reason.into()),
                 log: None,
@@ -737,6 +795,8 @@ mod tests {
             fleet: false,
             merged: false,
             submitted: None,
+            tokens_per_sec: None,
+            eta_secs: None,
         };
         let text = super::render(&view, NOW);
         assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
