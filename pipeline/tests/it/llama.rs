@@ -406,7 +406,7 @@ async fn token_ids_are_refused_by_a_real_llama_server_before_any_prompt() {
             && out.stderr.contains("llama.cpp has no such option")
             && out
                 .stderr
-                .contains("serve the model with vLLM, or remove `token-ids`"),
+                .contains("serve the model with vLLM or a recent SGLang, or remove `token-ids`"),
         "{}",
         out.stderr
     );
