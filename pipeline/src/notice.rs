@@ -580,8 +580,8 @@ impl fmt::Display for Notice<'_> {
                 write!(
                     f,
                     "gen: waiting for {url}: {} of {}",
-                    clock(waited),
-                    clock(wait)
+                    minutes_seconds(waited),
+                    minutes_seconds(wait)
                 )?;
                 if !last_error.is_empty() {
                     write!(f, ", {last_error}")?;
@@ -641,8 +641,8 @@ fn context_cut(first: &str, usage: Option<(u64, u64)>, retry: bool) -> String {
     )
 }
 
-/// `1m20s`, `45s`.
-pub fn clock(elapsed: Duration) -> String {
+/// `1m20s`, `45s` (a wait; `report::clock` is `h:mm:ss` for run times).
+pub fn minutes_seconds(elapsed: Duration) -> String {
     let secs = elapsed.as_secs();
     match secs {
         0..=59 => format!("{secs}s"),

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::notice::{Notice, clock};
+use crate::notice::{Notice, minutes_seconds};
 use crate::report::RunReporter;
 
 /// `url` with any user name and password replaced by `***`, for messages, logs and status:
@@ -151,7 +151,7 @@ pub async fn model(
     }
     Err(unreachable(format!(
         "{last_error} (waited {} for it to answer; `[server] startup-timeout-secs` waits longer)",
-        clock(wait)
+        minutes_seconds(wait)
     )))
 }
 

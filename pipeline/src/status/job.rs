@@ -141,23 +141,22 @@ pub fn fleet(hosts: Vec<(String, Result<RunStatus, String>)>, now_ms: u64) -> Jo
         .enumerate()
         .map(|(index, (target, status))| {
             let ok = status.as_ref().ok();
+            let state = match ok {
+                Some(status) => shard_state(Some(status), now_ms),
+                None => ShardState::Failed,
+            };
+            let running = ok.filter(|_| state == ShardState::Running);
             ShardView {
                 index: index as u32,
                 dir: target.clone(),
-                state: match status {
-                    Ok(status) => shard_state(Some(status), now_ms),
-                    Err(_) => ShardState::Failed,
-                },
+                state,
                 host: ok.map(|s| s.host.clone()),
                 owner: None,
                 prepared: ok.map_or(0, |s| s.sources.iter().filter_map(|s| s.prepared).sum()),
                 done: ok.map_or(0, |s| s.sources.iter().map(|s| s.done).sum()),
-                tokens_per_sec: ok
-                    .filter(|s| shard_state(Some(s), now_ms) == ShardState::Running)
+                tokens_per_sec: running
                     .map(|s| s.sources.iter().filter_map(|s| s.tokens_per_sec).sum()),
-                eta_secs: ok
-                    .filter(|s| shard_state(Some(s), now_ms) == ShardState::Running)
-                    .and_then(|s| s.eta_secs),
+                eta_secs: running.and_then(|s| s.eta_secs),
                 heartbeat_unix_ms: ok.map(|s| s.heartbeat_unix_ms),
                 stopped_by: match status {
                     Ok(status) => status.stopped_by.clone(),
