@@ -348,7 +348,7 @@ const COUNTED_BYTES: u64 = 256 << 20;
 /// default 10,000). Unreadable files are left to the run to report.
 pub fn local_rows(plan: &Plan, prepared: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
     let mut rows = BTreeMap::new();
-    for SourcePlan { spec, worker } in &plan.sources {
+    for SourcePlan { spec, worker, .. } in &plan.sources {
         if spec.path.is_none() || worker.command.is_some() || prepared.contains_key(spec.name()) {
             continue;
         }
@@ -512,7 +512,7 @@ fn disk(plan: &Plan, machine: &Machine) -> Check {
     // prepared sources, and bounded for the others.
     let (mut prompts, mut answers) = (0u64, 0u64);
     let (mut known_tokens, mut tokens, mut bound) = (0u64, 0u64, 0u64);
-    for (SourcePlan { spec, .. }, settings) in plan.sources.iter().zip(&plan.settings) {
+    for SourcePlan { spec, settings, .. } in &plan.sources {
         let (n, prepared) = match machine.prepared.get(spec.name()) {
             Some(prompts) => (*prompts, true),
             None => (unprepared_bound(spec, &machine.local_rows), false),
@@ -530,9 +530,7 @@ fn disk(plan: &Plan, machine: &Machine) -> Check {
     }
     let size = |tokens: u64| tokens.saturating_mul(BYTES_PER_TOKEN) / COMPRESSION;
     let (estimate, known_estimate) = (size(tokens), size(known_tokens));
-    let uniform = plan
-        .settings
-        .iter()
+    let uniform = (plan.sources.iter().map(|s| &s.settings))
         .all(|s| s.samples.get() == 1 && s.max_tokens == plan.generation.max_tokens);
     let basis = if uniform {
         format!(

@@ -178,8 +178,8 @@ fn check_command(config: &Path) -> Result<ExitCode, CliError> {
         plan.sources.len(),
         plan.run_dir.display()
     );
-    for (source, settings) in plan.sources.iter().zip(&plan.settings) {
-        println!("  {}: {settings}", source.name());
+    for source in &plan.sources {
+        println!("  {}: {}", source.name(), source.settings);
     }
     println!("{}", store::pin::RULE);
     Ok(ExitCode::SUCCESS)

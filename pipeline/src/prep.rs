@@ -64,7 +64,7 @@ fn named<'p>(plan: &'p Plan, source: &str) -> anyhow::Result<&'p SourcePlan> {
 
 fn prepare_spec(
     plan: &Plan,
-    SourcePlan { spec, worker }: &SourcePlan,
+    SourcePlan { spec, worker, .. }: &SourcePlan,
     base_dir: &Path,
     run_dir: &RunDir,
     exclude: Option<&mut std::collections::HashSet<u64>>,

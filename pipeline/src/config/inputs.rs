@@ -112,7 +112,7 @@ impl Inputs<'_> {
                 push(span.clone(), format!("`launch` program{from} {why}"));
             }
         }
-        for super::plan::SourcePlan { spec, worker } in self.sources {
+        for super::plan::SourcePlan { spec, worker, .. } in self.sources {
             let Some(path) = &spec.path else { continue };
             if worker.command.is_some() || skip(spec.name()) {
                 continue;

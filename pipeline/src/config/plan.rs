@@ -50,8 +50,6 @@ pub struct Plan {
     pub server_host_memory: Option<u64>,
     pub generation: GenerationPlan,
     pub sources: Vec<SourcePlan>,
-    /// What each source's requests ask for, parallel to `sources`.
-    pub settings: Vec<Settings>,
 }
 
 /// One `[[source]]`: what it reads and how its preparation worker runs.
@@ -59,6 +57,8 @@ pub struct Plan {
 pub struct SourcePlan {
     pub spec: SourceSpec,
     pub worker: WorkerPlan,
+    /// What its requests ask for: `[generation]` with its own `[source.generation]` over it.
+    pub settings: Settings,
 }
 
 impl SourcePlan {
@@ -111,7 +111,7 @@ impl ServerPlan {
 #[derive(Debug, Clone)]
 pub struct GenerationPlan {
     /// `[generation]`'s: what a request outside any source (a test prompt, `gen bench`)
-    /// asks for; each source's own are [`Plan::settings`].
+    /// asks for; each source's own are [`SourcePlan::settings`].
     pub max_tokens: u32,
     pub concurrency: Concurrency,
     pub max_attempts: u32,
@@ -387,7 +387,7 @@ impl<'t> PlanResolver<'t> {
             }
             _ => SettingsTable::default(),
         };
-        let (sources, settings) = self.resolve_sources(tables.sources, &defaults);
+        let sources = self.resolve_sources(tables.sources, &defaults);
         self.sources.clone_from(&sources);
         let mut server_host_memory = None;
         let server = match tables.server {
@@ -442,7 +442,6 @@ impl<'t> PlanResolver<'t> {
             server_host_memory,
             generation,
             sources,
-            settings,
         })
     }
 
@@ -559,7 +558,7 @@ impl<'t> PlanResolver<'t> {
         &mut self,
         sources: Vec<(SourceSpec, WorkerTable, SettingsTable)>,
         defaults: &SettingsTable,
-    ) -> (Vec<SourcePlan>, Vec<Settings>) {
+    ) -> Vec<SourcePlan> {
         let specs: Vec<SourceSpec> = sources.iter().map(|(s, _, _)| s.clone()).collect();
         let custom: Vec<bool> = sources
             .iter()
@@ -567,15 +566,18 @@ impl<'t> PlanResolver<'t> {
             .collect();
         self.check_sources(&specs, &custom);
         let mut plans = Vec::new();
-        let mut settings = Vec::new();
         for (spec, worker, own) in sources {
             let worker = self.worker(&spec, worker);
-            plans.push(SourcePlan { spec, worker });
             // A problem of `[generation]` is found again here, at the same place: the list
             // drops the repeats.
-            settings.push(self.settings(&own.or(defaults)));
+            let settings = self.settings(&own.or(defaults));
+            plans.push(SourcePlan {
+                spec,
+                worker,
+                settings,
+            });
         }
-        (plans, settings)
+        plans
     }
 
     fn check_sources(&mut self, sources: &[SourceSpec], custom: &[bool]) {
@@ -1279,7 +1281,7 @@ temperature = [{ value = 0.6, weight = 3 }, { value = 1.0, weight = 1 }]
 reasoning-effort = "high"
 "#;
         let plan = Plan::from_text(Path::new("x.toml"), &text).expect("valid");
-        let (a, math) = (&plan.settings[0], &plan.settings[1]);
+        let (a, math) = (&plan.sources[0].settings, &plan.sources[1].settings);
         assert_eq!((a.max_tokens, a.samples.get()), (64, 2));
         assert_eq!(a.params["temperature"], 0.6);
         assert_eq!((math.max_tokens, math.samples.get()), (512, 2));
@@ -1343,9 +1345,13 @@ colour = 1
         let text = GOOD.replace("max-tokens = 64", "max-tokens = 64\ntoken-ids = true")
             + "[source.generation]\ntoken-ids = false\n\n[[source]]\nname = \"b\"\npath = \"b.jsonl\"\n";
         let plan = Plan::from_text(Path::new("x.toml"), &text).expect("valid");
-        let on: Vec<bool> = plan.settings.iter().map(Settings::token_ids).collect();
+        let on: Vec<bool> = plan
+            .sources
+            .iter()
+            .map(|s| s.settings.token_ids())
+            .collect();
         assert_eq!(on, [false, true]);
-        assert_eq!(plan.settings[1].params["return_token_ids"], true);
+        assert_eq!(plan.sources[1].settings.params["return_token_ids"], true);
 
         let bad = GOOD.to_owned()
             + "[source.generation]\ntoken-ids = \"yes\"\n\n[[source]]\nname = \"b\"\npath = \"b.jsonl\"\n\n[source.generation]\ntoken-ids = [{ value = true, weight = 1 }]\n";

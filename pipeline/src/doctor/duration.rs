@@ -20,16 +20,15 @@ pub(super) fn check(plan: &Plan, local_rows: &std::collections::BTreeMap<String,
         .and_then(|bytes| serde_json::from_slice::<RunStatus>(&bytes).ok());
     // Answers (`samples` per prompt) and their budget, each source at its own `max-tokens`.
     let (mut limits, mut budget) = (0u64, 0u64);
-    for (source, settings) in plan.sources.iter().zip(&plan.settings) {
+    for source in &plan.sources {
+        let settings = &source.settings;
         let answers = super::unprepared_bound(&source.spec, local_rows)
             .saturating_mul(u64::from(settings.samples.get()));
         limits = limits.saturating_add(answers);
         budget = budget.saturating_add(answers.saturating_mul(u64::from(settings.max_tokens)));
     }
-    let uniform = plan
-        .settings
-        .iter()
-        .all(|s| s.max_tokens == plan.generation.max_tokens);
+    let uniform =
+        (plan.sources.iter()).all(|s| s.settings.max_tokens == plan.generation.max_tokens);
     let (max_tokens, what) = if uniform || limits == 0 {
         (u64::from(plan.generation.max_tokens), "`max-tokens`")
     } else {
@@ -38,7 +37,7 @@ pub(super) fn check(plan: &Plan, local_rows: &std::collections::BTreeMap<String,
             "each source's `max-tokens`, weighted by its prompts",
         )
     };
-    let unit = if plan.settings.iter().all(|s| s.samples.get() == 1) {
+    let unit = if plan.sources.iter().all(|s| s.settings.samples.get() == 1) {
         "prompts"
     } else {
         "answers (`samples` per prompt)"

@@ -204,7 +204,7 @@ async fn context(
     match server_context(client, url, served, listed, api_key).await {
         // The largest budget of any source must fit.
         Some((tokens, what)) => {
-            let budget = plan.settings.iter().map(|s| s.max_tokens).max();
+            let budget = plan.sources.iter().map(|s| s.settings.max_tokens).max();
             context_check(tokens, what, budget.unwrap_or(plan.generation.max_tokens))
         }
         None => Check::new(
@@ -314,12 +314,8 @@ pub(crate) async fn token_ids_probe(
     model: &str,
     api_key: Option<String>,
 ) -> Option<Check> {
-    let (index, settings) = plan
-        .settings
-        .iter()
-        .enumerate()
-        .find(|(_, s)| s.token_ids())?;
-    let source = plan.sources.get(index).map_or("?", |s| s.name());
+    let source = plan.sources.iter().find(|s| s.settings.token_ids())?;
+    let (source, settings) = (source.name(), &source.settings);
     let budget = 16;
     let params = settings.request("token-ids-probe", 0).params;
     let client =

@@ -374,8 +374,8 @@ impl<'p> RunState<'p> {
             });
         }
         self.reporter.notice(Notice::NothingToDo);
-        let now = (self.plan.sources.iter().map(|s| s.name().to_owned()))
-            .zip(self.plan.settings.iter().cloned())
+        let now = (self.plan.sources.iter())
+            .map(|s| (s.name().to_owned(), s.settings.clone()))
             .collect();
         let stored_in = self.sources.stored_in();
         let config = &self.plan.config_path.display().to_string();
@@ -695,7 +695,7 @@ impl<'p> Orchestrator<'p> {
         for (i, feed) in self.state.sources.take_feeds(&self.state.reporter) {
             let plan = self.state.plan;
             let length = plan.sources[i].worker.on_length;
-            let requests = SourceRequests::new(length, plan.settings[i].clone());
+            let requests = SourceRequests::new(length, plan.sources[i].settings.clone());
             tokio::spawn(self.dispatcher.clone().run_source(i, feed, requests));
             self.dispatching += 1;
         }
@@ -864,8 +864,7 @@ async fn connected_servers(
             sources: plan
                 .sources
                 .iter()
-                .map(|s| s.name().to_owned())
-                .zip(plan.settings.iter().cloned())
+                .map(|s| (s.name().to_owned(), s.settings.clone()))
                 .collect(),
             shard: selection.shard,
         }

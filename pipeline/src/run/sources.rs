@@ -129,17 +129,20 @@ impl<'p> Sources<'p> {
         let mut list: Vec<SourceState> = plan
             .sources
             .iter()
-            .zip(&plan.settings)
-            .map(|(spec, settings)| {
+            .map(|spec| {
                 // A refusal is sent again under other settings than the source's own.
                 let resend = record::Resend {
-                    settings: resend.settings.as_ref().map(|_| settings.fingerprint()),
+                    settings: resend
+                        .settings
+                        .as_ref()
+                        .map(|_| spec.settings.fingerprint()),
                     ..resend.clone()
                 };
                 SourceState::load(run_dir, spec.name(), &resend, reporter)
             })
             .collect::<anyhow::Result<_>>()?;
-        for (state, settings) in list.iter_mut().zip(&plan.settings) {
+        for (state, source) in list.iter_mut().zip(&plan.sources) {
+            let settings = &source.settings;
             // Counted in samples: each is a unit of work.
             let status = &mut state.status;
             status.samples = settings.samples.get();
@@ -381,7 +384,7 @@ impl<'p> Sources<'p> {
             settled: std::mem::take(&mut state.settled_ids),
             shard: self.shard,
             elsewhere: Arc::default(),
-            samples: self.plan.settings[i].samples.get(),
+            samples: self.plan.sources[i].settings.samples.get(),
         };
         let recorded = manifest.as_ref().and_then(|m| m.prompt_ids.as_ref());
         if let Some(census) = super::feed::finished(&dir.prompts(), recorded, &skip) {
@@ -561,7 +564,7 @@ impl<'p> Sources<'p> {
         reporter: &RunReporter,
     ) -> anyhow::Result<()> {
         let name = &self.list[i].status.name;
-        let samples = self.plan.settings[i].samples.get();
+        let samples = self.plan.sources[i].settings.samples.get();
         let mut records = Vec::new();
         for (prompt_id, j) in duplicates {
             let holder = &self.list[*j].status.name;
