@@ -61,9 +61,12 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         .any(|s| s.levels.iter().any(|l| l.failed > 0));
     let report = Report {
         requests_per_level: args.requests,
-        prompts: prompts.messages.len(),
+        prompts: prompts.prompts,
         prompts_reused_from,
-        sources: prompts.sources,
+        settings: (prompts.sources.iter())
+            .map(|(name, settings)| (name.clone(), settings.to_string()))
+            .collect(),
+        sources: prompts.sources.into_iter().map(|(name, _)| name).collect(),
         max_tokens: plan.generation.max_tokens,
         servers,
     };
@@ -219,7 +222,7 @@ impl Contender {
     async fn measure(
         &mut self,
         level: usize,
-        prompts: &Arc<Vec<Vec<gen_sources::Message>>>,
+        prompts: &Arc<Vec<prompts::BenchRequest>>,
         requests: usize,
     ) -> anyhow::Result<()> {
         let (label, shown) = (&self.label, &self.shown);
@@ -293,13 +296,17 @@ async fn sweep_in_rounds(
             };
             if batch.reused && reused_from.is_none() {
                 reused_from = Some(level);
+                let samples = match prompts.requests.len() {
+                    n if n == prompts.prompts => String::new(),
+                    n => format!(" ({n} requests with their samples)"),
+                };
                 eprintln!(
-                    "gen bench: warning: the {} prepared prompts ran out at L={level}; from there levels reuse prompts sent before, which a prefix cache favours",
-                    prompts.messages.len()
+                    "gen bench: warning: the {} prepared prompts{samples} ran out at L={level}; from there levels reuse prompts sent before, which a prefix cache favours",
+                    prompts.prompts
                 );
             }
             measured = true;
-            contender.measure(level, &batch.messages, requests).await?;
+            contender.measure(level, &batch.requests, requests).await?;
         }
         if !measured {
             break;

@@ -7,8 +7,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tokio::task::JoinSet;
 
-use gen_sources::Message;
-
+use super::prompts::BenchRequest;
 use crate::inference::RequestError;
 use crate::inference::client::{ChatClient, TimedCompletion};
 
@@ -55,18 +54,17 @@ impl From<&TimedCompletion> for Sample {
 }
 
 /// Runs one level: `level` requests in flight (fewer only at the tail, once every request has
-/// been sent), prompts taken in order from `prompts` (the level's own slice; wrapping around
+/// been sent), requests taken in order from `prompts` (the level's own slice; wrapping around
 /// if it is shorter than `requests`). A request error
 /// counts as a failure; a [`RequestError::Fatal`] (bad key, model or path) ends the bench.
 /// `progress` advances by one per finished request.
 pub async fn run_level(
     client: &ChatClient,
-    prompts: &Arc<Vec<Vec<Message>>>,
+    prompts: &Arc<Vec<BenchRequest>>,
     level: usize,
     requests: usize,
     progress: &indicatif::ProgressBar,
 ) -> Result<LevelResult, RequestError> {
-    let max_tokens = client.max_tokens();
     let mut in_flight = JoinSet::new();
     let mut sent = 0;
     let mut send = |in_flight: &mut JoinSet<_>| {
@@ -75,8 +73,12 @@ pub async fn run_level(
         let index = sent % prompts.len().max(1);
         sent += 1;
         in_flight.spawn(async move {
-            let messages = prompts.get(index).map_or(&[][..], Vec::as_slice);
-            client.complete_timed(messages, max_tokens).await
+            let Some(request) = prompts.get(index) else {
+                return Err(RequestError::Fatal(
+                    "the bench has no prompts to send".into(),
+                ));
+            };
+            (client.timed(&request.messages, request.max_tokens, &request.params)).await
         });
     };
     let started = Instant::now();

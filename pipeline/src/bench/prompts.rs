@@ -1,68 +1,84 @@
-//! The prompts a bench sends: read from the prepared sources of the config's run directory,
-//! interleaved round-robin, and cut into one slice per round of levels. Each round gets prompts
-//! no earlier round sent, so a server's prefix cache cannot flatter the later levels; every
-//! server measured in a round gets the same slice. Only when the prepared prompts run out do
-//! rounds wrap around and reuse them ([`RoundPrompts::reused`]).
+//! The requests a bench sends: read from the prepared sources of the config's run directory,
+//! each prompt made into the requests `gen run` would send for it (one per sample, back to back,
+//! with the source's settings and each sample's drawn values and seed), interleaved round-robin
+//! by prompt, and cut into one slice per round of levels. Each round gets requests no earlier
+//! round sent, so a server's prefix cache cannot flatter the later levels; every server measured
+//! in a round gets the same slice. Only when the prepared prompts run out do rounds wrap around
+//! and reuse them ([`RoundPrompts::reused`]).
 //!
 //! It never prepares a source itself; that is `gen prepare`'s (or `gen run`'s) job.
 
 use std::sync::Arc;
 
 use gen_sources::{Message, Prompt, Role};
+use serde_json::{Map, Value};
 
 use crate::config::Plan;
+use crate::config::settings::Settings;
 use crate::store::RunDir;
 
-/// The prompts of a bench, as the messages to send.
-#[derive(Debug, Clone)]
-pub struct BenchPrompts {
-    /// The prepared sources they came from, in config order.
-    pub sources: Vec<String>,
-    pub messages: Vec<Vec<Message>>,
+/// One request of a bench: what `gen run` sends for one sample of one prompt.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchRequest {
+    /// Shared by a prompt's samples.
+    pub messages: Arc<[Message]>,
+    pub max_tokens: u32,
+    /// The source's settings, with the sample's drawn values and seed (and `token-ids`).
+    pub params: Map<String, Value>,
 }
 
-/// The prompts of one round: what every server measured at that round's level is sent.
+/// The requests of a bench.
+#[derive(Debug, Clone)]
+pub struct BenchPrompts {
+    /// The prepared sources they came from, in config order, with their settings.
+    pub sources: Vec<(String, Settings)>,
+    /// The prompts the requests are made of (fewer than the requests with `samples`).
+    pub prompts: usize,
+    pub requests: Vec<BenchRequest>,
+}
+
+/// The requests of one round: what every server measured at that round's level is sent.
 #[derive(Debug, Clone)]
 pub struct RoundPrompts {
-    pub messages: Arc<Vec<Vec<Message>>>,
+    pub requests: Arc<Vec<BenchRequest>>,
     /// Some of them were sent before in this bench (by an earlier round, or earlier in this
     /// one): the prepared prompts ran out.
     pub reused: bool,
 }
 
 impl BenchPrompts {
-    /// The `per_level` prompts of round `round` (from 0): the slice after the earlier rounds'
-    /// slices, wrapping around to the first prompt once every prompt has been sent.
+    /// The `per_level` requests of round `round` (from 0): the slice after the earlier rounds'
+    /// slices, wrapping around to the first request once every request has been sent.
     pub fn round(&self, round: usize, per_level: usize) -> RoundPrompts {
-        let pool = self.messages.len();
+        let pool = self.requests.len();
         let start = round.saturating_mul(per_level);
         let reused = start.saturating_add(per_level) > pool;
-        let messages = (0..per_level)
+        let requests = (0..per_level)
             .filter_map(|i| {
                 let index = start.wrapping_add(i).checked_rem(pool)?;
-                self.messages.get(index).cloned()
+                self.requests.get(index).cloned()
             })
             .collect();
         RoundPrompts {
-            messages: Arc::new(messages),
+            requests: Arc::new(requests),
             reused,
         }
     }
 }
 
-/// Reads at most `limit` prompts, round-robin over the prepared sources of `plan`.
+/// Makes at most `limit` requests, round-robin by prompt over the prepared sources of `plan`.
 pub fn load(plan: &Plan, limit: usize) -> anyhow::Result<BenchPrompts> {
     let run_dir = RunDir::new(plan.run_dir.clone());
     let mut sources = Vec::new();
     let mut per_source = Vec::new();
-    for spec in &plan.sources {
-        let dir = run_dir.source(spec.name());
+    for source in &plan.sources {
+        let dir = run_dir.source(source.name());
         if !dir.manifest().is_file() || !dir.prompts().is_file() {
             continue;
         }
         let prompts = crate::store::prompts::read_prompts(&dir.prompts())?;
         if !prompts.is_empty() {
-            sources.push(spec.name().to_owned());
+            sources.push((source.name().to_owned(), source.settings.clone()));
             per_source.push(prompts);
         }
     }
@@ -74,22 +90,48 @@ pub fn load(plan: &Plan, limit: usize) -> anyhow::Result<BenchPrompts> {
         plan.config_path.display(),
         plan.config_path.display(),
     );
-    let messages = round_robin(per_source, limit)
+    let per_source = per_source
         .into_iter()
-        .map(|prompt| first_turn(prompt.messages))
-        .collect();
-    Ok(BenchPrompts { sources, messages })
+        .zip(&sources)
+        .map(|(prompts, (_, settings))| prompts.into_iter().map(|p| samples(p, settings)));
+    let per_prompt = round_robin(per_source.collect(), limit);
+    let prompts = per_prompt.len();
+    let mut requests: Vec<BenchRequest> = per_prompt.into_iter().flatten().collect();
+    requests.truncate(limit);
+    Ok(BenchPrompts {
+        sources,
+        prompts,
+        requests,
+    })
 }
 
-/// The first prompt of each source, then the second of each, …, up to `limit`.
-fn round_robin(per_source: Vec<Vec<Prompt>>, limit: usize) -> Vec<Prompt> {
-    let mut iters: Vec<_> = per_source.into_iter().map(Vec::into_iter).collect();
+/// The requests of `prompt`'s samples, in sample order: its first request's messages each,
+/// under the sample's own settings.
+fn samples(prompt: Prompt, settings: &Settings) -> Vec<BenchRequest> {
+    let messages: Arc<[Message]> = first_turn(prompt.messages).into();
+    (0..settings.samples.get())
+        .map(|sample| BenchRequest {
+            messages: Arc::clone(&messages),
+            max_tokens: settings.max_tokens,
+            params: settings.request(&prompt.id, sample).params,
+        })
+        .collect()
+}
+
+/// The first prompt's requests of each source, then the second's of each, …, until `limit`
+/// requests (the last prompt's samples may pass it).
+fn round_robin<I>(mut per_source: Vec<I>, limit: usize) -> Vec<Vec<BenchRequest>>
+where
+    I: Iterator<Item = Vec<BenchRequest>>,
+{
     let mut out = Vec::new();
-    while out.len() < limit {
+    let mut count = 0;
+    while count < limit {
         let before = out.len();
-        for prompt in iters.iter_mut().filter_map(Iterator::next) {
-            if out.len() < limit {
-                out.push(prompt);
+        for requests in per_source.iter_mut().filter_map(Iterator::next) {
+            if count < limit {
+                count += requests.len();
+                out.push(requests);
             }
         }
         if out.len() == before {
@@ -117,6 +159,8 @@ fn first_turn(mut messages: Vec<Message>) -> Vec<Message> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
 
     fn prompt(source: &str, text: &str) -> Prompt {
@@ -129,33 +173,104 @@ mod tests {
         }
     }
 
-    #[test]
-    fn sources_are_interleaved_until_the_limit() {
-        let a = vec![prompt("a", "1"), prompt("a", "2"), prompt("a", "3")];
-        let b = vec![prompt("b", "1")];
-        let ids: Vec<String> = round_robin(vec![a.clone(), b.clone()], 10)
-            .into_iter()
-            .map(|p| p.id)
+    fn settings(max_tokens: u32, samples: u32) -> Settings {
+        Settings {
+            max_tokens,
+            samples: std::num::NonZeroU32::new(samples).expect("positive"),
+            params: Map::from_iter([("temperature".to_owned(), Value::from(0.6))]),
+            drawn: Default::default(),
+        }
+    }
+
+    /// The text of each request, with its sample's seed when it has one.
+    fn sent(requests: &[BenchRequest]) -> Vec<String> {
+        requests
+            .iter()
+            .map(|r| match r.params.get("seed") {
+                Some(seed) => format!("{} seed {seed}", r.messages[0].content),
+                None => r.messages[0].content.clone(),
+            })
+            .collect()
+    }
+
+    /// A source's requests, prompt by prompt.
+    fn source(prompts: &[Prompt], settings: &Settings) -> std::vec::IntoIter<Vec<BenchRequest>> {
+        let requests: Vec<_> = prompts
+            .iter()
+            .map(|p| samples(p.clone(), settings))
             .collect();
-        assert_eq!(ids, ["a-1", "b-1", "a-2", "a-3"]);
-        assert_eq!(round_robin(vec![a, b], 2).len(), 2);
+        requests.into_iter()
+    }
+
+    #[test]
+    fn sources_are_interleaved_by_prompt_until_the_limit() {
+        let a = [prompt("a", "a1"), prompt("a", "a2"), prompt("a", "a3")];
+        let b = [prompt("b", "b1")];
+        let one = settings(16, 1);
+        let make = |prompts: &[Prompt]| source(prompts, &one);
+        let all: Vec<BenchRequest> = round_robin(vec![make(&a), make(&b)], 10)
+            .into_iter()
+            .flatten()
+            .collect();
+        assert_eq!(sent(&all), ["a1", "b1", "a2", "a3"]);
+        assert_eq!(round_robin(vec![make(&a), make(&b)], 2).len(), 2);
+    }
+
+    /// What `gen run` sends for a prompt is what a bench sends: the source's budget and
+    /// parameters, and with `samples = k` the k requests back to back, each with its seed.
+    #[test]
+    fn a_prompt_is_sent_as_its_samples_under_its_sources_settings() {
+        let math = settings(512, 3);
+        let requests = samples(prompt("m", "m1"), &math);
+        assert_eq!(requests.len(), 3);
+        assert!(requests.iter().all(|r| r.max_tokens == 512));
+        assert!(requests.iter().all(|r| r.params["temperature"] == 0.6));
+        let seeds: BTreeSet<String> = requests
+            .iter()
+            .map(|r| r.params["seed"].to_string())
+            .collect();
+        assert_eq!(
+            seeds.len(),
+            3,
+            "a seed of its own each: {:?}",
+            sent(&requests)
+        );
+        for (sample, request) in requests.iter().enumerate() {
+            let run = math.request("m-m1", sample as u32);
+            assert_eq!(
+                request.params, run.params,
+                "sample {sample} as `gen run` sends it"
+            );
+        }
+        // Siblings stay together when sources are interleaved; the limit counts requests.
+        let chat = settings(16, 1);
+        let all: Vec<BenchRequest> = round_robin(
+            vec![
+                source(&[prompt("m", "m1"), prompt("m", "m2")], &math),
+                source(&[prompt("c", "c1")], &chat),
+            ],
+            4,
+        )
+        .into_iter()
+        .flatten()
+        .collect();
+        let texts: Vec<&str> = all.iter().map(|r| &*r.messages[0].content).collect();
+        assert_eq!(texts, ["m1", "m1", "m1", "c1"]);
+        assert_eq!(all[3].max_tokens, 16);
     }
 
     fn pool(n: usize) -> BenchPrompts {
         BenchPrompts {
-            sources: vec!["a".to_owned()],
-            messages: (0..n)
-                .map(|i| vec![Message::new(Role::User, i.to_string())])
+            sources: vec![("a".to_owned(), settings(16, 1))],
+            prompts: n,
+            requests: (0..n)
+                .flat_map(|i| samples(prompt("a", &i.to_string()), &settings(16, 1)))
                 .collect(),
         }
     }
 
     fn texts(round: &RoundPrompts) -> Vec<String> {
-        round
-            .messages
-            .iter()
-            .map(|m| m[0].content.clone())
-            .collect()
+        sent(&round.requests)
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! a line saying whether every level got fresh prompts or from which level they were reused.
 
 use crate::status::render::{cut, wrap};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::Serialize;
@@ -27,7 +28,11 @@ pub struct Report {
     /// `None` when every level sent prompts no earlier level had sent.
     pub prompts_reused_from: Option<usize>,
     pub sources: Vec<String>,
+    /// `[generation]`'s; each source's requests are sent with its own [`Report::settings`].
     pub max_tokens: u32,
+    /// What each source's requests were sent with, as `gen check` shows it (`max_tokens 64,
+    /// samples 4, temperature 0.6`): `gen run`'s settings, samples and drawn values.
+    pub settings: BTreeMap<String, String>,
     pub servers: Vec<ServerReport>,
 }
 
@@ -178,6 +183,9 @@ pub fn render(report: &Report) -> String {
         }
     };
     writeln!(out, "{}", cut(&freshness, WIDTH)).ok();
+    for (source, settings) in &report.settings {
+        writeln!(out, "{}", cut(&format!("  {source}: {settings}"), WIDTH)).ok();
+    }
     if report.servers.len() > 1 {
         out.push_str("servers take turns at each level, so they are compared at the same time\n");
     }
@@ -258,6 +266,7 @@ mod tests {
             prompts_reused_from: Some(4),
             sources: vec!["alpha".into(), "beta".into()],
             max_tokens: 16,
+            settings: BTreeMap::from([("alpha".into(), "max_tokens 16, samples 2".into())]),
             servers: vec![
                 server("A", vec![level(1, 40.0, 0), level(4, 1234.6, 0)]),
                 server("B", vec![level(1, 20.0, 0), level(2, 35.0, 1)]),
@@ -280,6 +289,10 @@ mod tests {
         assert!(text.contains("250ms") && text.contains("1.50s"), "{text}");
         assert!(text.contains("! prompts ran out at L=4"), "{text}");
         assert!(text.contains("servers take turns at each level"), "{text}");
+        assert!(
+            text.contains("\n  alpha: max_tokens 16, samples 2\n"),
+            "{text}"
+        );
     }
 
     /// A failed request's reason is wrapped under the table, whole.
@@ -295,6 +308,7 @@ mod tests {
             prompts_reused_from: None,
             sources: vec!["alpha".into()],
             max_tokens: 4096,
+            settings: BTreeMap::new(),
             servers: vec![server("A", vec![level(1, 20.0, 0), failing])],
         };
         let text = render(&report);

@@ -250,17 +250,9 @@ impl ChatClient {
             .map(|timed| timed.completion)
     }
 
-    /// [`ChatClient::complete`], also measuring the time to the first generated token (the
-    /// first chunk that carries content or reasoning) and to the end of the stream.
-    pub async fn complete_timed(
-        &self,
-        messages: &[Message],
-        max_tokens: u32,
-    ) -> Result<TimedCompletion, RequestError> {
-        self.timed(messages, max_tokens, &self.params).await
-    }
-
-    async fn timed(
+    /// [`ChatClient::complete_with`], also measuring the time to the first generated token
+    /// (the first chunk that carries content or reasoning) and to the end of the stream.
+    pub async fn timed(
         &self,
         messages: &[Message],
         max_tokens: u32,

@@ -411,3 +411,64 @@ async fn a_duplicate_of_an_earlier_source_is_settled_for_every_sample() {
     assert_eq!(again.code, Some(0), "{}", again.stderr);
     assert_eq!(server.chat_requests(), 14, "nothing sent again");
 }
+
+/// `gen bench` measures what `gen run` sends: each source's settings and drawn values, its
+/// samples back to back with their seeds, and token ids when the source asks for them (here
+/// SGLang's way, after its 400). Before, a bench sent `[generation]`'s settings only.
+#[tokio::test]
+async fn a_bench_sends_what_the_run_sends() {
+    let knobs = || Knobs {
+        sglang_token_ids: true,
+        ..Knobs::default()
+    };
+    let (runner, bencher) = (
+        FakeOpenAi::start(knobs()).await,
+        FakeOpenAi::start(knobs()).await,
+    );
+    let project = Project::new();
+    project.write("data/chat.jsonl", rows("chat", 4));
+    project.write("data/math.jsonl", rows("math", 4));
+    let math = MATH.replace(
+        "max-tokens = 24",
+        "max-tokens = 24\nsamples = 2\ntoken-ids = true",
+    );
+    project.config(&two_sources(&runner.url(), "", &math));
+    let out = project.run(&["run", "cfg.toml"]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let url = bencher.url();
+    let args = ["bench", "cfg.toml", "--url", &url, "--concurrency", "1,2"];
+    let bench = project
+        .run(&[&args[..], &["--requests", "6"]].concat())
+        .await;
+    assert_eq!(bench.code, Some(0), "{}\n{}", bench.stdout, bench.stderr);
+
+    // Every body the bench sent is one the run sent (4 + 4 × 2 requests: none reused).
+    let sent_by_run: BTreeSet<String> = (runner.received().iter())
+        .map(|r| r.body.to_string())
+        .collect();
+    let answered: Vec<Received> = (bencher.received().into_iter())
+        .filter(|r| r.body.get("return_token_ids").is_none())
+        .collect();
+    assert_eq!(answered.len(), 12, "{answered:?}");
+    for request in &answered {
+        assert!(
+            sent_by_run.contains(&request.body.to_string()),
+            "{}",
+            request.body
+        );
+    }
+    // A prompt's two samples go back to back, with a seed each.
+    let math = bodies(&answered, "math");
+    assert_eq!(math.len(), 8);
+    for pair in math.chunks(2) {
+        assert_eq!(pair[0].0, pair[1].0, "{math:?}");
+        assert_ne!(pair[0].1["seed"], pair[1].1["seed"], "{math:?}");
+        assert_eq!(pair[0].1["max_tokens"], 24);
+        assert_eq!(pair[0].1["return_output_ids_in_sglext"], true);
+    }
+    assert!(
+        bench.stdout.contains("  math: max_tokens 24, samples 2, "),
+        "{}",
+        bench.stdout
+    );
+}
