@@ -16,6 +16,9 @@ pub(super) enum RunEvent {
     Dispatched(DispatchEvent),
     /// A second passed: flush, refresh the status, watch the servers.
     Ticked,
+    /// Starting the servers ended: they answer (`Ok(Some)`), a signal came first
+    /// (`Ok(None)`), or they could not be started or connected.
+    ServersReady(anyhow::Result<Option<super::server::Servers>>),
     /// A restart of the managed inference server ended.
     ServerRestarted(Result<Result<ManagedServer, LaunchError>, JoinError>),
     /// SIGINT, SIGTERM or SIGHUP (the first one).

@@ -5,10 +5,14 @@
 //! [`super::server`].
 //!
 //! Order of a run: read what the run directory already holds (finished sources are skipped,
-//! completed prompts are not sent again); if nothing is left, stop without touching the server;
-//! otherwise make sure the server answers (launching it when configured) *before* any source
-//! can be marked failed; then prepare sources in worker processes, at most
-//! `max-parallel-prep` at once, and start generating each source as soon as it is prepared.
+//! completed prompts are not sent again); if nothing is left, stop without touching the server.
+//! Otherwise prepare sources in worker processes, at most `max-parallel-prep` at once, while
+//! the servers start (launched when configured) and are checked: their start-up is one more
+//! event of the same loop ([`RunEvent::ServersReady`]). Generation starts once they answer,
+//! each source as soon as it is prepared. Servers that cannot be started or connected, or a
+//! signal before they answer, stop the workers (their sources are prepared next run) and end
+//! the run; no source is marked failed for want of a server. `gen prepare` is the same loop
+//! without servers.
 
 use std::time::{Duration, Instant};
 
@@ -22,6 +26,7 @@ use super::preparation::Preparation;
 use super::server::{Launched, Servers};
 use super::sources::Sources;
 use crate::config::Plan;
+use crate::inference::managed::LaunchError;
 use crate::inference::managed::ManagedServer;
 use crate::notice::Notice;
 use crate::report::RunReporter;
@@ -29,6 +34,7 @@ use crate::status::state::{self, Phase, RunStatus, SourceStatus};
 use crate::store::private::create_private_dir;
 use crate::store::records as record;
 use crate::store::{RunDir, atomic, layout::LAYOUT_VERSION};
+use tokio::task::JoinError;
 
 pub use super::sources::InputsChanged;
 
@@ -140,14 +146,34 @@ enum Start<'p> {
 /// The running run: the state plus what reports to it.
 struct Orchestrator<'p> {
     state: RunState<'p>,
-    servers: Servers,
     preparation: Preparation,
-    dispatcher: Dispatcher,
+    /// Once they answer ([`RunEvent::ServersReady`]); `gen prepare` has none.
+    servers: Option<Servers>,
+    /// Built with the servers; until then its channel's sender waits in `events`.
+    dispatcher: Option<Dispatcher>,
+    events: Option<mpsc::Sender<DispatchEvent>>,
+    /// Cancels the requests in flight (and the tuners).
+    dispatch_cancel: CancellationToken,
+    /// No new request starts: the signal's own token.
+    stop_admitting: CancellationToken,
+    /// The signal.
+    cancel: CancellationToken,
     /// Sources whose dispatch has not finished.
     dispatching: usize,
     stopping: Stopping,
+    /// The servers could not be started or connected: the run ends with this error once the
+    /// workers have stopped.
+    startup_failed: Option<anyhow::Error>,
+    /// `gen prepare`: the sources it prepares (its outcome names those that failed).
+    prepare_only: Option<Vec<usize>>,
     last_progress: Instant,
 }
+
+/// Starting the servers: the managed one launched, every one connected and checked.
+/// `Ok(None)`: a signal came first.
+type Startup<'p> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = anyhow::Result<Option<Servers>>> + Send + 'p>,
+>;
 
 /// `gen run`: see the module documentation.
 ///
@@ -187,22 +213,25 @@ async fn run_loop(
         Start::Over(outcome) => return Ok(outcome),
         Start::Run(state, needs_prep) => (*state, needs_prep),
     };
-    if selection.prepare_only {
-        return prepare_only(state, needs_prep, &cancel).await;
-    }
-    let started = Orchestrator::start(state, needs_prep, selection, &cancel).await?;
-    let Some((mut orchestrator, mut dispatched)) = started else {
-        return Ok(RunOutcome::Interrupted);
-    };
+    let (mut orchestrator, mut dispatched) =
+        Orchestrator::new(state, needs_prep, selection, &cancel)?;
+    let mut startup = (!selection.prepare_only).then(|| orchestrator.startup(selection));
     let mut received = Vec::with_capacity(EVENT_BATCH);
     let mut tick = tokio::time::interval(TICK);
-    while !orchestrator.is_over() {
+    while startup.is_some() || !orchestrator.is_over() {
         let event = tokio::select! {
+            ready = started(&mut startup) => {
+                startup = None;
+                Some(RunEvent::ServersReady(ready))
+            }
             ended = orchestrator.preparation.next_ended() => Some(RunEvent::PreparationEnded(ended)),
             1.. = dispatched.recv_many(&mut received, EVENT_BATCH) => None,
             _ = tick.tick() => Some(RunEvent::Ticked),
-            restarted = orchestrator.servers.restarted() => Some(RunEvent::ServerRestarted(restarted)),
-            () = cancel.cancelled(), if !orchestrator.stopping.interrupted() => Some(RunEvent::Interrupted),
+            restarted = restart_of(&mut orchestrator.servers) => Some(RunEvent::ServerRestarted(restarted)),
+            // While the servers start, the start-up itself answers a signal.
+            () = cancel.cancelled(), if startup.is_none() && !orchestrator.stopping.interrupted() => {
+                Some(RunEvent::Interrupted)
+            }
         };
         match event {
             Some(event) => orchestrator.handle(event).await?,
@@ -495,82 +524,134 @@ fn settings_fingerprint(plan: &Plan) -> String {
 }
 
 impl<'p> Orchestrator<'p> {
-    /// Starts the servers (the run's settings are pinned on first contact), the dispatch of
-    /// every source already counted and the first preparation workers. `None`: a signal came
-    /// while the managed server started.
-    async fn start(
+    /// Starts the first preparation workers (preparation needs no server: it goes on while
+    /// one loads); the servers are started by [`Orchestrator::startup`].
+    fn new(
         mut state: RunState<'p>,
         needs_prep: Vec<usize>,
         selection: &Selection,
         cancel: &CancellationToken,
-    ) -> anyhow::Result<Option<(Orchestrator<'p>, mpsc::Receiver<DispatchEvent>)>> {
-        // Preparation needs no server: it starts at once and goes on while a server loads.
-        let mut preparation = Preparation::new(needs_prep, cancel.child_token());
+    ) -> anyhow::Result<(Orchestrator<'p>, mpsc::Receiver<DispatchEvent>)> {
+        let mut preparation = Preparation::new(needs_prep.clone(), cancel.child_token());
         preparation.start(&mut state.sources, &state.reporter)?;
-        state.status.waiting_for = Some(if state.plan.server.launch.is_some() {
-            "the inference server it launched to start".to_owned()
-        } else {
-            "the inference server to answer".to_owned()
-        });
+        if !selection.prepare_only {
+            state.status.waiting_for = Some(if state.plan.server.launch.is_some() {
+                "the inference server it launched to start".to_owned()
+            } else {
+                "the inference server to answer".to_owned()
+            });
+        }
         state.refresh_status();
-        let Some(managed) = managed_server(&mut state, &mut preparation, cancel).await? else {
-            return Ok(None);
-        };
-        let dispatch_cancel = CancellationToken::new();
-        let servers = connected_servers(
-            &mut state,
-            &mut preparation,
-            managed,
-            selection,
-            cancel,
-            &dispatch_cancel,
-        );
-        let Some(servers) = servers.await? else {
-            return Ok(None);
-        };
-        state.status.servers = servers.statuses();
-        state.status.waiting_for = None;
-        tokio::spawn(servers.fleet.clone().watch(dispatch_cancel.clone()));
-        let (events_tx, dispatched) = mpsc::channel(EVENT_BACKLOG);
-        let plan = state.plan;
-        let dispatcher = Dispatcher {
-            fleet: servers.fleet.clone(),
-            model: servers.model.as_str().into(),
-            max_attempts: plan.generation.max_attempts,
-            events: events_tx,
-            cancel: dispatch_cancel,
+        let (events, dispatched) = mpsc::channel(EVENT_BACKLOG);
+        let orchestrator = Orchestrator {
+            state,
+            preparation,
+            servers: None,
+            dispatcher: None,
+            events: Some(events),
+            dispatch_cancel: CancellationToken::new(),
             // On a signal, admission stops at once; requests in flight get a grace period to
             // finish (their completions are kept), then are aborted.
             stop_admitting: cancel.child_token(),
-            refusals: std::sync::Arc::default(),
-        };
-        let mut orchestrator = Orchestrator {
-            state,
-            servers,
-            preparation,
-            dispatcher,
+            cancel: cancel.clone(),
             dispatching: 0,
             stopping: Stopping::No,
+            startup_failed: None,
+            prepare_only: selection.prepare_only.then_some(needs_prep),
             last_progress: Instant::now(),
         };
-        orchestrator.begin()?;
-        Ok(Some((orchestrator, dispatched)))
+        Ok((orchestrator, dispatched))
     }
 
-    /// Starts every source's dispatch that can start, the progress display, and the
-    /// preparation workers that may start now.
-    fn begin(&mut self) -> anyhow::Result<()> {
+    /// Launches the managed server (when the plan has one) and connects to every server,
+    /// pinning the run's settings on first contact; a signal ends the wait.
+    fn startup(&self, selection: &Selection) -> Startup<'p> {
+        let state = &self.state;
+        let (plan, run_dir, reporter) = (state.plan, state.run_dir.clone(), state.reporter.clone());
+        // Only what is stored is pinned: new settings for a source with nothing stored mix
+        // nothing (a run stopped by a refused setting is rerun with a fixed one).
+        let stored_in = state.sources.stored_in();
+        let (cancel, dispatch_cancel) = (self.cancel.clone(), self.dispatch_cancel.clone());
+        let (shard, allow_change) = (selection.shard, selection.allow_config_change);
+        Box::pin(async move {
+            let managed = match Servers::launch(plan, &run_dir, &cancel, &reporter).await? {
+                Launched::Up(managed) => managed,
+                Launched::Interrupted => return Ok(None),
+            };
+            let pin = |model: &str| {
+                crate::store::pin::RunPin {
+                    layout: LAYOUT_VERSION,
+                    model: model.to_owned(),
+                    max_tokens: plan.generation.max_tokens,
+                    params: plan.generation.params.clone(),
+                    sources: (plan.sources.iter())
+                        .map(|s| (s.name().to_owned(), s.settings.clone()))
+                        .collect(),
+                    shard,
+                }
+                .check_or_record(&run_dir, allow_change, &stored_in, &reporter)
+            };
+            let connected =
+                Servers::connect(plan, &run_dir, managed, pin, &dispatch_cancel, &reporter);
+            // An external server may still be loading: the wait for it ends on a signal too.
+            tokio::select! {
+                servers = connected => servers.map(Some),
+                () = cancel.cancelled() => {
+                    let by = super::stop::interrupted_by();
+                    reporter.notice(Notice::InterruptedWaitingForServer { by });
+                    Ok(None)
+                }
+            }
+        })
+    }
+
+    /// What starting the servers came to: serving, a signal, or an error. Without servers the
+    /// running workers are stopped: their sources are prepared next run.
+    fn servers_ready(&mut self, ready: anyhow::Result<Option<Servers>>) -> anyhow::Result<()> {
+        match ready {
+            Ok(Some(servers)) => self.serve(servers),
+            Ok(None) => {
+                self.stopping.interrupt();
+                self.preparation.stop(true);
+                Ok(())
+            }
+            Err(error) => {
+                self.startup_failed = Some(error);
+                self.preparation.stop(true);
+                Ok(())
+            }
+        }
+    }
+
+    /// The servers answer: the dispatch of every source already counted starts, and the
+    /// progress display.
+    fn serve(&mut self, servers: Servers) -> anyhow::Result<()> {
+        let state = &mut self.state;
+        state.status.servers = servers.statuses();
+        state.status.waiting_for = None;
+        tokio::spawn(servers.fleet.clone().watch(self.dispatch_cancel.clone()));
+        self.dispatcher = Some(Dispatcher {
+            fleet: servers.fleet.clone(),
+            model: servers.model.as_str().into(),
+            max_attempts: state.plan.generation.max_attempts,
+            events: self
+                .events
+                .take()
+                .context("the servers were started twice")?,
+            cancel: self.dispatch_cancel.clone(),
+            stop_admitting: self.stop_admitting.clone(),
+            refusals: std::sync::Arc::default(),
+        });
+        self.servers = Some(servers);
         self.start_dispatch();
-        let names: Vec<String> = self
-            .state
-            .sources
-            .iter()
+        let state = &mut self.state;
+        let names: Vec<String> = (state.sources.iter())
             .map(|s| s.status.name.clone())
             .collect();
-        self.state.reporter.start_progress(&names);
+        state.reporter.start_progress(&names);
         self.preparation
-            .start(&mut self.state.sources, &self.state.reporter)?;
-        self.state.refresh_status();
+            .start(&mut state.sources, &state.reporter)?;
+        state.refresh_status();
         Ok(())
     }
 
@@ -588,11 +669,10 @@ impl<'p> Orchestrator<'p> {
             }
             RunEvent::Dispatched(event) => self.dispatched(event),
             RunEvent::Ticked => self.ticked().await,
+            RunEvent::ServersReady(ready) => self.servers_ready(ready),
             RunEvent::ServerRestarted(restarted) => {
-                let restarted = self
-                    .servers
-                    .restart_ended(restarted, &self.state.reporter)?;
-                if let Some(failure) = restarted {
+                let servers = self.servers.as_mut().context("a restart without servers")?;
+                if let Some(failure) = servers.restart_ended(restarted, &self.state.reporter)? {
                     self.fail(failure);
                 }
                 Ok(())
@@ -605,7 +685,11 @@ impl<'p> Orchestrator<'p> {
     }
 
     async fn preparation_ended(&mut self, ended: super::preparation::Ended) -> anyhow::Result<()> {
-        let interrupted = self.stopping.interrupted();
+        // A worker that ends after a signal (before this loop's wake-up for it, too), or once
+        // the servers failed to start, was stopped: its source is prepared next run.
+        let interrupted = self.stopping.interrupted()
+            || self.cancel.is_cancelled()
+            || self.startup_failed.is_some();
         let state = &mut self.state;
         self.preparation
             .finish(&mut state.sources, ended, interrupted, &state.reporter)
@@ -629,7 +713,7 @@ impl<'p> Orchestrator<'p> {
         // before this loop's wake-up for the signal: the signal comes first (the source
         // stopped, it did not fail, and the run says why).
         if matches!(event, DispatchEvent::SourceFinished { .. })
-            && self.dispatcher.stop_admitting.is_cancelled()
+            && self.stop_admitting.is_cancelled()
             && !self.stopping.is_stopping()
         {
             self.interrupted();
@@ -655,13 +739,19 @@ impl<'p> Orchestrator<'p> {
 
     async fn ticked(&mut self) -> anyhow::Result<()> {
         let state = &mut self.state;
-        state.status.servers = self.servers.statuses();
+        // The heartbeat goes on while a server loads (minutes): `gen status` must not call a
+        // run that waits dead.
+        let Some(servers) = &mut self.servers else {
+            state.refresh_status();
+            return Ok(());
+        };
+        state.status.servers = servers.statuses();
         state.sources.flush_all()?;
         state.sources.refresh_rates();
         state.status.machine = state::MachineStatus::read(state.sources.peak_rss_bytes());
         state.refresh_status();
         state.reporter.progress(&state.status.sources);
-        let in_flight = self.servers.fleet.in_flight();
+        let in_flight = servers.fleet.in_flight();
         // On a terminal the status line under the bars; in a log a line now and then.
         let shown = state.reporter.status_line(&state.progress(in_flight));
         if !shown && self.last_progress.elapsed() >= PROGRESS_EVERY {
@@ -669,19 +759,18 @@ impl<'p> Orchestrator<'p> {
             self.last_progress = Instant::now();
         }
         if self.stopping.interrupted()
-            && !self.dispatcher.cancel.is_cancelled()
-            && self.servers.fleet.none_can_finish(GONE_QUIET).await
+            && !self.dispatch_cancel.is_cancelled()
+            && servers.fleet.none_can_finish(GONE_QUIET).await
         {
             state.reporter.notice(Notice::InFlightCannotFinish {
                 in_flight,
                 quiet: GONE_QUIET,
             });
-            self.dispatcher.cancel.cancel();
+            self.dispatch_cancel.cancel();
         }
         // Stopping: a server that exited (it got the signal too) is not started again.
         let gone = self.stopping.server_gone() || self.stopping.interrupted();
-        let watched = self
-            .servers
+        let watched = servers
             .watch(state.plan, &state.run_dir, gone, &state.reporter)
             .await;
         if let Some(failure) = watched {
@@ -692,27 +781,31 @@ impl<'p> Orchestrator<'p> {
 
     /// Starts dispatching every source counted with prompts left.
     fn start_dispatch(&mut self) {
+        let Some(dispatcher) = &self.dispatcher else {
+            return;
+        };
         for (i, feed) in self.state.sources.take_feeds(&self.state.reporter) {
             let plan = self.state.plan;
             let length = plan.sources[i].worker.on_length;
             let requests = SourceRequests::new(length, plan.sources[i].settings.clone());
-            tokio::spawn(self.dispatcher.clone().run_source(i, feed, requests));
+            tokio::spawn(dispatcher.clone().run_source(i, feed, requests));
             self.dispatching += 1;
         }
     }
 
     /// The first signal: no new requests or workers; requests in flight get a grace period.
     fn interrupted(&mut self) {
-        let in_flight = self.servers.fleet.in_flight();
-        // Requests waiting for a server end at once (see `Dispatcher::healthy_backend`).
-        self.state.reporter.notice(Notice::Interrupted {
-            by: super::stop::interrupted_by(),
-            in_flight,
-            grace: shutdown_grace(),
-        });
+        if let Some(servers) = &self.servers {
+            // Requests waiting for a server end at once (see `Dispatcher::healthy_backend`).
+            self.state.reporter.notice(Notice::Interrupted {
+                by: super::stop::interrupted_by(),
+                in_flight: servers.fleet.in_flight(),
+                grace: shutdown_grace(),
+            });
+        }
         self.stopping.interrupt();
         self.preparation.stop(false);
-        let abort = self.dispatcher.cancel.clone();
+        let abort = self.dispatch_cancel.clone();
         tokio::spawn(async move {
             tokio::time::sleep(shutdown_grace()).await;
             abort.cancel();
@@ -726,14 +819,14 @@ impl<'p> Orchestrator<'p> {
                 if !self.stopping.refused() {
                     let reason = message.as_str();
                     self.state.reporter.notice(Notice::Stopping { reason });
-                    self.dispatcher.cancel.cancel();
+                    self.dispatch_cancel.cancel();
                     self.preparation.stop(true);
                 }
             }
             Failure::ServerGone(_) => {
                 // Its requests wait for a server that will not come back: none starts.
-                self.dispatcher.cancel.cancel();
-                self.dispatcher.stop_admitting.cancel();
+                self.dispatch_cancel.cancel();
+                self.stop_admitting.cancel();
             }
         }
         self.stopping.fail(failure);
@@ -741,9 +834,12 @@ impl<'p> Orchestrator<'p> {
 
     /// After the loop: stores everything, says how the run ended.
     async fn finish(mut self) -> anyhow::Result<RunOutcome> {
+        let Some(mut servers) = self.servers.take() else {
+            return self.finish_unserved();
+        };
         // Stops the tuners too, which save what they learnt.
-        self.dispatcher.cancel.cancel();
-        self.servers.wait_tuners().await;
+        self.dispatch_cancel.cancel();
+        servers.wait_tuners().await;
         let state = &mut self.state;
         state.sources.flush_all()?;
         state.sources.save_tallies();
@@ -754,10 +850,10 @@ impl<'p> Orchestrator<'p> {
         if self.stopping.interrupted() {
             state.status.stopped_by = Some(super::stop::reason());
         }
-        state.status.servers = self.servers.statuses();
+        state.status.servers = servers.statuses();
         state.write_status()?;
         state.print_progress(0);
-        self.servers.stop().await;
+        servers.stop().await;
         if let Some(error) = self.stopping.error() {
             return Err(error);
         }
@@ -769,186 +865,51 @@ impl<'p> Orchestrator<'p> {
             refused: self.state.sources.refused(&self.state.selected),
         })
     }
-}
 
-/// `gen prepare`: the preparation part of a run and nothing else, so no server is needed.
-/// Each source in `needs_prep` is prepared by its worker exactly as `gen run` does it (memory
-/// limit, verdict, status); a signal stops the workers the same way.
-async fn prepare_only(
-    mut state: RunState<'_>,
-    needs_prep: Vec<usize>,
-    cancel: &CancellationToken,
-) -> anyhow::Result<RunOutcome> {
-    let prepared_here = needs_prep.clone();
-    let mut preparation = Preparation::new(needs_prep, cancel.child_token());
-    preparation.start(&mut state.sources, &state.reporter)?;
-    state.refresh_status();
-    while !preparation.is_idle() {
-        let ended = preparation
-            .next_ended()
-            .await
-            .context("a preparation supervisor panicked")?;
-        let interrupted = cancel.is_cancelled();
-        preparation
-            .finish(&mut state.sources, ended, interrupted, &state.reporter)
-            .await?;
+    /// After the loop, when no server ever answered: `gen prepare`, a signal while the servers
+    /// started, or a start-up that failed (its error is the run's).
+    fn finish_unserved(mut self) -> anyhow::Result<RunOutcome> {
+        let interrupted = self.stopping.interrupted() || self.cancel.is_cancelled();
+        let state = &mut self.state;
+        if interrupted || self.prepare_only.is_some() {
+            state.status.finished = true;
+        }
         if interrupted {
-            preparation.stop(false);
-        } else {
-            preparation.start(&mut state.sources, &state.reporter)?;
+            state.status.stopped_by = Some(super::stop::reason());
         }
-        state.refresh_status();
-    }
-    state.status.finished = true;
-    if cancel.is_cancelled() {
-        state.status.stopped_by = Some(super::stop::reason());
-    }
-    state.write_status()?;
-    if cancel.is_cancelled() {
-        return Ok(RunOutcome::Interrupted);
-    }
-    let failed = prepared_here
-        .into_iter()
-        .map(|i| &state.sources[i].status)
-        .filter(|s| s.phase == Phase::Failed)
-        .map(|s| s.name.clone())
-        .collect();
-    Ok(RunOutcome::Finished {
-        failed,
-        refused: Vec::new(),
-    })
-}
-
-/// The managed server once it is up (`Some(None)`: the plan launches none), started while
-/// preparation goes on; `None` when a signal came first (preparation is then stopped).
-async fn managed_server(
-    state: &mut RunState<'_>,
-    preparation: &mut Preparation,
-    cancel: &CancellationToken,
-) -> anyhow::Result<Option<Option<ManagedServer>>> {
-    let (plan, run_dir) = (state.plan, state.run_dir.clone());
-    let reporter = state.reporter.clone();
-    let launched = Servers::launch(plan, &run_dir, cancel, &reporter);
-    match preparing_while(state, preparation, launched).await?? {
-        Launched::Up(managed) => Ok(Some(managed)),
-        Launched::Interrupted => {
-            let reason = Some(super::stop::reason());
-            stopped_before_serving(state, preparation, reason).await?;
-            Ok(None)
+        state.write_status()?;
+        if let Some(error) = self.startup_failed {
+            return Err(error);
         }
+        if interrupted {
+            return Ok(RunOutcome::Interrupted);
+        }
+        let failed = (self.prepare_only.unwrap_or_default().into_iter())
+            .map(|i| &self.state.sources[i].status)
+            .filter(|s| s.phase == Phase::Failed)
+            .map(|s| s.name.clone())
+            .collect();
+        Ok(RunOutcome::Finished {
+            failed,
+            refused: Vec::new(),
+        })
     }
 }
 
-/// Every server of the run, connected and checked (the run's pin included) while preparation
-/// goes on; `None` when a signal came first. On `None` or an error, the workers still running
-/// are stopped: their sources are prepared next run.
-async fn connected_servers(
-    state: &mut RunState<'_>,
-    preparation: &mut Preparation,
-    managed: Option<ManagedServer>,
-    selection: &Selection,
-    cancel: &CancellationToken,
-    dispatch_cancel: &CancellationToken,
-) -> anyhow::Result<Option<Servers>> {
-    let (plan, run_dir) = (state.plan, state.run_dir.clone());
-    // Only what is stored is pinned: new settings for a source with nothing stored mix
-    // nothing (a run stopped by a refused setting is rerun with a fixed one).
-    let stored_in = state.sources.stored_in();
-    let reporter = state.reporter.clone();
-    let pin = |model: &str| {
-        crate::store::pin::RunPin {
-            layout: LAYOUT_VERSION,
-            model: model.to_owned(),
-            max_tokens: plan.generation.max_tokens,
-            params: plan.generation.params.clone(),
-            sources: plan
-                .sources
-                .iter()
-                .map(|s| (s.name().to_owned(), s.settings.clone()))
-                .collect(),
-            shard: selection.shard,
-        }
-        .check_or_record(
-            &run_dir,
-            selection.allow_config_change,
-            &stored_in,
-            &reporter,
-        )
-    };
-    let connected = Servers::connect(plan, &run_dir, managed, pin, dispatch_cancel, &reporter);
-    // An external server may still be loading: the wait for it ends on a signal too.
-    let connected = async {
-        tokio::select! {
-            servers = connected => Some(servers),
-            () = cancel.cancelled() => None,
-        }
-    };
-    let Some(servers) = preparing_while(state, preparation, connected).await? else {
-        let by = super::stop::interrupted_by();
-        state
-            .reporter
-            .notice(Notice::InterruptedWaitingForServer { by });
-        stopped_before_serving(state, preparation, Some(super::stop::reason())).await?;
-        return Ok(None);
-    };
+/// The servers' start-up ends (pending forever when none is under way, for `select!`).
+async fn started(startup: &mut Option<Startup<'_>>) -> anyhow::Result<Option<Servers>> {
+    match startup {
+        Some(startup) => startup.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The managed server's restart ends (pending forever while there is none, for `select!`).
+async fn restart_of(
+    servers: &mut Option<Servers>,
+) -> Result<Result<ManagedServer, LaunchError>, JoinError> {
     match servers {
-        Ok(servers) => Ok(Some(servers)),
-        Err(e) => {
-            stopped_before_serving(state, preparation, None).await?;
-            Err(e)
-        }
+        Some(servers) => servers.restarted().await,
+        None => std::future::pending().await,
     }
-}
-
-/// Awaits `waited` (a server launching or answering its first probe) while the preparation
-/// workers run: each one's end is recorded, its source counted, and the next worker started.
-async fn preparing_while<T>(
-    state: &mut RunState<'_>,
-    preparation: &mut Preparation,
-    waited: impl std::future::Future<Output = T>,
-) -> anyhow::Result<T> {
-    tokio::pin!(waited);
-    // The heartbeat goes on while the server loads (minutes): `gen status` must not call a
-    // run that waits dead.
-    let mut tick = tokio::time::interval(TICK);
-    loop {
-        tokio::select! {
-            out = &mut waited => return Ok(out),
-            _ = tick.tick() => state.refresh_status(),
-            ended = preparation.next_ended() => {
-                let ended = ended.context("a preparation supervisor panicked")?;
-                preparation
-                    .finish(&mut state.sources, ended, false, &state.reporter)
-                    .await?;
-                let selected = state.selected.clone();
-                preparation.enqueue(state.sources.open_ready(&selected, &state.reporter));
-                preparation.start(&mut state.sources, &state.reporter)?;
-                state.refresh_status();
-            }
-        }
-    }
-}
-
-/// The run ends before any server answered (a signal, `stopped_by`, or no server): the
-/// running workers are stopped and waited for, their sources left pending.
-async fn stopped_before_serving(
-    state: &mut RunState<'_>,
-    preparation: &mut Preparation,
-    stopped_by: Option<String>,
-) -> anyhow::Result<()> {
-    preparation.stop(true);
-    while !preparation.is_idle() {
-        let ended = preparation
-            .next_ended()
-            .await
-            .context("a preparation supervisor panicked")?;
-        preparation
-            .finish(&mut state.sources, ended, true, &state.reporter)
-            .await?;
-    }
-    if stopped_by.is_some() {
-        state.status.finished = true;
-        state.status.stopped_by = stopped_by;
-    }
-    state.write_status()
 }

@@ -11,7 +11,7 @@ use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 use tokio::io::AsyncReadExt as _;
 
 use crate::faults::{alpha_project, assert_complete, rows};
-use crate::support::{Project, completion_ids, sources};
+use crate::support::{Config, Project, completion_ids, sources};
 
 /// What a stopped run's status must say: finished, why, and no source still at work.
 fn assert_stopped(project: &Project, reason: &str) {
@@ -233,4 +233,59 @@ async fn a_sigterm_that_stopped_the_server_too_ends_the_grace_at_once() {
         out.stderr
     );
     assert_stopped(&project, "SIGTERM");
+}
+
+/// A signal while `gen run` waits for its server (one still loading, say) stops the run
+/// there: the worker still preparing is stopped, no source is marked failed, and
+/// `status.json` says why it stopped. Servers' start-up is an event of the run's one loop.
+#[tokio::test]
+async fn a_signal_while_waiting_for_the_server_stops_the_run_and_fails_no_source() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let project = Project::new();
+    project.write("data/a.jsonl", rows("alpha", 3));
+    let slow = "import time, json\nprint(json.dumps({'prompt': 'b'}), flush=True)\ntime.sleep(120)";
+    project.config(
+        &Config::new(&format!("http://127.0.0.1:{port}"))
+            .server("startup-timeout-secs = 300")
+            .source("alpha", "data/a.jsonl")
+            .python_source("beta", slow, ""),
+    );
+    let mut child = project.start(&["run", "cfg.toml"]);
+    let waiting = child
+        .until_run_status(
+            &project,
+            "alpha prepared, beta preparing",
+            Duration::from_secs(60),
+            |s| {
+                let sources = sources(s);
+                s["waiting_for"].is_string()
+                    && sources[0]["prepared"].is_u64()
+                    && sources[1]["phase"] == "preparing"
+            },
+        )
+        .await;
+    assert!(
+        waiting["waiting_for"]
+            .as_str()
+            .is_some_and(|w| w.contains("server to answer")),
+        "{waiting:#}"
+    );
+    child.signal("INT");
+    let out = child.finish(Duration::from_secs(60)).await;
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("(SIGINT) while waiting for the inference server"),
+        "{}",
+        out.stderr
+    );
+    assert_stopped(&project, "SIGINT");
+    let status = project.status().expect("status.json");
+    for source in sources(&status) {
+        assert_ne!(source["phase"], "failed", "{status:#}");
+    }
 }
