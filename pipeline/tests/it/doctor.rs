@@ -102,10 +102,7 @@ async fn a_plan_over_a_small_memory_budget_is_refused_with_the_numbers() {
 
 #[tokio::test]
 async fn a_server_that_does_not_answer_is_a_warning_not_a_failure() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
+    let port = crate::support::free_port();
     let gen_ = Project::new();
     let url = format!("http://127.0.0.1:{port}");
     gen_.config(&config(&url));

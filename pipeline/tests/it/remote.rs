@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
-use support::{Config, GEN_BIN, Output, Project};
+use support::{Config, GEN_BIN, Output, Project, free_port};
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 
 const SSHD: &str = "/usr/sbin/sshd";
@@ -58,13 +58,6 @@ fn keygen(path: &Path) -> Result<(), String> {
     } else {
         Err(format!("`ssh-keygen` failed: {status}"))
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 async fn start_sshd() -> Option<Sshd> {

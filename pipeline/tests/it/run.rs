@@ -265,11 +265,7 @@ async fn a_server_that_starts_listening_late_is_waited_for_and_sources_are_prepa
 
 #[tokio::test]
 async fn unreachable_server_is_named_and_no_source_is_marked_failed() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port();
+    let port = crate::support::free_port();
     let gen_ = Project::new();
     gen_.write("data/a.jsonl", "{\"prompt\": \"one\"}\n");
     let url = format!("http://127.0.0.1:{port}");

@@ -882,3 +882,11 @@ pub(crate) fn children_of(parent: u32) -> Vec<u32> {
     }
     out
 }
+
+/// A port nothing listens on (now): for a server that is not there, or starts later.
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}

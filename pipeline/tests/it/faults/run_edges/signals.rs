@@ -240,11 +240,7 @@ async fn a_sigterm_that_stopped_the_server_too_ends_the_grace_at_once() {
 /// `status.json` says why it stopped. Servers' start-up is an event of the run's one loop.
 #[tokio::test]
 async fn a_signal_while_waiting_for_the_server_stops_the_run_and_fails_no_source() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port();
+    let port = crate::support::free_port();
     let project = Project::new();
     project.write("data/a.jsonl", rows("alpha", 3));
     let slow = "import time, json\nprint(json.dumps({'prompt': 'b'}), flush=True)\ntime.sleep(120)";
