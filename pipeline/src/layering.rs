@@ -8,12 +8,18 @@
 
 use std::path::{Path, PathBuf};
 
-/// Modules that use nothing of this crate, so every layer may use them.
+/// Modules (files or folders) that use nothing of this crate but other leaves, so every layer
+/// may use them.
 const LEAVES: &[(&str, &str)] = &[
     ("src/sys.rs", "sys"),
     ("src/exit.rs", "exit"),
     ("src/notice.rs", "notice"),
     ("src/scale/shard.rs", "scale::shard"),
+    ("src/inference/kinds", "inference::kinds"),
+    (
+        "src/inference/signals/prometheus.rs",
+        "inference::signals::prometheus",
+    ),
 ];
 
 /// `config` and `store` are the bottom layers: they use only each other and `secrets`.
@@ -133,7 +139,7 @@ impl Rule {
 fn violations(root: &Path) -> Vec<String> {
     let leaves: Vec<&str> = LEAVES
         .iter()
-        .filter(|(file, _)| root.join(file).is_file())
+        .filter(|(file, _)| root.join(file).exists())
         .map(|(_, module)| *module)
         .collect();
     let leaf_rules = LEAVES.iter().map(|(file, _)| (*file, &Rule::Only(&[])));
