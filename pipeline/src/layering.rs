@@ -2,9 +2,9 @@
 //! the crate paths its sources may use; anything else — `run`, a command module (`prep`,
 //! `doctor`, `verify`, …), an item of `lib.rs`, or a `super::super` that climbs to the crate
 //! root — fails this test with `file:line`, because what a layer needs belongs in it or below
-//! it. The [`LEAVES`] use nothing of the crate but each other, and every layer may use them. The commands
-//! that read a run directory do not use `run`. `gen-sources` and `gen-diagnostics` do not
-//! depend on the pipeline at all.
+//! it. The [`LEAVES`] use nothing of the crate but each other, and every layer may use them.
+//! The commands that read a run directory do not use `run`. `gen-sources` and
+//! `gen-diagnostics` do not depend on the pipeline at all.
 
 use std::path::{Path, PathBuf};
 
