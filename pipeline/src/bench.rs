@@ -196,7 +196,6 @@ impl Contender {
         let slots = signals::SignalReader::probe(url, api_key.as_deref())
             .await
             .1
-            .caps
             .max_running;
         let client = ChatClient::new(
             url,

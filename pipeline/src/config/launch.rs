@@ -1,6 +1,9 @@
 //! The `${NAME}`, `${NAME:-default}`, `~/` and `{port}` syntax of `[server] launch`, `url` and
 //! a worker's `command`: the variables an argument names ([`variables`], for checking the config
-//! before a run) and the argument with them filled in ([`expand`], when starting a process).
+//! before a run) and the argument with them filled in ([`expand`], when starting a process);
+//! which launched server cannot return token ids ([`without_token_ids`]).
+
+use crate::inference::kinds::ServerKind;
 
 /// A launch argument names a variable that is not set and has no default.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -71,15 +74,18 @@ pub fn variables(arg: &str) -> Vec<(&str, bool)> {
     found
 }
 
-/// The server a launch command starts when it is one known to return no token ids on a
-/// streamed chat completion: llama.cpp's `llama-server` (it has no `return_token_ids`). SGLang
-/// returns them in its `sglext` extension (sgl-project/sglang PR #34488), which `gen` asks for.
-pub fn without_token_ids(args: &[String]) -> Option<&'static str> {
+/// The server a launch command starts when it is a kind that returns no token ids on a
+/// streamed chat completion (no `KindSpec::token_id_flags`): llama.cpp's `llama-server`.
+pub fn without_token_ids(args: &[String]) -> Option<String> {
     let program = args.first()?;
     let program = program.rsplit('/').next().unwrap_or(program);
-    program
-        .contains("llama-server")
-        .then_some("llama.cpp's `llama-server`")
+    let specs = ServerKind::ALL.iter().map(|kind| kind.spec());
+    specs
+        .filter(|spec| spec.token_id_flags.is_empty())
+        .find_map(|spec| {
+            let starts = spec.programs.iter().find(|p| program.contains(*p))?;
+            Some(format!("{}'s `{starts}`", spec.name))
+        })
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! The server checks of `gen doctor` and of `gen run`'s start, each a [`Check`]: within
-//! [`PROBE_TIMEOUT`], does `/v1/models` serve the model, and does the context (vLLM's
-//! `max_model_len`, llama.cpp's `/props` `default_generation_settings.n_ctx` per slot) hold
+//! [`PROBE_TIMEOUT`], does `/v1/models` serve the model, and does the context (where each kind
+//! says it: vLLM's `max_model_len`, llama.cpp's `/props` `n_ctx` per slot, …) hold
 //! `max-tokens` plus [`PROMPT_MARGIN`]? Is reasoning separated, and do answers carry token ids
 //! when a source asks for them? A server that does not answer is a warning (`gen run` waits
 //! for it), not a failure; a server `gen` launches itself is checked when it starts.
@@ -10,6 +10,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::config::Plan;
+use crate::inference::kinds::{Context, ServerKind};
 
 /// How long a check waits for each answer.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -216,7 +217,7 @@ async fn context(
 }
 
 /// The context the server reports for `served` among the `listed` models, and where it says
-/// it.
+/// it: the first kind's source (`KindSpec::context`) that says it.
 async fn server_context(
     client: &reqwest::Client,
     url: &str,
@@ -224,26 +225,34 @@ async fn server_context(
     listed: &[Value],
     api_key: Option<&str>,
 ) -> Option<(u64, &'static str)> {
-    // vLLM and SGLang list the context with the model; llama.cpp says it in `/props`.
-    let max_model_len = served.and_then(|id| {
+    let entry = served.and_then(|id| {
         listed
             .iter()
             .find(|m| m.get("id").and_then(Value::as_str) == Some(id))
-            .and_then(|m| m.get("max_model_len"))
-            .and_then(Value::as_u64)
     });
-    match max_model_len {
-        Some(n) => Some((n, "`max_model_len`")),
-        None => get_json(client, &format!("{url}/props"), api_key)
-            .await
-            .ok()
-            .and_then(|props| {
-                props
-                    .pointer("/default_generation_settings/n_ctx")
-                    .and_then(Value::as_u64)
-            })
-            .map(|n| (n, "llama.cpp `n_ctx` per slot")),
+    for kind in ServerKind::ALL {
+        let tokens = match kind.spec().context {
+            Some(Context::Listed { field, what }) => {
+                let listed = entry.and_then(|m| m.get(field)?.as_u64());
+                listed.zip(Some(what))
+            }
+            Some(Context::At {
+                path,
+                pointer,
+                what,
+            }) => {
+                let body = get_json(client, &format!("{url}{path}"), api_key).await;
+                body.ok()
+                    .and_then(|b| b.pointer(pointer)?.as_u64())
+                    .zip(Some(what))
+            }
+            None => None,
+        };
+        if tokens.is_some() {
+            return tokens;
+        }
     }
+    None
 }
 
 /// Whether thinking was asked for through `chat-template-kwargs` (`enable_thinking` for

@@ -24,6 +24,7 @@ use serde_json::{Map, Value};
 use gen_sources::Message;
 
 use crate::config::settings::TOKEN_IDS;
+use crate::inference::kinds::ServerKind;
 
 // The answer rule and the token counts belong to the stored records; the client applies the
 // rule before an answer is accepted and reports usage in the same type.
@@ -95,10 +96,6 @@ struct RequestBody<'a> {
     sglext_ids: bool,
 }
 
-/// SGLang's flags for the prompt's and the answer's token ids, answered in a last `sglext`
-/// chunk of the stream (SGLang refuses vLLM's `return_token_ids` on a streamed chat).
-const SGLEXT_IDS: [&str; 2] = ["return_input_ids_in_sglext", "return_output_ids_in_sglext"];
-
 impl Serialize for RequestBody<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap as _;
@@ -117,7 +114,8 @@ impl Serialize for RequestBody<'_> {
         let mut map = serializer.serialize_map(None)?;
         for (key, value) in self.params {
             if self.sglext_ids && key == TOKEN_IDS {
-                for flag in SGLEXT_IDS {
+                // Answered in a last `sglext` chunk of the stream.
+                for flag in ServerKind::Sglang.spec().token_id_flags {
                     map.serialize_entry(flag, value)?;
                 }
             } else if !FIXED.contains(&key.as_str()) {

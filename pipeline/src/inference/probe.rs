@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::inference::kinds::ServerKind;
 use crate::notice::{Notice, minutes_seconds};
 use crate::report::RunReporter;
 
@@ -81,16 +82,17 @@ pub(crate) fn request_error(e: reqwest::Error) -> String {
     }
 }
 
-/// The server's version as it reports it, or `None` when it reports none: vLLM's and
-/// SGLang's `GET /version` (`{"version": "0.32.0"}`), SGLang's `/get_server_info` and
-/// llama.cpp's `/props` (`build_info`, e.g. `b6000-0123abc`). Asked once, after the server
+/// The server's version as it reports it, or `None` when it reports none, where each kind says
+/// it (`KindSpec::version`: vLLM's and SGLang's `GET /version`, `{"version": "0.32.0"}`,
+/// llama.cpp's `/props` `build_info`, e.g. `b6000-0123abc`, …). Asked once, after the server
 /// answered `/v1/models`; a server that answers none of them is no error.
 pub async fn version(url: &str, api_key: Option<&str>) -> Option<String> {
-    for (path, field) in [
-        ("/version", "version"),
-        ("/get_server_info", "version"),
-        ("/props", "build_info"),
-    ] {
+    let mut asked = Vec::new();
+    for &(path, field) in ServerKind::ALL.iter().flat_map(|kind| kind.spec().version) {
+        if asked.contains(&path) {
+            continue;
+        }
+        asked.push(path);
         let mut request = client(Duration::from_secs(2)).get(format!("{url}{path}"));
         if let Some(key) = api_key {
             request = request.bearer_auth(key);

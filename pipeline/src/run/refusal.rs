@@ -14,6 +14,7 @@ use std::collections::HashMap;
 
 use crate::inference::RequestError;
 use crate::inference::client::ChatClient;
+use crate::inference::kinds::ServerKind;
 use crate::inference::liveness::Liveness;
 
 /// Refusal shapes judged per run, at most; past that, refusals are taken as the prompts' own
@@ -103,14 +104,21 @@ fn config_message(refusal: &str, max_tokens: u32) -> String {
     )
 }
 
-/// What to change, guessed from the refusal's words.
-fn heuristic_advice(refusal: &str, max_tokens: u32) -> String {
+/// What to change, guessed from the refusal's words; a context refusal names each kind's
+/// flag for it (`KindSpec::context_flag`).
+pub fn heuristic_advice(refusal: &str, max_tokens: u32) -> String {
     let text = refusal.to_lowercase();
     if text.contains("context") || text.contains("max_tokens") || text.contains("max_completion") {
+        let flags = ServerKind::ALL
+            .iter()
+            .map(|kind| (kind.name(), kind.spec().context_flag));
+        let flags: Vec<String> = flags
+            .filter_map(|(name, flag)| Some(format!("{name} `{}`", flag?)))
+            .collect();
         format!(
             "lower `max-tokens` in `[generation]` (now {max_tokens}) below the model's context \
-             length, or start the server with a longer context (vLLM `--max-model-len`, SGLang \
-             `--context-length`, llama.cpp `-c`)"
+             length, or start the server with a longer context ({})",
+            flags.join(", ")
         )
     } else if [
         "temperature",
@@ -160,6 +168,11 @@ mod tests {
         );
         assert!(
             context.contains("`max-tokens` in `[generation]` (now 8192)"),
+            "{context}"
+        );
+        assert!(
+            context
+                .ends_with("(vLLM `--max-model-len`, SGLang `--context-length`, llama.cpp `-c`)"),
             "{context}"
         );
         let sampling = heuristic_advice("HTTP 400: temperature must be at most 2", 8);

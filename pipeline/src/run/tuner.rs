@@ -148,9 +148,9 @@ impl Tuner {
     pub async fn new(target: TunerTarget<'_>, liveness: Liveness) -> Tuner {
         let (signals, reading) = SignalReader::probe(target.url, target.api_key).await;
         let caps = Caps {
-            max_running: reading.caps.max_running.or(target.launched_running_cap),
+            max_running: reading.max_running.or(target.launched_running_cap),
+            kv_tokens: reading.kv_tokens,
             user_max: target.user_max,
-            ..reading.caps
         };
         let key = format!("{} {}", target.url, target.model);
         let saved: Option<Saved> = atomic::read_json(&target.stats_path)
@@ -227,9 +227,9 @@ impl Tuner {
                         SignalReader::probe(&self.url, self.api_key.as_deref()).await;
                     self.signals = signals;
                     let caps = Caps {
-                        max_running: reading.caps.max_running.or(self.launched_running_cap),
+                        max_running: reading.max_running.or(self.launched_running_cap),
+                        kv_tokens: reading.kv_tokens,
                         user_max: self.controller.caps().user_max,
-                        ..reading.caps
                     };
                     let decision = self.controller.on_server_restart(caps);
                     self.apply(&decision);
@@ -240,8 +240,8 @@ impl Tuner {
             let reading = self.signals.read().await;
             let known = self.controller.caps();
             let caps = Caps {
-                max_running: reading.caps.max_running.or(known.max_running),
-                kv_tokens: reading.caps.kv_tokens.or(known.kv_tokens),
+                max_running: reading.max_running.or(known.max_running),
+                kv_tokens: reading.kv_tokens.or(known.kv_tokens),
                 user_max: known.user_max,
             };
             if caps != known {

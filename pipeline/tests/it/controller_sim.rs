@@ -194,7 +194,12 @@ impl Signals {
                     endpoints: Some((flavour, endpoints)),
                     metrics: true,
                 };
-                (signals, reading.caps)
+                let caps = Caps {
+                    max_running: reading.max_running,
+                    kv_tokens: reading.kv_tokens,
+                    user_max: None,
+                };
+                (signals, caps)
             }
             None => {
                 let signals = Signals {

@@ -25,6 +25,7 @@ mod remote;
 mod run;
 mod sampling;
 mod scale_scripts;
+mod server_kinds;
 mod servers;
 mod slurm;
 mod token_ids;

@@ -3,8 +3,10 @@
 //! plan holds them, `${NAME}` filled in from the environment as the launch fills it.
 
 use crate::config::launch::expand;
+use crate::inference::kinds::ServerKind;
 
-/// The running cap a launch command line sets: vLLM `--max-num-seqs` (per engine, times
+/// The running cap a launch command line sets, by the first kind whose flag it carries
+/// (`KindSpec::running_cap_flags`, times its `engine_flags`): vLLM `--max-num-seqs` (times
 /// `--data-parallel-size`), SGLang `--max-running-requests`, llama.cpp `-np`/`--parallel`.
 /// `None` when it sets none: the server's default then depends on the hardware (vLLM: 128 on
 /// CPU, 256 to 1024 on GPUs), so the controller learns the cap instead of guessing it.
@@ -31,11 +33,11 @@ pub fn running_cap(args: &[String]) -> Option<u32> {
         }
         found.filter(|n| *n > 0)
     };
-    let engines = value(&["--data-parallel-size", "-dp"]).unwrap_or(1);
-    value(&["--max-num-seqs"])
-        .map(|n| n.saturating_mul(engines))
-        .or_else(|| value(&["--max-running-requests"]))
-        .or_else(|| value(&["-np", "--parallel"]))
+    ServerKind::ALL.iter().find_map(|kind| {
+        let spec = kind.spec();
+        let engines = value(spec.engine_flags).unwrap_or(1);
+        value(spec.running_cap_flags).map(|n| n.saturating_mul(engines))
+    })
 }
 
 #[cfg(test)]

@@ -83,10 +83,10 @@ const WITHIN_REPLICA: [&str; 5] = ["tp_rank", "pp_rank", "moe_ep_rank", "attn_tp
 
 /// The values of the first of `names` that `samples` hold, one per replica (vLLM's `engine`,
 /// SGLang's `dp_rank`): series within one replica give their largest value.
-pub fn per_replica(samples: &[Sample<'_>], names: &[&str]) -> Option<Vec<f64>> {
+pub fn per_replica(samples: &[Sample<'_>], names: &[impl AsRef<str>]) -> Option<Vec<f64>> {
     names.iter().find_map(|name| {
         let mut replicas: Vec<(Vec<(&str, &str)>, f64)> = Vec::new();
-        for sample in samples.iter().filter(|s| s.name == *name) {
+        for sample in samples.iter().filter(|s| s.name == name.as_ref()) {
             if !sample.value.is_finite() {
                 continue;
             }
@@ -107,12 +107,12 @@ pub fn per_replica(samples: &[Sample<'_>], names: &[&str]) -> Option<Vec<f64>> {
 }
 
 /// The sum over replicas of the first of `names` present (counts and capacities).
-pub fn total(samples: &[Sample<'_>], names: &[&str]) -> Option<f64> {
+pub fn total(samples: &[Sample<'_>], names: &[impl AsRef<str>]) -> Option<f64> {
     per_replica(samples, names).map(|values| values.iter().sum())
 }
 
 /// The mean over replicas of the first of `names` present (ratios such as KV usage).
-pub fn mean(samples: &[Sample<'_>], names: &[&str]) -> Option<f64> {
+pub fn mean(samples: &[Sample<'_>], names: &[impl AsRef<str>]) -> Option<f64> {
     per_replica(samples, names).map(|values| values.iter().sum::<f64>() / values.len() as f64)
 }
 

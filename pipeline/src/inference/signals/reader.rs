@@ -12,28 +12,28 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use serde_json::Value;
 
-use super::parse::{self, Load, Reading, ServerKind};
+use super::parse;
+use crate::inference::kinds::{Endpoint, Load, Reading, ServerKind};
 
 /// A tick's reads must not hold the tuner up for long.
 const READ_TIMEOUT: Duration = Duration::from_secs(3);
 
-const PROPS: &str = "/props";
-const SLOTS: &str = "/slots";
-const LOADS: &str = "/v1/loads?include=core,memory";
 const METRICS: &str = "/metrics";
-const SERVER_INFO: [&str; 2] = ["/server_info", "/get_server_info"];
 
-/// Every path asked at the start.
-pub const PROBED: [&str; 6] = [PROPS, SLOTS, SERVER_INFO[0], SERVER_INFO[1], LOADS, METRICS];
+/// Every path asked at the start: each kind's endpoints, then `/metrics`.
+pub fn probed() -> Vec<&'static str> {
+    let endpoints = ServerKind::ALL.iter().flat_map(|k| k.spec().endpoints);
+    let paths = endpoints.flat_map(|e| e.paths.iter().copied());
+    paths.chain([METRICS]).collect()
+}
 
 /// Which of a server's endpoints answered at the start, and so which a tick reads.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Endpoints {
     pub kind: Option<ServerKind>,
     metrics: bool,
-    loads: bool,
-    slots: bool,
-    server_info: Option<&'static str>,
+    /// The kind's endpoints that answered in its shape, each by the path that did.
+    answered: Vec<&'static str>,
 }
 
 fn json(body: Option<String>) -> Option<Value> {
@@ -41,31 +41,30 @@ fn json(body: Option<String>) -> Option<Value> {
 }
 
 impl Endpoints {
-    /// What the answers to [`PROBED`] say; `body(path)` is the body of a successful answer.
+    /// What the answers to [`probed`] say; `body(path)` is the body of a successful answer.
+    /// The first kind an endpoint of which tells it is the server's.
     pub fn discover(body: impl Fn(&str) -> Option<String>) -> (Endpoints, Reading) {
         let mut endpoints = Endpoints::default();
-        let mut reading = json(body(PROPS))
-            .map_or_else(Reading::default, |props| parse::from_llama_props(&props));
-        if reading.kind.is_some() {
-            endpoints.slots =
-                json(body(SLOTS)).is_some_and(|s| parse::from_llama_slots(&s).kind.is_some());
-        } else {
-            for path in SERVER_INFO {
-                if let Some(info) = json(body(path)) {
-                    let found = parse::from_sglang_server_info(&info);
-                    if found.kind.is_some() {
-                        endpoints.server_info = Some(path);
-                        reading = found;
-                        break;
-                    }
+        let mut reading = Reading::default();
+        for kind in ServerKind::ALL {
+            for endpoint in kind.spec().endpoints {
+                if !endpoint.tells_kind && endpoints.answered.is_empty() {
+                    continue;
+                }
+                let found = endpoint.paths.iter().find_map(|path| {
+                    let found = (endpoint.parse)(&json(body(path))?)?;
+                    Some((*path, found))
+                });
+                if let Some((path, found)) = found {
+                    endpoints.answered.push(path);
+                    reading = reading.or(Reading {
+                        kind: Some(kind),
+                        ..found
+                    });
                 }
             }
-            if let Some(loads) = json(body(LOADS)) {
-                let found = parse::from_sglang_loads(&loads);
-                if found.kind.is_some() {
-                    endpoints.loads = true;
-                    reading = reading.or(found);
-                }
+            if !endpoints.answered.is_empty() {
+                break;
             }
         }
         let metrics = body(METRICS).map_or_else(Reading::default, |t| parse::from_metrics(&t));
@@ -75,28 +74,33 @@ impl Endpoints {
         (endpoints, reading)
     }
 
-    /// The paths one tick reads: the metrics when they answer, else SGLang's loads or
-    /// llama.cpp's slots.
+    /// The paths one tick reads: the metrics when they answer, else the kind's tick endpoint.
     pub fn tick_paths(&self) -> Vec<&'static str> {
         if self.metrics {
-            vec![METRICS]
-        } else if self.loads {
-            vec![LOADS]
-        } else if self.slots {
-            vec![SLOTS]
-        } else {
-            Vec::new()
+            return vec![METRICS];
         }
+        let tick = |path: &&str| self.endpoint(path).is_some_and(|e| e.tick);
+        self.answered.iter().copied().filter(tick).collect()
+    }
+
+    /// The endpoint of the server's kind at `path`.
+    fn endpoint(&self, path: &str) -> Option<&'static Endpoint> {
+        let endpoints = self.kind?.spec().endpoints;
+        endpoints.iter().find(|e| e.paths.contains(&path))
     }
 
     /// A tick's reading from the bodies of [`Endpoints::tick_paths`].
     pub fn reading(&self, body: impl Fn(&str) -> Option<String>) -> Reading {
         let mut reading = Reading::default();
         for path in self.tick_paths() {
-            let found = match path {
-                METRICS => body(path).map(|t| parse::from_metrics(&t)),
-                LOADS => json(body(path)).map(|b| parse::from_sglang_loads(&b)),
-                _ => json(body(path)).map(|b| parse::from_llama_slots(&b)),
+            let found = match self.endpoint(path) {
+                Some(endpoint) => json(body(path))
+                    .and_then(|b| (endpoint.parse)(&b))
+                    .map(|r| Reading {
+                        kind: self.kind,
+                        ..r
+                    }),
+                None => body(path).map(|t| parse::from_metrics(&t)),
             };
             reading = reading.or(found.unwrap_or_default());
         }
@@ -105,17 +109,8 @@ impl Endpoints {
 
     /// What answered, for the start-up line: "SGLang: /server_info, /v1/loads, /metrics".
     pub fn describe(&self) -> String {
-        let mut endpoints: Vec<&str> = Vec::new();
-        if self.kind == Some(ServerKind::LlamaCpp) {
-            endpoints.push(PROPS);
-        }
-        endpoints.extend(self.server_info);
-        if self.loads {
-            endpoints.push("/v1/loads");
-        }
-        if self.slots {
-            endpoints.push(SLOTS);
-        }
+        let answered = self.answered.iter().map(|p| p.split('?').next());
+        let mut endpoints: Vec<&str> = answered.flatten().collect();
         if self.metrics {
             endpoints.push(METRICS);
         }
@@ -152,7 +147,7 @@ impl SignalReader {
     /// Finds out which server answers at `base` and what it says about its capacity.
     pub async fn probe(base: &str, api_key: Option<&str>) -> (SignalReader, Reading) {
         let mut reader = SignalReader::new(base, api_key);
-        let bodies = reader.fetch(&PROBED).await;
+        let bodies = reader.fetch(&probed()).await;
         let (endpoints, reading) = Endpoints::discover(|path| lookup(&bodies, path));
         reader.endpoints = endpoints;
         (reader, reading)
@@ -225,13 +220,13 @@ mod tests {
                 r#"{"max_running_requests": 48, "max_total_num_tokens": 400000}"#,
             ),
             (
-                LOADS,
+                "/v1/loads?include=core,memory",
                 r#"{"loads": [{"dp_rank": 0, "num_running_reqs": 3, "num_waiting_reqs": 0, "num_used_tokens": 10, "max_total_num_tokens": 400000, "max_running_requests": 48}]}"#,
             ),
         ]));
         assert_eq!(sglang.kind, Some(ServerKind::Sglang));
-        assert_eq!(reading.caps.max_running, Some(48));
-        assert_eq!(sglang.tick_paths(), vec![LOADS]);
+        assert_eq!(reading.max_running, Some(48));
+        assert_eq!(sglang.tick_paths(), vec!["/v1/loads?include=core,memory"]);
         assert_eq!(sglang.describe(), "SGLang: /server_info, /v1/loads");
 
         let (vllm, reading) = Endpoints::discover(answers(&[(
@@ -239,22 +234,22 @@ mod tests {
             "vllm:cache_config_info{block_size=\"16\",engine=\"0\",num_gpu_blocks=\"25000\"} 1.0\nvllm:num_requests_running{engine=\"0\",model_name=\"m\"} 0.0\n",
         )]));
         assert_eq!(vllm.kind, Some(ServerKind::Vllm));
-        assert_eq!(reading.caps.kv_tokens, Some(400_000));
+        assert_eq!(reading.kv_tokens, Some(400_000));
         assert_eq!(vllm.tick_paths(), vec![METRICS]);
 
         let (llama, reading) = Endpoints::discover(answers(&[
-            (PROPS, r#"{"total_slots": 4}"#),
+            ("/props", r#"{"total_slots": 4}"#),
             (
-                SLOTS,
+                "/slots",
                 r#"[{"id": 0, "is_processing": true}, {"id": 1, "is_processing": false}]"#,
             ),
         ]));
         assert_eq!(
-            (llama.kind, reading.caps.max_running),
+            (llama.kind, reading.max_running),
             (Some(ServerKind::LlamaCpp), Some(4))
         );
         let tick = llama.reading(answers(&[(
-            SLOTS,
+            "/slots",
             r#"[{"is_processing": true}, {"is_processing": true}]"#,
         )]));
         assert_eq!(tick.load.running, Some(2));

