@@ -107,6 +107,9 @@ pub enum Notice<'a> {
     Prepared {
         source: &'a str,
         prompts: u64,
+        /// Prompts that keep tool turns (calls and results).
+        with_tool_turns: u64,
+        /// Rows cut before a tool's result that answers no call.
         cut_at_tool_turn: u64,
     },
     /// Preparing again without earlier sources' prompts failed: the first sample stands.
@@ -486,12 +489,21 @@ impl fmt::Display for Notice<'_> {
             N::Prepared {
                 source,
                 prompts,
+                with_tool_turns,
                 cut_at_tool_turn,
             } => {
                 write!(f, "gen: prepared `{source}`: {prompts} prompts")?;
-                match cut_at_tool_turn {
-                    0 => Ok(()),
-                    n => write!(f, " ({n} of them cut before a tool's turn)"),
+                match (with_tool_turns, cut_at_tool_turn) {
+                    (0, 0) => Ok(()),
+                    (kept, 0) => write!(f, " ({kept} with tool turns, kept)"),
+                    (0, cut) => {
+                        write!(f, " ({cut} cut before a tool result without its call)")
+                    }
+                    (kept, cut) => write!(
+                        f,
+                        " ({kept} with tool turns, kept; {cut} cut before a tool result \
+                         without its call)"
+                    ),
                 }
             }
             N::SourceFailed { source, note } => write!(f, "gen: `{source}` failed: {note}"),

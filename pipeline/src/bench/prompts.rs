@@ -124,6 +124,7 @@ mod tests {
             id: format!("{source}-{text}"),
             source: source.to_owned(),
             messages: vec![Message::new(Role::User, text)],
+            tools: None,
             source_key: None,
             row: 0,
         }

@@ -342,6 +342,7 @@ fn prepared(
     reporter.notice(Notice::Prepared {
         source,
         prompts: manifest.prompts,
+        with_tool_turns: manifest.counters.with_tool_turns,
         cut_at_tool_turn: manifest.counters.cut_at_tool_turn,
     });
     if ending.restored {

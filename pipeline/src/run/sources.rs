@@ -644,7 +644,10 @@ impl<'p> Sources<'p> {
                 let done = &self.list[j].done_ids;
                 for_each_prompt(&path, |prompt| {
                     if done.contains(&prompt.id) {
-                        answered.insert(gen_sources::prompt::dedup_hash(&prompt.messages));
+                        answered.insert(gen_sources::prompt::dedup_hash(
+                            &prompt.messages,
+                            prompt.tools.as_ref(),
+                        ));
                     }
                 })?;
                 self.list[j].answered_hashes = Some(Arc::new(answered));

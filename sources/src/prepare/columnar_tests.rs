@@ -157,7 +157,20 @@ fn awkward(path: &Path) {
         )]),
         Some(vec![
             h("ok"),
-            Some((Some("tool"), Some("a tool's turn ends the conversation"))),
+            Some((
+                Some("tool"),
+                Some("a result answering no call ends the conversation"),
+            )),
+        ]),
+        // Glaive's shape: a call turn parsed into a call, its result, the answer (dropped).
+        Some(vec![
+            h("convert 5 USD"),
+            Some((
+                Some("function_call"),
+                Some(r#"{"name": "convert", "arguments": {"amount": 5}}"#),
+            )),
+            Some((Some("observation"), Some("4.6 EUR"))),
+            Some((Some("gpt"), Some("4.6 EUR it is"))),
         ]),
         Some(vec![h("[ISSUE] wrapped [/ISSUE]")]),
     ];
@@ -443,10 +456,25 @@ fn awkward_rows_are_counted_per_reason() {
             vec!["héllo ✓ 🦀", "third"],
             vec!["a much longer question that goes past forty characters"],
             vec!["ok"],
+            vec!["convert 5 USD", "", "4.6 EUR"],
             vec!["[ISSUE] wrapped [/ISSUE]"],
         ]
     );
+    let call = &prompts[9].messages[1].tool_calls;
+    assert_eq!(call.len(), 1);
+    assert_eq!(
+        (
+            call[0].function.name.as_str(),
+            call[0].function.arguments.as_str()
+        ),
+        ("convert", r#"{"amount":5}"#)
+    );
+    assert_eq!(
+        prompts[9].messages[2].tool_call_id.as_deref(),
+        Some(call[0].id.as_str())
+    );
     assert_eq!(manifest.cut_at_tool_turn, 1);
+    assert_eq!(manifest.with_tool_turns, 1);
     let dropped: Vec<(&str, u64)> = manifest
         .dropped
         .iter()
@@ -457,5 +485,5 @@ fn awkward_rows_are_counted_per_reason() {
         [("no_user_turn", 3), ("unknown_role", 1), ("wrong_type", 2)]
     );
     assert_eq!(manifest.duplicates_within, 1);
-    assert_eq!(manifest.rows_read, 17);
+    assert_eq!(manifest.rows_read, 18);
 }
