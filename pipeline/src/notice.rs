@@ -226,6 +226,12 @@ pub enum Notice<'a> {
         named: &'a str,
         asked: &'a str,
     },
+    /// A server refused a conversation's tool turns (`tool` messages, assistant `tool_calls`,
+    /// `tools`): from now on conversations end before their first tool turn.
+    ToolTurnsRefused {
+        url: &'a str,
+        reason: &'a str,
+    },
     /// A server was found down; `all_down`: no other is up.
     ServerDown {
         url: &'a str,
@@ -355,6 +361,11 @@ impl<'a> Notice<'a> {
                 let detail = format!("server {url} answers as model `{named}`, not `{asked}`");
                 ("model_mismatch", None, detail)
             }
+            N::ToolTurnsRefused { url, reason } => (
+                "tool_turns_refused",
+                None,
+                format!("server {url} refuses tool turns: {reason}"),
+            ),
             N::ServerDown {
                 url,
                 reason,
@@ -568,6 +579,12 @@ impl fmt::Display for Notice<'_> {
                  `/v1/models` lists and the run asks for): a router or gateway names the model \
                  otherwise, or sends the requests to another model; the answers are stored under \
                  `{named}`; stop the run if that is not the model you want"
+            ),
+            N::ToolTurnsRefused { url, reason } => write!(
+                f,
+                "gen: WARNING: server {url} refuses tool turns ({reason}): from now on, \
+                 conversations with tool turns end before their first one, as if the dataset \
+                 had none, and are counted apart (llama-server needs `--jinja` for them)"
             ),
             N::ServerDown { url, reason, .. } => write!(
                 f,

@@ -145,6 +145,20 @@ pub fn answer_points(messages: &[Message]) -> impl Iterator<Item = usize> + '_ {
     })
 }
 
+/// `messages` ended before their first tool turn (a call or a result), and on a user turn:
+/// the conversation as a server that refuses tool turns can answer it.
+pub fn before_first_tool_turn(messages: &[Message]) -> &[Message] {
+    let end = messages
+        .iter()
+        .position(Message::is_tool_turn)
+        .unwrap_or(messages.len());
+    let end = messages[..end]
+        .iter()
+        .rposition(|m| m.role == Role::User)
+        .map_or(0, |last| last + 1);
+    &messages[..end]
+}
+
 /// A prompt ready for generation: the line format of `prompts.jsonl.zst`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Prompt {
@@ -183,6 +197,13 @@ impl Message {
             tool_call_id: self.tool_call_id.as_deref(),
             name: self.name.as_deref(),
         }
+    }
+}
+
+impl Prompt {
+    /// Whether this prompt carries tool turns or tool definitions.
+    pub fn has_tool_content(&self) -> bool {
+        self.tools.is_some() || self.messages.iter().any(Message::is_tool_turn)
     }
 }
 

@@ -124,6 +124,10 @@ pub struct Knobs {
     /// `{"choices": [], "sglext": {"input_ids": [...], "output_ids": [[...]]}}` (the shape of
     /// SGLang's own streaming test of those flags).
     pub sglang_token_ids: bool,
+    /// Refuses a request with tool turns (`tools`, a `tool` message, assistant
+    /// `tool_calls`) as llama-server without `--jinja` does: 400 "tools param requires
+    /// --jinja flag".
+    pub refuse_tools: bool,
     /// Be a simulated server (the other knobs then do nothing).
     pub sim: Option<SimKnobs>,
 }
@@ -469,6 +473,19 @@ async fn chat(State(shared): State<Arc<Shared>>, axum::Json(body): axum::Json<Va
     if let Some((status, message)) = failing {
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         return error_response(knobs, status, &message);
+    }
+    let tool_turns = body.get("tools").is_some()
+        || body["messages"].as_array().is_some_and(|messages| {
+            messages
+                .iter()
+                .any(|m| m["role"] == "tool" || m.get("tool_calls").is_some())
+        });
+    if knobs.refuse_tools && tool_turns {
+        return error_response(
+            knobs,
+            StatusCode::BAD_REQUEST,
+            "tools param requires --jinja flag",
+        );
     }
     if last_user.contains("REJECT") {
         return error_response(knobs, StatusCode::BAD_REQUEST, "prompt too long");

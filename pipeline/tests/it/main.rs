@@ -28,4 +28,5 @@ mod scale_scripts;
 mod servers;
 mod slurm;
 mod token_ids;
+mod tool_turns;
 mod vllm;

@@ -202,6 +202,10 @@ fn every_notice_reads_and_is_recorded_as_in_the_snapshot() {
             named: "b",
             asked: "a",
         },
+        Notice::ToolTurnsRefused {
+            url: "http://127.0.0.1:8000",
+            reason: "HTTP 400: tools param requires --jinja flag",
+        },
         Notice::ServerDown {
             url: "http://127.0.0.1:8000",
             reason: "connection refused",
