@@ -342,9 +342,6 @@ impl Dispatcher {
                         continue 'conversation;
                     }
                 };
-                if ask.tool_turns {
-                    self.refusals.tools_answered();
-                }
                 let named = completion.model.as_deref().unwrap_or(&self.model);
                 if let Some(lease) = &lease
                     && let Err(message) = self.check_model(&lease.backend, named)
@@ -501,6 +498,12 @@ impl Dispatcher {
                 Err(RequestError::ServerDown(reason)) => {
                     self.server_down(&backend, id, reason, &mut charges).await
                 }
+                // llama-server without `--jinja` refuses `tools` with a 500.
+                Err(RequestError::Transient(reason))
+                    if self.tool_turns_refused(&backend, ask, &reason) =>
+                {
+                    Step::Done(TurnOutcome::ToolTurnsRefused)
+                }
                 Err(RequestError::Transient(reason)) => {
                     backend.telemetry.retryable_error();
                     Step::Charge(reason)
@@ -552,18 +555,7 @@ impl Dispatcher {
         max_tokens: u32,
         attempt: u32,
     ) -> Step {
-        if ask.tool_turns
-            && let Some(first) = self.refusals.tool_turns_refused(&reason)
-        {
-            if first {
-                backend
-                    .liveness
-                    .reporter()
-                    .notice(Notice::ToolTurnsRefused {
-                        url: backend.liveness.shown(),
-                        reason: &reason,
-                    });
-            }
+        if self.tool_turns_refused(backend, ask, &reason) {
             return Step::Done(TurnOutcome::ToolTurnsRefused);
         }
         // A larger budget after a cut answer is this prompt's own business.
@@ -594,6 +586,29 @@ impl Dispatcher {
                 Ok(()) => Step::Again,
                 Err(()) => Step::Done(TurnOutcome::Cancelled),
             },
+        }
+    }
+
+    /// Whether `reason`, a failure of `ask` on `backend`, is the servers refusing tool turns
+    /// ([`Refusals::tool_turns_refused`]); said once, by the request that found it out.
+    fn tool_turns_refused(&self, backend: &Backend, ask: &Ask<'_>, reason: &str) -> bool {
+        if !ask.tool_turns {
+            return false;
+        }
+        match self.refusals.tool_turns_refused(reason) {
+            None => false,
+            Some(first) => {
+                if first {
+                    backend
+                        .liveness
+                        .reporter()
+                        .notice(Notice::ToolTurnsRefused {
+                            url: backend.liveness.shown(),
+                            reason,
+                        });
+                }
+                true
+            }
         }
     }
 

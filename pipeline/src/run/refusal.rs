@@ -11,10 +11,11 @@
 //! pending. Answered: the refusal singles out the prompt.
 //!
 //! Tool turns are judged apart, once per run: the first refusal of a conversation with tool
-//! turns whose words name tools, roles or templates ([`heuristic_tools_refusal`]), before any
-//! such conversation was answered, means the servers do not take tool turns (llama-server
-//! without `--jinja`, a chat template without a `tool` role). Conversations then end before
-//! their first tool turn instead (`run::dispatch`).
+//! turns whose words name tools, roles or Jinja ([`heuristic_tools_refusal`]) means the
+//! servers do not take tool turns (llama-server without `--jinja` answers `tools` with HTTP
+//! 500 "tools param requires --jinja flag", a chat template without a `tool` role refuses
+//! the messages). Conversations then end before their first tool turn instead
+//! (`run::dispatch`), even on a server that would have taken some of them.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,8 +44,6 @@ pub struct Refusals {
     /// By refusal shape ([`heuristic_shape`]). Requests refused the same way wait for the
     /// first one's test instead of each sending their own.
     judged: tokio::sync::Mutex<HashMap<String, Judgement>>,
-    /// A conversation with tool turns was answered: the servers take them.
-    tools_answered: AtomicBool,
     /// The servers refuse tool turns.
     tools_refused: AtomicBool,
 }
@@ -55,19 +54,11 @@ impl Refusals {
         self.tools_refused.load(Ordering::Relaxed)
     }
 
-    /// A conversation with tool turns was answered.
-    pub fn tools_answered(&self) {
-        self.tools_answered.store(true, Ordering::Relaxed);
-    }
-
-    /// Judges `reason`, a refusal of a conversation with tool turns: whether it is the tool
-    /// turns' (`Some(first)`, `first` for the one call that found it out), or goes on to
-    /// [`Refusals::judge`] (`None`).
+    /// Judges `reason`, a failure (4xx or 5xx) of a conversation with tool turns: whether it
+    /// is the tool turns' (`Some(first)`, `first` for the one call that found it out), or a
+    /// failure like any other (`None`).
     pub fn tool_turns_refused(&self, reason: &str) -> Option<bool> {
-        if self.tools_refused() {
-            return Some(false);
-        }
-        if self.tools_answered.load(Ordering::Relaxed) || !heuristic_tools_refusal(reason) {
+        if !heuristic_tools_refusal(reason) {
             return None;
         }
         Some(!self.tools_refused.swap(true, Ordering::Relaxed))
@@ -113,7 +104,7 @@ impl Refusals {
 /// alternate…"), a server without tool support.
 fn heuristic_tools_refusal(reason: &str) -> bool {
     let text = reason.to_lowercase();
-    ["tool", "jinja", "role", "function"]
+    ["tool", "jinja", "role"]
         .iter()
         .any(|word| text.contains(word))
 }

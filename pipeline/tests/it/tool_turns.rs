@@ -8,6 +8,15 @@ use serde_json::{Value, json};
 use crate::support::{Config, Project};
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 
+/// Loads a JSONL export with `datasets` and reports its row count and Paris's messages.
+const LOAD: &str = r#"
+import json, sys
+import datasets
+ds = datasets.load_dataset("json", split="train", data_files=sys.argv[1])
+paris = next(r for r in ds if r["source_key"] == "w")
+print(json.dumps({"rows": ds.num_rows, "paris": paris["messages"]}))
+"#;
+
 /// A config of two sources: `tools`, with a row in OpenAI's shape (`tools`, two user turns)
 /// and one in Glaive's ShareGPT shape, and `plain`.
 fn config(gen_: &Project, url: &str) -> String {
@@ -138,6 +147,21 @@ async fn the_datasets_tool_turns_are_context_and_only_answers_are_generated() {
     assert_eq!(row["messages"][3]["content"], "echo: weather in Paris?");
     assert_eq!(row["messages"][5]["content"], "echo: thanks");
 
+    // The real `datasets` loads it: rows with and without tool fields in one file.
+    if let Some(python) = gen_tests::python::with_datasets() {
+        let loaded = gen_tests::python::run_json(
+            &python,
+            LOAD,
+            &[gen_.run_path("export-messages/data/train.jsonl").as_os_str()],
+            &[],
+            "loading the export with tool turns with datasets",
+        );
+        assert_eq!(loaded["rows"], 3, "{loaded}");
+        assert_eq!(loaded["paris"][1]["tool_calls"][0]["function"]["name"], "weather");
+        assert_eq!(loaded["paris"][2]["tool_call_id"], "c1");
+        assert_eq!(loaded["paris"][3]["content"], "echo: weather in Paris?");
+    }
+
     let sharegpt = gen_
         .run(&["export", &config, "--schema", "sharegpt", "--output", "sg"])
         .await;
@@ -179,8 +203,11 @@ async fn a_server_that_refuses_tool_turns_gets_the_conversations_cut_before_them
         .filter(|l| l.contains("refuses tool turns"))
         .collect();
     assert_eq!(said.len(), 1, "{}", run.stderr);
+    // Whichever conversation found it out: `tools` (a 500, as llama-server without `--jinja`
+    // answers) or a `tool` message (a 400 from the template).
     assert!(
-        said[0].contains("(HTTP 400") && said[0].contains("tools param requires --jinja flag"),
+        said[0].contains("tools param requires --jinja flag")
+            || said[0].contains("Conversation roles must alternate"),
         "{}",
         said[0]
     );
