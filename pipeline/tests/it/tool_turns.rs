@@ -17,9 +17,9 @@ paris = next(r for r in ds if r["source_key"] == "w")
 print(json.dumps({"rows": ds.num_rows, "paris": paris["messages"]}))
 "#;
 
-/// A config of two sources: `tools`, with a row in OpenAI's shape (`tools`, two user turns)
-/// and one in Glaive's ShareGPT shape, and `plain`.
-fn config(gen_: &Project, url: &str) -> String {
+/// `data/tools.jsonl`: a row in OpenAI's shape (`tools`, two user turns, key `w`) and one
+/// in Glaive's ShareGPT shape (key `g`); `data/plain.jsonl`: one plain prompt.
+fn write_rows(gen_: &Project) {
     let tools = json!([{"type": "function", "function": {"name": "weather", "parameters": {}}}]);
     let openai = json!({"id": "w", "tools": tools, "messages": [
         {"role": "user", "content": "weather in Paris?"},
@@ -35,6 +35,11 @@ fn config(gen_: &Project, url: &str) -> String {
         {"from": "gpt", "value": "4.6 EUR"}]});
     gen_.write("data/tools.jsonl", format!("{openai}\n{glaive}\n"));
     gen_.write("data/plain.jsonl", "{\"prompt\": \"plain\"}\n");
+}
+
+/// A config of two sources on `url`: `tools` ([`write_rows`]) and `plain`.
+fn config(gen_: &Project, url: &str) -> String {
+    write_rows(gen_);
     gen_.config(
         &Config::new(url)
             .source_with(
@@ -152,12 +157,17 @@ async fn the_datasets_tool_turns_are_context_and_only_answers_are_generated() {
         let loaded = gen_tests::python::run_json(
             &python,
             LOAD,
-            &[gen_.run_path("export-messages/data/train.jsonl").as_os_str()],
+            &[gen_
+                .run_path("export-messages/data/train.jsonl")
+                .as_os_str()],
             &[],
             "loading the export with tool turns with datasets",
         );
         assert_eq!(loaded["rows"], 3, "{loaded}");
-        assert_eq!(loaded["paris"][1]["tool_calls"][0]["function"]["name"], "weather");
+        assert_eq!(
+            loaded["paris"][1]["tool_calls"][0]["function"]["name"],
+            "weather"
+        );
         assert_eq!(loaded["paris"][2]["tool_call_id"], "c1");
         assert_eq!(loaded["paris"][3]["content"], "echo: weather in Paris?");
     }
@@ -243,4 +253,114 @@ async fn a_server_that_refuses_tool_turns_gets_the_conversations_cut_before_them
         "{}",
         table.stdout
     );
+}
+
+/// Against the real llama-server (SmolLM2-135M), which `gen` launches: with `--jinja` the
+/// tool turns are taken and rendered (the answer after the tool result reads a longer prompt
+/// than the same question alone); with `--no-jinja` `tools` is refused with a 500, said once,
+/// and the conversations are answered without their tool turns. Skipped with a printed reason
+/// when llama-server is not installed, unless `GEN_REQUIRE_LLAMA` is set.
+mod llama {
+    use serde_json::Value;
+
+    use super::write_rows;
+    use crate::support::{Config, Project, llama_skip_reason};
+    use gen_tests::llama;
+
+    /// Runs the tool rows on a llama-server launched with `jinja` (`--jinja` or
+    /// `--no-jinja`); the project, `gen run`'s stderr and the records by `source_key`.
+    async fn run_with(jinja: &str) -> (Project, String, Vec<Value>) {
+        let (bin, model) = llama::installed().expect("installed");
+        let gen_ = Project::new();
+        write_rows(&gen_);
+        let args = [jinja, "-np", "1", "-c", "4096", "-t", "2", "--poll", "0"];
+        let config = gen_.config(
+            &Config::launching(&bin, &model, "{port}", &args)
+                .server("health-timeout-secs = 120")
+                .generation("max-tokens = 12\nconcurrency = 1")
+                .source_with(
+                    "tools",
+                    "data/tools.jsonl",
+                    "turns = \"all\"\nid-field = \"id\"",
+                ),
+        );
+        let run = gen_.run(&["run", &config]).await;
+        assert_eq!(run.code, Some(0), "{jinja}: {}", run.stderr);
+        let mut records = gen_.completions_of("tools");
+        records.sort_by_key(|r| r["source_key"].to_string());
+        (gen_, run.stderr, records)
+    }
+
+    /// The prompt tokens the server counted for `record`'s first answer.
+    fn first_prompt_tokens(record: &Value) -> u64 {
+        let usage = match record["turns"].as_array() {
+            Some(turns) => &turns[0]["usage"],
+            None => &record["usage"],
+        };
+        usage["prompt_tokens"].as_u64().expect("prompt tokens")
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tool_turns_reach_a_real_llama_server_and_one_without_jinja_gets_them_cut() {
+        if let Some(reason) = llama_skip_reason() {
+            eprintln!("skipped: {reason}");
+            return;
+        }
+        let (kept, stderr, records) = run_with("--jinja").await;
+        assert!(!stderr.contains("refuses tool turns"), "{stderr}");
+        assert_eq!(records.len(), 2, "{records:#?}");
+        let (glaive, paris) = (&records[0], &records[1]);
+        assert_eq!(paris["source_key"], "w");
+        assert!(paris.get("tool_turns_cut").is_none(), "{paris}");
+        assert_eq!(paris["messages"][1]["tool_calls"][0]["id"], "c1");
+        assert_eq!(paris["messages"][2]["role"], "tool");
+        assert_eq!(paris["tools"][0]["function"]["name"], "weather");
+        let turns = paris["turns"].as_array().expect("two answers");
+        assert_eq!(turns.len(), 2);
+        for turn in turns {
+            assert!(turn["finish_reason"].is_string(), "{turn}");
+            assert!(
+                turn["usage"]["completion_tokens"].as_u64() > Some(0),
+                "{turn}"
+            );
+        }
+        assert_eq!(glaive["messages"][2]["tool_call_id"], "call_0");
+        let status = kept.run(&["status", "cfg.toml"]).await;
+        assert!(
+            status
+                .stdout
+                .contains("2 prompts with tool turns: sent as they are, only the answers"),
+            "{}",
+            status.stdout
+        );
+
+        let (cut, stderr, records) = run_with("--no-jinja").await;
+        let said: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.contains("refuses tool turns"))
+            .collect();
+        assert_eq!(said.len(), 1, "{stderr}");
+        assert!(
+            said[0].contains("tools param requires --jinja flag"),
+            "{}",
+            said[0]
+        );
+        assert!(cut.rejected_of("tools").is_empty());
+        assert_eq!(records.len(), 2, "{records:#?}");
+        let cut_paris = &records[1];
+        assert_eq!(cut_paris["tool_turns_cut"], true, "{cut_paris}");
+        assert_eq!(
+            cut_paris["messages"],
+            serde_json::json!([{"role": "user", "content": "weather in Paris?"}])
+        );
+        // The server's own count: the tool exchange was in the prompt it rendered, then not.
+        assert!(
+            first_prompt_tokens(paris) > first_prompt_tokens(cut_paris),
+            "{paris}\n{cut_paris}"
+        );
+        let status = cut.run(&["status", "cfg.toml", "--json"]).await;
+        let status: Value = serde_json::from_str(&status.stdout).expect("status JSON");
+        assert_eq!(status["sources"][0]["with_tool_turns"], 2, "{status}");
+        assert_eq!(status["sources"][0]["tool_turns_cut"], 2, "{status}");
+    }
 }
