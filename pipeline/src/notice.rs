@@ -109,7 +109,8 @@ pub enum Notice<'a> {
         prompts: u64,
         /// Prompts that keep tool turns (calls and results).
         with_tool_turns: u64,
-        /// Rows cut before a tool's result that answers no call.
+        /// Rows cut before a tool turn (a result that answers no call, or any with
+        /// `tool-turns = "cut"`).
         cut_at_tool_turn: u64,
     },
     /// Preparing again without earlier sources' prompts failed: the first sample stands.
@@ -508,12 +509,11 @@ impl fmt::Display for Notice<'_> {
                     (0, 0) => Ok(()),
                     (kept, 0) => write!(f, " ({kept} with tool turns, kept)"),
                     (0, cut) => {
-                        write!(f, " ({cut} cut before a tool result without its call)")
+                        write!(f, " ({cut} cut before a tool turn)")
                     }
                     (kept, cut) => write!(
                         f,
-                        " ({kept} with tool turns, kept; {cut} cut before a tool result \
-                         without its call)"
+                        " ({kept} with tool turns, kept; {cut} cut before a tool turn)"
                     ),
                 }
             }

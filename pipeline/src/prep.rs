@@ -145,7 +145,8 @@ fn print_summary(manifest: &PrepManifest) {
     }
     if manifest.counters.cut_at_tool_turn > 0 {
         println!(
-            "conversations cut before a tool result that answers no call: {}",
+            "conversations cut before a tool turn (a result without its call, or \
+             `tool-turns = \"cut\"`): {}",
             manifest.counters.cut_at_tool_turn
         );
     }

@@ -24,7 +24,7 @@ use serde_json::{Map, Value};
 use crate::prompt::{HashTurn, Message, Role, ToolCall};
 use crate::read::{Projection, TurnsProjection};
 use crate::spec::{
-    DEFAULT_RESOLVE_PLACEHOLDER, RESOLVE_ROW_FIELDS, SourceSpec, SystemPolicy, TurnMode,
+    DEFAULT_RESOLVE_PLACEHOLDER, RESOLVE_ROW_FIELDS, SourceSpec, SystemPolicy, ToolTurns, TurnMode,
 };
 use filters::RowFilter;
 #[cfg(test)]
@@ -196,6 +196,7 @@ pub struct Normalizer {
     content_keys: Vec<String>,
     turns: TurnMode,
     max_turns: usize,
+    tool_turns: ToolTurns,
     system: SystemPolicy,
     system_text: Option<String>,
     template: Option<String>,
@@ -207,7 +208,8 @@ pub struct Normalizer {
     /// With `resolve`: the prompt value that marks a row to resolve from another dataset
     /// before normalization.
     resolve_placeholder: Option<String>,
-    /// Rows whose conversation ended before a tool's result that answers no call.
+    /// Rows whose conversation ended before a tool turn: a result that answers no call, or
+    /// any with `tool-turns = "cut"`.
     cut_at_tool_turn: std::cell::Cell<u64>,
 }
 
@@ -229,6 +231,7 @@ impl Normalizer {
             content_keys: keys(&spec.content_key, CONTENT_KEYS),
             turns: spec.turns,
             max_turns: bound(&spec.max_turns, usize::MAX).max(1),
+            tool_turns: spec.tool_turns,
             system: spec.system_prompt,
             system_text: spec
                 .system_prompt_text
@@ -249,8 +252,8 @@ impl Normalizer {
         }
     }
 
-    /// How many rows so far had their conversation end before a tool's result that answers
-    /// no call kept before it.
+    /// How many rows so far had their conversation end before a tool turn: a result that
+    /// answers no call kept before it, or any with `tool-turns = "cut"`.
     pub fn cut_at_tool_turn(&self) -> u64 {
         self.cut_at_tool_turn.get()
     }
@@ -327,8 +330,8 @@ impl Normalizer {
         self.filter
             .check(|field| row.get(field).and_then(compare_text))?;
         let tools = match row.remove(TOOLS_FIELD) {
-            Some(value) => turns::tools_of(value)?,
-            None => None,
+            Some(value) if self.tool_turns == ToolTurns::Keep => turns::tools_of(value)?,
+            _ => None,
         };
         let turns = self.turns_of(row)?;
         self.select(turns, kept)?;
@@ -428,8 +431,8 @@ impl Normalizer {
     /// that calls a tool (it has `tool_calls`, or a tool's result follows it: a call in the
     /// model's own syntax) and the results after it, which get their call's id by position
     /// when they have none. A result that answers no call kept before it **cuts** the
-    /// conversation (counted: [`Normalizer::cut_at_tool_turn`]); a call no result answers is
-    /// dropped (in `history` mode it cuts, as an empty answer does). Tool turns before the
+    /// conversation (counted: [`Normalizer::cut_at_tool_turn`]), as any tool turn does with
+    /// `tool-turns = "cut"`; a call no result answers is dropped (in `history` mode it cuts, as an empty answer does). Tool turns before the
     /// first user turn are skipped, as leading assistant turns are. A prompt ends on a user
     /// turn or a tool's result: the model writes what follows.
     fn select<'t>(
@@ -465,6 +468,10 @@ impl Normalizer {
                 }
                 kept.pop();
                 last = Some(Walked::Answer);
+            }
+            if users > 0 && self.tool_turns == ToolTurns::Cut && (turn.role == Role::Tool || call) {
+                self.cut_at_tool_turn.set(self.cut_at_tool_turn.get() + 1);
+                break;
             }
             match turn.role {
                 // A system turn counts only before the first user turn.

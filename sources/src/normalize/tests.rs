@@ -553,6 +553,31 @@ fn a_tool_turn_without_its_call_cuts_the_conversation() {
     assert_eq!(normalizer.cut_at_tool_turn(), 1);
 }
 
+/// `tool-turns = "cut"`: the conversation ends before its first tool turn and the row's
+/// `tools` are left out (counted), as before tool turns were kept.
+#[test]
+fn tool_turns_cut_ends_the_conversation_before_the_first() {
+    let row = json!({"tools": [{"type": "function", "function": {"name": "f"}}], "messages": [
+        {"role": "user", "content": "q1"},
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f"}}]},
+        {"role": "tool", "content": "1"},
+        {"role": "assistant", "content": "one"},
+        {"role": "user", "content": "q2"}]});
+    let hermes = json!({"conversations": [
+        {"from": "human", "value": "q"},
+        {"from": "gpt", "value": "<tool_call>{}</tool_call>"},
+        {"from": "tool", "value": "1"}]});
+    let extra = "turns = \"all\"\ntool-turns = \"cut\"";
+    let q = |t: &str| Message::new(Role::User, t);
+    assert_eq!(normalized(extra, &row), Ok((vec![q("q1")], None)));
+    assert_eq!(normalized(extra, &hermes), Ok((vec![q("q")], None)));
+    let normalizer = Normalizer::new(&spec(extra));
+    for row in [&row, &hermes] {
+        normalizer.normalize(row.as_object().expect("object")).ok();
+    }
+    assert_eq!(normalizer.cut_at_tool_turn(), 2);
+}
+
 /// Bad tool payloads drop the row with a reason that names the field; a role that is no
 /// tool's is still unknown.
 #[test]

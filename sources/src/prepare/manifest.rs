@@ -62,8 +62,9 @@ pub struct Manifest {
     pub duplicates_across: u64,
     /// Valid prompts left out by the sample (`limit`).
     pub sampled_out: u64,
-    /// Rows whose conversation was cut before a tool's result that answers no call kept
-    /// before it (what follows depends on a call the prompt does not carry).
+    /// Rows whose conversation was cut before a tool turn: a result that answers no call kept
+    /// before it (what follows depends on a call the prompt does not carry), or any tool turn
+    /// with `tool-turns = "cut"`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cut_at_tool_turn: u64,
     /// Prompts written that keep tool turns (an assistant's calls and the tools' results).

@@ -481,13 +481,15 @@ async fn every_malformed_input_has_its_expected_outcome_and_nothing_panics() {
     let log =
         std::fs::read_to_string(project.source_path("tool_turn", "prep.log")).expect("prep.log");
     assert!(
-        log.contains("conversations cut before a tool result that answers no call: 1"),
+        log.contains(
+            "conversations cut before a tool turn (a result without its call, or \
+             `tool-turns = \"cut\"`): 1"
+        ),
         "{log}"
     );
     assert!(
-        out.stderr.contains(
-            "gen: prepared `tool_turn`: 2 prompts (1 cut before a tool result without its call)"
-        ),
+        out.stderr
+            .contains("gen: prepared `tool_turn`: 2 prompts (1 cut before a tool turn)"),
         "{}",
         out.stderr
     );
