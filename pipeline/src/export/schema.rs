@@ -2,8 +2,9 @@
 //! from an [`ExportRow`] to its cells. Each schema is what its trainer's reader reads (the
 //! readers are named in `ARCHITECTURE.md` and checked in `pipeline/tests/it/export.rs`):
 //!
-//! * `messages`: gen's own; every field of the row, with `sample` (which answer to its prompt)
-//!   and `settings` (what the request asked for, drawn values as drawn, as JSON text).
+//! * `messages`: gen's own; every field of the row, with `sample` (which answer to its prompt),
+//!   `settings` (what the request asked for, drawn values as drawn, as JSON text) and `tools`
+//!   (the tool definitions sent, as JSON text); tool turns as OpenAI message objects.
 //! * `specforge`: `id`, `conversations` [{role, content, reasoning_content}], `status`. SpecForge
 //!   passes every column besides `conversations`, `id` and `tools` to the tokenizer's chat
 //!   template as keyword arguments, so nothing else is added; its reasoning expander needs
@@ -46,7 +47,7 @@ const fn column(name: &'static str, kind: Kind) -> Column {
     Column { name, kind }
 }
 
-const MESSAGES: [Column; 11] = [
+const MESSAGES: [Column; 12] = [
     column("id", Kind::Text),
     column("source", Kind::Text),
     column("source_key", Kind::OptionalText),
@@ -60,6 +61,9 @@ const MESSAGES: [Column; 11] = [
     // A JSON object as text: its keys differ between sources (sampling, `chat_template_kwargs`,
     // extra body keys), which a fixed column type cannot hold.
     column("settings", Kind::OptionalText),
+    // The tool definitions sent with the messages, as JSON text (OpenAI function schemas);
+    // null without any.
+    column("tools", Kind::OptionalText),
 ];
 const SPECFORGE: [Column; 3] = [
     column("id", Kind::Text),
@@ -157,6 +161,7 @@ impl ExportSchema {
                     row.settings
                         .map(|s| serde_json::Value::Object(s).to_string()),
                 ),
+                Cell::OptionalText(row.tools.map(|tools| tools.to_string())),
             ],
             ExportSchema::SpeculatorsTokens => {
                 let ids = row

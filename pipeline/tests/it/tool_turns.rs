@@ -151,6 +151,9 @@ async fn the_datasets_tool_turns_are_context_and_only_answers_are_generated() {
     assert_eq!(row["messages"][2]["tool_call_id"], "c1");
     assert_eq!(row["messages"][3]["content"], "echo: weather in Paris?");
     assert_eq!(row["messages"][5]["content"], "echo: thanks");
+    let tools: Value =
+        serde_json::from_str(row["tools"].as_str().expect("JSON text")).expect("JSON");
+    assert_eq!(tools[0]["function"]["name"], "weather");
 
     // The real `datasets` loads it: rows with and without tool fields in one file.
     if let Some(python) = gen_tests::python::with_datasets() {
