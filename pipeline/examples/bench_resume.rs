@@ -137,6 +137,8 @@ fn completion(words: &mut Words, id: String, messages: Vec<Message>, i: u64) -> 
         source_key: None,
         model: "Qwen/Qwen3-8B".into(),
         messages,
+        tools: None,
+        tool_turns_cut: false,
         content,
         reasoning_content: Some(reasoning),
         finish_reason: Some("stop".into()),

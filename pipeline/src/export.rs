@@ -44,6 +44,7 @@ use crate::CliError;
 use crate::cli::{ExportArgs, ExportFormat, ExportSchema};
 use crate::store::RunDir;
 use crate::store::records::TokenIds;
+use gen_sources::prompt::{ToolCall, answer_points};
 use gen_sources::{Message, Role};
 use table::{Cell, Column};
 
@@ -56,6 +57,8 @@ pub struct ExportRow {
     pub source_key: Option<String>,
     /// The prompt's messages with the model's answer(s) as `assistant` turns.
     pub messages: Vec<ExportMessage>,
+    /// The tool definitions sent with the messages.
+    pub tools: Option<serde_json::Value>,
     /// The reasoning of the last answer.
     pub reasoning_content: Option<String>,
     pub finish_reason: Option<String>,
@@ -70,13 +73,16 @@ pub struct ExportRow {
 }
 
 /// One chat turn of an exported row; `reasoning_content` and `answer` are set on generated
-/// answers only.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// answers only, the tool fields on the dataset's tool turns.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ExportMessage {
     pub role: String,
     pub content: String,
     pub reasoning_content: Option<String>,
     pub answer: Option<Answer>,
+    pub tool_calls: Vec<ToolCall>,
+    pub tool_call_id: Option<String>,
+    pub name: Option<String>,
 }
 
 /// How a generated answer ended and what it cost.
@@ -101,6 +107,8 @@ struct StoredCompletion {
     source_key: Option<String>,
     model: String,
     messages: Vec<Message>,
+    #[serde(default)]
+    tools: Option<serde_json::Value>,
     content: String,
     #[serde(default)]
     reasoning_content: Option<String>,
@@ -153,6 +161,7 @@ fn role_name(role: Role) -> &'static str {
         Role::System => "system",
         Role::User => "user",
         Role::Assistant => "assistant",
+        Role::Tool => "tool",
     }
 }
 
@@ -160,8 +169,10 @@ fn prompt_message(message: &Message) -> ExportMessage {
     ExportMessage {
         role: role_name(message.role).to_owned(),
         content: message.content.clone(),
-        reasoning_content: None,
-        answer: None,
+        tool_calls: message.tool_calls.clone(),
+        tool_call_id: message.tool_call_id.clone(),
+        name: message.name.clone(),
+        ..ExportMessage::default()
     }
 }
 
@@ -185,6 +196,7 @@ fn answer(
             completion_tokens,
             token_ids,
         }),
+        ..ExportMessage::default()
     }
 }
 
@@ -202,12 +214,13 @@ impl From<StoredCompletion> for ExportRow {
                 stored.token_ids,
             ));
         } else {
-            // A multi-turn regeneration answered each user turn in order: each answer follows
-            // the user message it answers.
+            // A multi-turn regeneration answered in order, each answer where `gen run` asked
+            // for it: after a user turn, or after the tool results that follow it.
             let mut answers = stored.turns.into_iter();
-            for message in &stored.messages {
+            let mut points = answer_points(&stored.messages).peekable();
+            for (index, message) in stored.messages.iter().enumerate() {
                 messages.push(prompt_message(message));
-                if message.role == Role::User
+                if points.next_if_eq(&index).is_some()
                     && let Some(turn) = answers.next()
                 {
                     messages.push(answer(
@@ -227,6 +240,7 @@ impl From<StoredCompletion> for ExportRow {
             source: stored.source,
             source_key: stored.source_key,
             messages,
+            tools: stored.tools,
             reasoning_content: stored.reasoning_content,
             finish_reason: stored.finish_reason,
             model: stored.model,
@@ -710,6 +724,10 @@ fn write_data(
     Ok(summary)
 }
 
+/// Why a row with tool turns is left out of a Parquet export.
+const TOOL_TURNS_IN_PARQUET: &str = "tool turns (calls and results): the Parquet form has no columns for them; the JSONL form \
+     (`--format jsonl`) carries them";
+
 /// Writes `row` unless it is left out, counting either way.
 fn write_row(
     sink: &mut Sink,
@@ -735,8 +753,17 @@ fn write_row(
     let answers = row
         .messages
         .iter()
-        .filter(|m| m.role == "assistant")
+        .filter(|m| m.role == "assistant" && m.tool_calls.is_empty())
         .count() as u64;
+    if matches!(sink, Sink::Parquet(_))
+        && row
+            .messages
+            .iter()
+            .any(|m| m.role == "tool" || !m.tool_calls.is_empty())
+    {
+        left_out(TOOL_TURNS_IN_PARQUET);
+        return Ok(());
+    }
     let (prompt_tokens, completion_tokens) = (row.prompt_tokens, row.completion_tokens);
     match options.schema.cells(row) {
         Ok(cells) => {
@@ -810,6 +837,7 @@ mod tests {
                     completion_tokens: Some(2),
                     token_ids: None,
                 }),
+                ..ExportMessage::default()
             }
         );
         assert_eq!(row.messages[1].reasoning_content, None);

@@ -107,6 +107,10 @@ pub enum Notice<'a> {
     Prepared {
         source: &'a str,
         prompts: u64,
+        /// Prompts that keep tool turns (calls and results).
+        with_tool_turns: u64,
+        /// Rows cut before a tool turn (a result that answers no call, or any with
+        /// `tool-turns = "cut"`).
         cut_at_tool_turn: u64,
     },
     /// Preparing again without earlier sources' prompts failed: the first sample stands.
@@ -222,6 +226,12 @@ pub enum Notice<'a> {
         url: &'a str,
         named: &'a str,
         asked: &'a str,
+    },
+    /// A server refused a conversation's tool turns (`tool` messages, assistant `tool_calls`,
+    /// `tools`): from now on conversations end before their first tool turn.
+    ToolTurnsRefused {
+        url: &'a str,
+        reason: &'a str,
     },
     /// A server was found down; `all_down`: no other is up.
     ServerDown {
@@ -352,6 +362,11 @@ impl<'a> Notice<'a> {
                 let detail = format!("server {url} answers as model `{named}`, not `{asked}`");
                 ("model_mismatch", None, detail)
             }
+            N::ToolTurnsRefused { url, reason } => (
+                "tool_turns_refused",
+                None,
+                format!("server {url} refuses tool turns: {reason}"),
+            ),
             N::ServerDown {
                 url,
                 reason,
@@ -486,12 +501,20 @@ impl fmt::Display for Notice<'_> {
             N::Prepared {
                 source,
                 prompts,
+                with_tool_turns,
                 cut_at_tool_turn,
             } => {
                 write!(f, "gen: prepared `{source}`: {prompts} prompts")?;
-                match cut_at_tool_turn {
-                    0 => Ok(()),
-                    n => write!(f, " ({n} of them cut before a tool's turn)"),
+                match (with_tool_turns, cut_at_tool_turn) {
+                    (0, 0) => Ok(()),
+                    (kept, 0) => write!(f, " ({kept} with tool turns, kept)"),
+                    (0, cut) => {
+                        write!(f, " ({cut} cut before a tool turn)")
+                    }
+                    (kept, cut) => write!(
+                        f,
+                        " ({kept} with tool turns, kept; {cut} cut before a tool turn)"
+                    ),
                 }
             }
             N::SourceFailed { source, note } => write!(f, "gen: `{source}` failed: {note}"),
@@ -556,6 +579,12 @@ impl fmt::Display for Notice<'_> {
                  `/v1/models` lists and the run asks for): a router or gateway names the model \
                  otherwise, or sends the requests to another model; the answers are stored under \
                  `{named}`; stop the run if that is not the model you want"
+            ),
+            N::ToolTurnsRefused { url, reason } => write!(
+                f,
+                "gen: WARNING: server {url} refuses tool turns ({reason}): from now on, \
+                 conversations with tool turns end before their first one, as if the dataset \
+                 had none, and are counted apart (llama-server needs `--jinja` for them)"
             ),
             N::ServerDown { url, reason, .. } => write!(
                 f,

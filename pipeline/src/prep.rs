@@ -137,9 +137,16 @@ fn print_summary(manifest: &PrepManifest) {
         manifest.counters.duplicates_within,
         manifest.counters.duplicates_across
     );
+    if manifest.counters.with_tool_turns > 0 {
+        println!(
+            "prompts with tool turns (calls and results kept): {}",
+            manifest.counters.with_tool_turns
+        );
+    }
     if manifest.counters.cut_at_tool_turn > 0 {
         println!(
-            "conversations cut before a tool's turn (a call or a result): {}",
+            "conversations cut before a tool turn (a result without its call, or \
+             `tool-turns = \"cut\"`): {}",
             manifest.counters.cut_at_tool_turn
         );
     }

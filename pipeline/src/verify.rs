@@ -1063,6 +1063,7 @@ mod tests {
             id: format!("{source}-{n:016x}"),
             source: source.to_owned(),
             messages: vec![Message::new(Role::User, format!("q{n}"))],
+            tools: None,
             source_key: None,
             row: n,
         }

@@ -21,10 +21,10 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value};
 
-use crate::prompt::{Message, Role};
+use crate::prompt::{HashTurn, Message, Role, ToolCall};
 use crate::read::{Projection, TurnsProjection};
 use crate::spec::{
-    DEFAULT_RESOLVE_PLACEHOLDER, RESOLVE_ROW_FIELDS, SourceSpec, SystemPolicy, TurnMode,
+    DEFAULT_RESOLVE_PLACEHOLDER, RESOLVE_ROW_FIELDS, SourceSpec, SystemPolicy, ToolTurns, TurnMode,
 };
 use filters::RowFilter;
 #[cfg(test)]
@@ -38,26 +38,54 @@ const ROLE_KEYS: [&str; 2] = ["role", "from"];
 const CONTENT_KEYS: [&str; 2] = ["content", "value"];
 /// Alpaca-style rows: the instruction's optional `input` belongs to the prompt.
 const ALPACA_INPUT: &str = "input";
+/// The row's tool definitions (OpenAI function schemas), sent with its prompt.
+const TOOLS_FIELD: &str = "tools";
 
 /// A normalized message that borrows its text from the row (or the settings) it came from:
 /// normalization builds these, and only prompts that enter the sample become [`Message`]s.
+/// The tool fields are [`Message`]'s (empty ones allocate nothing).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Turn<'a> {
     pub role: Role,
     pub content: Cow<'a, str>,
+    pub tool_calls: Vec<ToolCall>,
+    pub tool_call_id: Option<String>,
+    pub name: Option<String>,
 }
 
 impl<'a> Turn<'a> {
     pub fn new(role: Role, content: Cow<'a, str>) -> Turn<'a> {
-        Turn { role, content }
+        Turn {
+            role,
+            content,
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            name: None,
+        }
     }
 
     pub fn into_message(self) -> Message {
-        Message::new(self.role, self.content.into_owned())
+        Message {
+            role: self.role,
+            content: self.content.into_owned(),
+            tool_calls: self.tool_calls,
+            tool_call_id: self.tool_call_id,
+            name: self.name,
+        }
     }
 
     pub fn to_message(&self) -> Message {
-        Message::new(self.role, self.content.as_ref())
+        self.clone().into_message()
+    }
+
+    pub(crate) fn hashed(&self) -> HashTurn<'_> {
+        HashTurn {
+            role: self.role,
+            content: &self.content,
+            tool_calls: &self.tool_calls,
+            tool_call_id: self.tool_call_id.as_deref(),
+            name: self.name.as_deref(),
+        }
     }
 }
 
@@ -168,6 +196,7 @@ pub struct Normalizer {
     content_keys: Vec<String>,
     turns: TurnMode,
     max_turns: usize,
+    tool_turns: ToolTurns,
     system: SystemPolicy,
     system_text: Option<String>,
     template: Option<String>,
@@ -179,8 +208,8 @@ pub struct Normalizer {
     /// With `resolve`: the prompt value that marks a row to resolve from another dataset
     /// before normalization.
     resolve_placeholder: Option<String>,
-    /// Rows whose conversation ended before its first tool turn (see
-    /// [`crate::prompt::is_tool_role`]).
+    /// Rows whose conversation ended before a tool turn: a result that answers no call, or
+    /// any with `tool-turns = "cut"`.
     cut_at_tool_turn: std::cell::Cell<u64>,
 }
 
@@ -202,6 +231,7 @@ impl Normalizer {
             content_keys: keys(&spec.content_key, CONTENT_KEYS),
             turns: spec.turns,
             max_turns: bound(&spec.max_turns, usize::MAX).max(1),
+            tool_turns: spec.tool_turns,
             system: spec.system_prompt,
             system_text: spec
                 .system_prompt_text
@@ -222,7 +252,8 @@ impl Normalizer {
         }
     }
 
-    /// How many rows so far had their conversation end before a tool turn.
+    /// How many rows so far had their conversation end before a tool turn: a result that
+    /// answers no call kept before it, or any with `tool-turns = "cut"`.
     pub fn cut_at_tool_turn(&self) -> u64 {
         self.cut_at_tool_turn.get()
     }
@@ -232,6 +263,7 @@ impl Normalizer {
     pub fn columns(&self) -> BTreeSet<String> {
         let mut columns: BTreeSet<String> = self.filter.fields().cloned().collect();
         columns.extend(self.id_field.iter().cloned());
+        columns.insert(TOOLS_FIELD.to_owned());
         if self.resolve_placeholder.is_some() {
             columns.extend(RESOLVE_ROW_FIELDS.map(str::to_owned));
         }
@@ -262,8 +294,8 @@ impl Normalizer {
     }
 
     /// What a reader must produce for this normalizer: [`Normalizer::columns`], and only the
-    /// role and content of each turn of `messages-field` (assistant content only in `history`
-    /// mode, the one mode that forwards it).
+    /// role, content and tool fields of each turn of `messages-field` (assistant content only
+    /// in `history` mode, the one mode that forwards answers, and for tool calls).
     pub fn projection(&self) -> Projection {
         Projection {
             columns: self.columns(),
@@ -288,17 +320,23 @@ impl Normalizer {
         Ok(kept.into_iter().map(Turn::into_message).collect())
     }
 
-    /// Normalizes one row object into `kept` (cleared first).
+    /// Normalizes one row object into `kept` (cleared first); returns the row's tool
+    /// definitions, if it has any.
     pub(crate) fn normalize_into<'t>(
         &'t self,
-        row: Map<String, Value>,
+        mut row: Map<String, Value>,
         kept: &mut Vec<Turn<'t>>,
-    ) -> Result<(), DropReason> {
+    ) -> Result<Option<Value>, DropReason> {
         self.filter
             .check(|field| row.get(field).and_then(compare_text))?;
+        let tools = match row.remove(TOOLS_FIELD) {
+            Some(value) if self.tool_turns == ToolTurns::Keep => turns::tools_of(value)?,
+            _ => None,
+        };
         let turns = self.turns_of(row)?;
         self.select(turns, kept)?;
-        self.check_bounds(kept)
+        self.check_bounds(kept)?;
+        Ok(tools)
     }
 
     /// The `min-chars`/`max-chars` rule, on the user turns of a selected prompt.
@@ -323,11 +361,7 @@ impl Normalizer {
     /// The row's turns, before any policy.
     fn turns_of(&self, mut row: Map<String, Value>) -> Result<Vec<Turn<'static>>, DropReason> {
         let turns = |field: &str, value: Value| {
-            let (turns, cut) = parse_turns(field, value, &self.role_keys, &self.content_keys)?;
-            if cut {
-                self.cut_at_tool_turn.set(self.cut_at_tool_turn.get() + 1);
-            }
-            Ok(turns)
+            parse_turns(field, value, &self.role_keys, &self.content_keys)
         };
         if let Some(field) = &self.messages_field {
             let value = row
@@ -379,10 +413,10 @@ impl Normalizer {
         Ok(Turn::new(Role::User, text))
     }
 
-    /// Applies the system, leading-assistant, alternation, turn-mode and `max-turns` rules;
-    /// the prompt is left in `kept` (cleared first).
+    /// Applies the system, leading-assistant, alternation, tool, turn-mode and `max-turns`
+    /// rules; the prompt is left in `kept` (cleared first).
     ///
-    /// What comes out alternates user and assistant turns (assistant turns only in `history`
+    /// What comes out alternates user and assistant turns (assistant answers only in `history`
     /// mode; in `first` and `all` the model writes them), whatever the dataset holds:
     /// - consecutive turns of one speaker are **merged** into one, their texts joined by a
     ///   blank line (`[human, human, gpt]`: the answer that follows answered both, so the
@@ -392,18 +426,53 @@ impl Normalizer {
     ///   join two questions whose answer in between was dropped). In `history` mode an empty
     ///   assistant turn cuts it too: the context would lack that answer. Empty turns before
     ///   the first user turn are skipped.
+    ///
+    /// Tool turns are **kept in every mode**, as the dataset has them: an assistant turn
+    /// that calls a tool (it has `tool_calls`, or a tool's result follows it: a call in the
+    /// model's own syntax) and the results after it, which get their call's id by position
+    /// when they have none. A result that answers no call kept before it **cuts** the
+    /// conversation (counted: [`Normalizer::cut_at_tool_turn`]), as any tool turn does with
+    /// `tool-turns = "cut"`; a call no result answers is dropped (in `history` mode it cuts, as an empty answer does). Tool turns before the
+    /// first user turn are skipped, as leading assistant turns are. A prompt ends on a user
+    /// turn or a tool's result: the model writes what follows.
     fn select<'t>(
         &'t self,
         turns: impl IntoIterator<Item = Turn<'t>>,
         kept: &mut Vec<Turn<'t>>,
     ) -> Result<(), DropReason> {
+        /// The kind of the last turn walked after the first user turn.
+        #[derive(Clone, Copy, PartialEq, Eq)]
+        enum Walked {
+            User,
+            /// An assistant answer (kept only in `history` mode).
+            Answer,
+            /// A kept call, and then its results.
+            Call,
+            Result,
+        }
         kept.clear();
+        let history = self.turns == TurnMode::History;
         let mut system = None;
         let mut users = 0usize;
-        // The speaker of the last turn walked after the first user turn.
         let mut last = None;
-        for turn in turns {
+        let mut turns = turns.into_iter().peekable();
+        while let Some(mut turn) = turns.next() {
             let empty = turn.content.trim().is_empty();
+            let call = turn.role == Role::Assistant
+                && (!turn.tool_calls.is_empty()
+                    || turns.peek().is_some_and(|next| next.role == Role::Tool));
+            // A call no result answered: dropped, or in `history` mode the end.
+            if last == Some(Walked::Call) && turn.role != Role::Tool && !call {
+                if history {
+                    break;
+                }
+                kept.pop();
+                last = Some(Walked::Answer);
+            }
+            if users > 0 && self.tool_turns == ToolTurns::Cut && (turn.role == Role::Tool || call) {
+                self.cut_at_tool_turn.set(self.cut_at_tool_turn.get() + 1);
+                break;
+            }
             match turn.role {
                 // A system turn counts only before the first user turn.
                 Role::System => {
@@ -411,24 +480,50 @@ impl Normalizer {
                         system = Some(turn);
                     }
                 }
-                // Leading assistant turns (ShareGPT's `_N` chunks) have nothing to answer.
-                Role::Assistant if users == 0 => {}
+                // Leading assistant and tool turns (ShareGPT's `_N` chunks) answer nothing
+                // we have.
+                Role::Assistant | Role::Tool if users == 0 => {}
                 Role::User if users == 0 && empty => {}
                 Role::User if empty => break,
-                Role::User if last == Some(Role::User) => merge(kept, turn),
+                Role::User if last == Some(Walked::User) => merge(kept, turn),
                 Role::User => {
                     if users == self.max_turns || (self.turns == TurnMode::First && users == 1) {
                         break;
                     }
                     users += 1;
-                    last = Some(Role::User);
+                    last = Some(Walked::User);
                     kept.push(turn);
                 }
-                Role::Assistant if self.turns != TurnMode::History => last = Some(Role::Assistant),
+                Role::Tool if matches!(last, Some(Walked::Call | Walked::Result)) => {
+                    let call = kept
+                        .iter()
+                        .rposition(|t| t.role == Role::Assistant)
+                        .expect("a call is kept before its results");
+                    if turn.tool_call_id.is_none() {
+                        let answered = kept.len() - call - 1;
+                        turn.tool_call_id =
+                            kept[call].tool_calls.get(answered).map(|c| c.id.clone());
+                    }
+                    last = Some(Walked::Result);
+                    kept.push(turn);
+                }
+                Role::Tool => {
+                    self.cut_at_tool_turn.set(self.cut_at_tool_turn.get() + 1);
+                    break;
+                }
+                Role::Assistant if call => {
+                    if last == Some(Walked::Call) || (history && last == Some(Walked::Answer)) {
+                        merge(kept, turn);
+                    } else {
+                        kept.push(turn);
+                    }
+                    last = Some(Walked::Call);
+                }
+                Role::Assistant if !history => last = Some(Walked::Answer),
                 Role::Assistant if empty => break,
-                Role::Assistant if last == Some(Role::Assistant) => merge(kept, turn),
+                Role::Assistant if last == Some(Walked::Answer) => merge(kept, turn),
                 Role::Assistant => {
-                    last = Some(Role::Assistant);
+                    last = Some(Walked::Answer);
                     kept.push(turn);
                 }
             }
@@ -436,8 +531,11 @@ impl Normalizer {
         if users == 0 {
             return Err(DropReason::NoUserTurn);
         }
-        // A prompt ends on a user turn: the model writes what follows.
-        while kept.last().is_some_and(|m| m.role != Role::User) {
+        // A prompt ends on a user turn or a tool's result: the model writes what follows.
+        while kept
+            .last()
+            .is_some_and(|m| !matches!(m.role, Role::User | Role::Tool))
+        {
             kept.pop();
         }
         let system = match self.system {
@@ -456,10 +554,15 @@ impl Normalizer {
     }
 }
 
-/// Appends `turn`'s text to the last kept turn, of the same speaker.
+/// Appends `turn`'s text (and calls) to the last kept turn, of the same speaker.
 fn merge<'t>(kept: &mut [Turn<'t>], turn: Turn<'t>) {
     if let Some(last) = kept.last_mut() {
-        last.content = Cow::Owned(format!("{}\n\n{}", last.content, turn.content));
+        last.content = match (last.content.is_empty(), turn.content.is_empty()) {
+            (_, true) => std::mem::take(&mut last.content),
+            (true, false) => turn.content,
+            (false, false) => Cow::Owned(format!("{}\n\n{}", last.content, turn.content)),
+        };
+        last.tool_calls.extend(turn.tool_calls);
     }
 }
 

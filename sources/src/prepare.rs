@@ -35,7 +35,9 @@ pub use resolve::ResolvedFrom;
 
 use crate::hub::{self, HubSettings};
 use crate::normalize::{DropReason, Normalizer, TokenFilter, TokenizerError, Turn};
-use crate::prompt::{DEDUP_KEY, Prompt, content_hash_with, dedup_hash_with, prompt_id_into};
+use crate::prompt::{
+    DEDUP_KEY, Message, Prompt, content_hash_with, dedup_hash_with, prompt_id_into,
+};
 use crate::read::{
     Projection, Row, batch_rows, for_each_parquet_batch, for_each_row, format_of, parquet_columns,
 };
@@ -296,7 +298,9 @@ impl Collector<'_> {
             });
         let mut kept = Vec::new();
         let result = normalizer.normalize_into(object, &mut kept);
-        self.accept(file, row, result.map(|()| &kept[..]), || source_key);
+        self.accept(file, row, result.map(|tools| (&kept[..], tools)), || {
+            source_key
+        });
     }
 
     /// A Parquet record batch: normalized straight from its arrays when their shape is known
@@ -325,7 +329,7 @@ impl Collector<'_> {
         for (row, index) in (0..batch.num_rows()).zip(first_row..) {
             self.manifest.rows_read += 1;
             let result = rows.normalize_into(row, &mut kept);
-            self.accept(file, index, result.map(|()| &kept[..]), || {
+            self.accept(file, index, result.map(|tools| (&kept[..], tools)), || {
                 rows.source_key(row)
             });
         }
@@ -338,14 +342,14 @@ impl Collector<'_> {
         &mut self,
         file: &Path,
         row: u64,
-        normalized: Result<&[Turn<'_>], DropReason>,
+        normalized: Result<(&[Turn<'_>], Option<Value>), DropReason>,
         source_key: impl FnOnce() -> Option<String>,
     ) {
-        let normalized = normalized.and_then(|turns| match self.tokens {
-            Some(tokens) => tokens.check(turns).map(|()| turns),
-            None => Ok(turns),
+        let normalized = normalized.and_then(|(turns, tools)| match self.tokens {
+            Some(tokens) => tokens.check(turns).map(|()| (turns, tools)),
+            None => Ok((turns, tools)),
         });
-        let turns = match normalized {
+        let (turns, tools) = match normalized {
             Ok(turns) => turns,
             Err(reason) => {
                 self.manifest
@@ -357,7 +361,8 @@ impl Collector<'_> {
         // deduplication key over each turn stripped of surrounding whitespace
         // (`dedup_key` in the manifest). They differ only for turns with such whitespace.
         let hash = content_hash_with(
-            turns.iter().map(|t| (t.role, t.content.as_ref())),
+            turns.iter().map(Turn::hashed),
+            tools.as_ref(),
             &mut self.hash_buffer,
         );
         let padded = turns
@@ -366,7 +371,8 @@ impl Collector<'_> {
         let dedup = self.spec.dedup();
         let dedup_key = if dedup && padded {
             dedup_hash_with(
-                turns.iter().map(|t| (t.role, t.content.as_ref())),
+                turns.iter().map(Turn::hashed),
+                tools.as_ref(),
                 &mut self.hash_buffer,
             )
         } else {
@@ -405,6 +411,7 @@ impl Collector<'_> {
             id: self.id_buffer.clone(),
             source: self.spec.name().to_owned(),
             messages: turns.iter().map(Turn::to_message).collect(),
+            tools,
             source_key: source_key(),
             row,
         };
@@ -650,7 +657,11 @@ pub fn prepare_with(
     // The sink's own failure, told apart from the sample's files failing.
     let mut sink_error = None;
     let mut seen = options.seen_across.as_deref_mut();
+    let mut with_tool_turns = 0;
     let finished = sample.finish(&mut |prompt, hash| {
+        if prompt.messages.iter().any(Message::is_tool_turn) {
+            with_tool_turns += 1;
+        }
         if let Err(e) = sink(&prompt) {
             let message = e.to_string();
             sink_error = Some(e);
@@ -666,6 +677,7 @@ pub fn prepare_with(
     }
     let finished = finished.map_err(SourceError::Sample)?;
     manifest.cut_at_tool_turn = normalizer.cut_at_tool_turn();
+    manifest.with_tool_turns = with_tool_turns;
     manifest.kept = finished.kept;
     manifest.duplicates_within += finished.duplicates;
     manifest.sampled_out += finished.sampled_out;

@@ -65,6 +65,9 @@ pub struct SourceSpec {
     pub turns: TurnMode,
     /// Keep at most this many user turns (later ones are cut, the row is kept).
     pub max_turns: Option<Spanned<i64>>,
+    /// What becomes of tool turns: `keep` (default) or `cut` (see [`ToolTurns`]).
+    #[serde(default)]
+    pub tool_turns: ToolTurns,
     /// What to do with a dataset's system prompt.
     #[serde(default)]
     pub system_prompt: SystemPolicy,
@@ -135,6 +138,18 @@ pub enum TurnMode {
     First,
     All,
     History,
+}
+
+/// `keep`: a conversation's tool calls and results are kept as context (and the row's `tools`
+/// sent with it); only the answers are regenerated. `cut`: the conversation ends before its
+/// first tool turn and the row's `tools` are left out, for trainers whose readers know no
+/// tool turns (EAGLE's ShareGPT reader) or servers that mishandle them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ToolTurns {
+    #[default]
+    Keep,
+    Cut,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]

@@ -124,6 +124,11 @@ pub struct Knobs {
     /// `{"choices": [], "sglext": {"input_ids": [...], "output_ids": [[...]]}}` (the shape of
     /// SGLang's own streaming test of those flags).
     pub sglang_token_ids: bool,
+    /// Refuses tool turns: `tools` as llama-server without `--jinja` does (HTTP 500 "tools
+    /// param requires --jinja flag", measured), a `tool` message or assistant `tool_calls`
+    /// as a chat template without a tool role does (400 "Conversation roles must
+    /// alternate…").
+    pub refuse_tools: bool,
     /// Be a simulated server (the other knobs then do nothing).
     pub sim: Option<SimKnobs>,
 }
@@ -469,6 +474,25 @@ async fn chat(State(shared): State<Arc<Shared>>, axum::Json(body): axum::Json<Va
     if let Some((status, message)) = failing {
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         return error_response(knobs, status, &message);
+    }
+    let tool_messages = body["messages"].as_array().is_some_and(|messages| {
+        messages
+            .iter()
+            .any(|m| m["role"] == "tool" || m.get("tool_calls").is_some())
+    });
+    if knobs.refuse_tools && body.get("tools").is_some() {
+        return error_response(
+            knobs,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "tools param requires --jinja flag",
+        );
+    }
+    if knobs.refuse_tools && tool_messages {
+        return error_response(
+            knobs,
+            StatusCode::BAD_REQUEST,
+            "Conversation roles must alternate user/assistant/user/assistant/...",
+        );
     }
     if last_user.contains("REJECT") {
         return error_response(knobs, StatusCode::BAD_REQUEST, "prompt too long");

@@ -78,7 +78,8 @@ pub async fn run_level(
                     "the bench has no prompts to send".into(),
                 ));
             };
-            (client.timed(&request.messages, request.max_tokens, &request.params)).await
+            let chat = (&request.messages[..], request.tools.as_deref());
+            (client.timed(chat, request.max_tokens, &request.params)).await
         });
     };
     let started = Instant::now();

@@ -10,7 +10,8 @@
 
 use std::sync::Arc;
 
-use gen_sources::{Message, Prompt, Role};
+use gen_sources::prompt::answer_points;
+use gen_sources::{Message, Prompt};
 use serde_json::{Map, Value};
 
 use crate::config::Plan;
@@ -22,6 +23,8 @@ use crate::store::RunDir;
 pub struct BenchRequest {
     /// Shared by a prompt's samples.
     pub messages: Arc<[Message]>,
+    /// The prompt's tool definitions, when its conversation has tool turns.
+    pub tools: Option<Arc<Value>>,
     pub max_tokens: u32,
     /// The source's settings, with the sample's drawn values and seed (and `token-ids`).
     pub params: Map<String, Value>,
@@ -109,9 +112,11 @@ pub fn load(plan: &Plan, limit: usize) -> anyhow::Result<BenchPrompts> {
 /// under the sample's own settings.
 fn samples(prompt: Prompt, settings: &Settings) -> Vec<BenchRequest> {
     let messages: Arc<[Message]> = first_turn(prompt.messages).into();
+    let tools = prompt.tools.map(Arc::new);
     (0..settings.samples.get())
         .map(|sample| BenchRequest {
             messages: Arc::clone(&messages),
+            tools: tools.clone(),
             max_tokens: settings.max_tokens,
             params: settings.request(&prompt.id, sample).params,
         })
@@ -141,16 +146,12 @@ where
     out
 }
 
-/// The messages of one request: `gen run` answers a prompt of several user turns turn by turn,
-/// so a bench sends what its first request would — up to the first user turn, or with the
-/// dataset's own answers as history, up to the last.
+/// The messages of one request: `gen run` answers a prompt where the model answers
+/// ([`answer_points`]: each user turn and the tool exchange after it, or with the dataset's own
+/// answers as history, the end) one point at a time, so a bench sends what its first request
+/// would.
 fn first_turn(mut messages: Vec<Message>) -> Vec<Message> {
-    let with_history = messages.iter().any(|m| m.role == Role::Assistant);
-    let end = if with_history {
-        messages.iter().rposition(|m| m.role == Role::User)
-    } else {
-        messages.iter().position(|m| m.role == Role::User)
-    };
+    let end = answer_points(&messages).next();
     if let Some(end) = end {
         messages.truncate(end + 1);
     }
@@ -161,6 +162,8 @@ fn first_turn(mut messages: Vec<Message>) -> Vec<Message> {
 mod tests {
     use std::collections::BTreeSet;
 
+    use gen_sources::Role;
+
     use super::*;
 
     fn prompt(source: &str, text: &str) -> Prompt {
@@ -168,6 +171,7 @@ mod tests {
             id: format!("{source}-{text}"),
             source: source.to_owned(),
             messages: vec![Message::new(Role::User, text)],
+            tools: None,
             source_key: None,
             row: 0,
         }
@@ -299,7 +303,13 @@ mod tests {
         let turns = first_turn(vec![system.clone(), user("one"), user("two")]);
         assert_eq!(turns, [system.clone(), user("one")]);
         let answer = Message::new(Role::Assistant, "a");
-        let history = vec![user("one"), answer.clone(), user("two"), answer.clone()];
-        assert_eq!(first_turn(history), [user("one"), answer, user("two")]);
+        // With the dataset's own answers as history, the one answer is at the end.
+        let history = vec![user("one"), answer.clone(), user("two")];
+        assert_eq!(first_turn(history.clone()), history);
+        // The first answer follows the tool exchange after the first user turn, as in a run.
+        let call = Message::new(Role::Assistant, r#"{"name": "weather"}"#);
+        let result = Message::new(Role::Tool, "18 degrees");
+        let tools = vec![user("one"), call.clone(), result.clone(), user("two")];
+        assert_eq!(first_turn(tools), [user("one"), call, result]);
     }
 }

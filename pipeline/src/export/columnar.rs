@@ -243,14 +243,17 @@ mod tests {
                     content: format!("q {id}"),
                     reasoning_content: None,
                     answer: None,
+                    ..ExportMessage::default()
                 },
                 ExportMessage {
                     role: "assistant".into(),
                     content: answer.into(),
                     reasoning_content: reasoning.map(str::to_owned),
                     answer: None,
+                    ..ExportMessage::default()
                 },
             ],
+            tools: None,
             reasoning_content: reasoning.map(str::to_owned),
             finish_reason: Some("stop".into()),
             model: "m".into(),
@@ -304,7 +307,7 @@ mod sharegpt_tests {
         let turns = vec![Turn {
             role: "human".into(),
             content: "hi".into(),
-            reasoning: None,
+            ..Turn::default()
         }];
         let rows = [vec![
             Cell::Text("a".into()),

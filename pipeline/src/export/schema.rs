@@ -2,8 +2,9 @@
 //! from an [`ExportRow`] to its cells. Each schema is what its trainer's reader reads (the
 //! readers are named in `ARCHITECTURE.md` and checked in `pipeline/tests/it/export.rs`):
 //!
-//! * `messages`: gen's own; every field of the row, with `sample` (which answer to its prompt)
-//!   and `settings` (what the request asked for, drawn values as drawn, as JSON text).
+//! * `messages`: gen's own; every field of the row, with `sample` (which answer to its prompt),
+//!   `settings` (what the request asked for, drawn values as drawn, as JSON text) and `tools`
+//!   (the tool definitions sent, as JSON text); tool turns as OpenAI message objects.
 //! * `specforge`: `id`, `conversations` [{role, content, reasoning_content}], `status`. SpecForge
 //!   passes every column besides `conversations`, `id` and `tools` to the tokenizer's chat
 //!   template as keyword arguments, so nothing else is added; its reasoning expander needs
@@ -27,23 +28,26 @@ const WITH_REASONING: TurnKeys = TurnKeys {
     role: "role",
     content: "content",
     reasoning: Some("reasoning_content"),
+    tools: true,
 };
 const ROLE_CONTENT: TurnKeys = TurnKeys {
     role: "role",
     content: "content",
     reasoning: None,
+    tools: true,
 };
 const FROM_VALUE: TurnKeys = TurnKeys {
     role: "from",
     content: "value",
     reasoning: None,
+    tools: false,
 };
 
 const fn column(name: &'static str, kind: Kind) -> Column {
     Column { name, kind }
 }
 
-const MESSAGES: [Column; 11] = [
+const MESSAGES: [Column; 12] = [
     column("id", Kind::Text),
     column("source", Kind::Text),
     column("source_key", Kind::OptionalText),
@@ -57,6 +61,9 @@ const MESSAGES: [Column; 11] = [
     // A JSON object as text: its keys differ between sources (sampling, `chat_template_kwargs`,
     // extra body keys), which a fixed column type cannot hold.
     column("settings", Kind::OptionalText),
+    // The tool definitions sent with the messages, as JSON text (OpenAI function schemas);
+    // null without any.
+    column("tools", Kind::OptionalText),
 ];
 const SPECFORGE: [Column; 3] = [
     column("id", Kind::Text),
@@ -154,6 +161,7 @@ impl ExportSchema {
                     row.settings
                         .map(|s| serde_json::Value::Object(s).to_string()),
                 ),
+                Cell::OptionalText(row.tools.map(|tools| tools.to_string())),
             ],
             ExportSchema::SpeculatorsTokens => {
                 let ids = row
@@ -207,19 +215,42 @@ fn turn(message: ExportMessage) -> Turn {
         role: message.role,
         content: message.content,
         reasoning: message.reasoning_content,
+        tool_calls: message.tool_calls,
+        tool_call_id: message.tool_call_id,
+        name: message.name,
     }
 }
 
 /// The system prompt (a leading system message) and the other turns as `human`/`gpt`, which
-/// must alternate starting with `human`.
+/// must alternate starting with `human`. Tool turns take the places LLaMA-Factory's ShareGPT
+/// format gives them: a call is a `function_call` turn where `gpt` would be (its value the
+/// call as JSON, `{name, arguments}`, a list for several), the results after it one
+/// `observation` turn where `human` would be (a JSON list of them when there are several).
 fn sharegpt_turns(messages: Vec<ExportMessage>) -> Result<(Option<String>, Vec<Turn>), Unfit> {
     let mut messages = messages.into_iter().peekable();
     let system = messages.next_if(|m| m.role == "system").map(|m| m.content);
-    let mut turns = Vec::new();
-    for (index, message) in messages.enumerate() {
-        let (from, expected) = match message.role.as_str() {
-            "user" => ("human", index % 2 == 0),
-            "assistant" => ("gpt", index % 2 == 1),
+    let mut turns: Vec<Turn> = Vec::new();
+    while let Some(message) = messages.next() {
+        // `human` and `observation` at even places, `gpt` and `function_call` at odd ones.
+        let even = turns.len().is_multiple_of(2);
+        let call = message.role == "assistant"
+            && (!message.tool_calls.is_empty()
+                || messages.peek().is_some_and(|m| m.role == "tool"));
+        let (from, expected, value) = match message.role.as_str() {
+            "user" => ("human", even, message.content),
+            "assistant" if call => ("function_call", !even, call_value(message)),
+            "assistant" => ("gpt", !even, message.content),
+            "tool" => {
+                let mut results = vec![message.content];
+                while let Some(next) = messages.next_if(|m| m.role == "tool") {
+                    results.push(next.content);
+                }
+                let value = match <[String; 1]>::try_from(results) {
+                    Ok([one]) => one,
+                    Err(many) => serde_json::Value::from(many).to_string(),
+                };
+                ("observation", even, value)
+            }
             _ => return Err(SYSTEM_INSIDE),
         };
         if !expected {
@@ -227,11 +258,31 @@ fn sharegpt_turns(messages: Vec<ExportMessage>) -> Result<(Option<String>, Vec<T
         }
         turns.push(Turn {
             role: from.to_owned(),
-            content: message.content,
-            reasoning: None,
+            content: value,
+            ..Turn::default()
         });
     }
     Ok((system, turns))
+}
+
+/// A call turn's ShareGPT value: its calls as `{name, arguments}` JSON (arguments as an
+/// object where they parse), a list for several; the text of a call in the model's own
+/// syntax.
+fn call_value(message: ExportMessage) -> String {
+    let calls: Vec<serde_json::Value> = message
+        .tool_calls
+        .iter()
+        .map(|call| {
+            let arguments = serde_json::from_str(&call.function.arguments)
+                .unwrap_or_else(|_| serde_json::Value::from(call.function.arguments.clone()));
+            serde_json::json!({"name": call.function.name, "arguments": arguments})
+        })
+        .collect();
+    match <[serde_json::Value; 1]>::try_from(calls) {
+        Ok([one]) => one.to_string(),
+        Err(none) if none.is_empty() => message.content,
+        Err(many) => serde_json::Value::from(many).to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -246,6 +297,7 @@ mod tests {
                 content: format!("{role} text"),
                 reasoning_content: (*role == "assistant").then(|| "why".to_owned()),
                 answer: None,
+                ..ExportMessage::default()
             })
             .collect()
     }
@@ -270,5 +322,49 @@ mod tests {
             sharegpt_turns(messages(&["user", "system", "assistant"])),
             Err(SYSTEM_INSIDE)
         );
+    }
+
+    /// A call and its results take LLaMA-Factory's `function_call` and `observation` places;
+    /// the `messages` form keeps OpenAI's keys.
+    #[test]
+    fn tool_turns_go_in_each_schemas_shape() {
+        let call = gen_sources::prompt::ToolCall {
+            id: "c1".into(),
+            kind: "function".into(),
+            function: gen_sources::prompt::FunctionCall {
+                name: "convert".into(),
+                arguments: r#"{"amount":5}"#.into(),
+            },
+        };
+        let mut conversation = messages(&["user", "assistant", "tool", "tool", "assistant"]);
+        conversation[1].tool_calls = vec![call.clone(), call];
+        conversation[2].tool_call_id = Some("c1".into());
+        let (_, turns) = sharegpt_turns(conversation.clone()).expect("alternates");
+        let shown: Vec<(&str, &str)> = turns
+            .iter()
+            .map(|t| (t.role.as_str(), t.content.as_str()))
+            .collect();
+        let calls = r#"[{"arguments":{"amount":5},"name":"convert"},{"arguments":{"amount":5},"name":"convert"}]"#;
+        assert_eq!(
+            shown,
+            [
+                ("human", "user text"),
+                ("function_call", calls),
+                ("observation", r#"["tool text","tool text"]"#),
+                ("gpt", "assistant text"),
+            ]
+        );
+        let turns: Vec<Turn> = conversation.into_iter().map(turn).collect();
+        let json = serde_json::to_value(super::super::table::JsonRow {
+            columns: &[column("messages", Kind::Turns(&ROLE_CONTENT))],
+            cells: &[Cell::Turns(turns)],
+        })
+        .expect("serializes");
+        assert_eq!(
+            json["messages"][1]["tool_calls"][0]["function"]["name"],
+            "convert"
+        );
+        assert_eq!(json["messages"][2]["tool_call_id"], "c1");
+        assert!(json["messages"][0].get("tool_calls").is_none());
     }
 }

@@ -66,6 +66,7 @@ pub(super) fn per_turn(row: ExportRow) -> Vec<ExportRow> {
                 id: format!("{}#turn{turn}", row.id),
                 source: row.source.clone(),
                 source_key: row.source_key.clone(),
+                tools: row.tools.clone(),
                 reasoning_content: last.reasoning_content.clone(),
                 finish_reason: answer.finish_reason,
                 model: row.model.clone(),
@@ -96,6 +97,7 @@ mod tests {
                 completion_tokens: Some(content.len() as u64),
                 token_ids: None,
             }),
+            ..ExportMessage::default()
         }
     }
 
@@ -104,6 +106,7 @@ mod tests {
             id: "p".into(),
             source: "s".into(),
             source_key: None,
+            tools: None,
             messages: vec![
                 message("system", "sys", None),
                 message("user", "a", None),

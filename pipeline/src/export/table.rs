@@ -11,6 +11,9 @@ pub(super) struct TurnKeys {
     pub(super) content: &'static str,
     /// The key of the turn's reasoning, when the schema carries it.
     pub(super) reasoning: Option<&'static str>,
+    /// Whether a turn's tool fields go in OpenAI's keys (`tool_calls`, `tool_call_id`,
+    /// `name`), each only when the turn has it.
+    pub(super) tools: bool,
 }
 
 /// What a column holds.
@@ -31,11 +34,14 @@ pub(super) struct Column {
 }
 
 /// One chat turn, already in the schema's vocabulary (`human`/`gpt` for ShareGPT).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(super) struct Turn {
     pub(super) role: String,
     pub(super) content: String,
     pub(super) reasoning: Option<String>,
+    pub(super) tool_calls: Vec<gen_sources::prompt::ToolCall>,
+    pub(super) tool_call_id: Option<String>,
+    pub(super) name: Option<String>,
 }
 
 /// One value of a row, matching its column's [`Kind`].
@@ -92,6 +98,17 @@ impl Serialize for JsonTurn<'_> {
         map.serialize_entry(self.keys.content, &self.turn.content)?;
         if let Some(key) = self.keys.reasoning {
             map.serialize_entry(key, &self.turn.reasoning)?;
+        }
+        if self.keys.tools {
+            if !self.turn.tool_calls.is_empty() {
+                map.serialize_entry("tool_calls", &self.turn.tool_calls)?;
+            }
+            if let Some(id) = &self.turn.tool_call_id {
+                map.serialize_entry("tool_call_id", id)?;
+            }
+            if let Some(name) = &self.turn.name {
+                map.serialize_entry("name", name)?;
+            }
         }
         map.end()
     }

@@ -85,12 +85,18 @@ pub enum RequestError {
     Fatal(String),
 }
 
+/// A conversation to answer: its messages and the tool definitions sent with them.
+pub type Chat<'a> = (&'a [Message], Option<&'a Value>);
+
 /// A request's JSON, serialized straight from the borrowed messages and params: building a
 /// `Value` tree first cost a copy of every prompt per request.
 struct RequestBody<'a> {
     params: &'a Map<String, Value>,
     model: &'a str,
     messages: &'a [Message],
+    /// The prompt's tool definitions, sent with `tool_choice = "none"`: where the model
+    /// answers, its dataset answered in words (see `run::dispatch`).
+    tools: Option<&'a Value>,
     max_tokens: u32,
     /// Ask for token ids SGLang's way (see [`ChatClient::sglext_ids`]).
     sglext_ids: bool,
@@ -104,9 +110,11 @@ impl Serialize for RequestBody<'_> {
             include_usage: bool,
         }
         // These win over a sampling parameter of the same name.
-        const FIXED: [&str; 5] = [
+        const FIXED: [&str; 7] = [
             "model",
             "messages",
+            "tools",
+            "tool_choice",
             "max_tokens",
             "stream",
             "stream_options",
@@ -124,6 +132,10 @@ impl Serialize for RequestBody<'_> {
         }
         map.serialize_entry("model", self.model)?;
         map.serialize_entry("messages", self.messages)?;
+        if let Some(tools) = self.tools {
+            map.serialize_entry("tools", tools)?;
+            map.serialize_entry("tool_choice", "none")?;
+        }
         map.serialize_entry("max_tokens", &self.max_tokens)?;
         map.serialize_entry("stream", &true)?;
         map.serialize_entry(
@@ -212,7 +224,7 @@ impl ChatClient {
 
     fn body<'a>(
         &'a self,
-        messages: &'a [Message],
+        (messages, tools): Chat<'a>,
         max_tokens: u32,
         params: &'a Map<String, Value>,
         sglext_ids: bool,
@@ -221,6 +233,7 @@ impl ChatClient {
             params,
             model: &self.model,
             messages,
+            tools,
             max_tokens,
             sglext_ids,
         }
@@ -243,28 +256,39 @@ impl ChatClient {
         max_tokens: u32,
         params: &Map<String, Value>,
     ) -> Result<Completion, RequestError> {
-        self.timed(messages, max_tokens, params)
+        self.complete_chat((messages, None), max_tokens, params)
+            .await
+    }
+
+    /// [`ChatClient::complete_with`] for a conversation with its tool definitions.
+    pub async fn complete_chat(
+        &self,
+        chat: Chat<'_>,
+        max_tokens: u32,
+        params: &Map<String, Value>,
+    ) -> Result<Completion, RequestError> {
+        self.timed(chat, max_tokens, params)
             .await
             .map(|timed| timed.completion)
     }
 
-    /// [`ChatClient::complete_with`], also measuring the time to the first generated token
+    /// [`ChatClient::complete_chat`], also measuring the time to the first generated token
     /// (the first chunk that carries content or reasoning) and to the end of the stream.
     pub async fn timed(
         &self,
-        messages: &[Message],
+        chat: Chat<'_>,
         max_tokens: u32,
         params: &Map<String, Value>,
     ) -> Result<TimedCompletion, RequestError> {
         let started = std::time::Instant::now();
         let asks_ids = params.get(TOKEN_IDS) == Some(&Value::Bool(true));
         let sglext = self.sglext_ids.load(Ordering::Relaxed);
-        let response = match self.send(messages, max_tokens, params, sglext).await {
+        let response = match self.send(chat, max_tokens, params, sglext).await {
             // SGLang: "return_token_ids is not supported with streaming on
             // /v1/chat/completions"; it takes its own flags instead.
             Err(RequestError::Rejected(why)) if asks_ids && !sglext && why.contains(TOKEN_IDS) => {
                 self.sglext_ids.store(true, Ordering::Relaxed);
-                self.send(messages, max_tokens, params, true).await?
+                self.send(chat, max_tokens, params, true).await?
             }
             other => other?,
         };
@@ -292,7 +316,7 @@ impl ChatClient {
     /// Posts the request; the response once its headers say success.
     async fn send(
         &self,
-        messages: &[Message],
+        chat: Chat<'_>,
         max_tokens: u32,
         params: &Map<String, Value>,
         sglext_ids: bool,
@@ -301,7 +325,7 @@ impl ChatClient {
             Some(url) => self.http.post(url.clone()),
             None => self.http.post(&self.url),
         };
-        let mut request = request.json(&self.body(messages, max_tokens, params, sglext_ids));
+        let mut request = request.json(&self.body(chat, max_tokens, params, sglext_ids));
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }
@@ -599,7 +623,7 @@ mod tests {
         let client =
             ChatClient::new("http://127.0.0.1:1", "m".into(), None, 8, params).expect("client");
         let messages = [Message::new(gen_sources::Role::User, "hi".to_owned())];
-        let body = serde_json::to_value(client.body(&messages, 16, &client.params, false))
+        let body = serde_json::to_value(client.body((&messages, None), 16, &client.params, false))
             .expect("serializes");
         assert_eq!(
             body,
@@ -612,6 +636,49 @@ mod tests {
                 "stream": true,
                 "stream_options": {"include_usage": true},
             })
+        );
+    }
+
+    /// Tool turns go in OpenAI's shape; the definitions with `tool_choice = "none"`.
+    #[test]
+    fn a_conversation_with_tool_turns_is_sent_in_openais_shape() {
+        let client =
+            ChatClient::new("http://127.0.0.1:1", "m".into(), None, 8, Map::new()).expect("client");
+        let call = gen_sources::prompt::ToolCall {
+            id: "c1".into(),
+            kind: "function".into(),
+            function: gen_sources::prompt::FunctionCall {
+                name: "f".into(),
+                arguments: "{}".into(),
+            },
+        };
+        let messages = [
+            Message::new(gen_sources::Role::User, "q"),
+            Message {
+                tool_calls: vec![call],
+                ..Message::new(gen_sources::Role::Assistant, "")
+            },
+            Message {
+                tool_call_id: Some("c1".into()),
+                ..Message::new(gen_sources::Role::Tool, "1")
+            },
+        ];
+        let tools = json!([{"type": "function", "function": {"name": "f"}}]);
+        let body =
+            serde_json::to_value(client.body((&messages, Some(&tools)), 16, &Map::new(), false))
+                .expect("serializes");
+        assert_eq!(
+            (&body["messages"], &body["tools"], &body["tool_choice"]),
+            (
+                &json!([
+                    {"role": "user", "content": "q"},
+                    {"role": "assistant", "content": "", "tool_calls": [
+                        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+                    {"role": "tool", "content": "1", "tool_call_id": "c1"},
+                ]),
+                &tools,
+                &json!("none")
+            )
         );
     }
 

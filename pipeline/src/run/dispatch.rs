@@ -28,6 +28,23 @@
 //! model's own earlier answers (their reasoning stripped from the history), and the whole
 //! conversation is one record.
 //!
+//! Tool turns. The model answers where [`answer_points`] says: after each user turn and the
+//! tool exchange that follows it. The dataset's tool calls (assistant `tool_calls`, or a call
+//! in the model's own syntax) and the tools' results are sent as they are, at their
+//! positions: they are context, never regenerated, so each result answers exactly the call
+//! before it. Only the assistant's answers in words are regenerated, with the prompt's
+//! `tools` and `tool_choice = "none"` (where the model answers, the dataset answered in
+//! words). vllm-project/speculators PR #750 regenerates the calls too and splices the i-th
+//! cached result after the model's i-th call, cutting the conversation when the calls do
+//! not pair up (another tool, several calls, results exhausted); that needs the server's
+//! tool-call parser and gives results that answered other arguments. Keeping the dataset's
+//! calls gives every answer a coherent context on any server that takes tool messages, at
+//! the price of the calls' tokens being the dataset's, not the model's. A server that
+//! refuses tool turns ([`Refusals::tool_turns_refused`]) is said once
+//! ([`Notice::ToolTurnsRefused`]); from then on conversations end before their first tool
+//! turn ([`before_first_tool_turn`]), as before tool turns were kept, and their records say
+//! so (`tool_turns_cut`).
+//!
 //! [`Liveness`]: crate::inference::liveness::Liveness
 
 use std::sync::Arc;
@@ -51,6 +68,7 @@ use crate::store::records::{
     CompletionRecord, CutBy, RejectKind, RejectedRecord, TurnRecord, heuristic_cut_by,
 };
 use crate::sys::unix_ms;
+use gen_sources::prompt::{answer_points, before_first_tool_turn};
 use gen_sources::{Message, Prompt, Role};
 
 /// Longest wait between two attempts of one prompt.
@@ -124,6 +142,10 @@ struct Ask<'a> {
     /// The record's id (the sample's).
     id: &'a str,
     params: &'a serde_json::Map<String, serde_json::Value>,
+    /// The prompt's tool definitions, sent with it.
+    tools: Option<&'a serde_json::Value>,
+    /// Whether the conversation carries tool turns or definitions (a refusal may be theirs).
+    tool_turns: bool,
     /// The source's budget (a turn may ask for more under `on-length = "retry"`).
     max_tokens: u32,
     /// The fingerprint of the source's settings ([`Settings::fingerprint`]).
@@ -137,6 +159,8 @@ enum TurnOutcome {
     GaveUp(RejectKind, String, u32),
     Fatal(String),
     Cancelled,
+    /// The server refuses tool turns: the conversation is asked again without them.
+    ToolTurnsRefused,
 }
 
 /// Why a user turn went unanswered (its conversation ends there).
@@ -144,6 +168,7 @@ enum Unanswered {
     GaveUp(RejectKind, String),
     Fatal(String),
     Cancelled,
+    ToolTurnsRefused,
 }
 
 /// What one failed request of a turn leads to.
@@ -259,8 +284,8 @@ impl Dispatcher {
             .ok();
     }
 
-    /// Answers every user turn of sample `sample` of `prompt` in order; `None` when
-    /// cancelled.
+    /// Answers every user turn of sample `sample` of `prompt` in order (see the module
+    /// documentation for tool turns); `None` when cancelled.
     async fn conversation(
         &self,
         source: usize,
@@ -270,12 +295,6 @@ impl Dispatcher {
         lease: Lease,
     ) -> Option<DispatchEvent> {
         let request = requests.settings.request(&prompt.id, sample);
-        let ask = Ask {
-            id: &request.id,
-            params: &request.params,
-            max_tokens: requests.settings.max_tokens,
-            settings: &requests.fingerprint,
-        };
         let length = requests.length;
         let mut lease = Some(lease);
         let started = Instant::now();
@@ -284,39 +303,60 @@ impl Dispatcher {
         let mut attempts = 0;
         // The model the answers name (checked turn by turn: one model per run).
         let mut answered_by = self.model.to_string();
-        // With the dataset's own answers kept as context (`turns = "history"`), only the last
-        // user turn is answered; otherwise every user turn is, on the model's own answers.
-        let with_history = prompt.messages.iter().any(|m| m.role == Role::Assistant);
-        let last_user = prompt.messages.iter().rposition(|m| m.role == Role::User);
-        for (index, message) in prompt.messages.iter().enumerate() {
-            history.push(message.clone());
-            if message.role != Role::User || (with_history && Some(index) != last_user) {
-                continue;
-            }
-            let answer = self.answer_turn(&mut lease, &ask, &history, length, &mut attempts);
-            let (completion, cut_by) = match answer.await {
-                Ok(answer) => answer,
-                Err(Unanswered::GaveUp(kind, reason)) => {
-                    let refused_under = &requests.fingerprint;
-                    let record = give_up(ask.id, kind, reason, attempts, refused_under);
-                    return Some(DispatchEvent::GaveUp { source, record });
-                }
-                Err(Unanswered::Fatal(message)) => return Some(DispatchEvent::Fatal(message)),
-                Err(Unanswered::Cancelled) => return None,
+        let mut cut = prompt.has_tool_content() && self.refusals.tools_refused();
+        'conversation: loop {
+            let (messages, tools) = match cut {
+                true => (before_first_tool_turn(&prompt.messages), None),
+                false => (&prompt.messages[..], prompt.tools.as_ref()),
             };
-            let named = completion.model.as_deref().unwrap_or(&self.model);
-            if let Some(lease) = &lease
-                && let Err(message) = self.check_model(&lease.backend, named)
-            {
-                return Some(DispatchEvent::ModelChanged(message));
+            let ask = Ask {
+                id: &request.id,
+                params: &request.params,
+                tools,
+                tool_turns: !cut && prompt.has_tool_content(),
+                max_tokens: requests.settings.max_tokens,
+                settings: &requests.fingerprint,
+            };
+            history.clear();
+            turns.clear();
+            let mut points = answer_points(messages).peekable();
+            for (index, message) in messages.iter().enumerate() {
+                history.push(message.clone());
+                if points.next_if_eq(&index).is_none() {
+                    continue;
+                }
+                let answer = self.answer_turn(&mut lease, &ask, &history, length, &mut attempts);
+                let (completion, cut_by) = match answer.await {
+                    Ok(answer) => answer,
+                    Err(Unanswered::GaveUp(kind, reason)) => {
+                        let refused_under = &requests.fingerprint;
+                        let record = give_up(ask.id, kind, reason, attempts, refused_under);
+                        return Some(DispatchEvent::GaveUp { source, record });
+                    }
+                    Err(Unanswered::Fatal(message)) => {
+                        return Some(DispatchEvent::Fatal(message));
+                    }
+                    Err(Unanswered::Cancelled) => return None,
+                    Err(Unanswered::ToolTurnsRefused) => {
+                        cut = true;
+                        continue 'conversation;
+                    }
+                };
+                let named = completion.model.as_deref().unwrap_or(&self.model);
+                if let Some(lease) = &lease
+                    && let Err(message) = self.check_model(&lease.backend, named)
+                {
+                    return Some(DispatchEvent::ModelChanged(message));
+                }
+                answered_by = named.to_owned();
+                // The model's own answer becomes history; its reasoning does not.
+                history.push(Message::new(Role::Assistant, completion.content.clone()));
+                turns.push(TurnRecord {
+                    cut_by,
+                    ..TurnRecord::from(completion)
+                });
             }
-            answered_by = named.to_owned();
-            // The model's own answer becomes history; its reasoning does not.
-            history.push(Message::new(Role::Assistant, completion.content.clone()));
-            turns.push(TurnRecord {
-                cut_by,
-                ..TurnRecord::from(completion)
-            });
+            break;
         }
         let mut settings = request.params;
         settings.insert("max_tokens".into(), requests.settings.max_tokens.into());
@@ -325,6 +365,7 @@ impl Dispatcher {
             turns,
             attempts,
             started,
+            tool_turns_cut: cut,
         };
         let record = completed(
             Arc::unwrap_or_clone(prompt),
@@ -405,6 +446,7 @@ impl Dispatcher {
                 }
                 TurnOutcome::Fatal(message) => return Err(Unanswered::Fatal(message)),
                 TurnOutcome::Cancelled => return Err(Unanswered::Cancelled),
+                TurnOutcome::ToolTurnsRefused => return Err(Unanswered::ToolTurnsRefused),
             }
         }
     }
@@ -431,7 +473,7 @@ impl Dispatcher {
                 backend.telemetry.sent(messages);
             }
             let result = tokio::select! {
-                result = backend.client.complete_with(messages, max_tokens, ask.params) => result,
+                result = backend.client.complete_chat((messages, ask.tools), max_tokens, ask.params) => result,
                 // Another request found the server down (or the stall watchdog did): this
                 // stream is lost with it; the prompt moves on without spending an attempt.
                 () = backend.liveness.wait_down() => continue,
@@ -455,6 +497,12 @@ impl Dispatcher {
                 }
                 Err(RequestError::ServerDown(reason)) => {
                     self.server_down(&backend, id, reason, &mut charges).await
+                }
+                // llama-server without `--jinja` refuses `tools` with a 500.
+                Err(RequestError::Transient(reason))
+                    if self.tool_turns_refused(&backend, ask, &reason) =>
+                {
+                    Step::Done(TurnOutcome::ToolTurnsRefused)
                 }
                 Err(RequestError::Transient(reason)) => {
                     backend.telemetry.retryable_error();
@@ -507,6 +555,9 @@ impl Dispatcher {
         max_tokens: u32,
         attempt: u32,
     ) -> Step {
+        if self.tool_turns_refused(backend, ask, &reason) {
+            return Step::Done(TurnOutcome::ToolTurnsRefused);
+        }
         // A larger budget after a cut answer is this prompt's own business.
         if max_tokens != ask.max_tokens {
             return Step::Done(TurnOutcome::GaveUp(
@@ -535,6 +586,29 @@ impl Dispatcher {
                 Ok(()) => Step::Again,
                 Err(()) => Step::Done(TurnOutcome::Cancelled),
             },
+        }
+    }
+
+    /// Whether `reason`, a failure of `ask` on `backend`, is the servers refusing tool turns
+    /// ([`Refusals::tool_turns_refused`]); said once, by the request that found it out.
+    fn tool_turns_refused(&self, backend: &Backend, ask: &Ask<'_>, reason: &str) -> bool {
+        if !ask.tool_turns {
+            return false;
+        }
+        match self.refusals.tool_turns_refused(reason) {
+            None => false,
+            Some(first) => {
+                if first {
+                    backend
+                        .liveness
+                        .reporter()
+                        .notice(Notice::ToolTurnsRefused {
+                            url: backend.liveness.shown(),
+                            reason,
+                        });
+                }
+                true
+            }
         }
     }
 
@@ -698,6 +772,8 @@ struct Answered {
     turns: Vec<TurnRecord>,
     attempts: u32,
     started: Instant,
+    /// The conversation was ended before its first tool turn: the server refused them.
+    tool_turns_cut: bool,
 }
 
 /// The record of sample `sample` (id `id`) of `prompt`, answered with `settings`.
@@ -713,7 +789,12 @@ fn completed(
         turns,
         attempts,
         started,
+        tool_turns_cut,
     } = answered;
+    let (messages, tools) = match tool_turns_cut {
+        true => (before_first_tool_turn(&prompt.messages).to_vec(), None),
+        false => (prompt.messages, prompt.tools),
+    };
     let last = turns.last().cloned().unwrap_or_default();
     let usage = total_usage(&turns);
     CompletionRecord {
@@ -721,7 +802,9 @@ fn completed(
         source: prompt.source,
         source_key: prompt.source_key,
         model,
-        messages: prompt.messages,
+        messages,
+        tools,
+        tool_turns_cut,
         content: last.content,
         reasoning_content: last.reasoning_content,
         finish_reason: last.finish_reason,

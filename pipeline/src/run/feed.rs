@@ -394,7 +394,10 @@ fn fate_of(skip: &Skip, prompt: Prompt) -> Fate {
     if let Some(fate) = fate_of_id(skip, &prompt.id) {
         fate
     } else if let Some(holder) = (!skip.elsewhere.is_empty())
-        .then(|| skip.elsewhere.get(&dedup_hash(&prompt.messages)))
+        .then(|| {
+            skip.elsewhere
+                .get(&dedup_hash(&prompt.messages, prompt.tools.as_ref()))
+        })
         .flatten()
     {
         Fate::Duplicate(prompt, *holder)
@@ -416,6 +419,7 @@ mod tests {
             id: id.to_owned(),
             source: "s".to_owned(),
             messages: vec![Message::new(Role::User, text.to_owned())],
+            tools: None,
             source_key: None,
             row: 0,
         }
@@ -458,7 +462,7 @@ mod tests {
             done: IdSet::from_iter(["a"]),
             settled: IdSet::from_iter(["c"]),
             shard: None,
-            elsewhere: Arc::new(HashMap::from([(dedup_hash(&prompts[3].messages), 0)])),
+            elsewhere: Arc::new(HashMap::from([(dedup_hash(&prompts[3].messages, None), 0)])),
             samples: 1,
         };
         let (mut census, feed) = Feed::open(&path, skip, Order::File).expect("open");

@@ -320,6 +320,7 @@ fn prepared(
     let state = &mut sources[i].status;
     let name = state.name.clone();
     state.prepared = Some(manifest.prompts * u64::from(state.samples));
+    state.with_tool_turns = manifest.counters.with_tool_turns;
     let source = name.as_str();
     if let Some(warning) = manifest.warning() {
         reporter.notice(Notice::PreparationWarned {
@@ -342,6 +343,7 @@ fn prepared(
     reporter.notice(Notice::Prepared {
         source,
         prompts: manifest.prompts,
+        with_tool_turns: manifest.counters.with_tool_turns,
         cut_at_tool_turn: manifest.counters.cut_at_tool_turn,
     });
     if ending.restored {

@@ -9,8 +9,16 @@
 //! asked a one-line test prompt with the run's own settings. Refused too: the settings are at
 //! fault, and the run stops with the server's reason and what to change, its prompts left
 //! pending. Answered: the refusal singles out the prompt.
+//!
+//! Tool turns are judged apart, once per run: the first refusal of a conversation with tool
+//! turns whose words name tools, roles or Jinja ([`heuristic_tools_refusal`]) means the
+//! servers do not take tool turns (llama-server without `--jinja` answers `tools` with HTTP
+//! 500 "tools param requires --jinja flag", a chat template without a `tool` role refuses
+//! the messages). Conversations then end before their first tool turn instead
+//! (`run::dispatch`), even on a server that would have taken some of them.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::inference::RequestError;
 use crate::inference::client::ChatClient;
@@ -37,9 +45,26 @@ pub struct Refusals {
     /// By refusal shape ([`heuristic_shape`]). Requests refused the same way wait for the
     /// first one's test instead of each sending their own.
     judged: tokio::sync::Mutex<HashMap<String, Judgement>>,
+    /// The servers refuse tool turns.
+    tools_refused: AtomicBool,
 }
 
 impl Refusals {
+    /// Whether the servers were found to refuse tool turns.
+    pub fn tools_refused(&self) -> bool {
+        self.tools_refused.load(Ordering::Relaxed)
+    }
+
+    /// Judges `reason`, a failure (4xx or 5xx) of a conversation with tool turns: whether it
+    /// is the tool turns' (`Some(first)`, `first` for the one call that found it out), or a
+    /// failure like any other (`None`).
+    pub fn tool_turns_refused(&self, reason: &str) -> Option<bool> {
+        if !heuristic_tools_refusal(reason) {
+            return None;
+        }
+        Some(!self.tools_refused.swap(true, Ordering::Relaxed))
+    }
+
     /// Judges a refusal `reason` of a request with `max_tokens` and `params`, sent through
     /// `client`, whose source's settings have fingerprint `settings` (sources with other
     /// settings are judged apart: one may be refused for its own); `None` when the test
@@ -73,6 +98,16 @@ impl Refusals {
         judged.insert(shape, judgement.clone());
         Some(judgement)
     }
+}
+
+/// Whether a refusal's words blame tool turns: llama-server without `--jinja` ("tools param
+/// requires --jinja flag"), a template that knows no `tool` role ("Conversation roles must
+/// alternate…"), a server without tool support.
+fn heuristic_tools_refusal(reason: &str) -> bool {
+    let text = reason.to_lowercase();
+    ["tool", "jinja", "role"]
+        .iter()
+        .any(|word| text.contains(word))
 }
 
 /// A refusal's text with every run of digits replaced by `#`: two prompts refused for the same

@@ -521,6 +521,7 @@ impl<'p> Sources<'p> {
         status.warnings.extend(warnings);
         status.truncated = tally.truncated;
         status.cut_by_context = tally.cut_by_context;
+        status.tool_turns_cut = tally.tool_turns_cut;
         status.output_tokens = tally.output_tokens;
         Ok(())
     }
@@ -647,7 +648,10 @@ impl<'p> Sources<'p> {
                 let done = &self.list[j].done_ids;
                 for_each_prompt(&path, |prompt| {
                     if done.contains(&prompt.id) {
-                        answered.insert(gen_sources::prompt::dedup_hash(&prompt.messages));
+                        answered.insert(gen_sources::prompt::dedup_hash(
+                            &prompt.messages,
+                            prompt.tools.as_ref(),
+                        ));
                     }
                 })?;
                 self.list[j].answered_hashes = Some(Arc::new(answered));
@@ -780,6 +784,7 @@ impl<'p> Sources<'p> {
                 truncated: state.status.truncated,
                 cut_by_context: state.status.cut_by_context,
                 output_tokens: state.status.output_tokens,
+                tool_turns_cut: state.status.tool_turns_cut,
             };
             crate::store::tally::save(&self.run_dir.source(&state.status.name), tally).ok();
         }
@@ -834,6 +839,7 @@ impl<'p> Sources<'p> {
         let state = &mut self.list[i];
         state.status.done += 1;
         state.status.output_tokens += tokens;
+        state.status.tool_turns_cut += u64::from(record.tool_turns_cut);
         match (record.finish_reason.as_deref(), record.cut_by) {
             (Some("length"), Some(CutBy::Context)) => {
                 state.status.cut_by_context += 1;
@@ -947,6 +953,8 @@ impl SourceState {
             rejected: settled.ids.len() as u64,
             truncated: tally.truncated,
             cut_by_context: tally.cut_by_context,
+            with_tool_turns: manifest.as_ref().map_or(0, |m| m.counters.with_tool_turns),
+            tool_turns_cut: tally.tool_turns_cut,
             output_tokens: tally.output_tokens,
             duplicates: settled.duplicates
                 + manifest

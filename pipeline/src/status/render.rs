@@ -238,6 +238,22 @@ fn context_cuts(s: &SourceStatus) -> Option<String> {
     ))
 }
 
+/// The line under a source's row about its prompts with tool turns: kept, or how many were
+/// answered without them because the server refused them.
+fn tool_turns(s: &SourceStatus) -> Option<String> {
+    let prompts = match s.with_tool_turns {
+        0 => return None,
+        1 => "1 prompt".to_owned(),
+        n => format!("{n} prompts"),
+    };
+    Some(match s.tool_turns_cut {
+        0 => format!("{prompts} with tool turns: sent as they are, only the answers generated"),
+        cut => format!(
+            "{prompts} with tool turns: {cut} answered without them (the server refused them)"
+        ),
+    })
+}
+
 /// The table's columns; a source's note and verdict go on lines of their own under its row.
 const HEADER: [&str; 9] = [
     "SOURCE", "PHASE", "PREPARED", "DONE", "FAIL", "SKIP", "TOK/S", "ETA", "CUT",
@@ -325,6 +341,9 @@ fn row(s: &SourceStatus, name_width: usize, width: usize) -> Vec<String> {
     }
     if let Some(cuts) = context_cuts(s) {
         lines.extend(wrap(&cuts, width, "  ", "    "));
+    }
+    if let Some(tools) = tool_turns(s) {
+        lines.extend(wrap(&tools, width, "  ", "    "));
     }
     for warning in &s.warnings {
         lines.extend(wrap(warning, width, "  warning: ", "    "));

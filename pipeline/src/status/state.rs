@@ -62,6 +62,13 @@ pub struct SourceStatus {
     /// before `max-tokens`, where a larger budget cannot help.
     #[serde(default)]
     pub cut_by_context: u64,
+    /// Prepared prompts that keep tool turns (calls and results).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub with_tool_turns: u64,
+    /// Completions of such prompts answered without their tool turns: the server refused
+    /// them (the conversation ended before its first tool turn).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tool_turns_cut: u64,
     /// Output tokens (reasoning included) generated for this source in this run.
     #[serde(default)]
     pub output_tokens: u64,
@@ -100,6 +107,8 @@ impl SourceStatus {
             duplicates: 0,
             truncated: 0,
             cut_by_context: 0,
+            with_tool_turns: 0,
+            tool_turns_cut: 0,
             output_tokens: 0,
             tokens_per_sec: None,
             eta_secs: None,
@@ -281,4 +290,8 @@ fn one() -> u32 {
 
 fn is_one(n: &u32) -> bool {
     *n == 1
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -124,7 +124,7 @@ pub fn for_each_record(
 pub fn content_hashes(path: &Path) -> anyhow::Result<HashSet<u64>> {
     let mut hashes = HashSet::new();
     for_each_prompt(path, |prompt| {
-        hashes.insert(dedup_hash(&prompt.messages));
+        hashes.insert(dedup_hash(&prompt.messages, prompt.tools.as_ref()));
     })?;
     Ok(hashes)
 }

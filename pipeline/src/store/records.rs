@@ -118,7 +118,16 @@ pub struct CompletionRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub source_key: Option<String>,
     pub model: String,
+    /// The prompt's messages as sent, tool turns included; the answers go after the indices
+    /// [`gen_sources::prompt::answer_points`] gives, in the order of `turns`.
     pub messages: Vec<Message>,
+    /// The tool definitions sent with the messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<serde_json::Value>,
+    /// The prompt's tool turns were left out (the conversation ends before the first): the
+    /// server refused them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tool_turns_cut: bool,
     pub content: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
@@ -128,7 +137,8 @@ pub struct CompletionRecord {
     pub cut_by: Option<CutBy>,
     /// Summed over every turn.
     pub usage: Option<Usage>,
-    /// Every answered turn of a multi-turn conversation, in order (empty for one turn).
+    /// Every answered turn of a conversation answered more than once, in order (empty for
+    /// one answer).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub turns: Vec<TurnRecord>,
     pub attempts: u32,

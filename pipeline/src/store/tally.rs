@@ -1,6 +1,7 @@
 //! Counters of a source's stored completions that the done-set does not carry: how many were
 //! cut by `max-tokens` (`finish_reason = "length"`), how many by the context instead
-//! (`cut_by = "context"`), and their output tokens (`usage`). They are counted from
+//! (`cut_by = "context"`), their output tokens (`usage`), and how many were answered without
+//! their tool turns (`tool_turns_cut`: the server refused them). They are counted from
 //! `completions.jsonl.zst` itself, so a run that generates nothing for a source (it was done,
 //! or another source was selected) shows the same count as the run that generated it.
 //!
@@ -27,6 +28,8 @@ pub struct Tally {
     pub cut_by_context: u64,
     /// Output tokens of the stored completions (`usage.completion_tokens`).
     pub output_tokens: u64,
+    /// Stored completions whose tool turns were left out: the server refused them.
+    pub tool_turns_cut: u64,
 }
 
 /// `tally.json`: a [`Tally`] and the completions file it was counted from.
@@ -41,6 +44,9 @@ struct Cached {
     /// The same.
     #[serde(default)]
     cut_by_context: Option<u64>,
+    /// Older `gen`s never cut tool turns: 0 is their count.
+    #[serde(default)]
+    tool_turns_cut: u64,
 }
 
 /// The file's length and modification time: what says it is the file a count was made from.
@@ -73,6 +79,7 @@ pub fn load(dir: &SourceDir) -> io::Result<Tally> {
             truncated: cached.truncated,
             cut_by_context,
             output_tokens,
+            tool_turns_cut: cached.tool_turns_cut,
         });
     }
     let tally = count(&path)?;
@@ -92,6 +99,7 @@ pub fn save(dir: &SourceDir, tally: Tally) -> io::Result<()> {
         truncated: tally.truncated,
         output_tokens: Some(tally.output_tokens),
         cut_by_context: Some(tally.cut_by_context),
+        tool_turns_cut: tally.tool_turns_cut,
     };
     atomic::write_json(&dir.tally(), &cached)
 }
@@ -105,6 +113,8 @@ struct Counted<'a> {
     cut_by: Option<&'a str>,
     #[serde(default)]
     usage: Option<Tokens>,
+    #[serde(default)]
+    tool_turns_cut: bool,
 }
 
 #[derive(Deserialize)]
@@ -142,6 +152,7 @@ fn count(path: &Path) -> io::Result<Tally> {
                 }
             }
             tally.output_tokens += record.usage.map_or(0, |u| u.completion_tokens);
+            tally.tool_turns_cut += u64::from(record.tool_turns_cut);
         }
     }
     Ok(tally)
@@ -183,7 +194,8 @@ mod tests {
             Tally {
                 truncated: 2,
                 cut_by_context: 0,
-                output_tokens: 30
+                output_tokens: 30,
+                tool_turns_cut: 0,
             }
         );
         assert!(dir.tally().exists());
@@ -224,6 +236,7 @@ mod tests {
             truncated: 2,
             cut_by_context: 1,
             output_tokens: 40,
+            tool_turns_cut: 0,
         };
         assert_eq!(load(&dir).expect("load"), counted);
         // A cache written before context cuts were counted apart is not trusted.

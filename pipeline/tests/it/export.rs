@@ -8,7 +8,7 @@ use crate::support;
 use gen_tests::fake_openai::{FakeOpenAi, Knobs};
 use support::{Config, Project};
 
-const COLUMNS: [&str; 11] = [
+const COLUMNS: [&str; 12] = [
     "id",
     "source",
     "source_key",
@@ -20,6 +20,7 @@ const COLUMNS: [&str; 11] = [
     "completion_tokens",
     "sample",
     "settings",
+    "tools",
 ];
 
 /// Loads `path` with `datasets.load_dataset(format, …)` and reports what it holds as JSON.

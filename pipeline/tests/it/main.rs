@@ -29,4 +29,5 @@ mod server_kinds;
 mod servers;
 mod slurm;
 mod token_ids;
+mod tool_turns;
 mod vllm;

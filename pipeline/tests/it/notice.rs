@@ -96,11 +96,13 @@ fn every_notice_reads_and_is_recorded_as_in_the_snapshot() {
         Notice::Prepared {
             source: "alpha",
             prompts: 3,
+            with_tool_turns: 0,
             cut_at_tool_turn: 0,
         },
         Notice::Prepared {
             source: "alpha",
             prompts: 3,
+            with_tool_turns: 2,
             cut_at_tool_turn: 1,
         },
         Notice::FirstSampleKept {
@@ -199,6 +201,10 @@ fn every_notice_reads_and_is_recorded_as_in_the_snapshot() {
             url: "http://127.0.0.1:8000",
             named: "b",
             asked: "a",
+        },
+        Notice::ToolTurnsRefused {
+            url: "http://127.0.0.1:8000",
+            reason: "HTTP 400: tools param requires --jinja flag",
         },
         Notice::ServerDown {
             url: "http://127.0.0.1:8000",

@@ -17,12 +17,12 @@ use arrow_buffer::NullBuffer;
 use arrow_schema::DataType;
 use serde_json::Value;
 
-use super::turns::compare_text;
+use super::turns::{calls_in_text, compare_text};
 use super::{
-    ALPACA_INPUT, DropReason, MESSAGES_FIELDS, Normalizer, PROMPT_FIELDS, Turn, no_known_field,
-    with_alpaca_input,
+    ALPACA_INPUT, DropReason, MESSAGES_FIELDS, Normalizer, PROMPT_FIELDS, TOOLS_FIELD, Turn,
+    no_known_field, with_alpaca_input,
 };
-use crate::prompt::Role;
+use crate::prompt::{Role, TOOL_KEYS, is_call_role};
 use crate::read::column_values;
 use crate::spec::TurnMode;
 
@@ -142,6 +142,13 @@ impl<'a> TurnColumn<'a> {
         let DataType::Struct(fields) = items.data_type() else {
             return None;
         };
+        // Structured tool fields: the generic path reads them.
+        if fields
+            .iter()
+            .any(|f| TOOL_KEYS.contains(&f.name().as_str()))
+        {
+            return None;
+        }
         let structs: &StructArray = items.as_struct();
         // A role or content field of another type: the generic path decides.
         let find = |keys: &[String]| -> Option<Option<Text<'a>>> {
@@ -166,35 +173,51 @@ impl<'a> TurnColumn<'a> {
         })
     }
 
-    /// The turns of `row`, as `parse_turns` reads them.
-    /// Reads row `row`'s turns into `turns`, up to its first tool turn; whether it had one.
-    fn read(&self, row: usize, turns: &mut Vec<Turn<'a>>) -> Result<bool, DropReason> {
+    /// Reads row `row`'s turns into `turns`, as `parse_turns` reads them.
+    fn read(&self, row: usize, turns: &mut Vec<Turn<'a>>) -> Result<(), DropReason> {
         turns.clear();
         // A null list is an empty conversation.
         if self.lists.is_some_and(|n| n.is_null(row)) {
-            return Ok(false);
+            return Ok(());
         }
-        for turn in self.offsets.range(row) {
+        let range = self.offsets.range(row);
+        let end = range.end;
+        let mut calls = 0;
+        for turn in range {
             if self.structs.is_some_and(|n| n.is_null(turn)) {
                 return Err(DropReason::WrongType(self.field.to_owned()));
             }
-            let role = self
-                .role
-                .ok_or_else(|| DropReason::MissingField(format!("{}[].role", self.field)))?
-                .get(turn)
-                .ok_or_else(|| DropReason::WrongType(format!("{}[].role", self.field)))?;
-            if crate::prompt::is_tool_role(role) {
-                return Ok(true);
-            }
-            let role = Role::parse(role).ok_or_else(|| DropReason::UnknownRole(role.to_owned()))?;
-            let content = if self.skip_assistant_content && role == Role::Assistant {
+            let raw = self.role(turn)?;
+            let role = Role::parse(raw).ok_or_else(|| DropReason::UnknownRole(raw.to_owned()))?;
+            // An answer's text is skipped unless it is a tool's call (a result follows it).
+            let skipped = self.skip_assistant_content
+                && role == Role::Assistant
+                && !is_call_role(raw)
+                && (turn + 1 == end
+                    || self.role(turn + 1).ok().and_then(Role::parse) != Some(Role::Tool));
+            let content = if skipped {
                 ""
             } else {
                 self.content.and_then(|c| c.get(turn)).unwrap_or("")
             };
-            turns.push(Turn::new(role, Cow::Borrowed(content)));
+            let mut parsed = Turn::new(role, Cow::Borrowed(content));
+            if is_call_role(raw)
+                && let Some(called) = calls_in_text(content, &mut calls)
+            {
+                parsed.tool_calls = called;
+                parsed.content = Cow::Borrowed("");
+            }
+            turns.push(parsed);
         }
-        Ok(false)
+        Ok(())
+    }
+
+    /// The role of turn `turn` as its dataset spells it.
+    fn role(&self, turn: usize) -> Result<&'a str, DropReason> {
+        self.role
+            .ok_or_else(|| DropReason::MissingField(format!("{}[].role", self.field)))?
+            .get(turn)
+            .ok_or_else(|| DropReason::WrongType(format!("{}[].role", self.field)))
     }
 }
 
@@ -245,6 +268,10 @@ impl Normalizer {
             };
             Some(Body::Plain { text, input })
         };
+        // Tool definitions are JSON of any shape: the generic path reads them.
+        if column(TOOLS_FIELD).is_some() {
+            return None;
+        }
         if let Some(placeholder) = &self.resolve_placeholder {
             // A batch with rows to resolve from another dataset goes the JSON way, where they
             // are rewritten first; a batch without any is normalized here.
@@ -289,12 +316,13 @@ impl Normalizer {
 }
 
 impl<'a> BatchNormalizer<'a> {
-    /// Normalizes `row` of the batch into `kept` (cleared first).
+    /// Normalizes `row` of the batch into `kept` (cleared first); the row's tool definitions,
+    /// as the generic path returns them (a batch with any goes that way).
     pub(crate) fn normalize_into(
         &mut self,
         row: usize,
         kept: &mut Vec<Turn<'a>>,
-    ) -> Result<(), DropReason> {
+    ) -> Result<Option<Value>, DropReason> {
         let normalizer = self.normalizer;
         let filters = &self.filters;
         normalizer.filter.check(|field| {
@@ -306,11 +334,7 @@ impl<'a> BatchNormalizer<'a> {
         match &self.body {
             Body::Missing(reason) => return Err(reason.clone()),
             Body::Turns(column) => {
-                if column.read(row, &mut self.turns)? {
-                    normalizer
-                        .cut_at_tool_turn
-                        .set(normalizer.cut_at_tool_turn.get() + 1);
-                }
+                column.read(row, &mut self.turns)?;
                 normalizer.select(self.turns.drain(..), kept)?;
             }
             Body::Plain { text, input } => {
@@ -323,7 +347,8 @@ impl<'a> BatchNormalizer<'a> {
                 normalizer.select([turn], kept)?;
             }
         }
-        normalizer.check_bounds(kept)
+        normalizer.check_bounds(kept)?;
+        Ok(None)
     }
 
     /// The row's own key (`id-field`), as the generic path reads it.

@@ -1,6 +1,7 @@
 //! Table tests for every normalization rule.
 
 use super::*;
+use crate::prompt::ToolCall;
 use serde_json::json;
 
 fn spec(extra: &str) -> SourceSpec {
@@ -385,52 +386,228 @@ fn table() {
     }
 }
 
-/// A tool's turn (its call or its result) ends the conversation: what follows depends on a
-/// tool's output, which a prompt does not carry. The row is kept with what came before, and
-/// counted. (Before: dropped whole as `unknown_role`.)
+fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
+    ToolCall {
+        id: id.to_owned(),
+        kind: "function".to_owned(),
+        function: crate::prompt::FunctionCall {
+            name: name.to_owned(),
+            arguments: arguments.to_owned(),
+        },
+    }
+}
+
+fn calling(content: &str, calls: Vec<ToolCall>) -> Message {
+    Message {
+        tool_calls: calls,
+        ..Message::new(Role::Assistant, content)
+    }
+}
+
+fn result(content: &str, id: Option<&str>, name: Option<&str>) -> Message {
+    Message {
+        tool_call_id: id.map(str::to_owned),
+        name: name.map(str::to_owned),
+        ..Message::new(Role::Tool, content)
+    }
+}
+
+fn normalized(extra: &str, row: &Value) -> Result<(Vec<Message>, Option<Value>), &'static str> {
+    let normalizer = Normalizer::new(&spec(extra));
+    let mut kept = Vec::new();
+    let row = row.as_object().expect("object").clone();
+    let tools = normalizer
+        .normalize_into(row, &mut kept)
+        .map_err(|e| e.reason())?;
+    Ok((kept.into_iter().map(Turn::into_message).collect(), tools))
+}
+
+/// Tool turns are kept, as the dataset has them: an assistant's calls (OpenAI `tool_calls`,
+/// a Glaive `function_call` turn parsed into one, a Hermes `<tool_call>` text) and the
+/// results, which get their call's id by position; the row's `tools` come along. (Before: the
+/// conversation ended before its first tool turn.)
 #[test]
-fn a_conversation_ends_before_its_first_tool_turn() {
-    // OpenAI's shape: an assistant turn calling a tool, the tool's result, the final answer.
-    let openai = json!({"messages": [
+fn tool_turns_are_kept_with_their_calls_and_results() {
+    let tools = json!([{"type": "function", "function": {"name": "weather", "parameters": {}}}]);
+    let openai = json!({"tools": tools, "messages": [
         {"role": "system", "content": "You can call tools."},
         {"role": "user", "content": "weather in Paris?"},
-        {"role": "assistant", "content": ""},
-        {"role": "tool", "content": "{\"temp\": 18}"},
+        {"role": "assistant", "content": null, "tool_calls": [
+            {"id": "c1", "type": "function",
+             "function": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "name": "weather", "content": "{\"temp\": 18}"},
         {"role": "assistant", "content": "18 degrees"},
         {"role": "user", "content": "and tomorrow?"}]});
-    // Glaive's ShareGPT shape: `function_call` and `observation` turns.
-    let glaive = json!({"conversations": [
-        {"from": "human", "value": "convert 5 USD"},
-        {"from": "function_call", "value": "{\"name\": \"convert\"}"},
+    let system = Message::new(Role::System, "You can call tools.");
+    let asked = Message::new(Role::User, "weather in Paris?");
+    let paris = calling("", vec![call("c1", "weather", r#"{"city":"Paris"}"#)]);
+    let answered = result(r#"{"temp": 18}"#, Some("c1"), Some("weather"));
+    let all = vec![
+        system.clone(),
+        asked.clone(),
+        paris.clone(),
+        answered.clone(),
+        Message::new(Role::User, "and tomorrow?"),
+    ];
+    assert_eq!(
+        normalized("turns = \"all\"", &openai),
+        Ok((all.clone(), Some(tools.clone())))
+    );
+    // `first` keeps the first user turn and its tool exchange; the model answers after it.
+    assert_eq!(
+        normalized("", &openai),
+        Ok((all[..4].to_vec(), Some(tools.clone())))
+    );
+    // `history` keeps the dataset's answer too.
+    let mut history = all.clone();
+    history.insert(4, Message::new(Role::Assistant, "18 degrees"));
+    assert_eq!(
+        normalized("turns = \"history\"", &openai),
+        Ok((history, Some(tools.clone())))
+    );
+
+    // Glaive's ShareGPT shape: `function_call` turns (two in a row: one message with both
+    // calls, ids generated), `observation` results matched to them by position, `tools` as
+    // JSON text.
+    let glaive = json!({"tools": tools.to_string(), "conversations": [
+        {"from": "human", "value": "convert 5 and 6 USD"},
+        {"from": "function_call", "value": "{\"name\": \"convert\", \"arguments\": {\"amount\": 5}}"},
+        {"from": "function_call", "value": "{\"name\": \"convert\", \"arguments\": {\"amount\": 6}}"},
         {"from": "observation", "value": "4.6 EUR"},
-        {"from": "gpt", "value": "4.6 EUR"}]});
+        {"from": "observation", "value": "5.5 EUR"},
+        {"from": "gpt", "value": "4.6 and 5.5 EUR"}]});
+    assert_eq!(
+        normalized("turns = \"all\"", &glaive),
+        Ok((
+            vec![
+                Message::new(Role::User, "convert 5 and 6 USD"),
+                calling(
+                    "",
+                    vec![
+                        call("call_0", "convert", r#"{"amount":5}"#),
+                        call("call_1", "convert", r#"{"amount":6}"#)
+                    ]
+                ),
+                result("4.6 EUR", Some("call_0"), None),
+                result("5.5 EUR", Some("call_1"), None),
+            ],
+            Some(tools.clone())
+        ))
+    );
+
+    // Hermes: the call is the assistant's text; the `tool` turn after it makes it one.
+    let hermes = json!({"conversations": [
+        {"from": "human", "value": "q"},
+        {"from": "gpt", "value": "<tool_call>{\"name\": \"f\"}</tool_call>"},
+        {"from": "tool", "value": "<tool_response>1</tool_response>"},
+        {"from": "gpt", "value": "one"}]});
+    assert_eq!(
+        normalized("turns = \"all\"", &hermes),
+        Ok((
+            vec![
+                Message::new(Role::User, "q"),
+                Message::new(Role::Assistant, "<tool_call>{\"name\": \"f\"}</tool_call>"),
+                Message::new(Role::Tool, "<tool_response>1</tool_response>"),
+            ],
+            None
+        ))
+    );
+}
+
+/// Tool turns before the first user turn answer nothing we have: skipped, as leading
+/// assistant turns are. A result that answers no kept call cuts the conversation before it
+/// (counted); a call no result answers is dropped.
+#[test]
+fn a_tool_turn_without_its_call_cuts_the_conversation() {
     let tool_first = json!({"messages": [
         {"role": "tool", "content": "result"},
         {"role": "user", "content": "q"}]});
-    for (extra, row, expected) in [
-        (
-            "",
-            &openai,
-            Ok(vec![s("You can call tools."), u("weather in Paris?")]),
-        ),
-        (
-            "turns = \"history\"",
-            &openai,
-            Ok(vec![s("You can call tools."), u("weather in Paris?")]),
-        ),
-        ("turns = \"all\"", &glaive, Ok(vec![u("convert 5 USD")])),
-        ("", &tool_first, Err("no_user_turn")),
-    ] {
-        assert_eq!(run(extra, row.clone()), expected, "{extra} {row}");
-    }
-    let normalizer = Normalizer::new(&spec(""));
-    for row in [&openai, &glaive, &tool_first] {
+    assert_eq!(
+        normalized("", &tool_first),
+        Ok((vec![Message::new(Role::User, "q")], None))
+    );
+    let no_call = json!({"messages": [
+        {"role": "user", "content": "q1"},
+        {"role": "assistant", "content": "a1"},
+        {"role": "user", "content": "q2"},
+        {"role": "tool", "content": "orphan result"},
+        {"role": "assistant", "content": "a2"},
+        {"role": "user", "content": "q3"}]});
+    let q = |t: &str| Message::new(Role::User, t);
+    assert_eq!(
+        normalized("turns = \"all\"", &no_call),
+        Ok((vec![q("q1"), q("q2")], None))
+    );
+    let dangling = json!({"messages": [
+        {"role": "user", "content": "q1"},
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f"}}]},
+        {"role": "user", "content": "q2"}]});
+    assert_eq!(
+        normalized("turns = \"all\"", &dangling),
+        Ok((vec![q("q1"), q("q2")], None))
+    );
+    let normalizer = Normalizer::new(&spec("turns = \"all\""));
+    for row in [&tool_first, &no_call, &dangling] {
         normalizer.normalize(row.as_object().expect("object")).ok();
     }
-    assert_eq!(normalizer.cut_at_tool_turn(), 3);
-    // A role that is no tool's is still unknown.
-    let wizard = json!({"messages": [{"role": "wizard", "content": "x"}]});
-    assert_eq!(run("", wizard), Err("unknown_role"));
+    assert_eq!(normalizer.cut_at_tool_turn(), 1);
+}
+
+/// `tool-turns = "cut"`: the conversation ends before its first tool turn and the row's
+/// `tools` are left out (counted), as before tool turns were kept.
+#[test]
+fn tool_turns_cut_ends_the_conversation_before_the_first() {
+    let row = json!({"tools": [{"type": "function", "function": {"name": "f"}}], "messages": [
+        {"role": "user", "content": "q1"},
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f"}}]},
+        {"role": "tool", "content": "1"},
+        {"role": "assistant", "content": "one"},
+        {"role": "user", "content": "q2"}]});
+    let hermes = json!({"conversations": [
+        {"from": "human", "value": "q"},
+        {"from": "gpt", "value": "<tool_call>{}</tool_call>"},
+        {"from": "tool", "value": "1"}]});
+    let extra = "turns = \"all\"\ntool-turns = \"cut\"";
+    let q = |t: &str| Message::new(Role::User, t);
+    assert_eq!(normalized(extra, &row), Ok((vec![q("q1")], None)));
+    assert_eq!(normalized(extra, &hermes), Ok((vec![q("q")], None)));
+    let normalizer = Normalizer::new(&spec(extra));
+    for row in [&row, &hermes] {
+        normalizer.normalize(row.as_object().expect("object")).ok();
+    }
+    assert_eq!(normalizer.cut_at_tool_turn(), 2);
+}
+
+/// Bad tool payloads drop the row with a reason that names the field; a role that is no
+/// tool's is still unknown.
+#[test]
+fn malformed_tool_fields_are_named() {
+    for (row, expected) in [
+        (
+            json!({"messages": [{"role": "user", "content": "q"},
+                {"role": "assistant", "content": "", "tool_calls": "call it"}]}),
+            "field `messages[].tool_calls` has the wrong type",
+        ),
+        (
+            json!({"messages": [{"role": "user", "content": "q"},
+                {"role": "assistant", "tool_calls": [{"function": {"arguments": "{}"}}]}]}),
+            "field `messages[].tool_calls` has the wrong type",
+        ),
+        (
+            json!({"tools": "not json", "messages": [{"role": "user", "content": "q"}]}),
+            "field `tools` has the wrong type",
+        ),
+        (
+            json!({"messages": [{"role": "wizard", "content": "x"}]}),
+            "unknown role `wizard`",
+        ),
+    ] {
+        let normalizer = Normalizer::new(&spec(""));
+        let error = normalizer
+            .normalize(row.as_object().expect("object"))
+            .expect_err("dropped");
+        assert_eq!(error.detail(), expected, "{row}");
+    }
 }
 
 #[test]
@@ -439,7 +616,7 @@ fn columns_cover_every_field_read() {
         "prompt-field = \"input\"\nid-field = \"id\"\nexclude = { q = [\"x\"] }\nlanguages = [\"en\"]",
     ));
     let columns: Vec<String> = normalizer.columns().into_iter().collect();
-    assert_eq!(columns, ["id", "input", "language", "q"]);
+    assert_eq!(columns, ["id", "input", "language", "q", "tools"]);
 }
 
 #[test]

@@ -157,7 +157,20 @@ fn awkward(path: &Path) {
         )]),
         Some(vec![
             h("ok"),
-            Some((Some("tool"), Some("a tool's turn ends the conversation"))),
+            Some((
+                Some("tool"),
+                Some("a result answering no call ends the conversation"),
+            )),
+        ]),
+        // Glaive's shape: a call turn parsed into a call, its result, the answer (dropped).
+        Some(vec![
+            h("convert 5 USD"),
+            Some((
+                Some("function_call"),
+                Some(r#"{"name": "convert", "arguments": {"amount": 5}}"#),
+            )),
+            Some((Some("observation"), Some("4.6 EUR"))),
+            Some((Some("gpt"), Some("4.6 EUR it is"))),
         ]),
         Some(vec![h("[ISSUE] wrapped [/ISSUE]")]),
     ];
@@ -443,10 +456,25 @@ fn awkward_rows_are_counted_per_reason() {
             vec!["héllo ✓ 🦀", "third"],
             vec!["a much longer question that goes past forty characters"],
             vec!["ok"],
+            vec!["convert 5 USD", "", "4.6 EUR"],
             vec!["[ISSUE] wrapped [/ISSUE]"],
         ]
     );
+    let call = &prompts[9].messages[1].tool_calls;
+    assert_eq!(call.len(), 1);
+    assert_eq!(
+        (
+            call[0].function.name.as_str(),
+            call[0].function.arguments.as_str()
+        ),
+        ("convert", r#"{"amount":5}"#)
+    );
+    assert_eq!(
+        prompts[9].messages[2].tool_call_id.as_deref(),
+        Some(call[0].id.as_str())
+    );
     assert_eq!(manifest.cut_at_tool_turn, 1);
+    assert_eq!(manifest.with_tool_turns, 1);
     let dropped: Vec<(&str, u64)> = manifest
         .dropped
         .iter()
@@ -457,5 +485,122 @@ fn awkward_rows_are_counted_per_reason() {
         [("no_user_turn", 3), ("unknown_role", 1), ("wrong_type", 2)]
     );
     assert_eq!(manifest.duplicates_within, 1);
-    assert_eq!(manifest.rows_read, 17);
+    assert_eq!(manifest.rows_read, 18);
+}
+
+/// OpenAI's shape in Parquet — `list<struct<role, content, tool_calls: list<struct<id, type,
+/// function: struct<name, arguments>>>, tool_call_id>>` and a `tools` JSON column — gives the
+/// prompts the same row gives as JSON Lines: the projection keeps the tool fields and the
+/// call's text, whichever path reads it.
+#[test]
+fn openai_tool_calls_in_parquet_read_as_in_json_lines() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let utf8 = |values: Vec<Option<&str>>| Arc::new(StringArray::from(values)) as ArrayRef;
+    let function_fields = Fields::from(vec![
+        Field::new("name", DataType::Utf8, true),
+        Field::new("arguments", DataType::Utf8, true),
+    ]);
+    let function = StructArray::new(
+        function_fields.clone(),
+        vec![
+            utf8(vec![Some("weather")]),
+            utf8(vec![Some("{\"city\":\"Paris\"}")]),
+        ],
+        None,
+    );
+    let call_fields = Fields::from(vec![
+        Field::new("id", DataType::Utf8, true),
+        Field::new("type", DataType::Utf8, true),
+        Field::new("function", DataType::Struct(function_fields), true),
+    ]);
+    let calls = StructArray::new(
+        call_fields.clone(),
+        vec![
+            utf8(vec![Some("c1")]),
+            utf8(vec![Some("function")]),
+            Arc::new(function) as ArrayRef,
+        ],
+        None,
+    );
+    let call_item = Arc::new(Field::new("item", DataType::Struct(call_fields), true));
+    // Per turn: null (the user's), the call, none (the result's), none, null.
+    let tool_calls = ListArray::new(
+        Arc::clone(&call_item),
+        OffsetBuffer::from_lengths([0, 1, 0, 0, 0]),
+        Arc::new(calls),
+        Some(NullBuffer::from(vec![false, true, true, true, false])),
+    );
+    let turn_fields = Fields::from(vec![
+        Field::new("role", DataType::Utf8, true),
+        Field::new("content", DataType::Utf8, true),
+        Field::new("tool_calls", DataType::List(call_item), true),
+        Field::new("tool_call_id", DataType::Utf8, true),
+    ]);
+    let turns = StructArray::new(
+        turn_fields.clone(),
+        vec![
+            utf8(vec![
+                Some("user"),
+                Some("assistant"),
+                Some("tool"),
+                Some("assistant"),
+                Some("user"),
+            ]),
+            utf8(vec![
+                Some("weather?"),
+                Some("Let me look."),
+                Some("18 C"),
+                Some("It is 18 C."),
+                Some("thanks"),
+            ]),
+            Arc::new(tool_calls) as ArrayRef,
+            utf8(vec![None, None, Some("c1"), None, None]),
+        ],
+        None,
+    );
+    let item = Arc::new(Field::new("item", DataType::Struct(turn_fields), true));
+    let messages = ListArray::new(
+        Arc::clone(&item),
+        OffsetBuffer::from_lengths([5]),
+        Arc::new(turns),
+        None,
+    );
+    let tools = r#"[{"type":"function","function":{"name":"weather"}}]"#;
+    write_parquet(
+        &dir.path().join("openai.parquet"),
+        vec![
+            ("messages", Arc::new(messages), DataType::List(item)),
+            ("tools", utf8(vec![Some(tools)]), DataType::Utf8),
+        ],
+    );
+    let row = serde_json::json!({"tools": tools, "messages": [
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": "Let me look.", "tool_calls": [{"id": "c1",
+            "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+        {"role": "tool", "content": "18 C", "tool_call_id": "c1"},
+        {"role": "assistant", "content": "It is 18 C."},
+        {"role": "user", "content": "thanks"}]});
+    fs_err::write(dir.path().join("openai.jsonl"), format!("{row}\n")).expect("write");
+    for settings in [
+        "messages-field = \"messages\"\nturns = \"all\"",
+        "turns = \"all\"",
+    ] {
+        let spec = |file: &str| -> SourceSpec {
+            toml::from_str(&format!("name = \"t\"\npath = \"{file}\"\n{settings}")).expect("spec")
+        };
+        let (expected, _) = run(&spec("openai.jsonl"), dir.path(), false);
+        assert_eq!(expected[0].messages.len(), 4, "{settings}");
+        assert_eq!(expected[0].messages[1].content, "Let me look.");
+        assert_eq!(expected[0].messages[1].tool_calls[0].id, "c1");
+        assert!(expected[0].tools.is_some());
+        for columnar in [true, false] {
+            let (prompts, _) = run(&spec("openai.parquet"), dir.path(), columnar);
+            let strip = |p: &[Prompt]| -> Vec<(Vec<Message>, Option<Value>, String)> {
+                p.iter()
+                    .map(|p| (p.messages.clone(), p.tools.clone(), p.id.clone()))
+                    .collect()
+            };
+            assert_eq!(strip(&prompts), strip(&expected), "{settings}, {columnar}");
+        }
+    }
 }

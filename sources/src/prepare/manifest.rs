@@ -62,10 +62,14 @@ pub struct Manifest {
     pub duplicates_across: u64,
     /// Valid prompts left out by the sample (`limit`).
     pub sampled_out: u64,
-    /// Rows whose conversation was cut before its first tool turn (a tool's call or result:
-    /// what follows depends on a tool's output, which a prompt does not carry).
+    /// Rows whose conversation was cut before a tool turn: a result that answers no call kept
+    /// before it (what follows depends on a call the prompt does not carry), or any tool turn
+    /// with `tool-turns = "cut"`.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cut_at_tool_turn: u64,
+    /// Prompts written that keep tool turns (an assistant's calls and the tools' results).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub with_tool_turns: u64,
     pub examples: Vec<RowExample>,
     /// The datasets `resolve` read prompts from (OpenCodeReasoning's TACO and APPS).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -79,7 +79,7 @@ fn turns_that_differ_only_in_surrounding_whitespace_are_duplicates() {
         // The first of the two is kept, under the id of its content as it is.
         let kept = &prompts[0];
         assert_eq!(kept.messages[0].content, "  Why is the sky blue?\n");
-        let exact = crate::prompt::content_hash(&kept.messages);
+        let exact = crate::prompt::content_hash(&kept.messages, kept.tools.as_ref());
         assert_eq!(kept.id, crate::prompt::prompt_id("t", exact, 0));
     }
 }

@@ -28,6 +28,7 @@ use serde_json::{Map, Value};
 
 use super::open::{Row, is_compressed, open_decoded};
 use super::projection::{Projection, TurnsProjection, projected_values};
+use crate::prompt::TOOL_KEYS;
 
 /// Rows decoded at once (~20 MB for chat datasets).
 pub const PARQUET_BATCH_SIZE: usize = 1024;
@@ -230,7 +231,7 @@ pub fn for_each_parquet_row(
 }
 
 /// The leaf columns to decode: every leaf of the projected columns, except that of the turn
-/// list only the fields named by the role and content keys are read (WildChat's turns carry a
+/// list only the fields named by the role and content keys, and the tool fields, are read (WildChat's turns carry a
 /// dozen metadata fields). Leaves are matched to the Arrow struct's fields by counting, in
 /// schema order; when the counts disagree the whole column is read.
 fn projection_mask(
@@ -267,7 +268,7 @@ fn projection_mask(
     ProjectionMask::leaves(parquet, leaves)
 }
 
-/// The leaves of the role and content fields of a `list<struct>` turn column starting at leaf
+/// The leaves of the role, content and tool fields of a `list<struct>` turn column starting at leaf
 /// `first`; `None` when it is not one, or has neither field.
 fn turn_leaves(data_type: &DataType, first: usize, turns: &TurnsProjection) -> Option<Vec<usize>> {
     let item = match data_type {
@@ -281,8 +282,9 @@ fn turn_leaves(data_type: &DataType, first: usize, turns: &TurnsProjection) -> O
     let mut next = first;
     for field in fields {
         let count = leaf_count(field.data_type());
-        let wanted =
-            turns.role_keys.contains(field.name()) || turns.content_keys.contains(field.name());
+        let wanted = turns.role_keys.contains(field.name())
+            || turns.content_keys.contains(field.name())
+            || TOOL_KEYS.contains(&field.name().as_str());
         if wanted {
             leaves.extend(next..next + count);
         }

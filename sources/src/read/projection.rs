@@ -10,7 +10,7 @@ use arrow_schema::DataType;
 use serde_json::{Map, Value};
 
 use super::arrow_value::{column_values, value_at};
-use crate::prompt::Role;
+use crate::prompt::{Role, TOOL_KEYS, is_call_role};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Projection {
@@ -62,6 +62,17 @@ pub(super) fn turn_values(array: &dyn Array, turns: &TurnsProjection) -> Option<
     };
     let role = find(&turns.role_keys);
     let content = find(&turns.content_keys);
+    let tool_fields: Vec<(&str, &arrow_array::ArrayRef)> = TOOL_KEYS
+        .iter()
+        .filter_map(|key| {
+            let index = fields.iter().position(|f| f.name() == key)?;
+            Some((*key, structs.column(index)))
+        })
+        .collect();
+    let role_at = |turn: usize| {
+        role.as_ref()
+            .and_then(|(_, column)| value_at(column.as_ref(), turn).as_str().map(str::to_owned))
+    };
     let mut rows = Vec::with_capacity(array.len());
     for row in 0..array.len() {
         if array.is_null(row) {
@@ -75,14 +86,23 @@ pub(super) fn turn_values(array: &dyn Array, turns: &TurnsProjection) -> Option<
                 list.push(Value::Null);
                 continue;
             }
-            let mut assistant = false;
+            let mut answer = false;
             if let Some((key, column)) = &role {
                 let value = value_at(column.as_ref(), turn);
-                assistant = value.as_str().and_then(Role::parse) == Some(Role::Assistant);
+                // An assistant turn's text is an answer unless it is a tool's call.
+                answer = value.as_str().is_some_and(|raw| {
+                    Role::parse(raw) == Some(Role::Assistant) && !is_call_role(raw)
+                }) && (turn + 1 == offsets[row + 1]
+                    || role_at(turn + 1).as_deref().and_then(Role::parse) != Some(Role::Tool));
                 object.insert(key.clone(), value);
             }
+            for (key, column) in &tool_fields {
+                let value = value_at(column.as_ref(), turn);
+                answer &= value.is_null() || value.as_array().is_some_and(Vec::is_empty);
+                object.insert((*key).to_owned(), value);
+            }
             if let Some((key, column)) = &content
-                && !(assistant && turns.skip_assistant_content)
+                && !(answer && turns.skip_assistant_content)
             {
                 object.insert(key.clone(), value_at(column.as_ref(), turn));
             }

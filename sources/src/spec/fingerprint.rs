@@ -72,7 +72,9 @@ pub(super) fn canonical(spec: &SourceSpec, tokenizer_checksum: Option<&str>) -> 
         )
     });
     // Added later: only when set, so the fingerprints of sources without them stay as they were.
+    let cut_tools = (spec.tool_turns == super::ToolTurns::Cut).then(|| json!(spec.tool_turns));
     let later = [
+        ("tool_turns", cut_tools),
         ("resolve", resolve),
         ("resolve_placeholder", placeholder),
         ("tokenizer", get(&spec.tokenizer).map(Value::from)),

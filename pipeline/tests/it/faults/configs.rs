@@ -148,6 +148,11 @@ fn cases() -> Vec<(&'static str, String, Option<&'static str>)> {
             format!("{base}{SOURCE}turns = \"some\"\n"),
             "  bad_turns_value.toml:10:9  unknown variant `some`, expected one of `first`, `all`, `history`",
         ),
+        pin(
+            "bad_tool_turns_value",
+            format!("{base}{SOURCE}tool-turns = \"drop\"\n"),
+            "  bad_tool_turns_value.toml:10:14  unknown variant `drop`, expected `keep` or `cut`",
+        ),
         case(
             "bad_memory_limit",
             format!("{base}{SOURCE}memory-limit = \"lots\"\n"),

@@ -146,7 +146,8 @@ fn cases() -> Vec<Case> {
             with_ok("{\"messages\": \"hi\"}\n"),
             rows(2, 1, &[("wrong_type", 1)]),
         ),
-        // A tool's turn ends the conversation; the row is kept with the user turn before it.
+        // A tool's result that answers no call ends the conversation; the row is kept with the
+        // user turn before it.
         case(
             "tool_turn",
             "x.jsonl",
@@ -480,12 +481,15 @@ async fn every_malformed_input_has_its_expected_outcome_and_nothing_panics() {
     let log =
         std::fs::read_to_string(project.source_path("tool_turn", "prep.log")).expect("prep.log");
     assert!(
-        log.contains("conversations cut before a tool's turn (a call or a result): 1"),
+        log.contains(
+            "conversations cut before a tool turn (a result without its call, or \
+             `tool-turns = \"cut\"`): 1"
+        ),
         "{log}"
     );
     assert!(
         out.stderr
-            .contains("gen: prepared `tool_turn`: 2 prompts (1 of them cut before a tool's turn)"),
+            .contains("gen: prepared `tool_turn`: 2 prompts (1 cut before a tool turn)"),
         "{}",
         out.stderr
     );
