@@ -279,6 +279,8 @@ const SLURM_HELP: &str = "Examples:
   gen slurm datasets.toml --shards 8 --submit --requeue
   gen status runs/datasets
   gen slurm datasets.toml --only-failed --submit
+  # a model larger than one node: each task's server across 2 nodes
+  gen slurm datasets.toml --shards 4 --nodes-per-shard 2 -- --gres=gpu:8
 
 Options after `--` go into the script as `#SBATCH` lines. The run directory is
 the job's run root: shard K writes RUN_ROOT/shard-K, the task logs go to
@@ -302,7 +304,12 @@ pub struct SlurmArgs {
     /// Nodes per array task, the server launched across them (SGLang `--nnodes {nnodes}
     /// --node-rank {node_rank} --dist-init-addr {head}:5000`), `gen` on the first
     /// [default: 1, or the last submission's].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..),
+        hide_short_help = true
+    )]
     pub nodes_per_shard: Option<u32>,
     /// Submit the script with `sbatch` (otherwise only write it).
     #[arg(long)]
@@ -778,7 +785,12 @@ mod tests {
             (
                 "slurm",
                 &["--shards", "--submit", "--only-failed", "--requeue"],
-                &["--gen-bin", "--job-name", "--signal-secs"],
+                &[
+                    "--gen-bin",
+                    "--job-name",
+                    "--signal-secs",
+                    "--nodes-per-shard",
+                ],
             ),
             (
                 "k8s",

@@ -1,7 +1,8 @@
 //! `gen slurm CONFIG --shards N`: writes (and with `--submit`, submits) an `sbatch` job array
 //! in which task `k` runs `gen run CONFIG --shard auto --shards N` on shard `k` — starting its
 //! own inference server from `[server] launch` on its node — and `--only-failed` resubmits
-//! just the shards that are not done (`--array=3,7`).
+//! just the shards that are not done (`--array=3,7`). With `--nodes-per-shard K` each task
+//! gets K nodes and its `gen run` starts the server across them (`super::nodes`).
 //!
 //! Prepare once: while `RUN_ROOT/prepared` lacks a source, a preparation job
 //! (`gen-prepare.sbatch`, `gen prepare CONFIG --run-dir RUN_ROOT`) goes first and the array

@@ -5,7 +5,8 @@
 //! a duplicate task for a live shard refused, `scancel` of one task mid-run (its server gets the
 //! SIGTERM too: `gen` stops at once), and `gen slurm --only-failed` resubmitting only the
 //! cancelled shard; a task whose `gen` binary is wrong shown `failed` with its log; a job
-//! that prepares once, its dataset fetched from a fake hub (`HF_ENDPOINT`) exactly once.
+//! that prepares once, its dataset fetched from a fake hub (`HF_ENDPOINT`) exactly once; a
+//! shard across the two nodes of partition `gen-multi` (`--nodes-per-shard 2`).
 //!
 //! Skipped with a printed reason when no cluster answers or llama-server is missing, unless
 //! `GEN_REQUIRE_SLURM` (or `GEN_REQUIRE_LLAMA`) is set, as `scripts/test.sh` does.
