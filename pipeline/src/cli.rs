@@ -29,6 +29,9 @@ pub enum Command {
     Check {
         /// The config file to validate (e.g. `datasets.toml`).
         config: PathBuf,
+        /// Check `[server] launch` as started across N nodes (`gen slurm --nodes-per-shard`).
+        #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        nodes_per_shard: u32,
     },
     /// Check the machine and the server against the plan before a run.
     #[command(after_help = DOCTOR_HELP)]
@@ -276,6 +279,8 @@ const SLURM_HELP: &str = "Examples:
   gen slurm datasets.toml --shards 8 --submit --requeue
   gen status runs/datasets
   gen slurm datasets.toml --only-failed --submit
+  # a model larger than one node: each task's server across 2 nodes
+  gen slurm datasets.toml --shards 4 --nodes-per-shard 2 -- --gres=gpu:8
 
 Options after `--` go into the script as `#SBATCH` lines. The run directory is
 the job's run root: shard K writes RUN_ROOT/shard-K, the task logs go to
@@ -296,6 +301,16 @@ pub struct SlurmArgs {
     /// Each task starts its server with this command line instead of `[server] launch`.
     #[arg(long, value_name = "CMD")]
     pub server_launch: Option<String>,
+    /// Nodes per array task, the server launched across them (SGLang `--nnodes {nnodes}
+    /// --node-rank {node_rank} --dist-init-addr {head}:5000`), `gen` on the first
+    /// [default: 1, or the last submission's].
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..),
+        hide_short_help = true
+    )]
+    pub nodes_per_shard: Option<u32>,
     /// Submit the script with `sbatch` (otherwise only write it).
     #[arg(long)]
     pub submit: bool,
@@ -552,6 +567,17 @@ pub struct RunArgs {
     /// (`{port}` and `${VAR}` are filled in the same way).
     #[arg(long, value_name = "CMD")]
     pub server_launch: Option<String>,
+    /// Start the server across N nodes of this Slurm job, one `srun` task per node (`gen`
+    /// runs on the first, rank 0): `{node_rank}`, `{nnodes}` and `{head}` in the launch.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..),
+        help_heading = "Many machines",
+        hide_short_help = true
+    )]
+    pub nodes_per_shard: u32,
     /// Send the prompts the server refused (HTTP 400, in `rejected.jsonl`) again.
     #[arg(long, help_heading = "Which prompts")]
     pub retry_rejected: bool,
@@ -759,7 +785,12 @@ mod tests {
             (
                 "slurm",
                 &["--shards", "--submit", "--only-failed", "--requeue"],
-                &["--gen-bin", "--job-name", "--signal-secs"],
+                &[
+                    "--gen-bin",
+                    "--job-name",
+                    "--signal-secs",
+                    "--nodes-per-shard",
+                ],
             ),
             (
                 "k8s",

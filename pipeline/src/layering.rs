@@ -15,6 +15,7 @@ const LEAVES: &[(&str, &str)] = &[
     ("src/exit.rs", "exit"),
     ("src/notice.rs", "notice"),
     ("src/scale/shard.rs", "scale::shard"),
+    ("src/scale/nodes.rs", "scale::nodes"),
     ("src/inference/kinds", "inference::kinds"),
     (
         "src/inference/signals/prometheus.rs",

@@ -108,7 +108,10 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
     // The config's API key joins them when a config is loaded (`Plan::from_text`).
     secrets::register_hf_tokens();
     match cli.command {
-        Command::Check { config } => check_command(&config),
+        Command::Check {
+            config,
+            nodes_per_shard,
+        } => check_command(&config, nodes_per_shard),
         Command::Prep {
             config,
             source,
@@ -136,6 +139,7 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             retry_rejected: false,
             shards: None,
             server_launch: None,
+            nodes_per_shard: 1,
             prepare_only: true,
         }),
         Command::Status {
@@ -166,9 +170,10 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
 }
 
 /// `gen check CONFIG`: loads the config and checks its inputs, running nothing.
-fn check_command(config: &Path) -> Result<ExitCode, CliError> {
+fn check_command(config: &Path, nodes_per_shard: u32) -> Result<ExitCode, CliError> {
     let env = |name: &str| std::env::var(name).ok();
-    let plan = Plan::load_checked(config, &env, &|_| false)?;
+    let mut plan = Plan::load_checked(config, &env, &|_| false)?;
+    plan.set_nodes(nodes_per_shard)?;
     for warning in plan.input_warnings(&env) {
         report::plain(&format!("warning: {warning}"));
     }
@@ -261,6 +266,16 @@ fn load_run_plan(args: &RunArgs) -> Result<(Plan, RunDir), CliError> {
         Plan::load(&args.config).or_else(|_| Plan::load_checked(&args.config, &env, &left_out))?;
     if let Some(command) = &args.server_launch {
         scale::task::override_launch(&mut plan, command)?;
+    }
+    plan.set_nodes(args.nodes_per_shard)?;
+    if args.nodes_per_shard > 1
+        && let Some(message) = scale::nodes::allocation_problem(args.nodes_per_shard, &env)
+    {
+        return Err(ConfigError::Flag {
+            flag: format!("--nodes-per-shard {}", args.nodes_per_shard),
+            message,
+        }
+        .into());
     }
     let mut run_dir = run_dir_for(&plan, args.run_dir.clone());
     // `gen prepare` on a sharded job's run root prepares once for every shard.
@@ -398,6 +413,11 @@ fn slurm_command(args: cli::SlurmArgs) -> Result<ExitCode, CliError> {
     if let Some(command) = &server_launch {
         scale::task::override_launch(&mut plan, command)?;
     }
+    let nodes_per_shard = args
+        .nodes_per_shard
+        .or_else(|| last.map(|j| j.nodes_per_shard))
+        .unwrap_or(1);
+    plan.set_nodes(nodes_per_shard)?;
     let (config, shards, server_launch) =
         scale::slurm::resolve(&plan, root.root(), args.shards, server_launch)?;
     let gen_bin = match args.gen_bin.or_else(|| last.map(|j| j.gen_bin.clone())) {
@@ -423,6 +443,7 @@ fn slurm_command(args: cli::SlurmArgs) -> Result<ExitCode, CliError> {
             last.map_or(&[][..], |j| j.sbatch_options.as_slice()),
             &args.sbatch,
         ),
+        nodes_per_shard,
     };
     let unprepared = scale::prepared::unprepared(&plan, &scale::root::RunRoot::new(root.root()));
     Ok(scale::slurm::slurm(

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# A real single-node Slurm cluster on this machine, for the `gen slurm` end-to-end tests
-# (pipeline/tests/it/slurm.rs): Debian's slurmctld, slurmd and munge, one node named after this
-# host with its CPUs, one partition `gen`. Needs root (or sudo). Idempotent.
+# A real Slurm cluster on this machine, for the `gen slurm` end-to-end tests
+# (pipeline/tests/it/slurm.rs): Debian's slurmctld, slurmd and munge. The partition `gen` (the
+# default) is one node named after this host with its CPUs; the partition `gen-multi` is two
+# more nodes, `gen-n1` and `gen-n2`, for a shard that spans nodes (`--nodes-per-shard 2`). All
+# three are real `slurmd` daemons on this host (Slurm built with MULTIPLE_SLURMD), each on its
+# own port at 127.0.0.1, started as `slurmd -N NODE`; the two extra nodes claim this host's CPUs
+# again (overcommitted: only one multi-node test runs at a time, and `gen` stays one node, as
+# two llama-servers at once starve 2 cores). Needs root (or sudo). Idempotent.
 #
 #   scripts/slurm/cluster.sh start    install the packages when missing, configure, start the
 #                                     daemons, wait until the node takes jobs
@@ -20,7 +25,11 @@ conf=/etc/slurm/slurm.conf
 marker="# written by gen scripts/slurm/cluster.sh"
 state=/var/lib/slurm/gen-test
 ctld_pid=/run/slurmctld-gen.pid
-slurmd_pid=/run/slurmd-gen.pid
+# One pid file per slurmd (`%n`: its node name).
+slurmd_pid_pattern=/run/slurmd-gen-%n.pid
+# Where one slurmd ran before this script started several: stopped on the change.
+legacy_slurmd_pid=/run/slurmd-gen.pid
+multi_nodes=(gen-n1 gen-n2)
 munge_pid=/run/munge/munged.pid
 
 install_packages() {
@@ -43,7 +52,7 @@ configure() {
   host="$(hostname -s)"
   cpus="$(nproc)"
   memory_mb="$(awk '/^MemTotal:/ { print int($2 / 1024) }' /proc/meminfo)"
-  $sudo mkdir -p /etc/slurm "$state/ctld" "$state/d" /var/log/slurm
+  $sudo mkdir -p /etc/slurm "$state/ctld" /var/log/slurm
   # Root runs both daemons: jobs run as the submitting user anyway, and the state directories
   # need no ownership dance on a fresh machine. proctrack/linuxproc and task/none need no
   # cgroup setup (this machine may have cgroup v1, v2 or none writable).
@@ -58,11 +67,11 @@ CryptoType=crypto/munge
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation=$state/ctld
-SlurmdSpoolDir=$state/d
+SlurmdSpoolDir=$state/d/%n
 SlurmctldPidFile=$ctld_pid
-SlurmdPidFile=$slurmd_pid
+SlurmdPidFile=$slurmd_pid_pattern
 SlurmctldLogFile=/var/log/slurm/slurmctld.log
-SlurmdLogFile=/var/log/slurm/slurmd.log
+SlurmdLogFile=/var/log/slurm/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 MpiDefault=none
@@ -82,6 +91,10 @@ InactiveLimit=0
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory_mb State=UNKNOWN
 # Two tasks may share a CPU: a duplicate or resubmitted task starts while the others run.
 PartitionName=gen Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:2
+# The same host twice more, each slurmd on its own port: a two-node partition for one test.
+NodeName=${multi_nodes[0]} NodeAddr=127.0.0.1 Port=6819 CPUs=$cpus RealMemory=$memory_mb State=UNKNOWN
+NodeName=${multi_nodes[1]} NodeAddr=127.0.0.1 Port=6820 CPUs=$cpus RealMemory=$memory_mb State=UNKNOWN
+PartitionName=gen-multi Nodes=${multi_nodes[0]},${multi_nodes[1]} MaxTime=INFINITE State=UP OverSubscribe=FORCE:2
 EOF
   if cmp -s "$conf.tmp" "$conf"; then
     $sudo rm -f "$conf.tmp"
@@ -95,6 +108,11 @@ changed=0
 
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 
+# Every node: this host's, then the two-node partition's.
+nodes() { echo "$(hostname -s)" "${multi_nodes[@]}"; }
+
+slurmd_pid() { echo "${slurmd_pid_pattern//%n/$1}"; }
+
 start() {
   install_packages
   configure
@@ -105,29 +123,37 @@ start() {
   if [ "$changed" = 1 ]; then
     # A new configuration: daemons started with the old one start again.
     local file
-    for file in "$slurmd_pid" "$ctld_pid"; do
+    for file in "$legacy_slurmd_pid" $(for n in $(nodes); do slurmd_pid "$n"; done) "$ctld_pid"; do
       if alive "$file"; then stop_pid "$file"; fi
     done
   fi
   alive "$ctld_pid" || $sudo slurmctld
-  alive "$slurmd_pid" || $sudo slurmd
-  local host
-  host="$(hostname -s)"
-  # The node registers within a few seconds; a node left DOWN by an earlier unclean stop is
+  local node
+  for node in $(nodes); do
+    $sudo mkdir -p "$state/d/$node"
+    alive "$(slurmd_pid "$node")" || $sudo slurmd -N "$node"
+  done
+  # The nodes register within a few seconds; a node left DOWN by an earlier unclean stop is
   # put back to service.
+  local up
   for _ in $(seq 1 60); do
-    local node_state
-    node_state="$(sinfo -h -n "$host" -o %T 2>/dev/null || true)"
-    case "$node_state" in
-      idle*|mixed*|allocated*|completing*)
-        log "cluster up: node $host $node_state"
-        return ;;
-      down*|drain*)
-        $sudo scontrol update NodeName="$host" State=RESUME >/dev/null 2>&1 || true ;;
-    esac
+    up=0
+    for node in $(nodes); do
+      local node_state
+      node_state="$(sinfo -h -N -n "$node" -o %T 2>/dev/null || true)"
+      case "$node_state" in
+        idle*|mixed*|allocated*|completing*) up=$((up + 1)) ;;
+        down*|drain*)
+          $sudo scontrol update NodeName="$node" State=RESUME >/dev/null 2>&1 || true ;;
+      esac
+    done
+    if [ "$up" = "$(nodes | wc -w)" ]; then
+      log "cluster up: nodes $(nodes | tr ' ' ',') ($(sinfo -h -N -o '%N %T' | sort -u | tr '\n' ' '))"
+      return
+    fi
     sleep 1
   done
-  log "the node did not become idle in 60 s; see /var/log/slurm/slurmctld.log and slurmd.log"
+  log "the nodes did not become idle in 60 s; see /var/log/slurm/slurmctld.log and slurmd-NODE.log"
   sinfo -N -l >&2 || true
   exit 1
 }
@@ -141,7 +167,8 @@ stop_pid() {
 
 stop() {
   local file
-  for file in "$slurmd_pid" "$ctld_pid" "$munge_pid"; do
+  for file in "$legacy_slurmd_pid" $(for n in $(nodes); do slurmd_pid "$n"; done) \
+    "$ctld_pid" "$munge_pid"; do
     if alive "$file"; then stop_pid "$file"; fi
   done
   log "stopped"

@@ -1,9 +1,14 @@
 //! The `${NAME}`, `${NAME:-default}`, `~/` and `{port}` syntax of `[server] launch`, `url` and
 //! a worker's `command`: the variables an argument names ([`variables`], for checking the config
 //! before a run) and the argument with them filled in ([`expand`], when starting a process);
-//! which launched server cannot return token ids ([`without_token_ids`]).
+//! which launched server cannot return token ids ([`without_token_ids`]); the launch checked
+//! against the nodes it spans ([`Plan::set_nodes`]; the per-node placeholders are
+//! `crate::scale::nodes`'s).
 
+use super::Plan;
+use super::problem::{ConfigError, Problem};
 use crate::inference::kinds::ServerKind;
+use crate::scale::nodes;
 
 /// A launch argument names a variable that is not set and has no default.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -54,6 +59,41 @@ pub fn expand(
         out = format!("{}/{under_home}", home.trim_end_matches('/'));
     }
     Ok(out.replace("{port}", &port.to_string()))
+}
+
+impl Plan {
+    /// Sets the nodes the launched server spans (`--nodes-per-shard`) after checking the
+    /// launch against them ([`nodes::launch_problems`]): a launch from the file is reported at
+    /// its arguments, one from `--server-launch` (which has no place in the file) by that name.
+    pub fn set_nodes(&mut self, count: u32) -> Result<(), ConfigError> {
+        let launch = self.server.launch.as_deref();
+        let problems = nodes::launch_problems(launch, count);
+        if problems.is_empty() {
+            self.server.nodes = count;
+            return Ok(());
+        }
+        let messages = || problems.iter().map(|(_, m)| m.clone()).collect::<Vec<_>>();
+        match launch {
+            None => Err(ConfigError::Flag {
+                flag: format!("--nodes-per-shard {count}"),
+                message: messages().join("; "),
+            }),
+            Some(launch) if launch.len() != self.launch_spans.len() => Err(ConfigError::Flag {
+                flag: "--server-launch".to_owned(),
+                message: messages().join("; "),
+            }),
+            Some(_) => Err(ConfigError::Invalid {
+                path: self.config_path.clone(),
+                problems: problems
+                    .iter()
+                    .map(|(index, message)| {
+                        let span = self.launch_spans.get(index.unwrap_or(0)).cloned();
+                        Problem::at(&self.config_text, span, message.clone())
+                    })
+                    .collect(),
+            }),
+        }
+    }
 }
 
 /// The `${NAME}` and `${NAME:-default}` references in a launch argument, with whether each
@@ -108,6 +148,49 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "launch argument `-m=${NOPE}` uses `${NOPE}`, which is not set"
+        );
+    }
+
+    /// `{node_rank}` & co. only with `--nodes-per-shard` above 1, and several nodes only with
+    /// a launch that says which node is which: at the argument in the file, or naming the flag.
+    #[test]
+    fn a_launch_is_checked_against_the_nodes_it_spans() {
+        let text = "[server]\nurl = \"http://127.0.0.1:{port}\"\nlaunch = [\"sglang\", \
+                    \"--port\", \"{port}\", \"--node-rank\", \"{node_rank}\"]\n\n\
+                    [generation]\nmax-tokens = 8\n\n[[source]]\nname = \"a\"\npath = \"a.jsonl\"\n";
+        let plan = Plan::from_text(std::path::Path::new("cfg.toml"), text).expect("plan");
+        let error = plan.clone().set_nodes(1).expect_err("one node");
+        insta::assert_snapshot!(error.to_string(), @r"
+        `cfg.toml` has 1 problem
+          cfg.toml:3:56  `launch` uses `{node_rank}`, which only a server across several nodes has: give `--nodes-per-shard N` (N > 1) to `gen slurm` (or `gen run` in an allocation of N nodes), or take it out
+        ");
+        let mut across = plan.clone();
+        across.set_nodes(2).expect("two nodes");
+        assert_eq!(across.server.nodes, 2);
+
+        // As `--server-launch` leaves it: a launch with no place in the file.
+        let mut flag = plan.clone();
+        flag.server.launch = Some(
+            ["llama-server", "--port", "{port}"]
+                .map(String::from)
+                .into(),
+        );
+        flag.launch_spans.clear();
+        let error = flag.set_nodes(2).expect_err("no rank");
+        assert!(
+            error
+                .to_string()
+                .starts_with("`--server-launch`: `launch` runs on each of the 2 nodes"),
+            "{error}"
+        );
+        let mut none = plan;
+        none.server.launch = None;
+        let error = none.set_nodes(3).expect_err("nothing launched");
+        assert!(
+            error
+                .to_string()
+                .starts_with("`--nodes-per-shard 3`: no server is launched"),
+            "{error}"
         );
     }
 

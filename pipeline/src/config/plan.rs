@@ -99,6 +99,9 @@ pub struct ServerPlan {
     pub startup_timeout: Duration,
     /// No token on any stream of a server for this long → health probe (see `run::fleet`).
     pub stall_after: Duration,
+    /// The nodes the launched server spans (`--nodes-per-shard`, set by [`Plan::set_nodes`]):
+    /// above 1, `launch` runs on each node of the Slurm job (`scale::nodes`).
+    pub nodes: u32,
 }
 
 impl ServerPlan {
@@ -733,6 +736,7 @@ impl<'t> PlanResolver<'t> {
             health_timeout,
             max_restarts,
             log: server.log.map(|l| self.base_dir_hint.join(l)),
+            nodes: 1,
         }
     }
 

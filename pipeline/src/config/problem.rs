@@ -48,6 +48,9 @@ pub enum ConfigError {
         path: PathBuf,
         problems: Vec<Problem>,
     },
+    /// A command-line option that does not fit the config (or another option).
+    #[error("`{flag}`: {message}")]
+    Flag { flag: String, message: String },
 }
 
 struct ProblemList<'a> {

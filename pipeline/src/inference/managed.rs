@@ -6,6 +6,9 @@
 //! already holds is refused before the launch (the launched server could not bind it, and
 //! `/health` would reach the other process, which would then get the run's requests).
 //!
+//! A server across several nodes (`--nodes-per-shard`) is one `srun` step started the same way
+//! (`crate::scale::nodes`): the step's exit, when any node's part ends, is the server's.
+//!
 //! The server's output reaches its log through `gen`, line by line, with every known secret
 //! taken out: servers print their arguments (vLLM logs its `api_key`), and the key passed with
 //! `--api-key ${…}` must not land on disk.
@@ -287,6 +290,11 @@ impl ManagedServer {
             .iter()
             .map(|a| expand(a, port, &env))
             .collect::<Result<Vec<_>, _>>()?;
+        // Across nodes, the `srun` step is the server: its exit is the server's death.
+        let args = match plan.nodes {
+            0 | 1 => args,
+            nodes => crate::scale::nodes::across(&args, nodes, &sys::host_name()),
+        };
         let url = expand(plan.url(), port, &env)?;
         let gate = ProcessGate::default();
         ManagedServer::launch(args, url, log.to_path_buf(), plan.health_timeout, 0, gate).await
@@ -484,6 +492,7 @@ mod tests {
             max_outage: None,
             startup_timeout: Duration::from_secs(60),
             stall_after: Duration::from_secs(60),
+            nodes: 1,
         }
     }
 

@@ -1,7 +1,8 @@
 //! `gen slurm CONFIG --shards N`: writes (and with `--submit`, submits) an `sbatch` job array
 //! in which task `k` runs `gen run CONFIG --shard auto --shards N` on shard `k` — starting its
 //! own inference server from `[server] launch` on its node — and `--only-failed` resubmits
-//! just the shards that are not done (`--array=3,7`).
+//! just the shards that are not done (`--array=3,7`). With `--nodes-per-shard K` each task
+//! gets K nodes and its `gen run` starts the server across them (`super::nodes`).
 //!
 //! Prepare once: while `RUN_ROOT/prepared` lacks a source, a preparation job
 //! (`gen-prepare.sbatch`, `gen prepare CONFIG --run-dir RUN_ROOT`) goes first and the array
@@ -24,6 +25,7 @@ use std::process::{Command, ExitCode};
 use anyhow::Context as _;
 use serde::{Deserialize, Serialize};
 
+use super::nodes::quote;
 use super::owner;
 use super::root::{self, RunRoot};
 use crate::config::Plan;
@@ -46,6 +48,14 @@ pub struct SlurmJob {
     pub job_name: String,
     /// Extra `sbatch` options, one `#SBATCH` line each.
     pub sbatch_options: Vec<String>,
+    /// `--nodes-per-shard`: nodes per array task, the server launched across them
+    /// (`super::nodes`); 1 in a record written before there was a choice.
+    #[serde(default = "one_node")]
+    pub nodes_per_shard: u32,
+}
+
+fn one_node() -> u32 {
+    1
 }
 
 /// `RUN_ROOT/slurm/jobs.jsonl`: one line per submission.
@@ -71,6 +81,9 @@ impl SlurmJob {
         }
         if self.requeue {
             parts.push("--requeue".to_owned());
+        }
+        if self.nodes_per_shard > 1 {
+            parts.push(format!("{} nodes per shard", self.nodes_per_shard));
         }
         parts.push(format!(
             "SIGUSR1 {} s before the time limit",
@@ -180,11 +193,6 @@ pub fn sbatch_options_over(kept: &[String], given: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// Quotes `word` for bash when it needs it.
-fn quote(word: &str) -> String {
-    shlex::try_quote(word).map_or_else(|_| format!("'{word}'"), |q| q.into_owned())
-}
-
 /// `0-2,5,7-8` for the sorted shard numbers.
 pub fn array_spec(shards: &[u32]) -> String {
     let mut out = String::new();
@@ -220,9 +228,21 @@ pub fn script(job: &SlurmJob, array: &str) -> anyhow::Result<String> {
             option.starts_with('-'),
             "`{option}` is not an sbatch option (they start with `-`, e.g. `--partition=gpu`)"
         );
+        anyhow::ensure!(
+            !matches!(option_name(option), "nodes" | "ntasks-per-node"),
+            "the sbatch option `{option}`: give the nodes of a shard with `gen slurm \
+             --nodes-per-shard N` instead, which also starts the server across them"
+        );
     }
     let mut s = script_header(job, array);
     writeln!(s).ok();
+    if job.nodes_per_shard > 1 {
+        s.push_str(
+            "# The server's step (srun) gets the task's CPUs only when told (Slurm 22.05 on).\n\
+             if [ -n \"${SLURM_CPUS_PER_TASK:-}\" ]; then\n  \
+             export SRUN_CPUS_PER_TASK=\"$SLURM_CPUS_PER_TASK\"\nfi\n",
+        );
+    }
     write!(
         s,
         r#"export GEN_SHARDS={shards}
@@ -293,6 +313,11 @@ fn script_header(job: &SlurmJob, array: &str) -> String {
     writeln!(s, "#SBATCH --signal=B:USR1@{}", job.signal_secs).ok();
     if job.requeue {
         writeln!(s, "#SBATCH --requeue").ok();
+    }
+    if job.nodes_per_shard > 1 {
+        // One task per node: the server's step runs once on each (`gen run --nodes-per-shard`).
+        writeln!(s, "#SBATCH --nodes={}", job.nodes_per_shard).ok();
+        writeln!(s, "#SBATCH --ntasks-per-node=1").ok();
     }
     for option in &job.sbatch_options {
         writeln!(s, "#SBATCH {option}").ok();
@@ -399,6 +424,9 @@ fn run_line(job: &SlurmJob) -> String {
     ];
     if let Some(launch) = &job.server_launch {
         run.push(format!("--server-launch {}", quote(launch)));
+    }
+    if job.nodes_per_shard > 1 {
+        run.push(format!("--nodes-per-shard {}", job.nodes_per_shard));
     }
     run.join(" ")
 }
@@ -719,6 +747,7 @@ mod tests {
             gen_bin: "/opt/gen/bin/gen".into(),
             job_name: "gen-datasets".into(),
             sbatch_options: vec!["--partition=gpu".into(), "--gres=gpu:8".into()],
+            nodes_per_shard: 1,
         }
     }
 
@@ -769,6 +798,41 @@ mod tests {
             error.to_string().contains("is not an sbatch option"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn a_shard_across_nodes_asks_for_them_and_starts_its_server_across_them() {
+        let job = SlurmJob {
+            nodes_per_shard: 2,
+            server_launch: Some(
+                "python -m sglang.launch_server --port {port} --tp 16 --nnodes {nnodes} \
+                 --node-rank {node_rank} --dist-init-addr {head}:5000"
+                    .into(),
+            ),
+            ..job()
+        };
+        insta::assert_snapshot!(script(&job, "0-7").expect("script"));
+        assert!(
+            job.describe().contains(", 2 nodes per shard, "),
+            "{}",
+            job.describe()
+        );
+        for option in ["-N2", "--nodes=2", "--ntasks-per-node=4"] {
+            let error = script(
+                &SlurmJob {
+                    sbatch_options: vec![option.into()],
+                    ..job.clone()
+                },
+                "0-7",
+            )
+            .expect_err("nodes said twice");
+            assert!(
+                error
+                    .to_string()
+                    .contains("with `gen slurm --nodes-per-shard N` instead"),
+                "{error}"
+            );
+        }
     }
 
     #[test]

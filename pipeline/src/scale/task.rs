@@ -139,5 +139,7 @@ pub fn override_launch(plan: &mut Plan, command: &str) -> anyhow::Result<()> {
         plan.server.urls.len()
     );
     plan.server.launch = Some(words);
+    // The file's positions are not this launch's.
+    plan.launch_spans.clear();
     Ok(())
 }

@@ -5,7 +5,8 @@
 //! a duplicate task for a live shard refused, `scancel` of one task mid-run (its server gets the
 //! SIGTERM too: `gen` stops at once), and `gen slurm --only-failed` resubmitting only the
 //! cancelled shard; a task whose `gen` binary is wrong shown `failed` with its log; a job
-//! that prepares once, its dataset fetched from a fake hub (`HF_ENDPOINT`) exactly once.
+//! that prepares once, its dataset fetched from a fake hub (`HF_ENDPOINT`) exactly once; a
+//! shard across the two nodes of partition `gen-multi` (`--nodes-per-shard 2`).
 //!
 //! Skipped with a printed reason when no cluster answers or llama-server is missing, unless
 //! `GEN_REQUIRE_SLURM` (or `GEN_REQUIRE_LLAMA`) is set, as `scripts/test.sh` does.
@@ -790,4 +791,196 @@ async fn a_failed_preparation_stops_the_array_and_says_why() {
     assert_eq!(status.code, Some(0), "{}\n{}", status.stdout, logs(&root));
     let view: serde_json::Value = serde_json::from_str(&status.stdout).expect("json");
     assert_eq!(view["merged"], true, "{view}");
+}
+
+/// `Some(reason)` when the cluster has no two-node partition `gen-multi` to take a job (it is
+/// `scripts/slurm/cluster.sh`'s: two more `slurmd` daemons on this host).
+fn two_nodes_skip_reason() -> Option<String> {
+    let states = Command::new("sinfo")
+        .args(["-h", "-N", "-p", "gen-multi", "-o", "%N %T"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let usable = states
+        .lines()
+        .filter(|l| !l.contains(" down") && !l.contains(" drain"))
+        .count();
+    if usable >= 2 {
+        return None;
+    }
+    let reason = format!(
+        "the Slurm cluster has no two usable nodes in partition `gen-multi` ({:?}): run \
+         `scripts/slurm/cluster.sh start`",
+        states.trim()
+    );
+    if std::env::var_os("GEN_REQUIRE_SLURM").is_some() {
+        panic!("GEN_REQUIRE_SLURM is set but {reason}");
+    }
+    Some(reason)
+}
+
+/// A stand-in for a server across nodes (SGLang's `--nnodes --node-rank --dist-init-addr`):
+/// each node records that it ran its part (rank, node count, head, its pid) in
+/// `CHECKINS/rank-RANK-NODE`; rank 0 waits until every rank has checked in, then serves (the
+/// real llama-server, the rest of its arguments); the other ranks stay until killed.
+const NODE_PART: &str = r#"rank=$1; nnodes=$2; head=$3; checkins=$4; shift 4
+echo "$rank $nnodes $head $$" >> "$checkins/rank-$rank-$SLURMD_NODENAME"
+if [ "$rank" != 0 ]; then exec sleep infinity; fi
+while [ "$(ls "$checkins" | grep -c '^rank-')" -lt "$nnodes" ]; do sleep 0.2; done
+exec "$@"
+"#;
+
+/// Issue 29 item 6: a shard across two nodes of the real cluster (`--nodes-per-shard 2`, in
+/// the two-node partition): the array task gets both nodes, `gen` runs on the first, and the
+/// server's launch runs on each node with its own `{node_rank}` (the stand-in [`NODE_PART`]
+/// proves it: ranks 0 and 1 on two distinct nodes, rank 0 on `gen`'s). When rank 1's part
+/// dies mid-run, `gen` sees its server die and starts it again, across both nodes again; the
+/// shard then answers every prompt and merges. Before: `--nodes-per-shard` did not exist.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_shard_spans_two_nodes_and_a_dead_node_part_is_the_server_dying() {
+    if let Some(reason) = llama_skip_reason()
+        .or_else(slurm_skip_reason)
+        .or_else(two_nodes_skip_reason)
+    {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let gen_ = project(48);
+    gen_.write("node-part.sh", NODE_PART);
+    let checkins = gen_.path("checkins");
+    std::fs::create_dir_all(&checkins).expect("checkins");
+    let root: PathBuf = gen_.run_path("");
+    let started = Instant::now();
+    let step = |what: &str| eprintln!("[{:>5.1}s] {what}", started.elapsed().as_secs_f64());
+    let launch = format!(
+        "/bin/sh {} {{node_rank}} {{nnodes}} {{head}} {} {SERVER_LAUNCH}",
+        gen_.path("node-part.sh").display(),
+        checkins.display()
+    );
+    let submitted = gen_
+        .run(&[
+            "slurm",
+            "examples/quickstart.toml",
+            "--shards",
+            "1",
+            "--nodes-per-shard",
+            "2",
+            "--submit",
+            "--server-launch",
+            &launch,
+            "--",
+            "--partition=gen-multi",
+            "--cpus-per-task=1",
+        ])
+        .await;
+    assert_eq!(submitted.code, Some(0), "{}", submitted.stderr);
+    let job = submitted.stdout.trim().to_owned();
+    let script = std::fs::read_to_string(root.join("slurm/gen.sbatch")).expect("script");
+    for line in [
+        "#SBATCH --nodes=2\n",
+        "#SBATCH --ntasks-per-node=1\n",
+        " --nodes-per-shard 2",
+    ] {
+        assert!(script.contains(line), "{line}:\n{script}");
+    }
+    step(&format!("submitted job {job}"));
+
+    // Both nodes ran their part, and the shard generates through rank 0's server.
+    let shard = root.join("shard-000");
+    wait_for_shard(&shard, &root, "shard 0 generating", |s| done_count(s) > 0).await;
+    let parts = |rank: u32| -> Vec<(String, Vec<String>)> {
+        std::fs::read_dir(&checkins)
+            .expect("checkins")
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let node = name.strip_prefix(&format!("rank-{rank}-"))?.to_owned();
+                let text = std::fs::read_to_string(e.path()).expect("checkin");
+                Some((node, text.lines().map(str::to_owned).collect()))
+            })
+            .collect()
+    };
+    let (rank0, rank1) = (parts(0), parts(1));
+    assert_eq!(rank0.len(), 1, "{rank0:?}");
+    assert_eq!(rank1.len(), 1, "{rank1:?}");
+    let (head_node, node1) = (rank0[0].0.clone(), rank1[0].0.clone());
+    assert_ne!(head_node, node1, "two distinct nodes");
+    let nodes: BTreeSet<&str> = [head_node.as_str(), node1.as_str()].into();
+    assert_eq!(nodes, BTreeSet::from(["gen-n1", "gen-n2"]));
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("hostname");
+    for (_, lines) in rank0.iter().chain(&rank1) {
+        let fields: Vec<&str> = lines[0].split(' ').collect();
+        assert_eq!(fields[1..3], ["2", host.trim()], "{lines:?}");
+    }
+    let owner = read_json(&shard.join("owner.json")).expect("owner");
+    assert_eq!(owner["job"], format!("{job}_0"), "{owner}");
+    // gen runs in the batch script, on the node where rank 0 serves.
+    let batch_host = Command::new("squeue")
+        .args(["-h", "-j", &job, "-o", "%B"])
+        .output()
+        .expect("squeue");
+    let batch_host = String::from_utf8_lossy(&batch_host.stdout)
+        .trim()
+        .to_owned();
+    assert_eq!(batch_host, head_node, "{}", logs(&root));
+    step(&format!(
+        "ranks 0 on {head_node} and 1 on {node1} checked in"
+    ));
+
+    // Rank 1's part dies: the step ends, gen sees its server die and starts it again.
+    let pid = rank1[0].1[0].split(' ').nth(3).expect("pid").to_owned();
+    let killed = Command::new("kill")
+        .args(["-KILL", &pid])
+        .status()
+        .expect("kill");
+    assert!(killed.success());
+    wait_for("both parts to start again", JOB_DEADLINE)
+        .every(Duration::from_millis(300))
+        .context(|| format!("logs:\n{}", logs(&root)))
+        .until(|| parts(0)[0].1.len() == 2 && parts(1)[0].1.len() == 2)
+        .await;
+    step("rank 1 killed; the server started again on both nodes");
+
+    wait_gone(&[&job], &root).await;
+    step("done");
+    let server_log = std::fs::read_to_string(shard.join("server.log")).expect("server log");
+    assert!(
+        server_log.contains(&format!("srun: error: {node1}: task 1: Killed")),
+        "{server_log}"
+    );
+    let status = read_json(&shard.join("status.json")).expect("status");
+    let view = gen_
+        .run(&["status", root.to_str().expect("utf-8"), "--json"])
+        .await;
+    assert_eq!(view.code, Some(0), "{}\n{}", view.stdout, logs(&root));
+    let view: serde_json::Value = serde_json::from_str(&view.stdout).expect("json");
+    assert_eq!(view["shards"][0]["state"], "done", "{view}");
+    assert_eq!(view["merged"], true, "{view}\n{status}");
+    let table = gen_.run(&["status", root.to_str().expect("utf-8")]).await;
+    assert!(
+        table.stdout.contains("2 nodes per shard"),
+        "{}",
+        table.stdout
+    );
+    let merged = root.join("merged");
+    let mut total = 0;
+    for source in ["tutor-chats", "arithmetic", "haiku"] {
+        let prompts = prompt_ids(&shard, source);
+        let records = completions(&merged.join(format!("sources/{source}/completions.jsonl.zst")));
+        let ids: HashSet<String> = records
+            .iter()
+            .map(|r| r["id"].as_str().expect("id").to_owned())
+            .collect();
+        assert_eq!(
+            ids.len(),
+            records.len(),
+            "{source}: a prompt answered twice"
+        );
+        assert_eq!(ids, prompts, "{source}: every prompt answered");
+        total += ids.len();
+    }
+    assert!(total >= 55, "{total}");
+    let verify = gen_.run(&["verify", merged.to_str().expect("utf-8")]).await;
+    assert_eq!(verify.code, Some(0), "{}{}", verify.stdout, verify.stderr);
 }
