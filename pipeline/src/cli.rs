@@ -321,6 +321,15 @@ pub struct SlurmArgs {
     /// Requeue a task that is preempted, or stopped by SIGUSR1 before its time limit.
     #[arg(long)]
     pub requeue: bool,
+    /// At most N tasks of the array run at once (`--array=…%N`), leaving a shared cluster's
+    /// other GPUs to others [default: no limit, or the last submission's].
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..),
+        hide_short_help = true
+    )]
+    pub max_running: Option<u32>,
     /// Seconds before the time limit at which a task is told to stop (SIGUSR1) [default: 120].
     #[arg(long, value_name = "SECS", hide_short_help = true)]
     pub signal_secs: Option<u32>,

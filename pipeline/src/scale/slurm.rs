@@ -52,6 +52,9 @@ pub struct SlurmJob {
     /// (`super::nodes`); 1 in a record written before there was a choice.
     #[serde(default = "one_node")]
     pub nodes_per_shard: u32,
+    /// `--max-running`: at most this many tasks at once (`--array=…%N`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_running: Option<u32>,
 }
 
 fn one_node() -> u32 {
@@ -84,6 +87,11 @@ impl SlurmJob {
         }
         if self.nodes_per_shard > 1 {
             parts.push(format!("{} nodes per shard", self.nodes_per_shard));
+        }
+        match self.max_running {
+            Some(1) => parts.push("one task at a time".to_owned()),
+            Some(n) => parts.push(format!("at most {n} tasks at once")),
+            None => {}
         }
         parts.push(format!(
             "SIGUSR1 {} s before the time limit",
@@ -307,7 +315,10 @@ fn script_header(job: &SlurmJob, array: &str) -> String {
     )
     .ok();
     writeln!(s, "#SBATCH --job-name={}", job.job_name).ok();
-    writeln!(s, "#SBATCH --array={array}").ok();
+    match job.max_running {
+        Some(n) => writeln!(s, "#SBATCH --array={array}%{n}").ok(),
+        None => writeln!(s, "#SBATCH --array={array}").ok(),
+    };
     writeln!(s, "#SBATCH --output={}/%A_%a.out", logs.display()).ok();
     writeln!(s, "#SBATCH --open-mode=append").ok();
     writeln!(s, "#SBATCH --signal=B:USR1@{}", job.signal_secs).ok();
@@ -541,6 +552,17 @@ pub fn slurm(
     only_failed: bool,
     unprepared: &[String],
 ) -> anyhow::Result<ExitCode> {
+    if let Some(max) = max_array_size()
+        && job.shards > max
+    {
+        anyhow::bail!(
+            "`--shards {}` needs array tasks 0-{} but this cluster's `MaxArraySize` is {max} \
+             (`scontrol show config`): tasks must be numbered below it; use `--shards {max}` \
+             or fewer (each shard then takes more prompts)",
+            job.shards,
+            job.shards - 1
+        );
+    }
     let root = RunRoot::new(&job.root);
     root.open_or_create(job.shards, &job.config)?;
     crate::store::private::private_dir(&tasks_dir(root.root()))
@@ -661,6 +683,19 @@ fn array_to_resubmit(root: &RunRoot) -> anyhow::Result<Option<String>> {
     Ok(None)
 }
 
+/// The cluster's `MaxArraySize` (`scontrol show config`; array task ids stay below it), when
+/// `scontrol` answers.
+fn max_array_size() -> Option<u32> {
+    let output = Command::new("scontrol").args(["show", "config"]).output().ok()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    text.lines().find_map(|line| {
+        let (key, value) = line.split_once('=')?;
+        (key.trim() == "MaxArraySize")
+            .then(|| value.trim().parse().ok())
+            .flatten()
+    })
+}
+
 /// Submits the script at `path` with `sbatch` (to start once job `after` succeeded) and
 /// records the submission in the root's `slurm/jobs.jsonl`; returns the job id.
 fn sbatch(root: &RunRoot, path: &Path, array: &str, after: Option<&str>) -> anyhow::Result<String> {
@@ -748,6 +783,7 @@ mod tests {
             job_name: "gen-datasets".into(),
             sbatch_options: vec!["--partition=gpu".into(), "--gres=gpu:8".into()],
             nodes_per_shard: 1,
+            max_running: None,
         }
     }
 
@@ -773,6 +809,22 @@ mod tests {
         );
         assert_eq!(sbatch_options_over(&kept, &[]), kept);
         assert_eq!(sbatch_options_over(&[], &given), given);
+    }
+
+    /// `--max-running N` throttles the array (Slurm's `%N`), and is kept for `--only-failed`.
+    #[test]
+    fn a_throttled_array_runs_at_most_n_tasks_at_once() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let job = SlurmJob {
+            root: dir.path().to_path_buf(),
+            max_running: Some(4),
+            ..job()
+        };
+        let text = script(&job, "3,7").expect("script");
+        assert!(text.lines().any(|l| l == "#SBATCH --array=3,7%4"), "{text}");
+        assert!(job.describe().contains(", at most 4 tasks at once, "));
+        slurm(&job, false, false, &[]).expect("written");
+        assert_eq!(submitted(dir.path()), Some(job));
     }
 
     #[test]

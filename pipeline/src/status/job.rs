@@ -854,6 +854,52 @@ mod tests {
         insta::assert_snapshot!(text);
     }
 
+    /// Plain SSH boxes as one fleet (`--remote` given once per host): a box that runs, one whose
+    /// source failed (its diagnosis in the table and in `--json`), one that ssh cannot reach.
+    #[test]
+    fn a_fleet_of_ssh_hosts_reads_as_one_job() {
+        let oom = SourceStatus {
+            verdict: Some(VerdictLine {
+                class: "oom".into(),
+                headline: "killed by the kernel OOM killer at 61.2 GiB RSS (cgroup limit 64 GiB)"
+                    .into(),
+                next_action: "raise `memory-limit` or lower `batch-rows` for this source".into(),
+            }),
+            ..source("lmsys", Phase::Failed, 0, 0, None)
+        };
+        let running = RunStatus {
+            eta_secs: Some(3_600),
+            ..status(
+                "gpu-a",
+                false,
+                vec![source("sharegpt", Phase::Generating, 5000, 2100, Some(1800.0))],
+            )
+        };
+        let failed = status(
+            "gpu-b",
+            true,
+            vec![source("sharegpt", Phase::Done, 5000, 5000, None), oom],
+        );
+        let unreachable = "ssh gpu-c: connect to host gpu-c port 22: Connection refused".to_owned();
+        let view = fleet(
+            vec![
+                ("me@gpu-a:runs/job".into(), Ok(running)),
+                ("me@gpu-b:runs/job".into(), Ok(failed)),
+                ("me@gpu-c:runs/job".into(), Err(unreachable)),
+            ],
+            NOW,
+        );
+        let json = serde_json::to_value(&view).expect("json");
+        let lmsys = &json["sources"][1];
+        assert_eq!(lmsys["name"], "lmsys", "{json:#}");
+        assert_eq!(lmsys["verdict"]["class"], "oom", "{json:#}");
+        assert_eq!(json["shards"][2]["state"], "failed", "{json:#}");
+        assert_eq!(json["tokens_per_sec"], 1800.0, "{json:#}");
+        let text = super::render(&view, NOW);
+        assert!(text.lines().all(|l| l.chars().count() <= 80), "{text}");
+        insta::assert_snapshot!(text);
+    }
+
     #[test]
     fn a_task_that_died_before_gen_started_is_failed_with_its_log() {
         let tmp = tempfile::tempdir().expect("tempdir");

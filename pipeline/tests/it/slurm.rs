@@ -984,3 +984,61 @@ async fn a_shard_spans_two_nodes_and_a_dead_node_part_is_the_server_dying() {
     let verify = gen_.run(&["verify", merged.to_str().expect("utf-8")]).await;
     assert_eq!(verify.code, Some(0), "{}{}", verify.stdout, verify.stderr);
 }
+
+/// A shared cluster: `--max-running 1` throttles the array as Slurm sees it
+/// (`ArrayTaskThrottle`), and `--only-failed` keeps the throttle; more shards than the
+/// cluster's `MaxArraySize` allows are refused with its number before anything is written.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_throttled_array_stays_throttled_and_too_many_shards_are_refused() {
+    if let Some(reason) = slurm_skip_reason() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let gen_ = project(48);
+    let root: PathBuf = gen_.run_path("");
+    let too_many = gen_
+        .run(&["slurm", "examples/quickstart.toml", "--shards", "5000"])
+        .await;
+    assert_eq!(too_many.code, Some(1), "{}", too_many.stderr);
+    assert!(
+        too_many
+            .stderr
+            .contains("`--shards 5000` needs array tasks 0-4999 but this cluster's `MaxArraySize` is 1001"),
+        "{}",
+        too_many.stderr
+    );
+    assert!(!root.join("slurm").exists(), "nothing written");
+
+    // Prepared by hand, so only the array is submitted; held, so none of it runs.
+    let prepared = gen_.run(&["prepare", "examples/quickstart.toml"]).await;
+    assert_eq!(prepared.code, Some(0), "{}", prepared.stderr);
+    let args = ["slurm", "examples/quickstart.toml", "--shards", "3"];
+    let submitted = gen_
+        .run(&[&args[..], &["--max-running", "1", "--submit", "--", "--hold"]].concat())
+        .await;
+    assert_eq!(submitted.code, Some(0), "{}", submitted.stderr);
+    let job = submitted.stdout.trim().to_owned();
+    let shown = Command::new("scontrol")
+        .args(["show", "job", &job])
+        .output()
+        .expect("scontrol");
+    let shown = String::from_utf8_lossy(&shown.stdout);
+    let cancelled = Command::new("scancel").arg(&job).status().expect("scancel");
+    assert!(cancelled.success());
+    assert!(shown.contains("ArrayTaskThrottle=1"), "{shown}");
+    wait_gone(&[&job], &root).await;
+
+    let status = gen_
+        .run(&["status", root.to_str().expect("utf-8")])
+        .await;
+    assert!(status.stdout.contains("one task at a time"), "{}", status.stdout);
+    let again = gen_
+        .run(&["slurm", "examples/quickstart.toml", "--only-failed"])
+        .await;
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
+    let script = std::fs::read_to_string(root.join("slurm/gen-only-failed.sbatch")).expect("script");
+    assert!(
+        script.lines().any(|l| l == "#SBATCH --array=0-2%1"),
+        "{script}"
+    );
+}
