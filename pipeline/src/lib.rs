@@ -444,7 +444,9 @@ fn slurm_command(args: cli::SlurmArgs) -> Result<ExitCode, CliError> {
             &args.sbatch,
         ),
         nodes_per_shard,
-        max_running: args.max_running.or_else(|| last.and_then(|j| j.max_running)),
+        max_running: args
+            .max_running
+            .or_else(|| last.and_then(|j| j.max_running)),
     };
     let unprepared = scale::prepared::unprepared(&plan, &scale::root::RunRoot::new(root.root()));
     Ok(scale::slurm::slurm(

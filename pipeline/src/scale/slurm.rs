@@ -552,7 +552,8 @@ pub fn slurm(
     only_failed: bool,
     unprepared: &[String],
 ) -> anyhow::Result<ExitCode> {
-    if let Some(max) = max_array_size()
+    // Asked of the controller only when submitting: a script may be written where none is.
+    if let Some(max) = submit.then(max_array_size).flatten()
         && job.shards > max
     {
         anyhow::bail!(
@@ -686,7 +687,10 @@ fn array_to_resubmit(root: &RunRoot) -> anyhow::Result<Option<String>> {
 /// The cluster's `MaxArraySize` (`scontrol show config`; array task ids stay below it), when
 /// `scontrol` answers.
 fn max_array_size() -> Option<u32> {
-    let output = Command::new("scontrol").args(["show", "config"]).output().ok()?;
+    let output = Command::new("scontrol")
+        .args(["show", "config"])
+        .output()
+        .ok()?;
     let text = String::from_utf8_lossy(&output.stdout);
     text.lines().find_map(|line| {
         let (key, value) = line.split_once('=')?;

@@ -872,7 +872,13 @@ mod tests {
             ..status(
                 "gpu-a",
                 false,
-                vec![source("sharegpt", Phase::Generating, 5000, 2100, Some(1800.0))],
+                vec![source(
+                    "sharegpt",
+                    Phase::Generating,
+                    5000,
+                    2100,
+                    Some(1800.0),
+                )],
             )
         };
         let failed = status(

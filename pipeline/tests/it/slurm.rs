@@ -997,46 +997,67 @@ async fn a_throttled_array_stays_throttled_and_too_many_shards_are_refused() {
     let gen_ = project(48);
     let root: PathBuf = gen_.run_path("");
     let too_many = gen_
-        .run(&["slurm", "examples/quickstart.toml", "--shards", "5000"])
+        .run(&[
+            "slurm",
+            "examples/quickstart.toml",
+            "--shards",
+            "5000",
+            "--submit",
+        ])
         .await;
     assert_eq!(too_many.code, Some(1), "{}", too_many.stderr);
     assert!(
-        too_many
-            .stderr
-            .contains("`--shards 5000` needs array tasks 0-4999 but this cluster's `MaxArraySize` is 1001"),
+        too_many.stderr.contains(
+            "`--shards 5000` needs array tasks 0-4999 but this cluster's `MaxArraySize` is 1001"
+        ),
         "{}",
         too_many.stderr
     );
     assert!(!root.join("slurm").exists(), "nothing written");
 
-    // Prepared by hand, so only the array is submitted; held, so none of it runs.
-    let prepared = gen_.run(&["prepare", "examples/quickstart.toml"]).await;
-    assert_eq!(prepared.code, Some(0), "{}", prepared.stderr);
+    // Held, so none of it runs: the preparation job and the array after it.
     let args = ["slurm", "examples/quickstart.toml", "--shards", "3"];
     let submitted = gen_
-        .run(&[&args[..], &["--max-running", "1", "--submit", "--", "--hold"]].concat())
+        .run(
+            &[
+                &args[..],
+                &["--max-running", "1", "--submit", "--", "--hold"],
+            ]
+            .concat(),
+        )
         .await;
     assert_eq!(submitted.code, Some(0), "{}", submitted.stderr);
     let job = submitted.stdout.trim().to_owned();
+    let jobs = std::fs::read_to_string(root.join("slurm/jobs.jsonl")).expect("jobs.jsonl");
+    let ids: Vec<String> = (jobs.lines())
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json"))
+        .map(|j| j["job_id"].as_str().expect("job id").to_owned())
+        .collect();
     let shown = Command::new("scontrol")
         .args(["show", "job", &job])
         .output()
         .expect("scontrol");
     let shown = String::from_utf8_lossy(&shown.stdout);
-    let cancelled = Command::new("scancel").arg(&job).status().expect("scancel");
+    let cancelled = Command::new("scancel")
+        .args(&ids)
+        .status()
+        .expect("scancel");
     assert!(cancelled.success());
     assert!(shown.contains("ArrayTaskThrottle=1"), "{shown}");
-    wait_gone(&[&job], &root).await;
+    wait_gone(&ids.iter().map(String::as_str).collect::<Vec<_>>(), &root).await;
 
-    let status = gen_
-        .run(&["status", root.to_str().expect("utf-8")])
-        .await;
-    assert!(status.stdout.contains("one task at a time"), "{}", status.stdout);
+    let status = gen_.run(&["status", root.to_str().expect("utf-8")]).await;
+    assert!(
+        status.stdout.contains("one task at a time"),
+        "{}",
+        status.stdout
+    );
     let again = gen_
         .run(&["slurm", "examples/quickstart.toml", "--only-failed"])
         .await;
     assert_eq!(again.code, Some(0), "{}", again.stderr);
-    let script = std::fs::read_to_string(root.join("slurm/gen-only-failed.sbatch")).expect("script");
+    let script =
+        std::fs::read_to_string(root.join("slurm/gen-only-failed.sbatch")).expect("script");
     assert!(
         script.lines().any(|l| l == "#SBATCH --array=0-2%1"),
         "{script}"
