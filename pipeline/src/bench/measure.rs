@@ -18,6 +18,11 @@ pub struct LevelResult {
     /// Requests that finished with `[DONE]`.
     pub completed: usize,
     pub failed: usize,
+    /// Requests asked again once after an error `gen run` retries too (the server was not
+    /// there for it, or erred inside): a keep-alive connection the server had just closed
+    /// (llama-server, now and then) is not a failure of the level. Its latency is the second
+    /// request's.
+    pub retried: usize,
     /// From the first request sent to the last one finished.
     pub wall_s: f64,
     /// Sum of `usage.completion_tokens` over the completed requests.
@@ -79,7 +84,13 @@ pub async fn run_level(
                 ));
             };
             let chat = (&request.messages[..], request.tools.as_deref());
-            (client.timed(chat, request.max_tokens, &request.params)).await
+            let ask = || client.timed(chat, request.max_tokens, &request.params);
+            match ask().await {
+                Err(RequestError::ServerDown(_) | RequestError::Transient(_)) => {
+                    Ok((ask().await?, true))
+                }
+                answered => answered.map(|timed| (timed, false)),
+            }
         });
     };
     let started = Instant::now();
@@ -88,9 +99,13 @@ pub async fn run_level(
     }
     let mut samples = Vec::with_capacity(requests);
     let mut failures = Vec::new();
+    let mut retried = 0;
     while let Some(joined) = in_flight.join_next().await {
         match joined {
-            Ok(Ok(timed)) => samples.push(Sample::from(&timed)),
+            Ok(Ok((timed, again))) => {
+                samples.push(Sample::from(&timed));
+                retried += usize::from(again);
+            }
             Ok(Err(RequestError::Fatal(message))) => {
                 in_flight.abort_all();
                 return Err(RequestError::Fatal(message));
@@ -103,7 +118,9 @@ pub async fn run_level(
             send(&mut in_flight);
         }
     }
-    Ok(summarize(level, started.elapsed(), &samples, &failures))
+    let mut result = summarize(level, started.elapsed(), &samples, &failures);
+    result.retried = retried;
+    Ok(result)
 }
 
 /// The level's numbers from its samples; percentiles by nearest rank.
@@ -126,6 +143,7 @@ pub fn summarize(
         concurrency: level,
         completed: samples.len(),
         failed: failures.len(),
+        retried: 0,
         wall_s,
         output_tokens,
         output_tokens_per_s: if wall_s > 0.0 {

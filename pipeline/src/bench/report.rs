@@ -236,6 +236,7 @@ mod tests {
             concurrency,
             completed: 8,
             failed,
+            retried: 0,
             wall_s: 1.0,
             output_tokens: 100,
             output_tokens_per_s: tok_s,

@@ -330,3 +330,36 @@ mod llama {
         assert!(bench.stdout.contains("L"), "{}", bench.stdout);
     }
 }
+
+/// A request the server did not take (a keep-alive connection it had just closed, as the real
+/// llama-server does now and then; here a 503 while "loading") is asked once more, as `gen
+/// run` would: the level completes every request and says how many were asked again. Before,
+/// each was a failure of the level.
+#[tokio::test]
+async fn a_request_the_server_did_not_take_is_asked_again_not_failed() {
+    let preparer = FakeOpenAi::start(Knobs::default()).await;
+    let (gen_, config) = prepared(&preparer.url()).await;
+    let server = FakeOpenAi::start(Knobs {
+        fail_first: 1,
+        ..Knobs::default()
+    })
+    .await;
+    let url = server.url();
+    let args = ["bench", &config, "--url", &url, "--concurrency", "1"];
+    let bench = gen_
+        .run(&[&args[..], &["--requests", "4", "--json"]].concat())
+        .await;
+    assert_eq!(bench.code, Some(0), "{}\n{}", bench.stdout, bench.stderr);
+    let report: serde_json::Value = serde_json::from_str(&bench.stdout).expect("--json parses");
+    let level = &report["servers"][0]["levels"][0];
+    assert_eq!(
+        (&level["completed"], &level["failed"], &level["retried"]),
+        (
+            &serde_json::json!(4),
+            &serde_json::json!(0),
+            &serde_json::json!(1)
+        ),
+        "{level}"
+    );
+    assert_eq!(server.chat_requests(), 5);
+}
