@@ -83,7 +83,7 @@ async fn the_tuner_reads_each_servers_caps_over_http_and_starts_there() {
         (
             Flavour::Sglang,
             ServerConfig::cap_bound(),
-            "concurrency auto: starting at 135 (the server runs 128 at once, 7 more wait there); read from SGLang: /server_info, /v1/loads, /metrics (128 running at most, 5000000 KV tokens)",
+            "concurrency auto: starting at 192 (the server runs 128 at once, 64 more wait there); read from SGLang: /server_info, /v1/loads, /metrics (128 running at most, 5000000 KV tokens)",
         ),
         (
             Flavour::Vllm,
@@ -93,7 +93,7 @@ async fn the_tuner_reads_each_servers_caps_over_http_and_starts_there() {
         (
             Flavour::LlamaCpp,
             ServerConfig::new(8 * 32_768, 8),
-            "concurrency auto: starting at 10 (the server runs 8 at once, 2 more wait there); read from llama.cpp: /props, /slots, /metrics (8 running at most, KV unknown)",
+            "concurrency auto: starting at 12 (the server runs 8 at once, 4 more wait there); read from llama.cpp: /props, /slots, /metrics (8 running at most, KV unknown)",
         ),
     ];
     for (flavour, server, says) in cases {

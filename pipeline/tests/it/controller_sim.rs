@@ -501,11 +501,12 @@ fn cap_bound_settles_at_the_cap_without_preemptions() {
     let (from, to) = (10.0 * MIN, 2.0 * HOUR);
     assert_near_best(&c, from, to, 0.97, "cap-bound");
     assert_eq!(c.auto.preemptions(0.0, to), 0);
-    // Down-probes to 121 cost under 3% and are kept; creep brings L back to the cap.
+    // Down-probes to ~172 cost under 3% and are kept; creep brings L back to the cap and its
+    // queue headroom (128 + 64).
     let (lo, hi) = c.auto.limits(HOUR, to);
     let median = c.auto.median_limit(HOUR, to);
     assert!(
-        lo >= 115 && hi <= 135 && (128..=135).contains(&median),
+        lo >= 165 && hi <= 192 && (180..=192).contains(&median),
         "L {lo}–{hi}, median {median}\n{}",
         c.auto.log()
     );
@@ -542,12 +543,14 @@ fn output_length_doubling_brings_the_limit_down_within_minutes() {
     let auto = &c.auto;
     let before = auto.median_limit(at - 30.0 * MIN, at);
     assert!(before >= 40, "L {before} before the change\n{}", auto.log());
-    // Within 10 minutes the limit is down by a quarter (preemptions), and it stays lower
-    // while the length statistics catch up.
+    // Within 10 minutes the limit is down (preemptions), and it is down by a fifth an hour
+    // later while the length statistics catch up. (Down by a quarter within 10 minutes with a
+    // queue headroom of 5%; with 50% the server's queue beyond what the cache runs is deeper,
+    // and the throughput and preemptions below are what decide.)
     let (low, _) = auto.limits(at, at + 10.0 * MIN);
     let late = auto.median_limit(at + HOUR, 4.0 * HOUR);
     assert!(
-        f64::from(low) <= 0.75 * f64::from(before) && f64::from(late) <= 0.8 * f64::from(before),
+        f64::from(low) <= 0.9 * f64::from(before) && f64::from(late) <= 0.8 * f64::from(before),
         "L {before} → {low} within 10 min, median {late} later\n{}",
         auto.log()
     );

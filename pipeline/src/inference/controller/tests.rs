@@ -36,7 +36,7 @@ fn window(c: &mut Controller, mut tick: impl FnMut(u32) -> TickObservation) -> D
     decision
 }
 
-/// A controller with default settings grown to steady at 210 (cap 200 + headroom 10).
+/// A controller with default settings grown to steady at 300 (cap 200 + headroom 100).
 fn grown() -> Controller {
     let mut c = Controller::new(
         Settings::default(),
@@ -47,7 +47,7 @@ fn grown() -> Controller {
     for _ in 0..9 {
         window(&mut c, |l| busy(l, 0));
     }
-    assert_eq!((c.limit(), c.phase()), (210, ControllerPhase::Steady));
+    assert_eq!((c.limit(), c.phase()), (300, ControllerPhase::Steady));
     c
 }
 
@@ -79,7 +79,7 @@ fn resumed(l: u32, caps: Caps, max_tokens: u32, u: f64) -> Controller {
     c
 }
 
-/// A controller in steady state at `l`, ceiling 210 (cap 200), metrics on.
+/// A controller in steady state at `l`, ceiling 300 (cap 200), metrics on.
 fn steady(l: u32) -> Controller {
     resumed(l, caps(Some(200), None, None), MAX_TOKENS, 0.90)
 }
@@ -89,11 +89,11 @@ fn ceiling_takes_the_smallest_known_bound() {
     // Prior E_resident with max_tokens 30k: 1024 + 30000/3 = 11024 tokens.
     let table = [
         (caps(None, None, None), 4096),
-        (caps(Some(128), None, None), 135),
+        (caps(Some(128), None, None), 192),
         (caps(Some(4), None, None), 6),
         (caps(None, Some(400_000), None), 32),
         (caps(Some(256), Some(400_000), None), 32),
-        (caps(Some(128), Some(5_000_000), None), 135),
+        (caps(Some(128), Some(5_000_000), None), 192),
         (caps(Some(128), None, Some(10)), 10),
         (caps(None, Some(1000), None), 1),
     ];
@@ -112,18 +112,18 @@ fn with_a_known_cap_the_start_is_the_cap_plus_headroom() {
         MAX_TOKENS,
         None,
     );
-    assert_eq!((c.limit(), c.phase()), (135, ControllerPhase::Startup));
+    assert_eq!((c.limit(), c.phase()), (192, ControllerPhase::Startup));
     // A few quiet seconds at the cap (no queue building up behind it) end the ramp.
     let mut seen = Vec::new();
     for _ in 0..8 {
         let d = c.observe(&busy(c.limit(), 0));
         seen.push((d.limit, d.phase));
     }
-    assert_eq!(seen[0], (135, ControllerPhase::Startup));
-    assert_eq!(seen[7], (135, ControllerPhase::Steady));
+    assert_eq!(seen[0], (192, ControllerPhase::Startup));
+    assert_eq!(seen[7], (192, ControllerPhase::Steady));
     assert_eq!(
         c.summary(),
-        "holding at 135: KV 50% full, none waiting at the server"
+        "holding at 192: KV 50% full, none waiting at the server"
     );
 }
 
@@ -316,24 +316,24 @@ fn without_a_reported_running_cap_the_start_is_bounded_and_ramps_to_what_runs() 
     for _ in 0..12 {
         limits.push(c.observe(&vllm_capped(c.limit(), 128)).limit);
     }
-    // vLLM's least default cap, then just past it by the queue headroom: a queue of 7 shows the
-    // cap, and nothing more is sent (before: 64 → 80 → 100 → 125 → 157, 29 waiting at the
-    // server for 3 s, then 135).
+    // vLLM's least default cap, then just past it by the queue headroom: a queue of 64 shows the
+    // cap and keeps its batch full, and nothing more is sent (before issue 23: 64 → 80 → 100 →
+    // 125 → 157 with a headroom of 7).
     assert_eq!(
         limits[..7],
-        [128, 128, 135, 135, 135, 135, 135],
+        [128, 128, 192, 192, 192, 192, 192],
         "{limits:?}: {}",
         c.decision().reason
     );
-    assert_eq!((c.limit(), c.phase()), (135, ControllerPhase::Steady));
+    assert_eq!((c.limit(), c.phase()), (192, ControllerPhase::Steady));
     assert!(
-        c.summary().starts_with("ramped 128 → 135 in 5 s"),
+        c.summary().starts_with("ramped 128 → 192 in 5 s"),
         "{}",
         c.summary()
     );
     assert_eq!(
         c.ceiling_reason(),
-        "the server runs 128 at once, 7 more wait there"
+        "the server runs 128 at once, 64 more wait there"
     );
 }
 
@@ -342,7 +342,7 @@ fn without_a_reported_running_cap_the_ramp_stops_past_each_power_of_two() {
     // vLLM on most GPUs runs 256 by default, on H100 and up 1024; a cap set by hand may be
     // anything. Auto never holds more than the cap and its queue headroom for longer than the
     // queue takes to show, and passes a cap at a power of two by the headroom only.
-    for (cap, most) in [(256, 269), (1024, 1076), (200, 212)] {
+    for (cap, most) in [(256, 384), (1024, 1536), (200, 384)] {
         let mut c = Controller::new(
             Settings::default(),
             caps(None, Some(16_384 * 128), None),
@@ -423,7 +423,7 @@ fn longer_requests_cut_nothing_while_the_cache_still_holds_the_limit() {
         tick.finishes = finishes(64);
         c.observe(&tick);
     }
-    assert_eq!((c.limit(), c.phase()), (135, ControllerPhase::Steady));
+    assert_eq!((c.limit(), c.phase()), (192, ControllerPhase::Steady));
     let before = c.stats().expected_resident();
     let mut limits = Vec::new();
     for _ in 0..30 {
@@ -474,7 +474,8 @@ fn longer_requests_cut_nothing_while_the_cache_still_holds_the_limit() {
 #[test]
 fn a_running_cap_learnt_at_a_dip_rises_when_the_server_runs_more() {
     // Issue 23: vLLM runs 128, but the three ticks with a queue caught it running 117
-    // (requests finishing between two samples): auto settled at 123 for the rest of the job.
+    // (requests finishing between two samples): auto settled at 117 + its headroom for the rest
+    // of the job.
     let mut c = Controller::new(
         Settings::default(),
         caps(None, Some(5_000_000), None),
@@ -484,16 +485,16 @@ fn a_running_cap_learnt_at_a_dip_rises_when_the_server_runs_more() {
     for _ in 0..12 {
         c.observe(&vllm_capped(c.limit(), 117));
     }
-    assert_eq!((c.limit(), c.phase()), (123, ControllerPhase::Steady));
-    // Later the server runs all 123 sent to it: it runs more than it seemed to.
+    assert_eq!((c.limit(), c.phase()), (176, ControllerPhase::Steady));
+    // Later the server runs 128 of the 176 sent to it: it runs more than it seemed to.
     let mut limits = Vec::new();
     for _ in 0..4 {
         limits.push(c.observe(&vllm_capped(c.limit(), 128)).limit);
     }
-    assert_eq!(limits, [130, 135, 135, 135], "{}", c.decision().reason);
+    assert_eq!(limits, [192, 192, 192, 192], "{}", c.decision().reason);
     assert_eq!(
         c.ceiling_reason(),
-        "the server runs 128 at once, 7 more wait there"
+        "the server runs 128 at once, 64 more wait there"
     );
 }
 
@@ -648,13 +649,13 @@ fn a_queue_that_stays_makes_the_running_count_the_cap() {
     // 128 + q_headroom(128) = 128 + 7.
     assert_eq!(
         (d.limit, d.phase),
-        (135, ControllerPhase::Steady),
+        (192, ControllerPhase::Steady),
         "{}",
         d.reason
     );
     assert!(
         c.summary()
-            .starts_with("ramped 408 → 135 in 3 s; holding at 135"),
+            .starts_with("ramped 408 → 192 in 3 s; holding at 192"),
         "{}",
         c.summary()
     );
@@ -677,10 +678,10 @@ fn the_ramp_does_not_grow_while_the_server_queues() {
     for _ in 0..3 {
         limits.push(c.observe(&queueing(c.limit())).limit);
     }
-    assert_eq!(limits, [408, 408, 408, 135], "{}", c.decision().reason);
+    assert_eq!(limits, [408, 408, 408, 192], "{}", c.decision().reason);
     assert!(
         c.summary()
-            .starts_with("ramped 408 → 135 in 3 s; holding at 135"),
+            .starts_with("ramped 408 → 192 in 3 s; holding at 192"),
         "{}",
         c.summary()
     );
@@ -998,14 +999,14 @@ fn kv_not_full_waits_for_the_window() {
 fn server_queue_with_room_sets_running_plus_headroom() {
     let mut c = steady(60);
     let d = window(&mut c, |l| TickObservation {
-        server_running: Some(30),
-        server_queued: Some(30),
+        server_running: Some(20),
+        server_queued: Some(40),
         ..busy(l, 0)
     });
-    // q_headroom(60) = max(2, ⌈3⌉) = 3.
+    // q_headroom(60) = max(2, ⌈30⌉) = 30: a queue of 40 is more than the headroom.
     assert_eq!(
         (d.limit, d.phase),
-        (33, ControllerPhase::Backoff),
+        (50, ControllerPhase::Backoff),
         "{}",
         d.reason
     );
@@ -1025,7 +1026,7 @@ fn app_limited_learns_nothing() {
 
 #[test]
 fn steady_creeps_by_a_fiftieth() {
-    for (from, to) in [(40, 41), (100, 102), (150, 153), (208, 210), (210, 210)] {
+    for (from, to) in [(40, 41), (100, 102), (150, 153), (208, 212), (300, 300)] {
         let mut c = steady(from);
         assert_eq!(window(&mut c, |l| busy(l, 0)).limit, to, "from {from}");
     }
@@ -1033,7 +1034,7 @@ fn steady_creeps_by_a_fiftieth() {
 
 #[test]
 fn under_a_kv_ceiling_creep_closes_a_quarter_of_the_gap() {
-    // KV 2.2M tokens / 11024 prior E_resident at u = 0.90: L_kv = 179, below the cap's 210.
+    // KV 2.2M tokens / 11024 prior E_resident at u = 0.90: L_kv = 179, below the cap's 300.
     let mut c = resumed(
         100,
         caps(Some(200), Some(2_200_000), None),
@@ -1160,19 +1161,19 @@ fn server_restart_resumes_with_the_same_caps_and_reenters_startup_with_others() 
     let d = c.on_server_restart(caps(Some(200), None, None));
     assert_eq!(
         (d.limit, d.phase),
-        (210, ControllerPhase::Steady),
+        (300, ControllerPhase::Steady),
         "{}",
         d.reason
     );
     assert_eq!(
         c.summary(),
-        "resumed at 210; holding at 210: KV 50% full, none waiting at the server"
+        "resumed at 300; holding at 300: KV 50% full, none waiting at the server"
     );
     let d = c.on_server_restart(caps(Some(64), None, None));
-    // min(210/2, 64 + 4)
+    // min(300/2, 64 + 32)
     assert_eq!(
         (d.limit, d.phase),
-        (68, ControllerPhase::Startup),
+        (96, ControllerPhase::Startup),
         "{}",
         d.reason
     );
@@ -1181,12 +1182,12 @@ fn server_restart_resumes_with_the_same_caps_and_reenters_startup_with_others() 
     let d = c.on_server_restart(caps(Some(200), None, None));
     assert_eq!(
         (d.limit, d.phase),
-        (34, ControllerPhase::Startup),
+        (48, ControllerPhase::Startup),
         "{}",
         d.reason
     );
     // Startup again: up to the cap in seconds.
-    assert_eq!(window(&mut c, |l| busy(l, 0)).limit, 210);
+    assert_eq!(window(&mut c, |l| busy(l, 0)).limit, 300);
     // A restart with a smaller server starts at its ceiling.
     let d = c.on_server_restart(caps(Some(4), None, None));
     assert_eq!((d.limit, d.phase), (6, ControllerPhase::Startup));
@@ -1195,11 +1196,11 @@ fn server_restart_resumes_with_the_same_caps_and_reenters_startup_with_others() 
 #[test]
 fn preemption_counter_drop_is_a_restart() {
     let mut c = grown();
-    c.observe(&busy(210, 500));
-    let d = c.observe(&busy(210, 3));
+    c.observe(&busy(300, 500));
+    let d = c.observe(&busy(300, 3));
     assert_eq!(
         (d.limit, d.phase),
-        (105, ControllerPhase::Startup),
+        (150, ControllerPhase::Startup),
         "{}",
         d.reason
     );
@@ -1209,7 +1210,7 @@ fn preemption_counter_drop_is_a_restart() {
     let d = window(&mut c, |l| busy(l, 3));
     assert_eq!(
         (d.limit, d.phase),
-        (210, ControllerPhase::Steady),
+        (300, ControllerPhase::Steady),
         "{}",
         d.reason
     );
