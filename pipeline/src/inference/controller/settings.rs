@@ -54,7 +54,9 @@ pub struct Settings {
     /// Queue headroom `q_headroom = max(headroom_min, ⌈headroom_fraction·L⌉)`: requests kept
     /// waiting at the server so a finished one is replaced without a round trip. Default 2.
     pub headroom_min: u32,
-    /// Default 0.5: a finished request's place is taken at the server's next step, not after `gen`'s next request reaches it (on a real vLLM, 192 in flight for a cap of 128 beat 135 by 14–19%: BENCHMARKS).
+    /// Default 0.5: a finished request's place is taken at the server's next step, not after
+    /// `gen`'s next request reaches it (a real vLLM on CPU with a cap of 128: 192 in flight beat
+    /// 128 by 14–19%, BENCHMARKS).
     pub headroom_fraction: f64,
 
     /// Startup growth per window, up to the ceiling, when the server reports no caps.
