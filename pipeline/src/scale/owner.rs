@@ -501,9 +501,13 @@ fn renew(shared: &Shared) -> std::ops::ControlFlow<()> {
     }
     let mut record = shared.record.lock().expect("record lock").clone();
     if !still_ours(shared, &record) {
-        let by = read_owner(&shared.dir)
+        // The taker's claim holds its record; `owner.json` may still be ours when this
+        // task's last renewal overwrote the taker's record in the same instant.
+        let claimed = fs_err::read(claim_path(&shared.dir, record.epoch + 1))
             .ok()
-            .flatten()
+            .and_then(|bytes| serde_json::from_slice::<OwnerRecord>(&bytes).ok());
+        let by = claimed
+            .or_else(|| read_owner(&shared.dir).ok().flatten())
             .filter(|c| c.epoch != record.epoch || c.pid != record.pid)
             .map_or_else(
                 || format!("a task that claimed epoch {}", record.epoch + 1),
@@ -563,9 +567,15 @@ mod tests {
 
     /// A previous owner as another task would have left it: claim file and `owner.json`.
     fn leave_owner(dir: &RunDir, owner: &OwnerRecord) {
-        private_dir(&claims_dir(dir)).expect("mkdir");
-        fs_err::write(claim_path(dir, owner.epoch), "{}").expect("claim");
+        leave_claim(dir, owner);
         atomic::write_json(&owner_path(dir), owner).expect("owner");
+    }
+
+    /// A claim file as [`write_claim`] leaves it: the claimant's record.
+    fn leave_claim(dir: &RunDir, owner: &OwnerRecord) {
+        private_dir(&claims_dir(dir)).expect("mkdir");
+        let text = serde_json::to_vec(owner).expect("json");
+        fs_err::write(claim_path(dir, owner.epoch), text).expect("claim");
     }
 
     #[test]
@@ -658,11 +668,13 @@ mod tests {
         let (_tmp, dir) = shard();
         let first = acquire(&dir, &Claimant::default(), timing()).expect("first");
         let fence = first.fence();
-        // Another task claims the next epoch behind the first's back (as after a takeover).
+        // Another task claims the next epoch behind the first's back (as after a takeover),
+        // and the first's renewal overwrites the taker's `owner.json` in the same instant:
+        // only the claim names the taker.
         let mut taker = first.record();
         taker.epoch = 2;
         taker.host = "other-node".into();
-        leave_owner(&dir, &taker);
+        leave_claim(&dir, &taker);
         // Observed state, not a fixed delay: the renewer notices within a few renewals.
         let deadline = Instant::now() + Duration::from_secs(10);
         while fence.check().is_ok() {
