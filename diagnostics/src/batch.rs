@@ -61,7 +61,6 @@ pub struct BatchEvent {
     /// Who reported it: `slurm`, `kubernetes`, `shell`, `systemd`, ...
     pub reporter: &'static str,
     /// The memory limit the line names, kB (Slurm's `exceeded memory limit (used > limit)`).
-    #[serde(default)]
     pub limit_kb: Option<u64>,
 }
 

@@ -25,7 +25,6 @@ pub struct KernelRecord {
     /// CLOCK_MONOTONIC microseconds since boot, when the format carries it.
     pub usec: Option<u64>,
     /// Wall-clock stamp (`dmesg -T`, syslog, journald), when the format carries one.
-    #[serde(default)]
     pub wall: Option<WallTime>,
     /// Syslog level (0 emerg .. 7 debug), from the `/dev/kmsg` priority.
     pub level: Option<u8>,

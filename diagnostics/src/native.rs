@@ -160,7 +160,6 @@ pub struct Symptom {
     /// Child pids named in the line (DataLoader, torchrun).
     pub pids: Vec<u32>,
     /// The signal that killed the child, when the line says (9 for `Killed`, `-9`, `SIGKILL`).
-    #[serde(default)]
     pub signal: Option<i32>,
 }
 

@@ -217,40 +217,29 @@ pub struct Observation {
     #[serde(default)]
     pub child_pids: Vec<u32>,
     /// The worker's comm (≤ 15 chars, as in `/proc/PID/comm`); checked against kernel lines.
-    #[serde(default)]
     pub comm: Option<String>,
     /// The worker's own leaf memory cgroup path (e.g. `/gen/run-1/wildchat`); matched by suffix.
-    #[serde(default)]
     pub cgroup_path: Option<String>,
     /// CLOCK_MONOTONIC at spawn, microseconds since boot.
-    #[serde(default)]
     pub spawn_usec: Option<u64>,
     /// CLOCK_MONOTONIC at reap, microseconds since boot.
-    #[serde(default)]
     pub exit_usec: Option<u64>,
     /// RSS history, oldest first.
     #[serde(default)]
     pub rss_samples: Vec<RssSample>,
     /// Best high-water mark: `memory.peak`, `max_usage_in_bytes`, `ru_maxrss` or `VmHWM`.
-    #[serde(default)]
     pub peak_rss_bytes: Option<u64>,
     /// Effective memory limit of the worker's cgroup; `None` when unlimited.
-    #[serde(default)]
     pub memory_limit_bytes: Option<u64>,
     /// Host `MemTotal`, the limit that applies when the cgroup has none.
-    #[serde(default)]
     pub host_memory_bytes: Option<u64>,
     /// Cgroup `oom_kill` counter at spawn; `None` when unreadable.
-    #[serde(default)]
     pub oom_kill_before: Option<u64>,
     /// Cgroup `oom_kill` counter at exit (read before removing the cgroup); `None` when unreadable.
-    #[serde(default)]
     pub oom_kill_after: Option<u64>,
     /// `/proc/vmstat oom_kill` at spawn (host-wide hint); `None` when unreadable.
-    #[serde(default)]
     pub vmstat_oom_kill_before: Option<u64>,
     /// `/proc/vmstat oom_kill` at exit; `None` when unreadable.
-    #[serde(default)]
     pub vmstat_oom_kill_after: Option<u64>,
     /// Kernel log covering [spawn − 1 s, exit + 5 s], or why it was unavailable.
     #[serde(default)]
@@ -278,13 +267,10 @@ pub struct Observation {
     pub timed_out: bool,
     /// Wall-clock time the worker started (any format logs print, e.g. `2026-11-30T00:03:01`),
     /// for logs stamped in wall-clock time. A kernel record before it is another process's.
-    #[serde(default)]
     pub started_at: Option<String>,
     /// Wall-clock time the worker ended; a kernel record well after it is another process's.
-    #[serde(default)]
     pub exited_at: Option<String>,
     /// Size of the largest input row the worker had to hold, bytes (sizes OOM advice).
-    #[serde(default)]
     pub largest_row_bytes: Option<u64>,
 }
 

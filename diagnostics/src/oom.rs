@@ -42,7 +42,6 @@ pub struct OomKill {
     /// CLOCK_MONOTONIC µs of the kill line, when the format carries it.
     pub usec: Option<u64>,
     /// Wall-clock stamp of the kill line, when the format carries it.
-    #[serde(default)]
     pub wall: Option<WallTime>,
     /// Memcg, global, or not logged.
     pub scope: OomScope,
@@ -54,15 +53,12 @@ pub struct OomKill {
     pub group_cgroup: Option<String>,
     /// The pid the kernel selected when it killed a child of it instead (`Kill process N ...
     /// or sacrifice child` naming another pid than the kill line).
-    #[serde(default)]
     pub selected_parent: Option<u32>,
     /// `anon-rss` of the victim in kB.
     pub anon_rss_kb: Option<u64>,
     /// `anon-rss + file-rss + shmem-rss` of the victim in kB.
-    #[serde(default)]
     pub rss_kb: Option<u64>,
     /// The memory cgroup's limit in kB (`memory: usage ..., limit N kB`), when logged.
-    #[serde(default)]
     pub limit_kb: Option<u64>,
     /// The kill line as logged (or the summary / reaper line standing in for it).
     pub line: String,

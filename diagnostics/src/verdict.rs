@@ -118,7 +118,6 @@ pub struct Location {
     /// 1-based line.
     pub line: u32,
     /// Function name, when printed (`<module>` for top level).
-    #[serde(default)]
     pub function: Option<String>,
 }
 
@@ -140,7 +139,6 @@ pub struct Raised {
     /// Message as printed, possibly multi-line; empty for a bare `MemoryError`.
     pub message: String,
     /// Innermost frame of its traceback, or the panic location.
-    #[serde(default)]
     pub location: Option<Location>,
 }
 
@@ -163,7 +161,6 @@ pub struct ErrorReport {
     /// The failure to report: the last block's exception (Python) or the first panic (Rust).
     pub exception: Raised,
     /// First block of a chained exception ("direct cause" / "during handling"), if chained.
-    #[serde(default)]
     pub root_cause: Option<Raised>,
     /// Leaf exceptions of an exception group, outermost first.
     #[serde(default)]
@@ -185,7 +182,6 @@ pub struct Verdict {
     /// Top-level outcome.
     pub class: Class,
     /// Finer label; `None` only for `success`.
-    #[serde(default)]
     pub subtype: Option<Subtype>,
     /// How sure the classifier is.
     pub confidence: Confidence,
@@ -199,27 +195,20 @@ pub struct Verdict {
     #[serde(default)]
     pub outputs_complete: bool,
     /// The wait status; `None` for server logs.
-    #[serde(default)]
     pub exit: Option<Exit>,
     /// Parsed traceback or panic, when one was found.
-    #[serde(default)]
     pub error: Option<ErrorReport>,
     /// Distinctive line for aborts, crashes and server errors (`Fatal Python error: ...`).
-    #[serde(default)]
     pub signature: Option<String>,
     /// Memory limit that was hit (OOM verdicts), bytes.
-    #[serde(default)]
     pub limit_bytes: Option<u64>,
     /// Peak memory observed (OOM verdicts), bytes.
-    #[serde(default)]
     pub peak_bytes: Option<u64>,
     /// Memory limit to set next (OOM verdicts), bytes: sized from the limit hit, the peak seen
     /// and the largest input row.
-    #[serde(default)]
     pub suggested_limit_bytes: Option<u64>,
     /// Where that limit is set: `memory-limit` in `datasets.toml` unless the evidence names a
     /// scheduler (Slurm's `--mem`, a pod's `resources.limits.memory`, ...).
-    #[serde(default)]
     pub limit_knob: Option<String>,
 }
 

@@ -103,52 +103,37 @@ pub struct Answer {
 struct StoredCompletion {
     id: String,
     source: String,
-    #[serde(default)]
     source_key: Option<String>,
     model: String,
     messages: Vec<Message>,
-    #[serde(default)]
     tools: Option<serde_json::Value>,
     content: String,
-    #[serde(default)]
     reasoning_content: Option<String>,
-    #[serde(default)]
     finish_reason: Option<String>,
-    #[serde(default)]
     cut_by: Option<crate::store::records::CutBy>,
-    #[serde(default)]
     usage: Option<StoredUsage>,
     /// Every answered user turn of a multi-turn prompt (empty for a single turn).
     #[serde(default)]
     turns: Vec<StoredTurn>,
-    #[serde(default)]
     token_ids: Option<TokenIds>,
     #[serde(default)]
     sample: u32,
-    #[serde(default)]
     settings: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
 #[derive(Debug, Deserialize)]
 struct StoredUsage {
-    #[serde(default)]
     prompt_tokens: Option<u64>,
-    #[serde(default)]
     completion_tokens: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
 struct StoredTurn {
     content: String,
-    #[serde(default)]
     reasoning_content: Option<String>,
-    #[serde(default)]
     finish_reason: Option<String>,
-    #[serde(default)]
     cut_by: Option<crate::store::records::CutBy>,
-    #[serde(default)]
     usage: Option<StoredUsage>,
-    #[serde(default)]
     token_ids: Option<TokenIds>,
 }
 
@@ -446,14 +431,12 @@ fn speculators_rows(run_dir: &Path) -> anyhow::Result<ExportSchema> {
     /// Just the token ids of a stored record, the rest skipped unparsed.
     #[derive(Deserialize)]
     struct Ids {
-        #[serde(default)]
         token_ids: Option<serde::de::IgnoredAny>,
         #[serde(default)]
         turns: Vec<TurnIds>,
     }
     #[derive(Deserialize)]
     struct TurnIds {
-        #[serde(default)]
         token_ids: Option<serde::de::IgnoredAny>,
     }
     let (mut with, mut without) = (0u64, 0u64);

@@ -109,7 +109,6 @@ struct Saved {
     stats: LengthStats,
     limit: u32,
     /// Absent in files written before resumed runs started from them.
-    #[serde(default)]
     reached: Option<Reached>,
 }
 

@@ -39,10 +39,8 @@ struct Cached {
     modified_ns: u128,
     truncated: u64,
     /// Not counted by older `gen`s: such a cache is counted again.
-    #[serde(default)]
     output_tokens: Option<u64>,
     /// The same.
-    #[serde(default)]
     cut_by_context: Option<u64>,
     /// Older `gen`s never cut tool turns: 0 is their count.
     #[serde(default)]
@@ -111,7 +109,6 @@ struct Counted<'a> {
     finish_reason: Option<&'a str>,
     #[serde(default, borrow)]
     cut_by: Option<&'a str>,
-    #[serde(default)]
     usage: Option<Tokens>,
     #[serde(default)]
     tool_turns_cut: bool,

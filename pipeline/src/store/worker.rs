@@ -60,7 +60,6 @@ pub struct WorkerReport {
     /// Signals `gen` sent to the worker's group, in order.
     pub signals_sent: Vec<i32>,
     /// The worker's command name as the kernel knows it (`/proc/PID/comm`).
-    #[serde(default)]
     pub comm: Option<String>,
     /// CLOCK_MONOTONIC at spawn and reap, microseconds (the clock of `/dev/kmsg`).
     #[serde(default)]
@@ -106,10 +105,8 @@ pub struct WorkerFile {
     pub succeeded: bool,
     pub report: WorkerReport,
     /// The diagnostics verdict, when the worker did not simply succeed.
-    #[serde(default)]
     pub verdict: Option<Verdict>,
     /// Milliseconds from the worker's exit to its verdict (the budget is 1 s).
-    #[serde(default)]
     pub verdict_ms: Option<u64>,
 }
 
