@@ -22,7 +22,7 @@ use std::time::Instant;
 use anyhow::{Context as _, bail};
 use gen_pipeline::inference::client::Usage;
 use gen_pipeline::store::frames::{self, FrameWriter};
-use gen_pipeline::store::records::{self as record, CompletionRecord};
+use gen_pipeline::store::records::CompletionRecord;
 use gen_sources::{Message, Role};
 
 /// Records per frame, as the orchestrator flushes them.
@@ -233,7 +233,8 @@ fn rebuild(path: &Path, repeats: usize) -> anyhow::Result<()> {
     let mut repairs = Vec::new();
     for _ in 0..repeats {
         let started = Instant::now();
-        let ids = record::completed_ids(path)
+        let ids = gen_pipeline::store::done::load(path)
+            .map(|stored| stored.ids)
             .with_context(|| format!("failed to read `{}`", path.display()))?;
         let rebuild = started.elapsed().as_secs_f64();
         let started = Instant::now();

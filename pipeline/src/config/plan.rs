@@ -129,19 +129,6 @@ pub enum Concurrency {
     Auto { max: Option<usize> },
 }
 
-impl Concurrency {
-    /// How the setting reads in messages and status: the fixed limit (`8`), or `auto` with
-    /// its cap when one is set (`auto (at most 64)`). Not the limit a run starts from: with
-    /// `auto`, that comes from the server and the run's tuner.
-    pub fn describe(self) -> String {
-        match self {
-            Concurrency::Fixed(n) => n.to_string(),
-            Concurrency::Auto { max: Some(max) } => format!("auto (at most {max})"),
-            Concurrency::Auto { max: None } => "auto".to_owned(),
-        }
-    }
-}
-
 impl Plan {
     /// Reads and resolves `path`.
     pub fn load(path: &Path) -> Result<Plan, ConfigError> {

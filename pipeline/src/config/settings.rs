@@ -10,9 +10,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
-/// The keys (under their request names) that may be a weighted list in the config.
-pub const DRAWN_KEYS: [&str; 5] = ["temperature", "top_p", "top_k", "min_p", "reasoning_effort"];
-
 /// The request key `token-ids = true` sends: vLLM (and SGLang, on non-streaming requests)
 /// then return the prompt's token ids (`prompt_token_ids`) and the answer's (`token_ids`).
 pub const TOKEN_IDS: &str = "return_token_ids";

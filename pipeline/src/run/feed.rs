@@ -358,11 +358,6 @@ impl Prompts {
     }
 }
 
-/// Sorts by characters, longest first; equal lengths keep the file's order.
-pub fn longest_first(prompts: &mut [Prompt]) {
-    prompts.sort_by_cached_key(|p| std::cmp::Reverse(length(p)));
-}
-
 /// A prompt's length in characters, for `longest-first`.
 fn length(prompt: &Prompt) -> usize {
     prompt.messages.iter().map(|m| m.content.len()).sum()

@@ -97,8 +97,6 @@ pub fn digest(keys: impl Iterator<Item = u128>) -> u128 {
     keys.fold(0, u128::wrapping_add)
 }
 
-impl IdSet {}
-
 impl<'a> FromIterator<&'a str> for IdSet {
     fn from_iter<I: IntoIterator<Item = &'a str>>(ids: I) -> IdSet {
         IdSet::from_keys(ids.into_iter().map(key).collect())

@@ -78,13 +78,8 @@ pub struct Vouched<'a> {
 }
 
 /// The ids of `data` (a whole data frame's compressed bytes) if `entry` (the whole frame right
-/// after it) is an intact id index entry, of this format, for exactly those bytes; `None`
-/// otherwise.
-pub fn verified_ids<'a>(entry: &'a [u8], data: &[u8]) -> Option<Vec<&'a str>> {
-    vouched(entry, data).filter(|v| v.checked).map(|v| v.ids)
-}
-
-/// Like [`verified_ids`], for an entry of either format, saying which.
+/// after it) is an intact id index entry for exactly those bytes, and whether it is of this
+/// format (`checked`) or the legacy one; `None` otherwise.
 pub fn vouched<'a>(entry: &'a [u8], data: &[u8]) -> Option<Vouched<'a>> {
     if !is_entry(entry) {
         return None;
@@ -166,6 +161,11 @@ mod tests {
 
     fn frame(text: &[u8]) -> Vec<u8> {
         zstd::stream::encode_all(text, 3).expect("encode")
+    }
+
+    /// The ids an entry of this format vouches for.
+    fn verified_ids<'a>(entry: &'a [u8], data: &[u8]) -> Option<Vec<&'a str>> {
+        vouched(entry, data).filter(|v| v.checked).map(|v| v.ids)
     }
 
     #[test]

@@ -362,12 +362,6 @@ impl Resend {
     }
 }
 
-/// Ids with a stored answer (the done-set), after putting the file right: see
-/// [`crate::store::done::load`].
-pub fn completed_ids(path: &Path) -> io::Result<IdSet> {
-    crate::store::done::load(path).map(|stored| stored.ids)
-}
-
 /// Moves the lines of `rejected.jsonl` at `path` that are not records (damage, a torn last
 /// line) to `to`, keeping the others in order (rewritten atomically, after `to` is on disk).
 /// Returns how many were moved. Their prompts are then not settled and are sent again.
