@@ -376,8 +376,11 @@ fn reasoning_verdict(expected: Option<bool>, separated: bool, inline: bool) -> C
             } else {
                 Level::Fail
             },
-            "reasoning arrives inside `content` (`<think>…`): start the server with a reasoning parser \
-             (SGLang/vLLM `--reasoning-parser NAME`, llama.cpp `--reasoning-format deepseek`)",
+            format!(
+                "reasoning arrives inside `content` (`<think>…`): start the server with a \
+                 reasoning parser ({})",
+                reasoning_flags()
+            ),
         ),
         (Some(false), true, false) => Check::new(
             "reasoning",
@@ -400,6 +403,26 @@ fn reasoning_verdict(expected: Option<bool>, separated: bool, inline: bool) -> C
             "no reasoning in a probe answer (none asked for)",
         ),
     }
+}
+
+/// Each kind's flag that separates reasoning, kinds with the same flag together:
+/// "vLLM/SGLang `--reasoning-parser NAME`, llama.cpp `--reasoning-format deepseek`".
+fn reasoning_flags() -> String {
+    let mut flags: Vec<(&str, Vec<&str>)> = Vec::new();
+    for spec in ServerKind::ALL.map(ServerKind::spec) {
+        let Some(flag) = spec.reasoning_flag else {
+            continue;
+        };
+        match flags.iter_mut().find(|(f, _)| *f == flag) {
+            Some((_, names)) => names.push(spec.name),
+            None => flags.push((flag, vec![spec.name])),
+        }
+    }
+    let each: Vec<String> = flags
+        .iter()
+        .map(|(flag, names)| format!("{} `{flag}`", names.join("/")))
+        .collect();
+    each.join(", ")
 }
 
 /// Whether the wanted model (or any) is listed; the served model's id when known.
@@ -551,11 +574,9 @@ mod tests {
             "kwargs ignored"
         );
         assert_eq!(level(None, false, false), Level::Ok);
-        assert!(
-            reasoning_verdict(None, false, true)
-                .message
-                .contains("--reasoning-parser")
-        );
+        assert!(reasoning_verdict(None, false, true).message.ends_with(
+            "(vLLM/SGLang `--reasoning-parser NAME`, llama.cpp `--reasoning-format deepseek`)"
+        ));
     }
 
     #[test]

@@ -512,33 +512,18 @@ fn apply_chunk(
     {
         completion.usage = Some(usage);
     }
-    // SGLang's last chunk: the prompt's ids, and the answer's per choice.
-    if let Some(ext) = chunk.get("sglext") {
-        let stored = completion.token_ids.get_or_insert_with(TokenIds::default);
-        if let Some(prompt) = ext.get("input_ids").and_then(token_list) {
-            stored.prompt = prompt;
-        }
-        if let Some(answer) = ext
-            .get("output_ids")
-            .and_then(|o| o.get(0))
-            .and_then(token_list)
-        {
-            stored.completion = answer;
-        }
+    // Each kind reads its own way of carrying token ids.
+    let mut carried = completion.token_ids.is_some();
+    let ids = completion.token_ids.get_or_insert_with(TokenIds::default);
+    for kind in ServerKind::ALL {
+        carried |= (kind.spec().stream_ids)(chunk, &mut ids.prompt, &mut ids.completion);
     }
-    if let Some(prompt) = chunk.get("prompt_token_ids").and_then(token_list) {
-        completion
-            .token_ids
-            .get_or_insert_with(TokenIds::default)
-            .prompt = prompt;
+    if !carried {
+        completion.token_ids = None;
     }
     let Some(choice) = chunk.get("choices").and_then(|c| c.get(0)) else {
         return Ok(());
     };
-    if let Some(ids) = choice.get("token_ids").and_then(token_list) {
-        let stored = completion.token_ids.get_or_insert_with(TokenIds::default);
-        stored.completion.extend(ids);
-    }
     if let Some(delta) = choice.get("delta") {
         if let Some(text) = delta.get("content").and_then(Value::as_str) {
             completion.content.push_str(text);
@@ -553,15 +538,6 @@ fn apply_chunk(
         completion.finish_reason = Some(reason.to_owned());
     }
     Ok(())
-}
-
-/// A JSON array of token ids; `None` for `null` or anything else.
-fn token_list(value: &Value) -> Option<Vec<u32>> {
-    value
-        .as_array()?
-        .iter()
-        .map(|v| v.as_u64().and_then(|n| u32::try_from(n).ok()))
-        .collect()
 }
 
 /// `error.message`, else `message`, else the raw JSON.

@@ -1,8 +1,9 @@
 //! One file per server kind — `vllm`, `sglang`, `llama_cpp` and `openai`, the plain
 //! OpenAI-compatible server — each filling in one [`KindSpec`]: its name, its endpoints and how
 //! to read them, its metric names, the launch flags of its running cap, where it says its
-//! context, the flag that sets it, where it says its version, how it returns token ids and the
-//! programs that start it. [`ServerKind::spec`] is the one `match` over the kinds; everything
+//! context, the flag that sets it, where it says its version, how it returns token ids (asked
+//! for, and carried in its stream), the flag that separates reasoning and the programs that
+//! start it. [`ServerKind::spec`] is the one `match` over the kinds; everything
 //! else reads the tables. A leaf: it uses nothing of the crate but the Prometheus text format,
 //! so `config` may ask it too. How to add a kind: `ARCHITECTURE.md`, "Adding a server kind".
 
@@ -70,6 +71,12 @@ pub struct KindSpec {
     pub version: &'static [(&'static str, &'static str)],
     /// The request keys that ask for token ids on a streamed chat; none: it cannot return them.
     pub token_id_flags: &'static [&'static str],
+    /// Folds the token ids a chunk of its stream carries into the prompt's and the answer's;
+    /// whether the chunk carried any of its fields.
+    pub stream_ids: fn(&Value, &mut Vec<u32>, &mut Vec<u32>) -> bool,
+    /// The launch flag that separates reasoning from the answer, named when reasoning arrives
+    /// inside `content`.
+    pub reasoning_flag: Option<&'static str>,
     /// The programs that start it, as the first argument of `[server] launch` names them.
     pub programs: &'static [&'static str],
 }
@@ -86,6 +93,8 @@ impl KindSpec {
         context_flag: None,
         version: &[],
         token_id_flags: &[],
+        stream_ids: |_, _, _| false,
+        reasoning_flag: None,
         programs: &[],
     };
 }

@@ -38,6 +38,7 @@ pub(super) static SPEC: KindSpec = KindSpec {
         what: "llama.cpp `n_ctx` per slot",
     }),
     context_flag: Some("-c"),
+    reasoning_flag: Some("--reasoning-format deepseek"),
     version: &[("/props", "build_info")],
     programs: &["llama-server"],
     ..KindSpec::EMPTY

@@ -52,6 +52,15 @@ pub(crate) fn tokens(v: f64) -> Option<u64> {
     (v.is_finite() && v >= 1.0).then(|| v.round() as u64)
 }
 
+/// A JSON array of token ids; `None` for `null` or anything else.
+pub(super) fn token_list(value: &Value) -> Option<Vec<u32>> {
+    value
+        .as_array()?
+        .iter()
+        .map(|v| v.as_u64().and_then(|n| u32::try_from(n).ok()))
+        .collect()
+}
+
 pub(super) fn number(value: &Value, key: &str) -> Option<f64> {
     value.get(key).and_then(Value::as_f64)
 }

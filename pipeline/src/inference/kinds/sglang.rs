@@ -10,7 +10,7 @@
 
 use serde_json::Value;
 
-use super::reading::{count, number, tokens};
+use super::reading::{count, number, token_list, tokens};
 use super::{Context, Endpoint, KindSpec, Load, Metrics, Reading};
 
 pub(super) static SPEC: KindSpec = KindSpec {
@@ -48,8 +48,24 @@ pub(super) static SPEC: KindSpec = KindSpec {
     context_flag: Some("--context-length"),
     version: &[("/version", "version"), ("/get_server_info", "version")],
     token_id_flags: &["return_input_ids_in_sglext", "return_output_ids_in_sglext"],
+    stream_ids,
+    reasoning_flag: Some("--reasoning-parser NAME"),
     programs: &[],
 };
+
+/// The last chunk's `sglext`: the prompt's ids, and the answer's per choice.
+fn stream_ids(chunk: &Value, prompt: &mut Vec<u32>, answer: &mut Vec<u32>) -> bool {
+    let Some(ext) = chunk.get("sglext") else {
+        return false;
+    };
+    if let Some(ids) = ext.get("input_ids").and_then(token_list) {
+        *prompt = ids;
+    }
+    if let Some(ids) = ext.pointer("/output_ids/0").and_then(token_list) {
+        *answer = ids;
+    }
+    true
+}
 
 /// `/server_info` (or `/get_server_info`).
 pub(super) fn server_info(info: &Value) -> Option<Reading> {

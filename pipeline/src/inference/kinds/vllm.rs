@@ -6,6 +6,9 @@
 //! `vllm/metrics.txt`), so the running cap comes from `--max-num-seqs` (per engine, times
 //! `--data-parallel-size`) or is learnt. The context is `max_model_len` in `/v1/models`.
 
+use serde_json::Value;
+
+use super::reading::token_list;
 use super::{KindSpec, Metrics};
 use crate::inference::signals::prometheus::Sample;
 
@@ -29,6 +32,8 @@ pub(super) static SPEC: KindSpec = KindSpec {
     context_flag: Some("--max-model-len"),
     version: &[("/version", "version")],
     token_id_flags: &["return_token_ids"],
+    stream_ids,
+    reasoning_flag: Some("--reasoning-parser NAME"),
     programs: &["vllm"],
     ..KindSpec::EMPTY
 };
@@ -52,4 +57,17 @@ fn kv_capacity(samples: &[Sample<'_>]) -> Option<u64> {
         }
     }
     total.filter(|t| *t > 0)
+}
+
+/// The prompt's ids in the first chunk (`prompt_token_ids`), the answer's with each delta
+/// (`choices[0].token_ids`).
+fn stream_ids(chunk: &Value, prompt: &mut Vec<u32>, answer: &mut Vec<u32>) -> bool {
+    let prompt_ids = chunk.get("prompt_token_ids").and_then(token_list);
+    let answer_ids = chunk.pointer("/choices/0/token_ids").and_then(token_list);
+    let carried = prompt_ids.is_some() || answer_ids.is_some();
+    if let Some(ids) = prompt_ids {
+        *prompt = ids;
+    }
+    answer.extend(answer_ids.into_iter().flatten());
+    carried
 }
