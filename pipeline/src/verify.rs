@@ -281,36 +281,6 @@ impl Totals {
     }
 }
 
-/// What reading one framed file found, beyond its records.
-struct FileCheck {
-    torn_bytes: u64,
-    /// Ranges that do not decode although they are not a torn tail.
-    damaged: Vec<std::ops::Range<u64>>,
-    /// Where the intact part ends (the file's length without a torn tail).
-    intact_end: u64,
-}
-
-impl From<frames::Scan> for FileCheck {
-    fn from(scan: frames::Scan) -> FileCheck {
-        FileCheck {
-            torn_bytes: scan.torn_bytes,
-            intact_end: scan.intact_end(),
-            damaged: scan.damaged,
-        }
-    }
-}
-
-/// Scans a framed file, telling a torn tail (a crash mid-write) from damage, and reading the
-/// intact frames after damage too.
-fn check_framed(
-    path: &Path,
-    on_line: impl FnMut(&[u8]) -> std::io::Result<()>,
-) -> anyhow::Result<FileCheck> {
-    let scan = frames::scan(path, on_line)
-        .with_context(|| format!("failed to read `{}`", path.display()))?;
-    Ok(FileCheck::from(scan))
-}
-
 /// `a..b, c..d` for damaged ranges.
 fn ranges(damaged: &[std::ops::Range<u64>]) -> String {
     damaged
@@ -335,12 +305,7 @@ struct Judged<'a> {
 fn audit_source(dir: &SourceDir, name: &str, judged: &Judged<'_>) -> anyhow::Result<SourceAudit> {
     let mut auditor = SourceAuditor {
         dir,
-        phase: judged.phase,
-        run_finished: judged.run_finished,
-        settings: judged.settings,
-        samples: judged.samples.max(1),
-        shard: judged.shard,
-        config: judged.config,
+        judged,
         prompts_in_file: 0,
         preparation_unusable: false,
         audit: SourceAudit {
@@ -373,17 +338,7 @@ fn audit_source(dir: &SourceDir, name: &str, judged: &Judged<'_>) -> anyhow::Res
 /// order they are shown.
 struct SourceAuditor<'a> {
     dir: &'a SourceDir,
-    /// The phase `status.json` gives the source.
-    phase: Option<Phase>,
-    run_finished: Option<bool>,
-    /// The fingerprint of the settings of the last run.
-    settings: Option<&'a str>,
-    /// Answers per prompt, as the last run asked for them.
-    samples: u32,
-    /// The share of prompts this run directory holds (`--shard`), from `run.json`.
-    shard: Option<Shard>,
-    /// The config to name in advice.
-    config: &'a str,
+    judged: &'a Judged<'a>,
     /// Prompts in `prompts.jsonl.zst`, of every shard.
     prompts_in_file: u64,
     /// The prompts file or manifest is damaged or does not match: `gen run` prepares the
@@ -405,7 +360,7 @@ struct Refusals {
 
 /// The completions file's records as the audit reads them.
 struct CompletionScan {
-    check: FileCheck,
+    check: frames::Scan,
     /// Keys of the records that are answers, sorted, repeats included.
     keys: Vec<u128>,
     not_answers: Vec<(String, crate::store::records::Defect)>,
@@ -443,12 +398,11 @@ impl SourceAuditor<'_> {
             }
             return Ok(None);
         }
-        let (shard, samples) = (self.shard, self.samples);
+        let Judged { shard, samples, .. } = *self.judged;
         let (frames, scan) = frames::survey(&path, 0, |body| prompt_frame(body, shard, samples))
             .with_context(|| format!("failed to read `{}`", path.display()))?;
         let mut keys = Vec::with_capacity(scan.records as usize);
         let mut own = Vec::new();
-        let check = FileCheck::from(scan);
         let mut bad_lines = 0u64;
         for frame in frames {
             keys.extend(frame.value.keys);
@@ -463,17 +417,18 @@ impl SourceAuditor<'_> {
         };
         let repeated = (listed - prompt_ids.len() as u64) / u64::from(samples);
         let mut problems = Vec::new();
-        if check.torn_bytes > 0 {
+        if scan.torn_bytes > 0 {
             // The prompts file is renamed into place whole: any damage is a problem.
             problems.push(format!(
                 "`prompts.jsonl.zst` does not decode after byte {} ({} bytes unreadable)",
-                check.intact_end, check.torn_bytes
+                scan.intact_end(),
+                scan.torn_bytes
             ));
         }
-        if !check.damaged.is_empty() {
+        if !scan.damaged.is_empty() {
             problems.push(format!(
                 "`prompts.jsonl.zst` is damaged: bytes {} do not decode",
-                ranges(&check.damaged)
+                ranges(&scan.damaged)
             ));
         }
         if bad_lines > 0 {
@@ -597,7 +552,7 @@ impl SourceAuditor<'_> {
     fn report_completion_file(&mut self, scan: &CompletionScan, intact: u64) -> anyhow::Result<()> {
         let audit = &mut self.audit;
         if !scan.check.damaged.is_empty() {
-            let bytes: u64 = scan.check.damaged.iter().map(|r| r.end - r.start).sum();
+            let bytes = scan.check.damaged_bytes();
             audit.problems.push(format!(
                 "`completions.jsonl.zst` is damaged: {bytes} bytes (at {}) do not decode; the \
                  completions in them are lost. The next `gen run` moves those bytes to \
@@ -664,7 +619,7 @@ impl SourceAuditor<'_> {
                 Ok(record)
                     if record.kind == RejectKind::Rejected
                         && matches!(
-                            (record.settings.as_deref(), self.settings),
+                            (record.settings.as_deref(), self.judged.settings),
                             (Some(then), Some(now)) if then != now
                         ) =>
                 {
@@ -718,7 +673,8 @@ impl SourceAuditor<'_> {
         if audit.pending == 0 {
             return;
         }
-        if self.phase == Some(Phase::Done) {
+        let judged = self.judged;
+        if judged.phase == Some(Phase::Done) {
             audit.lost = audit.pending;
             audit.pending = 0;
             audit.problems.push(format!(
@@ -728,7 +684,7 @@ impl SourceAuditor<'_> {
             ));
             return;
         }
-        let why = match (self.run_finished, self.phase) {
+        let why = match (judged.run_finished, judged.phase) {
             (Some(false), _) => "the run is in progress or was killed",
             (_, Some(Phase::Failed)) => "the source failed in the last run",
             _ => "the last run stopped before them",
@@ -741,14 +697,14 @@ impl SourceAuditor<'_> {
         } else {
             String::new()
         };
-        let of = match self.samples {
+        let of = match judged.samples {
             1 => "prompts".to_owned(),
             k => format!("samples ({k} per prompt)"),
         };
         audit.missing = Some(format!(
             "{} of its {} {of} have no completion yet{retry}: {why}; `gen run {}` sends \
              them",
-            audit.pending, audit.prompts, self.config
+            audit.pending, audit.prompts, judged.config
         ));
     }
 }
@@ -812,7 +768,6 @@ fn read_completions(path: &Path) -> anyhow::Result<CompletionScan> {
     let (frames, scan) = frames::survey(path, 0, completion_frame)
         .with_context(|| format!("failed to read `{}`", path.display()))?;
     let mut keys: Vec<u128> = Vec::with_capacity(scan.records as usize);
-    let check = FileCheck::from(scan);
     let mut bad_lines = 0u64;
     let mut not_answers = Vec::new();
     for frame in frames {
@@ -821,7 +776,7 @@ fn read_completions(path: &Path) -> anyhow::Result<CompletionScan> {
         bad_lines += frame.value.bad_lines;
     }
     Ok(CompletionScan {
-        check,
+        check: scan,
         keys,
         not_answers,
         bad_lines,
@@ -847,7 +802,7 @@ fn smallest_ids<const N: usize>(
     sets: [&IdSet; N],
 ) -> anyhow::Result<[Option<String>; N]> {
     let mut smallest: [Option<String>; N] = std::array::from_fn(|_| None);
-    check_framed(path, |line| {
+    frames::scan(path, |line| {
         let Ok(id) = crate::store::index::record_id(line) else {
             return Ok(());
         };
@@ -858,7 +813,8 @@ fn smallest_ids<const N: usize>(
             }
         }
         Ok(())
-    })?;
+    })
+    .with_context(|| format!("failed to read `{}`", path.display()))?;
     Ok(smallest)
 }
 
