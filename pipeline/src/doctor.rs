@@ -230,35 +230,20 @@ fn memory(plan: &Plan, machine: &Machine) -> Check {
     if cgroup_binds {
         available_text.push_str(" (under the cgroup limit)");
     }
-    if bytes > available {
-        Check::new(
-            "memory",
-            Level::Fail,
-            format!(
-                "needs {} host RAM, {available_text} available: {parts}",
-                human(bytes)
-            ),
-        )
+    let needs = human(bytes);
+    let (level, message) = if bytes > available {
+        let why = format!("needs {needs} host RAM, {available_text} available: {parts}");
+        (Level::Fail, why)
     } else if bytes as f64 > WARN_FRACTION * available as f64 {
-        Check::new(
-            "memory",
-            Level::Warn,
-            format!(
-                "needs {} host RAM, {}% of the {available_text} available: {parts}",
-                human(bytes),
-                percent(bytes, available)
-            ),
-        )
+        let share = percent(bytes, available);
+        let why =
+            format!("needs {needs} host RAM, {share}% of the {available_text} available: {parts}");
+        (Level::Warn, why)
     } else {
-        Check::new(
-            "memory",
-            Level::Ok,
-            format!(
-                "needs {} host RAM of {available_text} available: {parts}",
-                human(bytes)
-            ),
-        )
-    }
+        let why = format!("needs {needs} host RAM of {available_text} available: {parts}");
+        (Level::Ok, why)
+    };
+    Check::new("memory", level, message)
 }
 
 /// The host RAM a run needs at most: the preparation workers running at once, each counted at
@@ -566,38 +551,21 @@ fn disk(plan: &Plan, machine: &Machine) -> Check {
         human(disk.free),
         disk.mount_point.display()
     );
-    if known_estimate > disk.free {
-        Check::new(
-            "disk",
-            Level::Fail,
-            format!("output needs up to {} ({basis}), {free}", human(estimate)),
-        )
+    let up_to = human(estimate);
+    let (level, message) = if known_estimate > disk.free {
+        let why = format!("output needs up to {up_to} ({basis}), {free}");
+        (Level::Fail, why)
     } else if estimate > disk.free {
-        Check::new(
-            "disk",
-            Level::Warn,
-            format!(
-                "output may need up to {} ({basis}{unknown}), {free}",
-                human(estimate)
-            ),
-        )
+        let why = format!("output may need up to {up_to} ({basis}{unknown}), {free}");
+        (Level::Warn, why)
     } else if estimate as f64 > WARN_FRACTION * disk.free as f64 {
-        Check::new(
-            "disk",
-            Level::Warn,
-            format!(
-                "output needs up to {} ({basis}), {}% of the {free}",
-                human(estimate),
-                percent(estimate, disk.free)
-            ),
-        )
+        let share = percent(estimate, disk.free);
+        let why = format!("output needs up to {up_to} ({basis}), {share}% of the {free}");
+        (Level::Warn, why)
     } else {
-        Check::new(
-            "disk",
-            Level::Ok,
-            format!("output up to {} ({basis}), {free}", human(estimate)),
-        )
-    }
+        (Level::Ok, format!("output up to {up_to} ({basis}), {free}"))
+    };
+    Check::new("disk", level, message)
 }
 
 fn gpus(plan: &Plan, machine: &Machine) -> Check {
