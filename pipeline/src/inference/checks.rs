@@ -273,39 +273,15 @@ pub(crate) async fn reasoning_probe(
     api_key: Option<String>,
 ) -> Check {
     let expected = thinking_expected(plan);
-    let budget = 64;
-    let client = match super::ChatClient::new(
-        url,
-        model.to_owned(),
-        api_key,
-        budget,
-        plan.generation.params.clone(),
-    ) {
-        Ok(client) => client,
-        Err(e) => return Check::new("reasoning", Level::Warn, format!("not probed: {e}")),
+    let params = plan.generation.params.clone();
+    let answer = match small_request(url, model, api_key, 64, params).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(e)) => {
+            let why = format!("probe request failed: {e}");
+            return Check::new("reasoning", Level::Warn, why);
+        }
+        Err(why) => return Check::new("reasoning", Level::Warn, why),
     };
-    let question = [gen_sources::Message::new(
-        gen_sources::Role::User,
-        "What is 2 + 2? Answer briefly.",
-    )];
-    let answer =
-        match tokio::time::timeout(PROBE_TIMEOUT * 6, client.complete(&question, budget)).await {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(e)) => {
-                return Check::new(
-                    "reasoning",
-                    Level::Warn,
-                    format!("probe request failed: {e}"),
-                );
-            }
-            Err(_) => {
-                return Check::new(
-                    "reasoning",
-                    Level::Warn,
-                    "probe request took too long: not checked",
-                );
-            }
-        };
     let separated = answer
         .reasoning_content
         .as_deref()
@@ -325,84 +301,73 @@ pub(crate) async fn token_ids_probe(
 ) -> Option<Check> {
     let source = plan.sources.iter().find(|s| s.settings.token_ids())?;
     let (source, settings) = (source.name(), &source.settings);
-    let budget = 16;
     let params = settings.request("token-ids-probe", 0).params;
-    let client =
-        match super::ChatClient::new(url, model.to_owned(), api_key, budget, params.clone()) {
-            Ok(client) => client,
-            Err(e) => {
-                return Some(Check::new(
-                    "token ids",
-                    Level::Warn,
-                    format!("not probed: {e}"),
-                ));
-            }
-        };
+    let (level, message) = match small_request(url, model, api_key, 16, params).await {
+        Ok(Ok(_)) => (
+            Level::Ok,
+            "answers carry their prompt's and their own token ids".to_owned(),
+        ),
+        Ok(Err(super::RequestError::Fatal(reason))) => {
+            (Level::Fail, format!("source `{source}`: {reason}"))
+        }
+        Ok(Err(e)) => (
+            Level::Warn,
+            format!("probe request failed: {e}: not checked"),
+        ),
+        Err(why) => (Level::Warn, why),
+    };
+    Some(Check::new("token ids", level, message))
+}
+
+/// One small real request ("What is 2 + 2?") of at most `budget` tokens with `params`, given
+/// six probe timeouts; `Err` saying why it was not made or did not come back in time.
+async fn small_request(
+    url: &str,
+    model: &str,
+    api_key: Option<String>,
+    budget: u32,
+    params: serde_json::Map<String, Value>,
+) -> Result<Result<super::Completion, super::RequestError>, String> {
+    let client = super::ChatClient::new(url, model.to_owned(), api_key, budget, params)
+        .map_err(|e| format!("not probed: {e}"))?;
     let question = [gen_sources::Message::new(
         gen_sources::Role::User,
         "What is 2 + 2? Answer briefly.",
     )];
-    let asked = client.complete_with(&question, budget, &params);
-    Some(match tokio::time::timeout(PROBE_TIMEOUT * 6, asked).await {
-        Ok(Ok(_)) => Check::new(
-            "token ids",
-            Level::Ok,
-            "answers carry their prompt's and their own token ids",
-        ),
-        Ok(Err(super::RequestError::Fatal(reason))) => Check::new(
-            "token ids",
-            Level::Fail,
-            format!("source `{source}`: {reason}"),
-        ),
-        Ok(Err(e)) => Check::new(
-            "token ids",
-            Level::Warn,
-            format!("probe request failed: {e}: not checked"),
-        ),
-        Err(_) => Check::new(
-            "token ids",
-            Level::Warn,
-            "probe request took too long: not checked",
-        ),
-    })
+    tokio::time::timeout(PROBE_TIMEOUT * 6, client.complete(&question, budget))
+        .await
+        .map_err(|_| "probe request took too long: not checked".to_owned())
 }
 
 fn reasoning_verdict(expected: Option<bool>, separated: bool, inline: bool) -> Check {
-    match (expected, separated, inline) {
-        (_, _, true) => Check::new(
-            "reasoning",
-            if expected == Some(false) {
-                Level::Warn
-            } else {
-                Level::Fail
-            },
-            format!(
+    let (level, message) = match (expected, separated, inline) {
+        (_, _, true) => {
+            let level = match expected {
+                Some(false) => Level::Warn,
+                _ => Level::Fail,
+            };
+            let message = format!(
                 "reasoning arrives inside `content` (`<think>…`): start the server with a \
                  reasoning parser ({})",
                 reasoning_flags()
-            ),
-        ),
-        (Some(false), true, false) => Check::new(
-            "reasoning",
+            );
+            return Check::new("reasoning", level, message);
+        }
+        (Some(false), true, false) => (
             Level::Warn,
             "the server returned reasoning although `chat-template-kwargs` turn thinking off: the template ignores the kwargs",
         ),
-        (Some(true), false, false) => Check::new(
-            "reasoning",
+        (Some(true), false, false) => (
             Level::Warn,
             "no reasoning came back although `chat-template-kwargs` turn thinking on: the model or template may ignore it, or the reasoning parser is off",
         ),
-        (_, true, false) => Check::new(
-            "reasoning",
+        (_, true, false) => (
             Level::Ok,
             "reasoning arrives separated in `reasoning_content`",
         ),
-        (_, false, false) => Check::new(
-            "reasoning",
-            Level::Ok,
-            "no reasoning in a probe answer (none asked for)",
-        ),
-    }
+        (_, false, false) => (Level::Ok, "no reasoning in a probe answer (none asked for)"),
+    };
+    Check::new("reasoning", level, message)
 }
 
 /// Each kind's flag that separates reasoning, kinds with the same flag together:
