@@ -178,11 +178,7 @@ impl Contender {
         index: usize,
         url: &str,
     ) -> anyhow::Result<Contender> {
-        let api_key = plan
-            .server
-            .api_key_env
-            .as_ref()
-            .and_then(|var| std::env::var(var).ok());
+        let api_key = plan.server.api_key();
         let shown = probe::redact(url);
         let label = label(index);
         let model = probe::model(

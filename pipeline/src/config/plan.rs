@@ -109,6 +109,11 @@ impl ServerPlan {
     pub fn url(&self) -> &str {
         &self.urls[0]
     }
+
+    /// The API key, read from the variable `api-key-env` names when it is set.
+    pub fn api_key(&self) -> Option<String> {
+        std::env::var(self.api_key_env.as_ref()?).ok()
+    }
 }
 
 #[derive(Debug, Clone)]

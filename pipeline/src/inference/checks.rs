@@ -129,11 +129,7 @@ async fn probe_one(plan: &Plan, url: &str) -> Vec<Check> {
             "not probed: no HTTP client",
         )];
     };
-    let api_key = plan
-        .server
-        .api_key_env
-        .as_deref()
-        .and_then(|name| std::env::var(name).ok());
+    let api_key = plan.server.api_key();
     let listed = match listed_models(&client, url, api_key.as_deref()).await {
         Ok(listed) => listed,
         Err(reason) => {

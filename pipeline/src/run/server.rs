@@ -79,11 +79,7 @@ impl Servers {
         dispatch_cancel: &CancellationToken,
         reporter: &RunReporter,
     ) -> anyhow::Result<Servers> {
-        let api_key = plan
-            .server
-            .api_key_env
-            .as_ref()
-            .and_then(|var| std::env::var(var).ok());
+        let api_key = plan.server.api_key();
         let urls = match &managed {
             Some(server) => vec![server.url.clone()],
             None => plan.server.urls.clone(),
