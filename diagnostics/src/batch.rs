@@ -11,7 +11,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::clock;
 use crate::text::{leading_number, normalize};
 
 /// What a batch line says happened.
@@ -423,13 +422,6 @@ pub fn signal_number(name: &str) -> Option<i32> {
     })
 }
 
-/// The first wall-clock stamp Slurm printed on a `CANCELLED AT <stamp>` line.
-pub fn cancelled_at(line: &str) -> Option<clock::WallTime> {
-    let at = line.find("CANCELLED AT ")?;
-    let rest = &line[at + "CANCELLED AT ".len()..];
-    clock::iso_prefix(rest).and_then(|(stamp, _)| stamp)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -538,9 +530,5 @@ mod tests {
             vec![(BatchKind::Cancelled, None)]
         );
         assert!(scan("request TIMEOUT while fetching shard 3").is_empty());
-        let stamp = cancelled_at(
-            "slurmstepd: error: *** STEP 3495064.0 ON orion-01-01 CANCELLED AT 2021-10-27T19:35:36 ***",
-        );
-        assert_eq!(stamp.map(|s| s.day), Some(27));
     }
 }
