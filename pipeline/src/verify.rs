@@ -495,14 +495,7 @@ impl SourceAuditor<'_> {
         self.report_completion_file(&scan, intact)?;
         let mut keys = scan.keys;
         keys.sort_unstable();
-        // Ids stored more than once, each once.
-        let mut repeated: Vec<u128> = keys
-            .windows(2)
-            .filter(|pair| pair[0] == pair[1])
-            .map(|pair| pair[0])
-            .collect();
-        repeated.dedup();
-        let repeated = IdSet::from_keys(repeated);
+        let repeated = ids::repeated(&keys);
         let completed = IdSet::from_keys(keys);
         self.audit.duplicated = intact - completed.len() as u64;
         let unknown = match prompt_ids {

@@ -273,16 +273,10 @@ fn mark_repeats(frames: &mut [frames::Frame<FrameRecords>]) {
         .flat_map(|f| f.value.kept().map(|(_, key)| key))
         .collect();
     keys.sort_unstable();
-    let mut repeating: Vec<u128> = keys
-        .windows(2)
-        .filter(|pair| pair[0] == pair[1])
-        .map(|pair| pair[0])
-        .collect();
+    let repeating = ids::repeated(&keys);
     if repeating.is_empty() {
         return;
     }
-    repeating.dedup();
-    let repeating = IdSet::from_keys(repeating);
     let mut seen = std::collections::HashSet::new();
     for frame in frames {
         let records = &mut frame.value;

@@ -92,6 +92,12 @@ impl IdSet {
     }
 }
 
+/// The keys `sorted` (in ascending order) holds more than once.
+pub fn repeated(sorted: &[u128]) -> IdSet {
+    let twice = sorted.windows(2).filter(|pair| pair[0] == pair[1]);
+    IdSet::from_keys(twice.map(|pair| pair[0]).collect())
+}
+
 /// [`IdSet::digest`] of distinct keys.
 pub fn digest(keys: impl Iterator<Item = u128>) -> u128 {
     keys.fold(0, u128::wrapping_add)
@@ -119,18 +125,6 @@ impl SeenIds {
     /// Whether `id` is new (and records it).
     pub fn insert(&mut self, id: &str) -> bool {
         self.keys.insert(key(id))
-    }
-
-    pub fn contains(&self, id: &str) -> bool {
-        self.keys.contains(&key(id))
-    }
-
-    pub fn len(&self) -> usize {
-        self.keys.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
     }
 
     /// The ids seen, as a set to query.
@@ -189,12 +183,19 @@ mod tests {
     }
 
     #[test]
+    fn repeated_keys_are_each_named_once() {
+        assert_eq!(
+            repeated(&[1, 2, 2, 2, 3, 4, 4]),
+            IdSet::from_keys(vec![2, 4])
+        );
+        assert!(repeated(&[1, 2, 3]).is_empty());
+    }
+
+    #[test]
     fn seen_ids_tell_the_first_time_from_a_repeat() {
         let mut seen = SeenIds::default();
         assert!(seen.insert("a") && seen.insert("b"));
         assert!(!seen.insert("a"));
-        assert!(seen.contains("b") && !seen.contains("c"));
-        assert_eq!(seen.len(), 2);
         assert_eq!(seen.into_set(), set(&["b", "a"]));
     }
 }
