@@ -223,17 +223,14 @@ fn source_names(
     let mut names: Vec<String> = listed_sources.iter().map(|(n, _)| n.clone()).collect();
     let sources_dir = run_dir.root().join("sources");
     let mut listed = BTreeSet::new();
-    match fs_err::read_dir(&sources_dir) {
-        Ok(entries) => {
-            for entry in entries {
-                let entry = entry?;
-                if entry.file_type()?.is_dir() {
-                    listed.insert(entry.file_name().to_string_lossy().into_owned());
-                }
-            }
+    for entry in atomic::if_exists(fs_err::read_dir(&sources_dir))?
+        .into_iter()
+        .flatten()
+    {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            listed.insert(entry.file_name().to_string_lossy().into_owned());
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e.into()),
     }
     for name in listed {
         if !names.contains(&name) {
@@ -594,12 +591,8 @@ impl SourceAuditor<'_> {
 
     /// Reads `rejected.jsonl`: one JSON line each, appended; only the last line can be torn.
     fn read_rejections(&mut self) -> anyhow::Result<Refusals> {
-        let bytes = match fs_err::read(self.dir.rejected()) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(Refusals::default());
-            }
-            Err(e) => return Err(e.into()),
+        let Some(bytes) = atomic::if_exists(fs_err::read(self.dir.rejected()))? else {
+            return Ok(Refusals::default());
         };
         let (mut permanent, mut exhausted, mut resent) = (Vec::new(), Vec::new(), Vec::new());
         let lines: Vec<&[u8]> = bytes

@@ -282,10 +282,8 @@ fn source_facts(
 /// `duplicate`), the last record of a prompt counting; lines that are not records are
 /// skipped (`gen run` sets them aside).
 fn rejected_by_kind(path: &Path) -> anyhow::Result<BTreeMap<String, u64>> {
-    let text = match fs_err::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
-        Err(e) => return Err(e.into()),
+    let Some(text) = crate::store::atomic::if_exists(fs_err::read_to_string(path))? else {
+        return Ok(BTreeMap::new());
     };
     let mut last: BTreeMap<String, String> = BTreeMap::new();
     for line in text.lines() {

@@ -35,15 +35,22 @@ pub fn write(path: &Path, bytes: &[u8]) -> io::Result<()> {
 /// How the temporary files of [`write`] end: `NAME.PID.tmp`.
 const TEMP_SUFFIX: &str = ".tmp";
 
+/// `None` for a file (or directory) that is not there, the result otherwise.
+pub fn if_exists<T>(result: io::Result<T>) -> io::Result<Option<T>> {
+    match result {
+        Ok(value) => Ok(Some(value)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// Removes the temporary files [`write`] left in `dir` when a process died mid-write (`kill -9`,
 /// a full disk before this cleanup existed). Only for a directory no other process writes: the
 /// caller holds the run lock. Returns the files removed.
 pub fn remove_stale_temps(dir: &Path) -> io::Result<Vec<std::path::PathBuf>> {
     let mut removed = Vec::new();
-    let entries = match fs_err::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(removed),
-        Err(e) => return Err(e),
+    let Some(entries) = if_exists(fs_err::read_dir(dir))? else {
+        return Ok(removed);
     };
     let own = format!(".{}{TEMP_SUFFIX}", std::process::id());
     for entry in entries {
@@ -72,16 +79,15 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
 
 /// Reads JSON from `path`; `Ok(None)` when it does not exist.
 pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> io::Result<Option<T>> {
-    match fs_err::read(path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
-            io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("`{}`: {e}", path.display()),
-            )
-        }),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
+    let Some(bytes) = if_exists(fs_err::read(path))? else {
+        return Ok(None);
+    };
+    serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("`{}`: {e}", path.display()),
+        )
+    })
 }
 
 #[cfg(test)]

@@ -33,6 +33,7 @@ use std::io::{self, Read as _, Seek as _, SeekFrom, Write as _};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+use super::atomic::if_exists;
 use super::frames::{self, FrameBody};
 use super::ids::{self, IdSet};
 use super::index;
@@ -503,11 +504,7 @@ fn read_checked(marker: &Path, path: &Path) -> io::Result<u64> {
         // An unreadable marker only costs a slower start.
         Ok(None) | Err(_) => 0,
     };
-    let len = match fs_err::metadata(path) {
-        Ok(meta) => meta.len(),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => 0,
-        Err(e) => return Err(e),
-    };
+    let len = if_exists(fs_err::metadata(path))?.map_or(0, |meta| meta.len());
     Ok(if through <= len { through } else { 0 })
 }
 

@@ -104,10 +104,8 @@ fn read_stretches(
     batch_bytes: usize,
     mut stretch: impl FnMut(&mut fs_err::File, u64, &mut Scan) -> io::Result<u64>,
 ) -> io::Result<Scan> {
-    let mut file = match fs_err::File::open(path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Scan::default()),
-        Err(e) => return Err(e),
+    let Some(mut file) = super::atomic::if_exists(fs_err::File::open(path))? else {
+        return Ok(Scan::default());
     };
     let len = file.metadata()?.len();
     let mut scan = Scan {

@@ -38,6 +38,8 @@
 
 use std::path::{Path, PathBuf};
 
+use super::atomic::if_exists;
+
 /// The prefixes of the files `gen run` sets aside in a source directory, and what each holds.
 pub const SET_ASIDE: [(&str, &str); 9] = [
     ("completions.damaged-", "damaged bytes of the completions"),
@@ -218,10 +220,7 @@ impl SourceDir {
             self.tally(),
             self.completions().with_extension("zst.checked"),
         ] {
-            match fs_err::remove_file(&derived) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-                _ => {}
-            }
+            if_exists(fs_err::remove_file(&derived))?;
         }
         Ok(moved.then(|| answers.display().to_string()))
     }
@@ -229,10 +228,8 @@ impl SourceDir {
     /// The files `gen run` set aside in this directory, by name.
     pub fn set_aside(&self) -> std::io::Result<Vec<String>> {
         let mut names = Vec::new();
-        let entries = match fs_err::read_dir(&self.root) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(names),
-            Err(e) => return Err(e),
+        let Some(entries) = if_exists(fs_err::read_dir(&self.root))? else {
+            return Ok(names);
         };
         for entry in entries {
             let name = entry?.file_name().to_string_lossy().into_owned();
@@ -263,9 +260,5 @@ impl SourceDir {
 
 /// Renames `from` to `to`; false when `from` does not exist.
 fn rename_if_there(from: &Path, to: &Path) -> std::io::Result<bool> {
-    match fs_err::rename(from, to) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(e),
-    }
+    Ok(if_exists(fs_err::rename(from, to))?.is_some())
 }

@@ -9,6 +9,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::store::atomic::if_exists;
 use crate::store::ids::{self, IdSet};
 use gen_sources::Message;
 
@@ -366,10 +367,8 @@ impl Resend {
 /// line) to `to`, keeping the others in order (rewritten atomically, after `to` is on disk).
 /// Returns how many were moved. Their prompts are then not settled and are sent again.
 pub fn set_aside_unreadable_rejections(path: &Path, to: &Path) -> io::Result<u64> {
-    let bytes = match fs_err::read(path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(e),
+    let Some(bytes) = if_exists(fs_err::read(path))? else {
+        return Ok(0);
     };
     let (mut kept, mut moved, mut count) = (Vec::new(), Vec::new(), 0);
     for line in bytes
@@ -410,10 +409,8 @@ pub struct Settled {
 /// prompts, except the refusals `resend` sends again. Prompts that merely ran out of attempts
 /// are not settled: the next run retries them.
 pub fn settled_ids(path: &Path, resend: &Resend) -> io::Result<Settled> {
-    let text = match fs_err::read(path) {
-        Ok(bytes) => bytes,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Settled::default()),
-        Err(e) => return Err(e),
+    let Some(text) = if_exists(fs_err::read(path))? else {
+        return Ok(Settled::default());
     };
     let mut settled = Settled::default();
     let (mut keys, mut refused) = (Vec::new(), Vec::new());

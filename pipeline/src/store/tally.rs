@@ -16,7 +16,7 @@ use std::time::UNIX_EPOCH;
 
 use serde::{Deserialize, Serialize};
 
-use super::atomic;
+use super::atomic::{self, if_exists};
 use super::layout::SourceDir;
 
 /// What [`load`] counted in a source's completions.
@@ -49,17 +49,11 @@ struct Cached {
 
 /// The file's length and modification time: what says it is the file a count was made from.
 fn identity(path: &Path) -> io::Result<Option<(u64, u128)>> {
-    match fs_err::metadata(path) {
-        Ok(meta) => {
-            let modified = meta
-                .modified()?
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos());
-            Ok(Some((meta.len(), modified)))
-        }
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
+    let Some(meta) = if_exists(fs_err::metadata(path))? else {
+        return Ok(None);
+    };
+    let modified = meta.modified()?.duration_since(UNIX_EPOCH);
+    Ok(Some((meta.len(), modified.map_or(0, |d| d.as_nanos()))))
 }
 
 /// Counts the completions of `dir` (from its cache when the file is unchanged).
@@ -127,10 +121,8 @@ struct Tokens {
 fn count(path: &Path) -> io::Result<Tally> {
     use std::io::BufRead as _;
     let mut tally = Tally::default();
-    let file = match fs_err::File::open(path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(tally),
-        Err(e) => return Err(e),
+    let Some(file) = if_exists(fs_err::File::open(path))? else {
+        return Ok(tally);
     };
     let mut reader = io::BufReader::new(zstd::stream::read::Decoder::new(file)?);
     let mut line = Vec::new();
