@@ -256,24 +256,13 @@ impl ChatClient {
         max_tokens: u32,
         params: &Map<String, Value>,
     ) -> Result<Completion, RequestError> {
-        self.complete_chat((messages, None), max_tokens, params)
-            .await
+        let timed = self.timed((messages, None), max_tokens, params).await;
+        timed.map(|timed| timed.completion)
     }
 
-    /// [`ChatClient::complete_with`] for a conversation with its tool definitions.
-    pub async fn complete_chat(
-        &self,
-        chat: Chat<'_>,
-        max_tokens: u32,
-        params: &Map<String, Value>,
-    ) -> Result<Completion, RequestError> {
-        self.timed(chat, max_tokens, params)
-            .await
-            .map(|timed| timed.completion)
-    }
-
-    /// [`ChatClient::complete_chat`], also measuring the time to the first generated token
-    /// (the first chunk that carries content or reasoning) and to the end of the stream.
+    /// [`ChatClient::complete_with`] for a conversation with its tool definitions, also
+    /// measuring the time to the first generated token (the first chunk that carries content
+    /// or reasoning) and to the end of the stream.
     pub async fn timed(
         &self,
         chat: Chat<'_>,

@@ -473,7 +473,7 @@ impl Dispatcher {
                 backend.telemetry.sent(messages);
             }
             let result = tokio::select! {
-                result = backend.client.complete_chat((messages, ask.tools), max_tokens, ask.params) => result,
+                result = backend.client.timed((messages, ask.tools), max_tokens, ask.params) => result.map(|timed| timed.completion),
                 // Another request found the server down (or the stall watchdog did): this
                 // stream is lost with it; the prompt moves on without spending an attempt.
                 () = backend.liveness.wait_down() => continue,
