@@ -121,7 +121,7 @@ struct StoredCompletion {
     settings: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 struct StoredUsage {
     prompt_tokens: Option<u64>,
     completion_tokens: Option<u64>,
@@ -161,25 +161,18 @@ fn prompt_message(message: &Message) -> ExportMessage {
     }
 }
 
-fn answer(
-    content: String,
-    reasoning_content: Option<String>,
-    finish_reason: Option<String>,
-    cut_by: Option<crate::store::records::CutBy>,
-    usage: Option<&StoredUsage>,
-    token_ids: Option<TokenIds>,
-) -> ExportMessage {
-    let (prompt_tokens, completion_tokens) = tokens(usage);
+fn answer(turn: StoredTurn) -> ExportMessage {
+    let (prompt_tokens, completion_tokens) = tokens(turn.usage.as_ref());
     ExportMessage {
         role: "assistant".to_owned(),
-        content,
-        reasoning_content,
+        content: turn.content,
+        reasoning_content: turn.reasoning_content,
         answer: Some(Answer {
-            finish_reason,
-            cut_by,
+            finish_reason: turn.finish_reason,
+            cut_by: turn.cut_by,
             prompt_tokens,
             completion_tokens,
-            token_ids,
+            token_ids: turn.token_ids,
         }),
         ..ExportMessage::default()
     }
@@ -190,14 +183,14 @@ impl From<StoredCompletion> for ExportRow {
         let mut messages = Vec::with_capacity(stored.messages.len() + 1 + stored.turns.len());
         if stored.turns.is_empty() {
             messages.extend(stored.messages.iter().map(prompt_message));
-            messages.push(answer(
-                stored.content,
-                stored.reasoning_content.clone(),
-                stored.finish_reason.clone(),
-                stored.cut_by,
-                stored.usage.as_ref(),
-                stored.token_ids,
-            ));
+            messages.push(answer(StoredTurn {
+                content: stored.content,
+                reasoning_content: stored.reasoning_content.clone(),
+                finish_reason: stored.finish_reason.clone(),
+                cut_by: stored.cut_by,
+                usage: stored.usage.clone(),
+                token_ids: stored.token_ids,
+            }));
         } else {
             // A multi-turn regeneration answered in order, each answer where `gen run` asked
             // for it: after a user turn, or after the tool results that follow it.
@@ -208,14 +201,7 @@ impl From<StoredCompletion> for ExportRow {
                 if points.next_if_eq(&index).is_some()
                     && let Some(turn) = answers.next()
                 {
-                    messages.push(answer(
-                        turn.content,
-                        turn.reasoning_content,
-                        turn.finish_reason,
-                        turn.cut_by,
-                        turn.usage.as_ref(),
-                        turn.token_ids,
-                    ));
+                    messages.push(answer(turn));
                 }
             }
         }
