@@ -51,6 +51,10 @@ pub enum Command {
         /// Run directory (default: `[run] dir` of the config, else `runs/<config name>`).
         #[arg(long)]
         run_dir: Option<PathBuf>,
+        /// Prepare nothing: wait until the run directory holds every source prepared by another
+        /// `gen prepare` (the preparation Job of `gen k8s`); exit 1 if that one failed.
+        #[arg(long, hide_short_help = true)]
+        wait: bool,
     },
     /// Prepare every source and generate completions; resumes where the last run stopped.
     #[command(after_help = RUN_HELP)]
@@ -111,8 +115,8 @@ pub enum Command {
     /// its own inference server; `--only-failed` resubmits only the shards not done.
     #[command(after_help = SLURM_HELP)]
     Slurm(SlurmArgs),
-    /// Print a Kubernetes Indexed Job (JSON, which `kubectl apply -f` reads as YAML) whose
-    /// pod K runs shard K of N.
+    /// Print a Kubernetes Job that prepares every source once and an Indexed Job whose pod K
+    /// runs shard K of N once that is done (a `List`, JSON, which `kubectl apply -f` reads).
     #[command(after_help = K8S_HELP)]
     K8s(K8sArgs),
     /// Prepare one source (the preparation worker `gen run` and `gen prepare` start for each
@@ -228,7 +232,9 @@ const K8S_HELP: &str = "Examples:
 Paths are as the pods see them; relative ones are on the volume (the pods'
 working directory). The config is read here only to check it, when it is here
 too. The run root (`--run-dir`, else `runs/NAME` next to the config) must be on
-the volume. `HF_HOME` is the volume's `hf-cache`, shared by every pod.";
+the volume. `HF_HOME` is the volume's `hf-cache`, shared by every pod. The first
+Job prepares every source once into RUN_ROOT/prepared; each shard's pod waits
+for it (`gen prepare --wait`, an init container), then takes what it prepared.";
 
 const DOCTOR_HELP: &str = "Examples:
   gen doctor datasets.toml
@@ -321,8 +327,9 @@ pub struct SlurmArgs {
     /// Requeue a task that is preempted, or stopped by SIGUSR1 before its time limit.
     #[arg(long)]
     pub requeue: bool,
-    /// At most N tasks of the array run at once (`--array=…%N`), leaving a shared cluster's
-    /// other GPUs to others [default: no limit, or the last submission's].
+    /// At most N tasks of the array run at once (`--array=…%N`; of each array, when more
+    /// shards than the cluster's `MaxArraySize` are split into several), leaving a shared
+    /// cluster's other GPUs to others [default: no limit, or the last submission's].
     #[arg(
         long,
         value_name = "N",

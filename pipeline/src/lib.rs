@@ -125,8 +125,23 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
         }
         Command::Prepare {
             config,
+            run_dir,
+            wait: true,
+            ..
+        } => {
+            let plan = Plan::load(&config)?;
+            let dir = run_dir_for(&plan, run_dir);
+            let every = std::time::Duration::from_secs(5);
+            Ok(match scale::prepared::wait(&plan, &dir, every) {
+                true => ExitCode::SUCCESS,
+                false => ExitCode::from(exit::FAILED),
+            })
+        }
+        Command::Prepare {
+            config,
             sources,
             run_dir,
+            wait: false,
         } => run_command(RunArgs {
             config,
             run_dir,
@@ -447,6 +462,7 @@ fn slurm_command(args: cli::SlurmArgs) -> Result<ExitCode, CliError> {
         max_running: args
             .max_running
             .or_else(|| last.and_then(|j| j.max_running)),
+        arrays: Vec::new(),
     };
     let unprepared = scale::prepared::unprepared(&plan, &scale::root::RunRoot::new(root.root()));
     Ok(scale::slurm::slurm(

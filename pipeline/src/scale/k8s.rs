@@ -64,38 +64,35 @@ pub fn check(job: &K8sJob) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The Indexed Job manifest.
+/// The manifest: a `List` of the preparation Job (with a shared volume: `gen prepare` into
+/// `RUN_ROOT/prepared`, once) and the Indexed Job, whose pods first wait for it.
 pub fn manifest(job: &K8sJob) -> Value {
-    let shards = job.shards.to_string();
-    let mut command = vec![
-        "gen".to_owned(),
-        "run".to_owned(),
-        job.config.clone(),
-        "--shard".to_owned(),
-        "auto".to_owned(),
-        "--shards".to_owned(),
-        shards.clone(),
-        "--run-dir".to_owned(),
-        job.root.clone(),
-    ];
-    if let Some(launch) = &job.server_launch {
-        command.extend(["--server-launch".to_owned(), launch.clone()]);
+    let mut items = Vec::new();
+    if job.volume_claim.is_some() {
+        items.push(preparation(job));
     }
-    let mut env = vec![json!({"name": super::launcher::SHARDS_ENV, "value": shards})];
-    let (mut mounts, mut volumes) = (Vec::new(), Vec::new());
-    if let Some(claim) = &job.volume_claim {
+    items.push(indexed_job(job));
+    json!({"apiVersion": "v1", "kind": "List", "items": items})
+}
+
+fn prepared_dir(job: &K8sJob) -> String {
+    Path::new(&job.root).join("prepared").display().to_string()
+}
+
+/// `gen ARGS…` as a container `name` with the volumes, working directory and Hub settings
+/// every container of the job gets.
+fn container(job: &K8sJob, name: &str, args: &[&str]) -> Value {
+    let command: Vec<&str> = std::iter::once("gen").chain(args.iter().copied()).collect();
+    let mut env =
+        vec![json!({"name": super::launcher::SHARDS_ENV, "value": job.shards.to_string()})];
+    let mut mounts = Vec::new();
+    if job.volume_claim.is_some() {
         // One download of each dataset for every pod, on the volume they share.
         let cache = Path::new(&job.mount_path).join("hf-cache");
         env.push(json!({"name": "HF_HOME", "value": cache.display().to_string()}));
         mounts.push(json!({"name": "runs", "mountPath": job.mount_path}));
-        volumes.push(json!({"name": "runs", "persistentVolumeClaim": {"claimName": claim}}));
-    }
-    let mut shm = json!({"medium": "Memory"});
-    if let Some(size) = &job.shm_size {
-        shm["sizeLimit"] = json!(size);
     }
     mounts.push(json!({"name": "dshm", "mountPath": "/dev/shm"}));
-    volumes.push(json!({"name": "dshm", "emptyDir": shm}));
     if let Some(secret) = &job.hf_token_secret {
         env.push(json!({
             "name": "HF_TOKEN",
@@ -103,7 +100,7 @@ pub fn manifest(job: &K8sJob) -> Value {
         }));
     }
     let mut container = json!({
-        "name": "gen",
+        "name": name,
         "image": job.image,
         "command": command,
         "env": env,
@@ -112,6 +109,11 @@ pub fn manifest(job: &K8sJob) -> Value {
     if job.volume_claim.is_some() {
         container["workingDir"] = json!(job.mount_path);
     }
+    container
+}
+
+/// CPU, memory and (with `gpus`) GPU requests and limits.
+fn resources(job: &K8sJob, gpus: bool) -> Option<Value> {
     let (mut requests, mut limits) = (json!({}), json!({}));
     if let Some(cpus) = job.cpus {
         requests["cpu"] = json!(cpus.to_string());
@@ -120,27 +122,109 @@ pub fn manifest(job: &K8sJob) -> Value {
         requests["memory"] = json!(memory);
         limits["memory"] = json!(memory);
     }
-    if let Some(gpus) = job.gpus {
+    if let Some(gpus) = job.gpus.filter(|_| gpus) {
         requests["nvidia.com/gpu"] = json!(gpus);
         limits["nvidia.com/gpu"] = json!(gpus);
     }
-    if requests != json!({}) {
-        container["resources"] = json!({"requests": requests});
+    if requests == json!({}) {
+        return None;
     }
+    let mut resources = json!({"requests": requests});
     if limits != json!({}) {
-        container["resources"]["limits"] = limits;
+        resources["limits"] = limits;
     }
-    let pod = json!({
+    Some(resources)
+}
+
+/// A pod of `containers` (and `init` containers) with the job's volumes.
+fn pod(job: &K8sJob, containers: Vec<Value>, init: Vec<Value>) -> Value {
+    let mut volumes = Vec::new();
+    if let Some(claim) = &job.volume_claim {
+        volumes.push(json!({"name": "runs", "persistentVolumeClaim": {"claimName": claim}}));
+    }
+    let mut shm = json!({"medium": "Memory"});
+    if let Some(size) = &job.shm_size {
+        shm["sizeLimit"] = json!(size);
+    }
+    volumes.push(json!({"name": "dshm", "emptyDir": shm}));
+    let mut pod = json!({
         "restartPolicy": "Never",
         // `gen` stops gracefully on SIGTERM: in-flight requests get 30 s to finish.
         "terminationGracePeriodSeconds": 60,
-        "containers": [container],
+        "containers": containers,
         "volumes": volumes,
     });
+    if !init.is_empty() {
+        pod["initContainers"] = json!(init);
+    }
+    pod
+}
+
+fn metadata(name: &str) -> Value {
+    json!({"name": name, "labels": {"app.kubernetes.io/name": "gen"}})
+}
+
+/// The Job that prepares every source once into `RUN_ROOT/prepared` (no GPU).
+fn preparation(job: &K8sJob) -> Value {
+    let prepared = prepared_dir(job);
+    let mut prepare = container(
+        job,
+        "prepare",
+        &["prepare", &job.config, "--run-dir", &prepared],
+    );
+    if let Some(resources) = resources(job, false) {
+        prepare["resources"] = resources;
+    }
     json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": job.name, "labels": {"app.kubernetes.io/name": "gen"}},
+        "metadata": metadata(&format!("{}-prepare", job.name)),
+        "spec": {
+            "backoffLimit": job.retries_per_index,
+            "template": {
+                "metadata": {"labels": {"app.kubernetes.io/name": "gen"}},
+                "spec": pod(job, vec![prepare], Vec::new()),
+            },
+        },
+    })
+}
+
+/// The Indexed Job: pod `k` runs shard `k`, once the preparation is done.
+fn indexed_job(job: &K8sJob) -> Value {
+    let shards = job.shards.to_string();
+    let mut args = vec![
+        "run",
+        &job.config,
+        "--shard",
+        "auto",
+        "--shards",
+        &shards,
+        "--run-dir",
+        &job.root,
+    ];
+    if let Some(launch) = &job.server_launch {
+        args.extend(["--server-launch", launch]);
+    }
+    let mut gen_ = container(job, "gen", &args);
+    if let Some(resources) = resources(job, true) {
+        gen_["resources"] = resources;
+    }
+    // Each pod takes the shared preparation instead of downloading every dataset itself.
+    let prepared = prepared_dir(job);
+    let wait = (job.volume_claim.is_some())
+        .then(|| {
+            container(
+                job,
+                "wait-prepared",
+                &["prepare", &job.config, "--run-dir", &prepared, "--wait"],
+            )
+        })
+        .into_iter()
+        .collect();
+    json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata(&job.name),
         "spec": {
             "completionMode": "Indexed",
             "completions": job.shards,
@@ -162,7 +246,7 @@ pub fn manifest(job: &K8sJob) -> Value {
             ]},
             "template": {
                 "metadata": {"labels": {"app.kubernetes.io/name": "gen"}},
-                "spec": pod,
+                "spec": pod(job, vec![gen_], wait),
             },
         },
     })
@@ -193,7 +277,7 @@ mod tests {
 
     #[test]
     fn the_manifest_is_an_indexed_job_with_the_count_in_the_pod() {
-        let text = serde_json::to_string_pretty(&manifest(&job())).expect("json");
+        let text = serde_json::to_string_pretty(&indexed_job(&job())).expect("json");
         let value: Value = serde_json::from_str(&text).expect("parses back");
         assert_eq!(value["apiVersion"], "batch/v1");
         assert_eq!(value["kind"], "Job");
@@ -240,7 +324,7 @@ mod tests {
     /// Issue 29 item 5: what a site cluster needs beyond the Indexed Job itself.
     #[test]
     fn pods_work_on_the_volume_survive_evictions_and_get_their_resources() {
-        let value = manifest(&job());
+        let value = indexed_job(&job());
         let spec = &value["spec"];
         assert_eq!(spec["podReplacementPolicy"], "Failed");
         let rules = &spec["podFailurePolicy"]["rules"];
@@ -278,6 +362,64 @@ mod tests {
         );
     }
 
+    /// Prepare once: a Job prepares every source into `RUN_ROOT/prepared` on the volume (no
+    /// GPU), and each shard's pod waits for it (an init container) before `gen run` takes it.
+    #[test]
+    fn the_sources_are_prepared_once_by_a_job_the_shards_wait_for() {
+        let value = manifest(&job());
+        assert_eq!(
+            (&value["apiVersion"], &value["kind"]),
+            (&json!("v1"), &json!("List"))
+        );
+        let items = value["items"].as_array().expect("items");
+        assert_eq!(items.len(), 2);
+        let (preparation, shards) = (&items[0], &items[1]);
+        assert_eq!(preparation["metadata"]["name"], "gen-datasets-prepare");
+        assert!(preparation["spec"]["completionMode"].is_null());
+        let prepare = &preparation["spec"]["template"]["spec"]["containers"][0];
+        let command = |c: &Value| -> Vec<String> {
+            serde_json::from_value(c["command"].clone()).expect("command")
+        };
+        assert_eq!(
+            command(prepare),
+            [
+                "gen",
+                "prepare",
+                "/data/datasets.toml",
+                "--run-dir",
+                "/data/runs/datasets/prepared"
+            ]
+        );
+        assert_eq!(
+            prepare["resources"],
+            json!({"requests": {"cpu": "8", "memory": "64Gi"}, "limits": {"memory": "64Gi"}})
+        );
+        assert_eq!(prepare["workingDir"], "/data");
+        assert_eq!(prepare["env"][1]["value"], "/data/hf-cache");
+        let pod = &shards["spec"]["template"]["spec"];
+        let wait = &pod["initContainers"][0];
+        assert_eq!(
+            command(wait),
+            [
+                "gen",
+                "prepare",
+                "/data/datasets.toml",
+                "--run-dir",
+                "/data/runs/datasets/prepared",
+                "--wait"
+            ]
+        );
+        assert_eq!(wait["volumeMounts"][0]["mountPath"], "/data");
+        assert_eq!(command(&pod["containers"][0])[1], "run");
+        // Without a shared volume there is nothing to share: the pods prepare themselves.
+        let alone = manifest(&K8sJob {
+            volume_claim: None,
+            ..job()
+        });
+        assert_eq!(alone["items"].as_array().map(Vec::len), Some(1));
+        assert!(alone["items"][0]["spec"]["template"]["spec"]["initContainers"].is_null());
+    }
+
     #[test]
     fn a_run_root_off_the_shared_volume_is_refused() {
         check(&job()).expect("on the volume");
@@ -304,7 +446,7 @@ mod tests {
 
     #[test]
     fn a_pod_of_the_job_finds_its_shard() {
-        let value = manifest(&job());
+        let value = indexed_job(&job());
         let env = &value["spec"]["template"]["spec"]["containers"][0]["env"][0];
         let shards: u32 = env["value"]
             .as_str()

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use crate::support::{Project, copy_examples};
+use crate::support::{Config, Output, Project, copy_examples};
 
 /// Issue 29 item 3, without a cluster: the batch script run as Slurm runs it (its output into
 /// `%A_%a.out`) with a `gen` binary that does not exist. Before, `gen status` showed the shard
@@ -60,25 +60,30 @@ async fn a_task_whose_gen_never_started_is_shown_failed_with_its_log() {
     );
 }
 
+/// `gen k8s CONFIG --shards 2` of an image, the run root on the claim `runs`, and `extra`.
+async fn k8s(gen_: &Project, config: &str, extra: &[&str]) -> Output {
+    let args = [
+        "k8s",
+        config,
+        "--shards",
+        "2",
+        "--image",
+        "registry.example/gen:1",
+        "--volume-claim",
+        "runs",
+    ];
+    gen_.run(&[&args[..], extra].concat()).await
+}
+
 /// Issue 29 item 5: the config path is the pods' (`/data/...`, not on this machine): before,
 /// `gen k8s` loaded it here and exited 2. The run root then lies next to it, on the volume.
 #[tokio::test]
 async fn gen_k8s_takes_the_config_as_the_pods_see_it() {
     let gen_ = Project::new();
-    let out = gen_
-        .run(&[
-            "k8s",
-            "/data/jobs/job.toml",
-            "--shards",
-            "2",
-            "--image",
-            "registry.example/gen:1",
-            "--volume-claim",
-            "runs",
-        ])
-        .await;
+    let out = k8s(&gen_, "/data/jobs/job.toml", &[]).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    let job: serde_json::Value = serde_json::from_str(&out.stdout).expect("json");
+    let list: serde_json::Value = serde_json::from_str(&out.stdout).expect("json");
+    let job = &list["items"][1];
     let container = &job["spec"]["template"]["spec"]["containers"][0];
     let command: Vec<&str> = container["command"]
         .as_array()
@@ -102,26 +107,66 @@ async fn gen_k8s_takes_the_config_as_the_pods_see_it() {
     assert_eq!(job["metadata"]["name"], "gen-job");
 
     // A run root off the volume is refused: every pod would write its own.
-    let off = gen_
-        .run(&[
-            "k8s",
-            "/data/jobs/job.toml",
-            "--shards",
-            "2",
-            "--image",
-            "registry.example/gen:1",
-            "--volume-claim",
-            "runs",
-            "--run-dir",
-            "/tmp/runs/job",
-        ])
-        .await;
+    let off = k8s(
+        &gen_,
+        "/data/jobs/job.toml",
+        &["--run-dir", "/tmp/runs/job"],
+    )
+    .await;
     assert_eq!(off.code, Some(2), "{}", off.stderr);
     assert!(
         off.stderr.contains("is not on the volume the pods share"),
         "{}",
         off.stderr
     );
+}
+
+/// Issue 29 item 7 on Kubernetes, without a cluster: the commands of `gen k8s`'s manifest
+/// run as its pods would, on a directory standing in for the shared volume. A shard pod's init
+/// container waits while nothing is prepared and ends (exit 0) once the preparation Job's
+/// command has prepared every source.
+#[tokio::test]
+async fn a_shard_pod_waits_for_the_preparation_job() {
+    use tokio::io::AsyncBufReadExt as _;
+    let gen_ = Project::new();
+    gen_.write("local.jsonl", "{\"prompt\": \"a\"}\n{\"prompt\": \"b\"}\n");
+    gen_.config(&Config::new("http://127.0.0.1:9/v1").source("local", "local.jsonl"));
+    let volume = gen_.path("");
+    let volume = volume.to_str().expect("utf-8").trim_end_matches('/');
+    let out = k8s(&gen_, "cfg.toml", &["--mount-path", volume]).await;
+    assert_eq!(out.code, Some(0), "{}", out.stderr);
+    let list: serde_json::Value = serde_json::from_str(&out.stdout).expect("json");
+    let command = |container: &serde_json::Value| -> Vec<String> {
+        let command: Vec<String> =
+            serde_json::from_value(container["command"].clone()).expect("command");
+        assert_eq!(command[0], "gen");
+        command[1..].to_vec()
+    };
+    let pod = |item: usize| &list["items"][item]["spec"]["template"]["spec"];
+    let prepare = command(&pod(0)["containers"][0]);
+    let wait = command(&pod(1)["initContainers"][0]);
+    let wait: Vec<&str> = wait.iter().map(String::as_str).collect();
+
+    let mut waiter = gen_.command(&wait).start();
+    let mut said = tokio::io::BufReader::new(waiter.child.stderr.take().expect("stderr")).lines();
+    let first = said.next_line().await.expect("read").expect("a line");
+    assert!(
+        first.starts_with("gen: waiting for local to be prepared in "),
+        "{first}"
+    );
+    let prepare: Vec<&str> = prepare.iter().map(String::as_str).collect();
+    let prepared = gen_.run(&prepare).await;
+    assert_eq!(prepared.code, Some(0), "{}", prepared.stderr);
+    let exit = waiter.exit(std::time::Duration::from_secs(30)).await;
+    assert!(exit.success(), "{exit}");
+    let last = said.next_line().await.expect("read").expect("a line");
+    assert!(
+        last.starts_with("gen: every source is prepared in "),
+        "{last}"
+    );
+    // Once prepared, a pod's wait ends at once.
+    let again = gen_.run(&wait).await;
+    assert_eq!(again.code, Some(0), "{}", again.stderr);
 }
 
 /// The manifest with every option, against the offline `batch/v1` schemas of each supported
@@ -171,14 +216,33 @@ async fn the_k8s_manifest_validates_against_every_supported_version() {
         ])
         .await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    let manifest = gen_.path("job.json");
-    std::fs::write(&manifest, &out.stdout).expect("write");
+    // `kubernetes-validate` does not look inside a `List`: each item is a document of its own.
+    let list: serde_json::Value = serde_json::from_str(&out.stdout).expect("json");
+    let items = list["items"].as_array().expect("items");
+    let kinds: Vec<(&str, &str)> = (items.iter())
+        .map(|i| {
+            (
+                i["kind"].as_str().expect("kind"),
+                i["metadata"]["name"].as_str().expect("name"),
+            )
+        })
+        .collect();
+    assert_eq!(kinds, [("Job", "gen-job-prepare"), ("Job", "gen-job")]);
+    let documents: Vec<String> = items.iter().map(|i| format!("---\n{i}\n")).collect();
+    let manifest = gen_.path("job.yaml");
+    std::fs::write(&manifest, documents.concat()).expect("write");
     for minor in 29..=37 {
         let checked = Command::new(&validate)
             .args(["--strict", "-k", &format!("1.{minor}.0")])
             .arg(&manifest)
             .output()
             .expect("kubernetes-validate");
+        let said = String::from_utf8_lossy(&checked.stdout);
+        assert_eq!(
+            said.matches(" passed for resource job/").count(),
+            2,
+            "1.{minor}: {said}"
+        );
         assert!(
             checked.status.success(),
             "1.{minor}: {}{}",
