@@ -399,6 +399,17 @@ pub struct K8sArgs {
     /// A Secret whose key `token` becomes `HF_TOKEN` in every pod.
     #[arg(long, value_name = "SECRET", help_heading = "Each pod")]
     pub hf_token_secret: Option<String>,
+    /// Pods per shard, the server launched across them: a LeaderWorkerSet group per shard
+    /// (`{node_rank}`, `{nnodes}`, `{head}` in the launch, as for `gen slurm`).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..),
+        help_heading = "Each pod",
+        hide_short_help = true
+    )]
+    pub nodes_per_shard: u32,
     /// Retries of one shard's pod before it counts as failed.
     #[arg(long, default_value_t = 2, hide_short_help = true)]
     pub retries: u32,

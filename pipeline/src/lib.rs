@@ -521,7 +521,12 @@ fn k8s_command(args: &cli::K8sArgs) -> Result<ExitCode, CliError> {
         config: config.display().to_string(),
         root: root.display().to_string(),
         shards: args.shards,
-        server_launch: args.server_launch.clone(),
+        // Across pods, each pod's part of the launch is written out here.
+        server_launch: args.server_launch.clone().or_else(|| {
+            let launch = plan.as_ref()?.server.launch.as_ref()?;
+            let words: Vec<String> = launch.iter().map(|w| scale::nodes::quote(w)).collect();
+            (args.nodes_per_shard > 1).then(|| words.join(" "))
+        }),
         volume_claim: args.volume_claim.clone(),
         mount_path: args.mount_path.clone(),
         gpus: args.gpus,
@@ -530,6 +535,7 @@ fn k8s_command(args: &cli::K8sArgs) -> Result<ExitCode, CliError> {
         shm_size: args.shm_size.clone(),
         hf_token_secret: args.hf_token_secret.clone(),
         retries_per_index: args.retries,
+        nodes_per_shard: args.nodes_per_shard,
     };
     scale::k8s::check(&job).map_err(|error| CliError {
         code: exit::USAGE,

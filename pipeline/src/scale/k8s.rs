@@ -5,11 +5,24 @@
 //! directory and holds the Hugging Face cache they share. Paths are the pods': nothing here
 //! needs the config.
 //!
+//! With `--nodes-per-shard K` (a model larger than one node) the shards are the groups of a
+//! LeaderWorkerSet instead: the leader pod runs `gen` and rank 0 of the launch, `K − 1`
+//! worker pods run their rank, placed through LWS's variables (`super::nodes`' placeholders).
+//!
 //! Printed as JSON, which is YAML too: `kubectl apply -f` takes it as it is.
 
 use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
+
+use super::nodes::{self, HEAD, NNODES, NODE_RANK};
+
+/// The label LeaderWorkerSet puts on a group's pods with the group's index: the shard.
+const GROUP_INDEX_LABEL: &str = "leaderworkerset.sigs.k8s.io/group-index";
+
+/// The port a worker pod's part of the launch is given for `{port}` (`gen` picks the leader's;
+/// only rank 0 serves HTTP).
+const WORKER_PORT: &str = "30000";
 
 /// What the manifest describes. Paths are as the pods see them.
 #[derive(Debug, Clone)]
@@ -36,6 +49,8 @@ pub struct K8sJob {
     pub hf_token_secret: Option<String>,
     /// Retries of one index before it counts as failed (`backoffLimitPerIndex`).
     pub retries_per_index: u32,
+    /// Pods (nodes) per shard: above 1, a LeaderWorkerSet group of this size per shard.
+    pub nodes_per_shard: u32,
 }
 
 /// Exit code of `gen` for a usage or config error: another pod of the index would fail alike.
@@ -49,9 +64,27 @@ pub fn in_pod(path: &Path, volume: Option<&str>) -> PathBuf {
     }
 }
 
-/// Refuses a run root off the shared volume: each pod would write a root of its own that
-/// dies with it, and no shard would see another.
+/// Refuses a run root off the shared volume (each pod would write a root of its own that dies
+/// with it, and no shard would see another), and a shard across pods without a launch that
+/// says each pod's rank.
 pub fn check(job: &K8sJob) -> anyhow::Result<()> {
+    if job.nodes_per_shard > 1 {
+        let launch = job.server_launch.as_deref().ok_or_else(|| {
+            anyhow::anyhow!(
+                "a shard across {} pods starts its server across them: give the launch with \
+                 `--server-launch CMD` (or `[server] launch` in a config that is here too)",
+                job.nodes_per_shard
+            )
+        })?;
+        let words = shlex::split(launch)
+            .ok_or_else(|| anyhow::anyhow!("`--server-launch {launch}` is not shell words"))?;
+        if let Some((_, problem)) = nodes::launch_problems(Some(&words), job.nodes_per_shard)
+            .into_iter()
+            .next()
+        {
+            anyhow::bail!("{problem}");
+        }
+    }
     if job.volume_claim.is_some() {
         anyhow::ensure!(
             Path::new(&job.root).starts_with(&job.mount_path),
@@ -71,7 +104,10 @@ pub fn manifest(job: &K8sJob) -> Value {
     if job.volume_claim.is_some() {
         items.push(preparation(job));
     }
-    items.push(indexed_job(job));
+    items.push(match job.nodes_per_shard {
+        1 => indexed_job(job),
+        _ => leader_worker_set(job),
+    });
     json!({"apiVersion": "v1", "kind": "List", "items": items})
 }
 
@@ -79,10 +115,9 @@ fn prepared_dir(job: &K8sJob) -> String {
     Path::new(&job.root).join("prepared").display().to_string()
 }
 
-/// `gen ARGS…` as a container `name` with the volumes, working directory and Hub settings
+/// `command` as a container `name` with the volumes, working directory and Hub settings
 /// every container of the job gets.
-fn container(job: &K8sJob, name: &str, args: &[&str]) -> Value {
-    let command: Vec<&str> = std::iter::once("gen").chain(args.iter().copied()).collect();
+fn container(job: &K8sJob, name: &str, command: &[&str]) -> Value {
     let mut env =
         vec![json!({"name": super::launcher::SHARDS_ENV, "value": job.shards.to_string()})];
     let mut mounts = Vec::new();
@@ -170,7 +205,7 @@ fn preparation(job: &K8sJob) -> Value {
     let mut prepare = container(
         job,
         "prepare",
-        &["prepare", &job.config, "--run-dir", &prepared],
+        &["gen", "prepare", &job.config, "--run-dir", &prepared],
     );
     if let Some(resources) = resources(job, false) {
         prepare["resources"] = resources;
@@ -189,10 +224,10 @@ fn preparation(job: &K8sJob) -> Value {
     })
 }
 
-/// The Indexed Job: pod `k` runs shard `k`, once the preparation is done.
-fn indexed_job(job: &K8sJob) -> Value {
-    let shards = job.shards.to_string();
+/// `gen run` of a shard, the server from `launch`.
+fn run_command<'a>(job: &'a K8sJob, shards: &'a str, launch: Option<&'a str>) -> Vec<&'a str> {
     let mut args = vec![
+        "gen",
         "run",
         &job.config,
         "--shard",
@@ -202,25 +237,43 @@ fn indexed_job(job: &K8sJob) -> Value {
         "--run-dir",
         &job.root,
     ];
-    if let Some(launch) = &job.server_launch {
+    if let Some(launch) = launch {
         args.extend(["--server-launch", launch]);
     }
-    let mut gen_ = container(job, "gen", &args);
-    if let Some(resources) = resources(job, true) {
-        gen_["resources"] = resources;
-    }
-    // Each pod takes the shared preparation instead of downloading every dataset itself.
+    args
+}
+
+/// The init container that waits for the preparation, when there is one to wait for: each
+/// pod then takes the shared preparation instead of downloading every dataset itself.
+fn wait_prepared(job: &K8sJob) -> Vec<Value> {
     let prepared = prepared_dir(job);
-    let wait = (job.volume_claim.is_some())
+    (job.volume_claim.is_some())
         .then(|| {
             container(
                 job,
                 "wait-prepared",
-                &["prepare", &job.config, "--run-dir", &prepared, "--wait"],
+                &[
+                    "gen",
+                    "prepare",
+                    &job.config,
+                    "--run-dir",
+                    &prepared,
+                    "--wait",
+                ],
             )
         })
         .into_iter()
-        .collect();
+        .collect()
+}
+
+/// The Indexed Job: pod `k` runs shard `k`, once the preparation is done.
+fn indexed_job(job: &K8sJob) -> Value {
+    let shards = job.shards.to_string();
+    let args = run_command(job, &shards, job.server_launch.as_deref());
+    let mut gen_ = container(job, "gen", &args);
+    if let Some(resources) = resources(job, true) {
+        gen_["resources"] = resources;
+    }
     json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -246,7 +299,73 @@ fn indexed_job(job: &K8sJob) -> Value {
             ]},
             "template": {
                 "metadata": {"labels": {"app.kubernetes.io/name": "gen"}},
-                "spec": pod(job, vec![gen_], wait),
+                "spec": pod(job, vec![gen_], wait_prepared(job)),
+            },
+        },
+    })
+}
+
+/// The launch of the pod of rank `rank` in a group: `{nnodes}` the group's size, `{head}` the
+/// leader's address, as Kubernetes expands `$(VAR)` from LWS's variables.
+fn launch_in_group(launch: &[String], nodes: u32, rank: &str) -> Vec<String> {
+    (launch.iter())
+        .map(|arg| {
+            arg.replace(NNODES, &nodes.to_string())
+                .replace(HEAD, "$(LWS_LEADER_ADDRESS)")
+                .replace(NODE_RANK, rank)
+        })
+        .collect()
+}
+
+/// A LeaderWorkerSet of a group of `nodes_per_shard` pods per shard: the leader runs `gen`
+/// (rank 0 of the launch, started by it), the workers their rank of the launch.
+fn leader_worker_set(job: &K8sJob) -> Value {
+    let nodes = job.nodes_per_shard;
+    let launch = (job.server_launch.as_deref())
+        .and_then(shlex::split)
+        .unwrap_or_default();
+    let shards = job.shards.to_string();
+    let leader_launch: Vec<String> = (launch_in_group(&launch, nodes, "0").iter())
+        .map(|w| nodes::quote(w))
+        .collect();
+    let leader_launch = leader_launch.join(" ");
+    // A group's pods restart (LWS runs them as StatefulSets): a `gen` whose shard is done
+    // stays, rather than running again and again, until the set is deleted.
+    let mut command = vec!["/bin/sh", "-c", "\"$0\" \"$@\" && exec sleep infinity"];
+    command.extend(run_command(job, &shards, Some(&leader_launch)));
+    let mut leader = container(job, "gen", &command);
+    leader["env"].as_array_mut().expect("env is a list").push(json!({
+        "name": "JOB_COMPLETION_INDEX",
+        "valueFrom": {"fieldRef": {"fieldPath": format!("metadata.labels['{GROUP_INDEX_LABEL}']")}},
+    }));
+    let worker_launch = launch_in_group(&launch, nodes, "$(LWS_WORKER_INDEX)");
+    let worker_launch: Vec<String> = (worker_launch.iter())
+        .map(|w| w.replace("{port}", WORKER_PORT))
+        .collect();
+    let worker_launch: Vec<&str> = worker_launch.iter().map(String::as_str).collect();
+    let mut worker = container(job, "server", &worker_launch);
+    if let Some(resources) = resources(job, true) {
+        leader["resources"] = resources.clone();
+        worker["resources"] = resources;
+    }
+    let template = |pod: Value| {
+        let mut pod = pod;
+        pod["restartPolicy"] = json!("Always");
+        json!({"metadata": {"labels": {"app.kubernetes.io/name": "gen"}}, "spec": pod})
+    };
+    json!({
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": metadata(&job.name),
+        "spec": {
+            "replicas": job.shards,
+            "startupPolicy": "LeaderCreated",
+            "leaderWorkerTemplate": {
+                "size": nodes,
+                // One pod's part gone is the server gone: the group starts again whole.
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": template(pod(job, vec![leader], wait_prepared(job))),
+                "workerTemplate": template(pod(job, vec![worker], Vec::new())),
             },
         },
     })
@@ -272,6 +391,7 @@ mod tests {
             shm_size: Some("16Gi".into()),
             hf_token_secret: Some("hf-token".into()),
             retries_per_index: 2,
+            nodes_per_shard: 1,
         }
     }
 
@@ -418,6 +538,117 @@ mod tests {
         });
         assert_eq!(alone["items"].as_array().map(Vec::len), Some(1));
         assert!(alone["items"][0]["spec"]["template"]["spec"]["initContainers"].is_null());
+    }
+
+    /// Issue 29 item 6 on Kubernetes: a shard across two pods is a LeaderWorkerSet group. The
+    /// leader runs `gen` (its shard: the group's index) and, through it, rank 0 of the launch;
+    /// the worker runs rank `LWS_WORKER_INDEX`; both are told the group's size and the
+    /// leader's address.
+    #[test]
+    fn a_shard_across_pods_is_a_leader_worker_set_group() {
+        let job = K8sJob {
+            nodes_per_shard: 2,
+            server_launch: Some(
+                "python -m sglang.launch_server --model-path M --tp 16 --nnodes {nnodes} \
+                 --node-rank {node_rank} --dist-init-addr {head}:5000 --port {port}"
+                    .into(),
+            ),
+            ..job()
+        };
+        check(&job).expect("a launch across pods");
+        let value = manifest(&job);
+        assert_eq!(
+            value["items"][0]["metadata"]["name"],
+            "gen-datasets-prepare"
+        );
+        let set = &value["items"][1];
+        assert_eq!(set["apiVersion"], "leaderworkerset.x-k8s.io/v1");
+        assert_eq!(set["kind"], "LeaderWorkerSet");
+        let spec = &set["spec"];
+        assert_eq!(spec["replicas"], 4);
+        let group = &spec["leaderWorkerTemplate"];
+        assert_eq!(group["size"], 2);
+        assert_eq!(group["restartPolicy"], "RecreateGroupOnPodRestart");
+        let words = |c: &Value| -> Vec<String> {
+            serde_json::from_value(c["command"].clone()).expect("command")
+        };
+        let leader = &group["leaderTemplate"]["spec"];
+        let gen_ = words(&leader["containers"][0]);
+        assert_eq!(
+            gen_[..5],
+            [
+                "/bin/sh",
+                "-c",
+                "\"$0\" \"$@\" && exec sleep infinity",
+                "gen",
+                "run"
+            ]
+        );
+        assert_eq!(gen_[gen_.len() - 2], "--server-launch");
+        let rank0 = shlex::split(&gen_[gen_.len() - 1]).expect("words");
+        let tail = |words: &[String]| words[words.len() - 8..].to_vec();
+        assert_eq!(
+            tail(&rank0),
+            [
+                "--nnodes",
+                "2",
+                "--node-rank",
+                "0",
+                "--dist-init-addr",
+                "$(LWS_LEADER_ADDRESS):5000",
+                "--port",
+                "{port}"
+            ]
+        );
+        let env = leader["containers"][0]["env"].as_array().expect("env");
+        let index = env
+            .iter()
+            .find(|e| e["name"] == "JOB_COMPLETION_INDEX")
+            .expect("index");
+        assert_eq!(
+            index["valueFrom"]["fieldRef"]["fieldPath"],
+            "metadata.labels['leaderworkerset.sigs.k8s.io/group-index']"
+        );
+        assert_eq!(leader["initContainers"][0]["name"], "wait-prepared");
+        assert_eq!(leader["restartPolicy"], "Always");
+        let worker = &group["workerTemplate"]["spec"];
+        let rank = words(&worker["containers"][0]);
+        assert_eq!(rank[..3], ["python", "-m", "sglang.launch_server"]);
+        assert_eq!(
+            tail(&rank),
+            [
+                "--nnodes",
+                "2",
+                "--node-rank",
+                "$(LWS_WORKER_INDEX)",
+                "--dist-init-addr",
+                "$(LWS_LEADER_ADDRESS):5000",
+                "--port",
+                "30000"
+            ]
+        );
+        assert!(worker["initContainers"].is_null());
+        for pod in [leader, worker] {
+            assert_eq!(
+                pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"],
+                1
+            );
+            assert_eq!(pod["containers"][0]["workingDir"], "/data");
+        }
+
+        // A launch that never says its rank, or none at all, cannot be spread over pods.
+        for launch in [Some("vllm serve M --port {port}"), None] {
+            let error = check(&K8sJob {
+                server_launch: launch.map(str::to_owned),
+                ..job.clone()
+            })
+            .expect_err("no rank");
+            assert!(
+                error.to_string().contains("{node_rank}")
+                    || error.to_string().contains("--server-launch"),
+                "{error}"
+            );
+        }
     }
 
     #[test]

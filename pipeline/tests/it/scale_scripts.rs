@@ -169,56 +169,97 @@ async fn a_shard_pod_waits_for_the_preparation_job() {
     assert_eq!(again.code, Some(0), "{}", again.stderr);
 }
 
-/// The manifest with every option, against the offline `batch/v1` schemas of each supported
-/// Kubernetes version (PyPI `kubernetes-validate`, strict: no field the version does not
-/// know; `GEN_K8S_VALIDATE` names the program, as `scripts/test.sh` installs it). Skipped with
-/// a printed reason when it is not installed, unless `GEN_REQUIRE_K8S_VALIDATE` is set.
-#[tokio::test]
-async fn the_k8s_manifest_validates_against_every_supported_version() {
+/// `kubernetes-validate` (`GEN_K8S_VALIDATE` names the program, as `scripts/test.sh` installs
+/// it), or `None` with a printed reason when it is not installed, unless
+/// `GEN_REQUIRE_K8S_VALIDATE` is set.
+fn validator() -> Option<String> {
     let validate =
         std::env::var("GEN_K8S_VALIDATE").unwrap_or_else(|_| "kubernetes-validate".to_owned());
     let present = Command::new(&validate)
         .arg("--version")
         .output()
         .is_ok_and(|o| o.status.success());
-    if !present {
-        let reason = "`kubernetes-validate` is not installed (pip install kubernetes-validate)";
-        assert!(
-            std::env::var_os("GEN_REQUIRE_K8S_VALIDATE").is_none(),
-            "GEN_REQUIRE_K8S_VALIDATE is set but {reason}"
-        );
-        eprintln!("skipped: {reason}");
-        return;
+    if present {
+        return Some(validate);
     }
-    let gen_ = Project::new();
-    let out = gen_
-        .run(&[
-            "k8s",
-            "jobs/job.toml",
-            "--shards",
-            "4",
-            "--image",
-            "registry.example/gen:1",
-            "--volume-claim",
-            "runs",
-            "--gpus",
-            "1",
-            "--cpus",
-            "8",
-            "--memory",
-            "64Gi",
-            "--shm-size",
-            "16Gi",
-            "--hf-token-secret",
-            "hf-token",
-            "--server-launch",
-            "vllm serve Qwen/Qwen3-8B --port {port}",
-        ])
-        .await;
+    let reason = "`kubernetes-validate` is not installed (pip install kubernetes-validate)";
+    assert!(
+        std::env::var_os("GEN_REQUIRE_K8S_VALIDATE").is_none(),
+        "GEN_REQUIRE_K8S_VALIDATE is set but {reason}"
+    );
+    eprintln!("skipped: {reason}");
+    None
+}
+
+/// `gen k8s` with every option and `extra`: the printed `List`'s items.
+async fn every_option(gen_: &Project, extra: &[&str]) -> Vec<serde_json::Value> {
+    let args = [
+        "k8s",
+        "jobs/job.toml",
+        "--shards",
+        "4",
+        "--image",
+        "registry.example/gen:1",
+        "--volume-claim",
+        "runs",
+        "--gpus",
+        "1",
+        "--cpus",
+        "8",
+        "--memory",
+        "64Gi",
+        "--shm-size",
+        "16Gi",
+        "--hf-token-secret",
+        "hf-token",
+    ];
+    let out = gen_.run(&[&args[..], extra].concat()).await;
     assert_eq!(out.code, Some(0), "{}", out.stderr);
-    // `kubernetes-validate` does not look inside a `List`: each item is a document of its own.
     let list: serde_json::Value = serde_json::from_str(&out.stdout).expect("json");
-    let items = list["items"].as_array().expect("items");
+    list["items"].as_array().expect("items").clone()
+}
+
+/// Each of `documents` against the offline schemas of each supported Kubernetes version
+/// (strict: no field the version does not know). `kubernetes-validate` does not look inside a
+/// `List`, and passes a kind it has no schema for: each document is checked on its own, and
+/// each must be said to pass.
+fn validate(validate: &str, gen_: &Project, documents: &[serde_json::Value]) {
+    let text: Vec<String> = documents.iter().map(|d| format!("---\n{d}\n")).collect();
+    let manifest = gen_.path("manifest.yaml");
+    std::fs::write(&manifest, text.concat()).expect("write");
+    for minor in 29..=37 {
+        let checked = Command::new(validate)
+            .args(["--strict", "-k", &format!("1.{minor}.0")])
+            .arg(&manifest)
+            .output()
+            .expect("kubernetes-validate");
+        let said = String::from_utf8_lossy(&checked.stdout);
+        assert_eq!(
+            said.matches(" passed for resource ").count(),
+            documents.len(),
+            "1.{minor}: {said}"
+        );
+        assert!(
+            checked.status.success(),
+            "1.{minor}: {said}{}",
+            String::from_utf8_lossy(&checked.stderr)
+        );
+    }
+}
+
+/// The manifest with every option, against the offline `batch/v1` schemas of each supported
+/// Kubernetes version.
+#[tokio::test]
+async fn the_k8s_manifest_validates_against_every_supported_version() {
+    let Some(validator) = validator() else {
+        return;
+    };
+    let gen_ = Project::new();
+    let items = every_option(
+        &gen_,
+        &["--server-launch", "vllm serve Qwen/Qwen3-8B --port {port}"],
+    )
+    .await;
     let kinds: Vec<(&str, &str)> = (items.iter())
         .map(|i| {
             (
@@ -228,26 +269,98 @@ async fn the_k8s_manifest_validates_against_every_supported_version() {
         })
         .collect();
     assert_eq!(kinds, [("Job", "gen-job-prepare"), ("Job", "gen-job")]);
-    let documents: Vec<String> = items.iter().map(|i| format!("---\n{i}\n")).collect();
-    let manifest = gen_.path("job.yaml");
-    std::fs::write(&manifest, documents.concat()).expect("write");
-    for minor in 29..=37 {
-        let checked = Command::new(&validate)
-            .args(["--strict", "-k", &format!("1.{minor}.0")])
-            .arg(&manifest)
+    validate(&validator, &gen_, &items);
+}
+
+/// Issue 29 item 6 on Kubernetes, offline: `--nodes-per-shard 2` gives a LeaderWorkerSet
+/// (`leaderworkerset.x-k8s.io/v1`), checked against its CRD's schema (the fixture
+/// `fixtures/leaderworkerset-v1.schema.json`, which names where it comes from) with the
+/// `jsonschema` that `kubernetes-validate` runs on; its leader's and worker's pod templates
+/// as core/v1 `PodTemplate`s and the preparation Job against every supported version.
+#[tokio::test]
+async fn a_shard_across_pods_validates_as_a_leader_worker_set() {
+    let Some(validator) = validator() else {
+        return;
+    };
+    let gen_ = Project::new();
+    let launch = "python -m sglang.launch_server --model-path M --tp 16 --nnodes {nnodes} \
+                  --node-rank {node_rank} --dist-init-addr {head}:5000 --port {port}";
+    let items = every_option(
+        &gen_,
+        &["--nodes-per-shard", "2", "--server-launch", launch],
+    )
+    .await;
+    let set = &items[1];
+    assert_eq!(set["kind"], "LeaderWorkerSet");
+    let group = &set["spec"]["leaderWorkerTemplate"];
+    let template = |name: &str, role: &str| {
+        serde_json::json!({"apiVersion": "v1", "kind": "PodTemplate",
+            "metadata": {"name": name}, "template": group[role]})
+    };
+    validate(
+        &validator,
+        &gen_,
+        &[
+            items[0].clone(),
+            template("leader", "leaderTemplate"),
+            template("worker", "workerTemplate"),
+        ],
+    );
+
+    // `jsonschema`, which kubernetes-validate runs on: from the program's own interpreter, or
+    // `python3` where the program is a wrapper (a pyenv shim).
+    let program = if validator.contains('/') {
+        PathBuf::from(&validator)
+    } else {
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .map(|dir| dir.join(&validator))
+            .find(|path| path.is_file())
+            .expect("on PATH")
+    };
+    let script = std::fs::read_to_string(&program).unwrap_or_default();
+    let shebang = (script.lines().next())
+        .and_then(|l| l.strip_prefix("#!"))
+        .map(|l| l.trim().to_owned());
+    let python = (shebang.into_iter().chain(["python3".to_owned()]))
+        .find(|python| {
+            Command::new(python)
+                .args(["-c", "import jsonschema"])
+                .output()
+                .is_ok_and(|o| o.status.success())
+        })
+        .expect("the Python of kubernetes-validate, with jsonschema");
+    let schema = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/it/fixtures/leaderworkerset-v1.schema.json"
+    );
+    let check = |set: &serde_json::Value| {
+        let path = gen_.path("set.json");
+        std::fs::write(&path, set.to_string()).expect("write");
+        Command::new(&python)
+            .args([
+                "-c",
+                "import json, sys, jsonschema\n\
+                 jsonschema.validate(json.load(open(sys.argv[2])), json.load(open(sys.argv[1])))",
+                schema,
+            ])
+            .arg(&path)
             .output()
-            .expect("kubernetes-validate");
-        let said = String::from_utf8_lossy(&checked.stdout);
-        assert_eq!(
-            said.matches(" passed for resource job/").count(),
-            2,
-            "1.{minor}: {said}"
-        );
-        assert!(
-            checked.status.success(),
-            "1.{minor}: {}{}",
-            String::from_utf8_lossy(&checked.stdout),
-            String::from_utf8_lossy(&checked.stderr)
-        );
-    }
+            .expect("python")
+    };
+    let checked = check(set);
+    assert!(
+        checked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    // The schema does refuse what LWS does not know.
+    let mut wrong = set.clone();
+    wrong["spec"]["leaderWorkerTemplate"]["nodes"] = serde_json::json!(2);
+    let refused = check(&wrong);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("'nodes' was unexpected"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
 }
