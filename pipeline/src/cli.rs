@@ -38,6 +38,9 @@ pub enum Command {
     Doctor {
         /// The config file whose plan to check (e.g. `datasets.toml`).
         config: PathBuf,
+        /// Check `[server] launch` as started across N nodes (`gen slurm --nodes-per-shard`).
+        #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        nodes_per_shard: u32,
     },
     /// Prepare sources without a server: download, normalize, deduplicate and sample their
     /// prompts into the run directory, as `gen run` does first.
@@ -681,6 +684,10 @@ pub struct BenchArgs {
     /// Server URLs to compare side by side (default: the config's server).
     #[arg(long = "url", value_name = "URL")]
     pub urls: Vec<String>,
+    /// Launch the config's server across N nodes of this Slurm job, as `gen run
+    /// --nodes-per-shard N` does (in `salloc --nodes=N`).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub nodes_per_shard: u32,
     /// Requests per concurrency level.
     #[arg(long, default_value_t = 64)]
     pub requests: usize,

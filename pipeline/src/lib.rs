@@ -176,7 +176,10 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             json,
             allow_incomplete,
         } => Ok(verify::verify(&target, json, allow_incomplete)?),
-        Command::Doctor { config } => Ok(doctor::doctor(&config)?),
+        Command::Doctor {
+            config,
+            nodes_per_shard,
+        } => Ok(doctor::doctor(&config, nodes_per_shard)?),
         Command::Slurm(args) => slurm_command(args),
         Command::K8s(args) => k8s_command(&args),
         Command::Diagnose(args) => diagnose_command(*args),
