@@ -683,18 +683,18 @@ pub fn slurm(
     let throttle = job
         .max_running
         .map_or_else(String::new, |n| format!("%{n}"));
-    let mut submitted = Vec::new();
+    let (mut submitted, mut refused) = (Vec::new(), None);
     for (i, (offset, array)) in arrays.iter().enumerate() {
         // The first array is the script's own `#SBATCH --array`.
         let array_arg = (i > 0).then_some(throttle.as_str());
-        let submission = sbatch(
-            &root,
-            &path,
-            array,
-            *offset,
-            dependency.as_deref(),
-            array_arg,
-        )?;
+        let waits_for = dependency.as_deref();
+        let submission = match sbatch(&root, &path, array, *offset, waits_for, array_arg) {
+            Ok(submission) => submission,
+            Err(error) => {
+                refused = Some(error);
+                break;
+            }
+        };
         println!("{}", submission.job_id);
         let from = if *offset > 0 {
             format!(" from shard {offset}")
@@ -707,10 +707,15 @@ pub fn slurm(
         ));
         submitted.push(submission);
     }
+    // The arrays that went in are the job's even when a later one was refused: `gen status`
+    // shows them and `--only-failed` leaves their shards to them.
     record(&SlurmJob {
         arrays: submitted,
         ..job.clone()
     })?;
+    if let Some(error) = refused {
+        return Err(error);
+    }
     crate::report::plain(&format!(
         "gen: follow it with `gen status {}`",
         job.root.display()
