@@ -51,7 +51,16 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
             args.requests
         );
     }
-    let plan = Plan::load(&args.config)?;
+    let mut plan = Plan::load(&args.config)?;
+    // Across nodes only where `gen run` would start it so: in a Slurm job of that many.
+    plan.set_nodes(args.nodes_per_shard)?;
+    let env = |name: &str| std::env::var(name).ok();
+    if args.nodes_per_shard > 1
+        && args.urls.is_empty()
+        && let Some(problem) = crate::scale::nodes::allocation_problem(args.nodes_per_shard, &env)
+    {
+        return Ok(usage_error(&problem));
+    }
     let prompts = prompts::load(&plan, args.requests * levels.max_rounds(args.requests))?;
     let runtime = tokio::runtime::Runtime::new().context("failed to start the async runtime")?;
     let (servers, prompts_reused_from) =

@@ -38,6 +38,9 @@ pub enum Command {
     Doctor {
         /// The config file whose plan to check (e.g. `datasets.toml`).
         config: PathBuf,
+        /// Check `[server] launch` as started across N nodes (`gen slurm --nodes-per-shard`).
+        #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        nodes_per_shard: u32,
     },
     /// Prepare sources without a server: download, normalize, deduplicate and sample their
     /// prompts into the run directory, as `gen run` does first.
@@ -51,6 +54,10 @@ pub enum Command {
         /// Run directory (default: `[run] dir` of the config, else `runs/<config name>`).
         #[arg(long)]
         run_dir: Option<PathBuf>,
+        /// Prepare nothing: wait until the run directory holds every source prepared by another
+        /// `gen prepare` (the preparation Job of `gen k8s`); exit 1 if that one failed.
+        #[arg(long, hide_short_help = true)]
+        wait: bool,
     },
     /// Prepare every source and generate completions; resumes where the last run stopped.
     #[command(after_help = RUN_HELP)]
@@ -111,8 +118,8 @@ pub enum Command {
     /// its own inference server; `--only-failed` resubmits only the shards not done.
     #[command(after_help = SLURM_HELP)]
     Slurm(SlurmArgs),
-    /// Print a Kubernetes Indexed Job (JSON, which `kubectl apply -f` reads as YAML) whose
-    /// pod K runs shard K of N.
+    /// Print a Kubernetes Job that prepares every source once and an Indexed Job whose pod K
+    /// runs shard K of N once that is done (a `List`, JSON, which `kubectl apply -f` reads).
     #[command(after_help = K8S_HELP)]
     K8s(K8sArgs),
     /// Prepare one source (the preparation worker `gen run` and `gen prepare` start for each
@@ -228,7 +235,9 @@ const K8S_HELP: &str = "Examples:
 Paths are as the pods see them; relative ones are on the volume (the pods'
 working directory). The config is read here only to check it, when it is here
 too. The run root (`--run-dir`, else `runs/NAME` next to the config) must be on
-the volume. `HF_HOME` is the volume's `hf-cache`, shared by every pod.";
+the volume. `HF_HOME` is the volume's `hf-cache`, shared by every pod. The first
+Job prepares every source once into RUN_ROOT/prepared; each shard's pod waits
+for it (`gen prepare --wait`, an init container), then takes what it prepared.";
 
 const DOCTOR_HELP: &str = "Examples:
   gen doctor datasets.toml
@@ -321,8 +330,9 @@ pub struct SlurmArgs {
     /// Requeue a task that is preempted, or stopped by SIGUSR1 before its time limit.
     #[arg(long)]
     pub requeue: bool,
-    /// At most N tasks of the array run at once (`--array=…%N`), leaving a shared cluster's
-    /// other GPUs to others [default: no limit, or the last submission's].
+    /// At most N tasks of the array run at once (`--array=…%N`; of each array, when more
+    /// shards than the cluster's `MaxArraySize` are split into several), leaving a shared
+    /// cluster's other GPUs to others [default: no limit, or the last submission's].
     #[arg(
         long,
         value_name = "N",
@@ -392,6 +402,17 @@ pub struct K8sArgs {
     /// A Secret whose key `token` becomes `HF_TOKEN` in every pod.
     #[arg(long, value_name = "SECRET", help_heading = "Each pod")]
     pub hf_token_secret: Option<String>,
+    /// Pods per shard, the server launched across them: a LeaderWorkerSet group per shard
+    /// (`{node_rank}`, `{nnodes}`, `{head}` in the launch, as for `gen slurm`).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..),
+        help_heading = "Each pod",
+        hide_short_help = true
+    )]
+    pub nodes_per_shard: u32,
     /// Retries of one shard's pod before it counts as failed.
     #[arg(long, default_value_t = 2, hide_short_help = true)]
     pub retries: u32,
@@ -663,6 +684,10 @@ pub struct BenchArgs {
     /// Server URLs to compare side by side (default: the config's server).
     #[arg(long = "url", value_name = "URL")]
     pub urls: Vec<String>,
+    /// Launch the config's server across N nodes of this Slurm job, as `gen run
+    /// --nodes-per-shard N` does (in `salloc --nodes=N`).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    pub nodes_per_shard: u32,
     /// Requests per concurrency level.
     #[arg(long, default_value_t = 64)]
     pub requests: usize,

@@ -604,16 +604,29 @@ fn gpus(plan: &Plan, machine: &Machine) -> Check {
 
 /// `gen doctor CONFIG`: the preflight plus the server checks, one line each; exit 1 when
 /// something cannot fit.
-pub fn doctor(config: &Path) -> anyhow::Result<ExitCode> {
+pub fn doctor(config: &Path, nodes: u32) -> anyhow::Result<ExitCode> {
     let env = |name: &str| std::env::var(name).ok();
     // A file with problems: those on this machine too, in the same list (`gen check`'s).
-    let plan = Plan::load(config).or_else(|_| Plan::load_checked(config, &env, &|_| false))?;
+    let mut plan = Plan::load(config).or_else(|_| Plan::load_checked(config, &env, &|_| false))?;
+    // A launch across nodes is refused by `gen run` without them: so here.
+    plan.set_nodes(nodes)?;
     // Only `gen doctor` counts the rows of local files (bounds for its estimates); `gen run`'s
     // preflight refuses on what is known and is not slowed by it.
     let mut machine = machine_of(&plan, &Overrides::from_env());
     machine.local_rows = local_rows(&plan, &machine.prepared);
     machine.hub_download = hub_download(&plan, &machine.prepared);
     let mut report = assess(&plan, &machine);
+    if nodes > 1 {
+        report.checks.push(Check::new(
+            "nodes",
+            Level::Ok,
+            format!(
+                "the server starts across {nodes} nodes (one `srun` part each; `gen` and rank \
+                 0 on the first): host, memory and GPU above are this machine's, so run `gen \
+                 doctor` on one of the job's nodes for theirs"
+            ),
+        ));
+    }
     let inputs = plan.input_problems(&env, &|_| false);
     if inputs.is_empty() {
         report.checks.push(Check::new(

@@ -125,8 +125,23 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
         }
         Command::Prepare {
             config,
+            run_dir,
+            wait: true,
+            ..
+        } => {
+            let plan = Plan::load(&config)?;
+            let dir = run_dir_for(&plan, run_dir);
+            let every = std::time::Duration::from_secs(5);
+            Ok(match scale::prepared::wait(&plan, &dir, every) {
+                true => ExitCode::SUCCESS,
+                false => ExitCode::from(exit::FAILED),
+            })
+        }
+        Command::Prepare {
+            config,
             sources,
             run_dir,
+            wait: false,
         } => run_command(RunArgs {
             config,
             run_dir,
@@ -161,7 +176,10 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             json,
             allow_incomplete,
         } => Ok(verify::verify(&target, json, allow_incomplete)?),
-        Command::Doctor { config } => Ok(doctor::doctor(&config)?),
+        Command::Doctor {
+            config,
+            nodes_per_shard,
+        } => Ok(doctor::doctor(&config, nodes_per_shard)?),
         Command::Slurm(args) => slurm_command(args),
         Command::K8s(args) => k8s_command(&args),
         Command::Diagnose(args) => diagnose_command(*args),
@@ -447,6 +465,7 @@ fn slurm_command(args: cli::SlurmArgs) -> Result<ExitCode, CliError> {
         max_running: args
             .max_running
             .or_else(|| last.and_then(|j| j.max_running)),
+        arrays: Vec::new(),
     };
     let unprepared = scale::prepared::unprepared(&plan, &scale::root::RunRoot::new(root.root()));
     Ok(scale::slurm::slurm(
@@ -505,7 +524,12 @@ fn k8s_command(args: &cli::K8sArgs) -> Result<ExitCode, CliError> {
         config: config.display().to_string(),
         root: root.display().to_string(),
         shards: args.shards,
-        server_launch: args.server_launch.clone(),
+        // Across pods, each pod's part of the launch is written out here.
+        server_launch: args.server_launch.clone().or_else(|| {
+            let launch = plan.as_ref()?.server.launch.as_ref()?;
+            let words: Vec<String> = launch.iter().map(|w| scale::nodes::quote(w)).collect();
+            (args.nodes_per_shard > 1).then(|| words.join(" "))
+        }),
         volume_claim: args.volume_claim.clone(),
         mount_path: args.mount_path.clone(),
         gpus: args.gpus,
@@ -514,6 +538,7 @@ fn k8s_command(args: &cli::K8sArgs) -> Result<ExitCode, CliError> {
         shm_size: args.shm_size.clone(),
         hf_token_secret: args.hf_token_secret.clone(),
         retries_per_index: args.retries,
+        nodes_per_shard: args.nodes_per_shard,
     };
     scale::k8s::check(&job).map_err(|error| CliError {
         code: exit::USAGE,

@@ -88,6 +88,9 @@ MinJobAge=300
 SchedulerParameters=sched_interval=1
 KillWait=30
 InactiveLimit=0
+# Array task ids 0-2 only (1001 by default): a job of more shards is split into several arrays,
+# as on a site whose MaxArraySize is below its shard count. No test array here needs more.
+MaxArraySize=3
 NodeName=$host NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$memory_mb State=UNKNOWN
 # Two tasks may share a CPU: a duplicate or resubmitted task starts while the others run.
 PartitionName=gen Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:2

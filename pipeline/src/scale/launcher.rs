@@ -3,7 +3,8 @@
 //! a PyTorchJob) — and which variables said so.
 //!
 //! Shard numbers here are 0-based, as every launcher counts: shard `k` of `n` lives in
-//! `RUN_ROOT/shard-k` and is Slurm array task `k` in the scripts `gen slurm` writes.
+//! `RUN_ROOT/shard-k` and is Slurm array task `k` in the scripts `gen slurm` writes (task
+//! `k − GEN_SHARD_OFFSET` of the array holding it, when a large job is split into several).
 
 use std::fmt;
 
@@ -13,6 +14,10 @@ use crate::scale::shard::Shard;
 /// (Kubernetes sets `JOB_COMPLETION_INDEX` but not the Job's `completions`).
 pub const SHARDS_ENV: &str = "GEN_SHARDS";
 
+/// Added to a Slurm array task id to give its shard (with `--shards N`): `gen slurm` splits a
+/// job larger than the cluster's `MaxArraySize` into arrays `0-(M-1)`, the second from shard M.
+pub const SHARD_OFFSET_ENV: &str = "GEN_SHARD_OFFSET";
+
 /// Which launcher named the shard, and the values it was computed from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Launcher {
@@ -21,6 +26,8 @@ pub enum Launcher {
         task_id: u32,
         min: u32,
         count: u32,
+        /// [`SHARD_OFFSET_ENV`]: shard = offset + task id (0 when unset).
+        offset: u32,
     },
     KubernetesIndexedJob {
         index: u32,
@@ -51,11 +58,18 @@ impl fmt::Display for AutoShard {
                 task_id,
                 min,
                 count,
-            } => write!(
-                f,
-                "Slurm array job {job_id}: SLURM_ARRAY_TASK_ID={task_id}, \
-                 SLURM_ARRAY_TASK_MIN={min}, SLURM_ARRAY_TASK_COUNT={count}"
-            ),
+                offset,
+            } => {
+                write!(
+                    f,
+                    "Slurm array job {job_id}: SLURM_ARRAY_TASK_ID={task_id}, \
+                     SLURM_ARRAY_TASK_MIN={min}, SLURM_ARRAY_TASK_COUNT={count}"
+                )?;
+                if *offset > 0 {
+                    write!(f, ", {SHARD_OFFSET_ENV}={offset}")?;
+                }
+                Ok(())
+            }
             Launcher::KubernetesIndexedJob { index, .. } => {
                 write!(f, "a Kubernetes Indexed Job: JOB_COMPLETION_INDEX={index}")
             }
@@ -193,8 +207,17 @@ impl<V: Fn(&str) -> Option<String>> LauncherEnv<V> {
             .or_else(|| (self.var)("SLURM_JOB_ID"))
             .unwrap_or_default();
         let job = Some(format!("{job_id}_{task_id}"));
+        let mut offset = 0;
         let shard = match self.shards {
-            Some(n) => shard(task_id, n, "SLURM_ARRAY_TASK_ID".to_owned())?,
+            Some(n) => {
+                offset = self.number(SHARD_OFFSET_ENV)?.unwrap_or(0);
+                let what = if offset > 0 {
+                    format!("{SHARD_OFFSET_ENV} + SLURM_ARRAY_TASK_ID")
+                } else {
+                    "SLURM_ARRAY_TASK_ID".to_owned()
+                };
+                shard(offset.saturating_add(task_id), n, what)?
+            }
             None => {
                 let count = count.unwrap_or(1);
                 if let Some(max) = max
@@ -217,6 +240,7 @@ impl<V: Fn(&str) -> Option<String>> LauncherEnv<V> {
                 task_id,
                 min,
                 count: count.unwrap_or(0),
+                offset,
             },
             job,
         })
@@ -338,6 +362,35 @@ mod tests {
         assert_eq!(
             error.to_string(),
             "SLURM_ARRAY_TASK_ID is 7, but there are only 4 shards (0 to 3)"
+        );
+    }
+
+    /// The second of two arrays split at `MaxArraySize` 1000: task 7 is shard 1007.
+    #[test]
+    fn a_split_arrays_task_adds_the_offset() {
+        let second = [
+            ("SLURM_ARRAY_JOB_ID", "41"),
+            ("SLURM_ARRAY_TASK_ID", "7"),
+            ("GEN_SHARD_OFFSET", "1000"),
+        ];
+        let auto = detect(env(&second), Some(1500)).expect("shard");
+        assert_eq!(
+            auto.shard,
+            Shard {
+                index: 1007,
+                count: 1500
+            }
+        );
+        assert_eq!(auto.job.as_deref(), Some("41_7"));
+        assert!(
+            auto.to_string().ends_with(", GEN_SHARD_OFFSET=1000"),
+            "{auto}"
+        );
+        let error = detect(env(&second), Some(1005)).expect_err("out of range");
+        assert_eq!(
+            error.to_string(),
+            "GEN_SHARD_OFFSET + SLURM_ARRAY_TASK_ID is 1007, but there are only 1005 shards \
+             (0 to 1004)"
         );
     }
 

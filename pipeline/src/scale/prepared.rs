@@ -8,6 +8,9 @@
 //! everything after (resume, merge, verify) is unchanged. The prompts file is never written
 //! in place (a new preparation renames a new file over it), so a link shares nothing a shard
 //! can change. A source not prepared there is prepared by the shard itself, as before.
+//!
+//! Where no scheduler orders the preparation before the shards (Kubernetes), each shard's pod
+//! first waits for it (`gen prepare --wait`, [`wait`]).
 
 use std::path::Path;
 
@@ -20,12 +23,60 @@ use crate::store::{RunDir, atomic};
 
 /// The sources of `plan` that `RUN_ROOT/prepared` does not hold prepared.
 pub fn unprepared(plan: &Plan, root: &RunRoot) -> Vec<String> {
-    let prepared = root.prepared();
+    unprepared_in(plan, &root.prepared())
+}
+
+fn unprepared_in(plan: &Plan, dir: &RunDir) -> Vec<String> {
     plan.sources
         .iter()
         .map(|s| s.name().to_owned())
-        .filter(|name| !read_manifest(&prepared, name).is_ok_and(|m| m.is_some()))
+        .filter(|name| !read_manifest(dir, name).is_ok_and(|m| m.is_some()))
         .collect()
+}
+
+/// `gen prepare CONFIG --run-dir DIR --wait`: prepares nothing, and returns `true` once `DIR`
+/// holds every source of `plan` prepared by another `gen prepare` (the preparation Job of
+/// `gen k8s`), or `false` once that preparation has finished with a source failed (said which
+/// and where to look). The other is another pod, seen only through the shared volume: its
+/// status is read again every `every`.
+pub fn wait(plan: &Plan, dir: &RunDir, every: std::time::Duration) -> bool {
+    let mut said = false;
+    loop {
+        let left = unprepared_in(plan, dir);
+        if left.is_empty() {
+            crate::report::plain(&format!(
+                "gen: every source is prepared in `{}`",
+                dir.root().display()
+            ));
+            return true;
+        }
+        let status: Option<crate::status::state::RunStatus> =
+            atomic::read_json(&dir.status()).ok().flatten();
+        let failed: Vec<&str> = (status.iter().filter(|s| s.finished))
+            .flat_map(|s| &s.sources)
+            .filter(|s| s.phase == crate::status::state::Phase::Failed)
+            .map(|s| s.name.as_str())
+            .collect();
+        if !failed.is_empty() {
+            crate::report::plain(&format!(
+                "gen: the preparation in `{dir}` stopped with {} failed: `gen status {dir}` \
+                 says why; prepare again (`gen prepare CONFIG --run-dir {dir}`), then start \
+                 the shards",
+                failed.join(", "),
+                dir = dir.root().display()
+            ));
+            return false;
+        }
+        if !said {
+            crate::report::plain(&format!(
+                "gen: waiting for {} to be prepared in `{}` (by `gen prepare`)",
+                left.join(", "),
+                dir.root().display()
+            ));
+            said = true;
+        }
+        std::thread::sleep(every);
+    }
 }
 
 /// Takes into the shard directory `shard` every source of `plan` that `RUN_ROOT/prepared`
@@ -100,6 +151,31 @@ mod tests {
         let config = dir.join("c.toml");
         fs_err::write(&config, text).expect("write");
         Plan::load(&config).expect("plan")
+    }
+
+    /// What a pod's wait sees: everything prepared (go), or the preparation finished with a
+    /// source failed (stop, rather than wait for ever).
+    #[test]
+    fn the_wait_ends_when_every_source_is_prepared_or_the_preparation_failed() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let plan = plan(tmp.path());
+        let dir = RunDir::new(tmp.path().join("prepared"));
+        let every = std::time::Duration::ZERO;
+        crate::prep::prepare_source(&plan, &dir, "a", None).expect("prepare a");
+        let mut status: crate::status::state::RunStatus = serde_json::from_value(
+            serde_json::json!({"layout": 1, "config": "c.toml", "pid": 1, "host": "h",
+                "started_unix_ms": 1, "heartbeat_unix_ms": 1, "finished": true,
+                "servers": [], "sources": []}),
+        )
+        .expect("status");
+        status.sources = vec![
+            crate::status::state::SourceStatus::new("a", crate::status::state::Phase::Prepared),
+            crate::status::state::SourceStatus::new("b", crate::status::state::Phase::Failed),
+        ];
+        atomic::write_json(&dir.status(), &status).expect("status");
+        assert!(!wait(&plan, &dir, every));
+        crate::prep::prepare_source(&plan, &dir, "b", None).expect("prepare b");
+        assert!(wait(&plan, &dir, every));
     }
 
     #[test]

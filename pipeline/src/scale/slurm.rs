@@ -2,7 +2,9 @@
 //! in which task `k` runs `gen run CONFIG --shard auto --shards N` on shard `k` — starting its
 //! own inference server from `[server] launch` on its node — and `--only-failed` resubmits
 //! just the shards that are not done (`--array=3,7`). With `--nodes-per-shard K` each task
-//! gets K nodes and its `gen run` starts the server across them (`super::nodes`).
+//! gets K nodes and its `gen run` starts the server across them (`super::nodes`). Above the
+//! cluster's `MaxArraySize` M, `--submit` splits the job into arrays of task ids below M, each
+//! given the shard of its task 0 (`GEN_SHARD_OFFSET`) as the script's argument.
 //!
 //! Prepare once: while `RUN_ROOT/prepared` lacks a source, a preparation job
 //! (`gen-prepare.sbatch`, `gen prepare CONFIG --run-dir RUN_ROOT`) goes first and the array
@@ -55,17 +57,25 @@ pub struct SlurmJob {
     /// `--max-running`: at most this many tasks at once (`--array=…%N`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_running: Option<u32>,
+    /// The arrays `--submit` submitted last: one, or one per `MaxArraySize` shards.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub arrays: Vec<Submission>,
 }
 
 fn one_node() -> u32 {
     1
 }
 
-/// `RUN_ROOT/slurm/jobs.jsonl`: one line per submission.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// `RUN_ROOT/slurm/jobs.jsonl`: one line per submitted job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Submission {
     pub job_id: String,
+    /// The array's task ids (`0-999`), or `prepare` for the preparation job.
     pub array: String,
+    /// Added to a task id to give its shard (the second of arrays split at `MaxArraySize`
+    /// 1000 starts at 1000).
+    #[serde(default)]
+    pub offset: u32,
     pub script: String,
     pub submitted_unix_ms: u64,
 }
@@ -102,6 +112,15 @@ impl SlurmJob {
             None => parts.push("server from `[server] launch`".to_owned()),
         }
         parts.push(format!("gen `{}`", self.gen_bin.display()));
+        if !self.arrays.is_empty() {
+            let arrays: Vec<String> = (self.arrays.iter())
+                .map(|a| match a.offset {
+                    0 => format!("{} (array {})", a.job_id, a.array),
+                    from => format!("{} (array {} from shard {from})", a.job_id, a.array),
+                })
+                .collect();
+            parts.push(format!("job {}", arrays.join(", ")));
+        }
         parts
     }
 }
@@ -254,6 +273,10 @@ pub fn script(job: &SlurmJob, array: &str) -> anyhow::Result<String> {
     write!(
         s,
         r#"export GEN_SHARDS={shards}
+# Above the cluster's MaxArraySize, `gen slurm --submit` splits the job into arrays of task ids
+# 0-(MaxArraySize-1), each given the shard its task 0 runs.
+export GEN_SHARD_OFFSET="${{1:-0}}"
+shard=$((GEN_SHARD_OFFSET + SLURM_ARRAY_TASK_ID))
 # Slurm kills the task KillWait (30 s by default) after SIGTERM: in-flight requests get 15 s,
 # so gen has stored everything and let its shard go before then (none when the server got the
 # SIGTERM too: gen stops as soon as it stops answering).
@@ -263,7 +286,7 @@ stop_signal=""
 trap 'true' TERM
 # SIGUSR1 (time limit ahead) reaches this shell only: pass it on.
 trap 'stop_signal=USR1; kill -USR1 "$gen_pid" 2>/dev/null' USR1
-echo "gen slurm: task ${{SLURM_ARRAY_TASK_ID}} of job ${{SLURM_ARRAY_JOB_ID}} on $(hostname) (restart ${{SLURM_RESTART_COUNT:-0}})"
+echo "gen slurm: task ${{SLURM_ARRAY_TASK_ID}} of job ${{SLURM_ARRAY_JOB_ID}} (shard $shard) on $(hostname) (restart ${{SLURM_RESTART_COUNT:-0}})"
 {run} &
 gen_pid=$!
 # `wait` returns early when a trapped signal arrives; wait again until gen itself has exited.
@@ -274,7 +297,7 @@ while :; do
 done
 # How the task ended, for `gen status` when gen never got to write its shard's status (a wrong
 # gen binary exits 127): written whole, then renamed into place.
-task_end={tasks}/"$SLURM_ARRAY_TASK_ID".json
+task_end={tasks}/"$shard".json
 printf '{{"job": "%s", "task": %s, "exit": %s, "host": "%s"}}\n' "$SLURM_ARRAY_JOB_ID" \
   "$SLURM_ARRAY_TASK_ID" "$status" "$(hostname)" > "$task_end.tmp" && mv "$task_end.tmp" "$task_end"
 "#,
@@ -303,14 +326,15 @@ fn script_header(job: &SlurmJob, array: &str) -> String {
     writeln!(s, "#!/bin/bash").ok();
     writeln!(
         s,
-        "# Written by `gen slurm`: array task K runs shard K of {} of `{}`, with its own",
+        "# Written by `gen slurm`: array task K runs shard OFFSET + K of {} of `{}`",
         job.shards,
         job.config.display()
     )
     .ok();
     writeln!(
         s,
-        "# inference server. `gen status {}` shows every shard.",
+        "# (OFFSET: this script's argument, 0 when none), with its own inference server.\n\
+         # `gen status {}` shows every shard.",
         job.root.display()
     )
     .ok();
@@ -525,7 +549,16 @@ fn queued_jobs(root: &RunRoot) -> Option<Vec<(String, Option<u32>)>> {
 /// Shard numbers of this root's array tasks that Slurm still has. `None` when `squeue`
 /// cannot be asked.
 fn queued_tasks(root: &RunRoot) -> Option<BTreeSet<u32>> {
-    queued_jobs(root).map(|jobs| jobs.into_iter().filter_map(|(_, task)| task).collect())
+    let offsets: std::collections::HashMap<String, u32> = read_submissions(root)
+        .into_iter()
+        .map(|s| (s.job_id, s.offset))
+        .collect();
+    let jobs = queued_jobs(root)?;
+    Some(
+        jobs.into_iter()
+            .filter_map(|(job, task)| Some(task? + offsets.get(&job).copied().unwrap_or(0)))
+            .collect(),
+    )
 }
 
 /// The preparation job Slurm still has for this root, if any.
@@ -552,34 +585,26 @@ pub fn slurm(
     only_failed: bool,
     unprepared: &[String],
 ) -> anyhow::Result<ExitCode> {
-    // Asked of the controller only when submitting: a script may be written where none is.
-    if let Some(max) = submit.then(max_array_size).flatten()
-        && job.shards > max
-    {
-        anyhow::bail!(
-            "`--shards {}` needs array tasks 0-{} but this cluster's `MaxArraySize` is {max} \
-             (`scontrol show config`): tasks must be numbered below it; use `--shards {max}` \
-             or fewer (each shard then takes more prompts)",
-            job.shards,
-            job.shards - 1
-        );
-    }
     let root = RunRoot::new(&job.root);
     root.open_or_create(job.shards, &job.config)?;
     crate::store::private::private_dir(&tasks_dir(root.root()))
         .with_context(|| format!("failed to create `{}`", root.slurm_dir().display()))?;
-    let array = if only_failed {
-        match array_to_resubmit(&root)? {
-            Some(array) => {
+    let shards = if only_failed {
+        match shards_to_resubmit(&root)? {
+            Some(shards) => {
                 crate::report::plain(&format!("gen: resubmitting with {}", job.describe()));
-                array
+                shards
             }
             None => return Ok(ExitCode::SUCCESS),
         }
     } else {
-        format!("0-{}", job.shards - 1)
+        (0..job.shards).collect()
     };
-    let text = script(job, &array)?;
+    // Asked of the controller only when submitting: a script may be written where none is.
+    let max = submit.then(max_array_size).flatten();
+    let arrays = split(&shards, max);
+    let array = &arrays[0].1;
+    let text = script(job, array)?;
     let name = if only_failed {
         "gen-only-failed.sbatch"
     } else {
@@ -588,9 +613,11 @@ pub fn slurm(
     let path = root.slurm_dir().join(name);
     crate::store::atomic::write(&path, text.as_bytes())
         .with_context(|| format!("failed to write `{}`", path.display()))?;
-    let record = serde_json::to_vec_pretty(job)?;
-    crate::store::atomic::write(&submit_path(&root), &record)
-        .with_context(|| format!("failed to write `{}`", submit_path(&root).display()))?;
+    let record = |job: &SlurmJob| -> anyhow::Result<()> {
+        crate::store::atomic::write(&submit_path(&root), &serde_json::to_vec_pretty(job)?)
+            .with_context(|| format!("failed to write `{}`", submit_path(&root).display()))
+    };
+    record(job)?;
     let prepare = if unprepared.is_empty() {
         None
     } else {
@@ -628,7 +655,7 @@ pub fn slurm(
                 queued
             }
             None => {
-                let id = sbatch(&root, &prepare, PREPARE, None)?;
+                let id = sbatch(&root, &prepare, PREPARE, 0, None, None)?.job_id;
                 crate::report::plain(&format!(
                     "gen: submitted job {id}: prepares {} once into `{}`",
                     unprepared.join(", "),
@@ -638,20 +665,84 @@ pub fn slurm(
             }
         }),
     };
-    let job_id = sbatch(&root, &path, &array, dependency.as_deref())?;
-    println!("{job_id}");
-    let after = dependency.map_or_else(String::new, |id| format!(", after job {id}"));
+    if let (Some(max), 2..) = (max, arrays.len()) {
+        let each = match job.max_running {
+            Some(n) => format!("; `--max-running {n}` holds for each array"),
+            None => String::new(),
+        };
+        crate::report::plain(&format!(
+            "gen: array task ids stay below this cluster's `MaxArraySize` {max}: {} shards go \
+             in {} arrays, task K of each running shard OFFSET + K{each}",
+            shards.len(),
+            arrays.len()
+        ));
+    }
+    let after = dependency
+        .as_ref()
+        .map_or_else(String::new, |id| format!(", after job {id}"));
+    let throttle = job
+        .max_running
+        .map_or_else(String::new, |n| format!("%{n}"));
+    let (mut submitted, mut refused) = (Vec::new(), None);
+    for (i, (offset, array)) in arrays.iter().enumerate() {
+        // The first array is the script's own `#SBATCH --array`.
+        let array_arg = (i > 0).then_some(throttle.as_str());
+        let waits_for = dependency.as_deref();
+        let submission = match sbatch(&root, &path, array, *offset, waits_for, array_arg) {
+            Ok(submission) => submission,
+            Err(error) => {
+                refused = Some(error);
+                break;
+            }
+        };
+        println!("{}", submission.job_id);
+        let from = if *offset > 0 {
+            format!(" from shard {offset}")
+        } else {
+            String::new()
+        };
+        crate::report::plain(&format!(
+            "gen: submitted job {} (array {array}{from}{after})",
+            submission.job_id
+        ));
+        submitted.push(submission);
+    }
+    // The arrays that went in are the job's even when a later one was refused: `gen status`
+    // shows them and `--only-failed` leaves their shards to them.
+    record(&SlurmJob {
+        arrays: submitted,
+        ..job.clone()
+    })?;
+    if let Some(error) = refused {
+        return Err(error);
+    }
     crate::report::plain(&format!(
-        "gen: submitted job {job_id} (array {array}{after}); follow it with `gen status {}`",
+        "gen: follow it with `gen status {}`",
         job.root.display()
     ));
     Ok(ExitCode::SUCCESS)
 }
 
-/// `--only-failed`: the array of the shards that are not done and that no task is running or
-/// Slurm still has queued, each of those named; `None` when there is none (said why, and
-/// merged when every shard is done).
-fn array_to_resubmit(root: &RunRoot) -> anyhow::Result<Option<String>> {
+/// The arrays that run `shards` (sorted) with task ids below `max` (the cluster's
+/// `MaxArraySize`; `None`: one array): `(offset, task ids)`, task K running shard offset + K.
+pub fn split(shards: &[u32], max: Option<u32>) -> Vec<(u32, String)> {
+    let Some(max) = max.filter(|&m| m > 0) else {
+        return vec![(0, array_spec(shards))];
+    };
+    shards
+        .chunk_by(|a, b| a / max == b / max)
+        .map(|chunk| {
+            let offset = chunk[0] / max * max;
+            let ids: Vec<u32> = chunk.iter().map(|s| s - offset).collect();
+            (offset, array_spec(&ids))
+        })
+        .collect()
+}
+
+/// `--only-failed`: the shards that are not done and that no task is running or Slurm still
+/// has queued, each of those named; `None` when there is none (said why, and merged when
+/// every shard is done).
+fn shards_to_resubmit(root: &RunRoot) -> anyhow::Result<Option<Vec<u32>>> {
     let queued = queued_tasks(root).unwrap_or_else(|| {
         crate::report::plain(
             "gen: warning: `squeue` did not answer; judging shards by their owners only",
@@ -673,7 +764,7 @@ fn array_to_resubmit(root: &RunRoot) -> anyhow::Result<Option<String>> {
         .map(|s| s.index)
         .collect();
     if !again.is_empty() {
-        return Ok(Some(array_spec(&again)));
+        return Ok(Some(again));
     }
     if unfinished.is_empty() {
         crate::report::plain("gen: every shard is done: nothing to resubmit");
@@ -701,8 +792,17 @@ fn max_array_size() -> Option<u32> {
 }
 
 /// Submits the script at `path` with `sbatch` (to start once job `after` succeeded) and
-/// records the submission in the root's `slurm/jobs.jsonl`; returns the job id.
-fn sbatch(root: &RunRoot, path: &Path, array: &str, after: Option<&str>) -> anyhow::Result<String> {
+/// records the submission in the root's `slurm/jobs.jsonl`. `array_arg`: `Some(throttle)`
+/// (`%N` or empty) replaces the script's `--array` with `array`; the script's argument is the
+/// shard of task 0 (`offset`).
+fn sbatch(
+    root: &RunRoot,
+    path: &Path,
+    array: &str,
+    offset: u32,
+    after: Option<&str>,
+    array_arg: Option<&str>,
+) -> anyhow::Result<Submission> {
     let mut command = Command::new("sbatch");
     command.arg("--parsable");
     if let Some(job) = after {
@@ -710,8 +810,14 @@ fn sbatch(root: &RunRoot, path: &Path, array: &str, after: Option<&str>) -> anyh
             .arg(format!("--dependency=afterok:{job}"))
             .arg("--kill-on-invalid-dep=yes");
     }
+    if let Some(throttle) = array_arg {
+        command.arg(format!("--array={array}{throttle}"));
+    }
+    command.arg(path);
+    if offset > 0 {
+        command.arg(offset.to_string());
+    }
     let output = command
-        .arg(path)
         .output()
         .context("failed to run `sbatch` (is Slurm's client installed and on PATH?)")?;
     if !output.status.success() {
@@ -732,8 +838,9 @@ fn sbatch(root: &RunRoot, path: &Path, array: &str, after: Option<&str>) -> anyh
         .to_owned();
     anyhow::ensure!(!job_id.is_empty(), "`sbatch` printed no job id: {stdout:?}");
     let submission = Submission {
-        job_id: job_id.clone(),
+        job_id,
         array: array.to_owned(),
+        offset,
         script: path.display().to_string(),
         submitted_unix_ms: sys::unix_ms(),
     };
@@ -742,7 +849,7 @@ fn sbatch(root: &RunRoot, path: &Path, array: &str, after: Option<&str>) -> anyh
     crate::store::private::open_private(&submissions_path(root))
         .and_then(|mut f| std::io::Write::write_all(&mut f, &line))
         .with_context(|| format!("failed to write `{}`", submissions_path(root).display()))?;
-    Ok(job_id)
+    Ok(submission)
 }
 
 /// Resolves `gen slurm`'s command line into a [`SlurmJob`].
@@ -788,6 +895,7 @@ mod tests {
             sbatch_options: vec!["--partition=gpu".into(), "--gres=gpu:8".into()],
             nodes_per_shard: 1,
             max_running: None,
+            arrays: Vec::new(),
         }
     }
 
@@ -829,6 +937,30 @@ mod tests {
         assert!(job.describe().contains(", at most 4 tasks at once, "));
         slurm(&job, false, false, &[]).expect("written");
         assert_eq!(submitted(dir.path()), Some(job));
+    }
+
+    /// Task ids stay below `MaxArraySize`: a job of more shards becomes several arrays, each
+    /// from a multiple of it; a rerun's shards land in the arrays of their offsets.
+    #[test]
+    fn shards_above_max_array_size_are_split_into_arrays_with_offsets() {
+        let all: Vec<u32> = (0..2500).collect();
+        assert_eq!(
+            split(&all, Some(1001)),
+            [
+                (0, "0-1000".to_owned()),
+                (1001, "0-1000".to_owned()),
+                (2002, "0-497".to_owned())
+            ]
+        );
+        assert_eq!(split(&all, None), [(0, "0-2499".to_owned())]);
+        assert_eq!(
+            split(&[3, 1500, 1501, 2400], Some(1000)),
+            [
+                (0, "3".to_owned()),
+                (1000, "500-501".to_owned()),
+                (2000, "400".to_owned())
+            ]
+        );
     }
 
     #[test]

@@ -214,3 +214,51 @@ async fn a_launch_port_in_use_fails_and_hub_sources_say_where_and_how_much_they_
         out.stdout
     );
 }
+
+/// Issue 29, a model larger than one node: a launch with `{node_rank}` is refused by `gen
+/// doctor` and `gen bench` without `--nodes-per-shard`, as `gen run` refuses it (before,
+/// doctor said "the plan fits" and bench started the server with the placeholders unfilled);
+/// with it, doctor says whose machine it checked and bench wants a Slurm job of those nodes.
+#[tokio::test]
+async fn a_launch_across_nodes_needs_its_nodes_in_doctor_and_bench() {
+    let gen_ = Project::new();
+    gen_.write("data/a.jsonl", "{\"prompt\": \"hi\"}\n");
+    gen_.config(
+        &Config::new("http://127.0.0.1:{port}/v1")
+            .server(
+                "launch = [\"sglang\", \"--nnodes\", \"{nnodes}\", \"--node-rank\", \
+                 \"{node_rank}\", \"--dist-init-addr\", \"{head}:5000\", \"--port\", \"{port}\"]",
+            )
+            .source("alpha", "data/a.jsonl"),
+    );
+    for command in ["doctor", "bench"] {
+        let out = gen_.run(&[command, "cfg.toml"]).await;
+        assert_eq!(out.code, Some(2), "{command}: {}{}", out.stdout, out.stderr);
+        assert!(
+            out.stderr
+                .contains("`launch` uses `{node_rank}`, which only a server across"),
+            "{command}: {}",
+            out.stderr
+        );
+    }
+    let across = gen_
+        .run(&["doctor", "cfg.toml", "--nodes-per-shard", "2"])
+        .await;
+    assert!(
+        line(&across, "nodes").contains("the server starts across 2 nodes"),
+        "{}",
+        across.stdout
+    );
+    let bench = gen_
+        .run_with_env(
+            &["bench", "cfg.toml", "--nodes-per-shard", "2"],
+            &[("SLURM_JOB_NUM_NODES", "1")],
+        )
+        .await;
+    assert_eq!(bench.code, Some(2), "{}", bench.stderr);
+    assert!(
+        bench.stderr.contains("but this Slurm job has 1"),
+        "{}",
+        bench.stderr
+    );
+}

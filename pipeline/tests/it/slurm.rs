@@ -976,81 +976,171 @@ async fn a_shard_spans_two_nodes_and_a_dead_node_part_is_the_server_dying() {
     assert_merged_exactly_once(&gen_, &root, &shard).await;
 }
 
-/// A shared cluster: `--max-running 1` throttles the array as Slurm sees it
-/// (`ArrayTaskThrottle`), and `--only-failed` keeps the throttle; more shards than the
-/// cluster's `MaxArraySize` allows are refused with its number before anything is written.
+/// A shared cluster whose `MaxArraySize` (3 on the test cluster: task ids 0-2) is below the
+/// shard count: `--shards 5 --max-running 1` is submitted as two arrays, task ids 0-2 and then
+/// 0-1 from shard 3, each throttled as Slurm sees it (`ArrayTaskThrottle`) and both recorded
+/// in `submit.json`; a cancelled task of the second array is shown by `gen status RUN_ROOT` and
+/// resubmitted alone by `--only-failed` (with the throttle and its offset), and every shard
+/// runs exactly once: every prompt asked and merged once.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_throttled_array_stays_throttled_and_too_many_shards_are_refused() {
+async fn more_shards_than_max_array_size_are_split_into_throttled_arrays_each_shard_run_once() {
     if let Some(reason) = slurm_skip_reason() {
         eprintln!("skipped: {reason}");
         return;
     }
-    let gen_ = project(48);
+    let server = FakeOpenAi::start(Knobs::default()).await;
+    let gen_ = Project::new();
+    let prompts: String = (0..40)
+        .map(|i| format!("{{\"prompt\": \"question {i}\"}}\n"))
+        .collect();
+    gen_.write("local.jsonl", &prompts);
+    gen_.config(&Config::new(&server.url()).source("local", "local.jsonl"));
     let root: PathBuf = gen_.run_path("");
-    let too_many = gen_
+    let root_arg = root.to_str().expect("utf-8");
+
+    // Held, so that the throttle is seen before anything runs.
+    let submitted = gen_
         .run(&[
             "slurm",
-            "examples/quickstart.toml",
+            "cfg.toml",
             "--shards",
-            "5000",
+            "5",
+            "--max-running",
+            "1",
             "--submit",
+            "--",
+            "--hold",
         ])
         .await;
-    assert_eq!(too_many.code, Some(1), "{}", too_many.stderr);
-    assert!(
-        too_many.stderr.contains(
-            "`--shards 5000` needs array tasks 0-4999 but this cluster's `MaxArraySize` is 1001"
-        ),
-        "{}",
-        too_many.stderr
-    );
-    assert!(!root.join("slurm").exists(), "nothing written");
-
-    // Held, so none of it runs: the preparation job and the array after it.
-    let args = ["slurm", "examples/quickstart.toml", "--shards", "3"];
-    let submitted = gen_
-        .run(
-            &[
-                &args[..],
-                &["--max-running", "1", "--submit", "--", "--hold"],
-            ]
-            .concat(),
-        )
-        .await;
     assert_eq!(submitted.code, Some(0), "{}", submitted.stderr);
-    let job = submitted.stdout.trim().to_owned();
-    let jobs = std::fs::read_to_string(root.join("slurm/jobs.jsonl")).expect("jobs.jsonl");
-    let ids: Vec<String> = (jobs.lines())
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("json"))
+    let arrays: Vec<String> = submitted.stdout.lines().map(str::to_owned).collect();
+    assert_eq!(arrays.len(), 2, "{}", submitted.stderr);
+    assert!(
+        submitted
+            .stderr
+            .contains("`MaxArraySize` 3: 5 shards go in 2 arrays"),
+        "{}",
+        submitted.stderr
+    );
+    let jobs: Vec<serde_json::Value> = (std::fs::read_to_string(root.join("slurm/jobs.jsonl"))
+        .expect("jobs.jsonl"))
+    .lines()
+    .map(|l| serde_json::from_str(l).expect("json"))
+    .collect();
+    let ids: Vec<String> = (jobs.iter())
         .map(|j| j["job_id"].as_str().expect("job id").to_owned())
         .collect();
-    let shown = Command::new("scontrol")
-        .args(["show", "job", &job])
-        .output()
-        .expect("scontrol");
-    let shown = String::from_utf8_lossy(&shown.stdout);
+    let kept = read_json(&root.join("slurm/submit.json")).expect("submit.json");
+    let kept: Vec<(&str, &str, u64)> = (kept["arrays"].as_array().expect("arrays").iter())
+        .map(|a| {
+            let text = |key: &str| a[key].as_str().expect("text");
+            (
+                text("job_id"),
+                text("array"),
+                a["offset"].as_u64().expect("offset"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kept,
+        [
+            (arrays[0].as_str(), "0-2", 0),
+            (arrays[1].as_str(), "0-1", 3)
+        ]
+    );
+    for job in &arrays {
+        let shown = Command::new("scontrol")
+            .args(["show", "job", job])
+            .output()
+            .expect("scontrol");
+        let shown = String::from_utf8_lossy(&shown.stdout);
+        assert!(shown.contains("ArrayTaskThrottle=1"), "{job}: {shown}");
+    }
+    // Task 1 of the second array is shard 4: cancelled before it runs.
     let cancelled = Command::new("scancel")
-        .args(&ids)
+        .arg(format!("{}_1", arrays[1]))
         .status()
         .expect("scancel");
     assert!(cancelled.success());
-    assert!(shown.contains("ArrayTaskThrottle=1"), "{shown}");
+    let released = Command::new("scontrol")
+        .arg("release")
+        .arg(ids.join(","))
+        .status()
+        .expect("scontrol release");
+    assert!(released.success());
     wait_gone(&ids.iter().map(String::as_str).collect::<Vec<_>>(), &root).await;
 
-    let status = gen_.run(&["status", root.to_str().expect("utf-8")]).await;
-    assert!(
-        status.stdout.contains("one task at a time"),
-        "{}",
-        status.stdout
+    let status = gen_.run(&["status", root_arg, "--json"]).await;
+    let view: serde_json::Value = serde_json::from_str(&status.stdout).expect("json");
+    let states: Vec<&str> = (view["shards"].as_array().expect("shards").iter())
+        .map(|s| s["state"].as_str().expect("state"))
+        .collect();
+    assert_eq!(
+        states,
+        ["done", "done", "done", "done", "not_started"],
+        "{view}\n{}",
+        logs(&root)
     );
+    let table = gen_.run(&["status", root_arg]).await;
+    for line in [
+        format!(
+            "job {} (array 0-2), {} (array 0-1 from shard 3)",
+            arrays[0], arrays[1]
+        ),
+        "one task at a time".to_owned(),
+    ] {
+        assert!(table.stdout.contains(&line), "{line}:\n{}", table.stdout);
+    }
+
     let again = gen_
-        .run(&["slurm", "examples/quickstart.toml", "--only-failed"])
+        .run(&["slurm", "cfg.toml", "--only-failed", "--submit"])
         .await;
     assert_eq!(again.code, Some(0), "{}", again.stderr);
+    let rerun = again.stdout.trim().to_owned();
     let script =
         std::fs::read_to_string(root.join("slurm/gen-only-failed.sbatch")).expect("script");
     assert!(
-        script.lines().any(|l| l == "#SBATCH --array=0-2%1"),
+        script.lines().any(|l| l == "#SBATCH --array=1%1"),
         "{script}"
     );
+    // Submitted as the job was: held too.
+    let released = Command::new("scontrol")
+        .args(["release", &rerun])
+        .status()
+        .expect("scontrol release");
+    assert!(released.success());
+    wait_gone(&[&rerun], &root).await;
+
+    // Each shard's one owner: the task its array and offset give it.
+    let expected = [
+        format!("{}_0", arrays[0]),
+        format!("{}_1", arrays[0]),
+        format!("{}_2", arrays[0]),
+        format!("{}_0", arrays[1]),
+        format!("{rerun}_1"),
+    ];
+    for (index, task) in expected.iter().enumerate() {
+        let owner = read_json(&root.join(format!("shard-{index:03}/owner.json"))).expect("owner");
+        assert_eq!(
+            (owner["job"].as_str(), owner["epoch"].as_u64()),
+            (Some(task.as_str()), Some(1)),
+            "shard {index}: {owner}"
+        );
+    }
+    let status = gen_.run(&["status", root_arg, "--json"]).await;
+    assert_eq!(status.code, Some(0), "{}\n{}", status.stdout, logs(&root));
+    let merged = root.join("merged");
+    let ids: Vec<String> = completions(&merged.join("sources/local/completions.jsonl.zst"))
+        .iter()
+        .map(|r| r["id"].as_str().expect("id").to_owned())
+        .collect();
+    let unique: HashSet<&String> = ids.iter().collect();
+    assert_eq!(
+        (ids.len(), unique.len()),
+        (40, 40),
+        "every prompt merged once"
+    );
+    assert_eq!(server.chat_requests(), 40, "every prompt asked once");
+    let verify = gen_.run(&["verify", merged.to_str().expect("utf-8")]).await;
+    assert_eq!(verify.code, Some(0), "{}{}", verify.stdout, verify.stderr);
 }
