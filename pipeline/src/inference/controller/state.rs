@@ -6,7 +6,7 @@
 //! - **Ceiling** = min(`max_running` + `q_headroom`, `L_kv`, user max), with
 //!   `L_kv = ⌊u·KV_tokens / E_resident⌋`; a missing cap simply does not bound it.
 //! - **Start**: at the ceiling when the server reports a running cap or its KV capacity (at
-//!   most 64 when it tells no running cap: the ramp grows from there, a quarter a step, while
+//!   most 128 when it tells no running cap: the ramp grows from there, a quarter a step, while
 //!   the server runs what it is sent); again from the first prompts' lengths once they are
 //!   sent (the length prior takes their mean until the first completion). The ramp then
 //!   follows the ceiling up every 2 s as completions refine `E_resident` — for as long as
@@ -358,10 +358,14 @@ impl Controller {
             let mean = *tokens as f64 / *sent as f64;
             self.stats.set_mean_prompt(mean);
             // The start assumed prompts of `prior_prompt_tokens`: start again from what the
-            // first ones say, unless the ramp already moved.
+            // first ones say, unless the ramp already moved (a correction of the start, not a
+            // step: the ramp's first step still comes `ramp_ticks` after the start).
             if first && self.phase == ControllerPhase::Startup && self.ramp.path.len() == 1 {
                 self.reference_resident = self.stats.expected_resident();
-                self.start(self.ticks, &format!("prompts of {} tokens: ", kilo(mean)));
+                self.start(
+                    self.ramp.began_tick,
+                    &format!("prompts of {} tokens: ", kilo(mean)),
+                );
             }
         }
         if !obs.finishes.is_empty() {

@@ -634,6 +634,31 @@ fn the_prior_takes_the_length_of_the_prompts_sent() {
 }
 
 #[test]
+fn the_start_from_the_prompts_sent_is_no_ramp_step() {
+    // The first tick starts again from the prompts' length (0.3k tokens: 59 → 74); the ramp's
+    // first step still comes two ticks after the start, not two after that correction.
+    let mut c = Controller::new(
+        Settings::default(),
+        caps(None, Some(250_000), None),
+        8192,
+        None,
+    );
+    assert_eq!(c.limit(), 59);
+    let d = c.observe(&TickObservation {
+        sent: 59,
+        sent_prompt_tokens: 59 * 300,
+        kv_usage: Some(0.1),
+        ..busy(59, 0)
+    });
+    assert_eq!(d.limit, 74, "{}", d.reason);
+    let d = c.observe(&TickObservation {
+        kv_usage: Some(0.3),
+        ..busy(74, 0)
+    });
+    assert_eq!(d.limit, 111, "{}", d.reason);
+}
+
+#[test]
 fn a_queue_that_stays_makes_the_running_count_the_cap() {
     // vLLM does not say `max_num_seqs`: 5M KV tokens alone allow 408, but the server runs 128
     // and queues the rest.
