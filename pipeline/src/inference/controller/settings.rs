@@ -83,7 +83,8 @@ pub struct Settings {
     pub ramp_queue_ticks: u32,
     /// The end of a job: once what is left to send is at most this many times the limit, it
     /// goes now, as far as the KV cache holds it at the requests' size now (within the running
-    /// cap and the user's bound). The server admits it into the cache's room, its batch stays
+    /// cap, or just past the power of two the server runs while it says none, and the user's
+    /// bound). The server admits it into the cache's room, its batch stays
     /// full as the last requests end, and a long one among them starts now instead of a
     /// generation later; what the requests outgrow is preempted, at a time when no later work
     /// pays for it. A job of many limits is untouched until its last two. Default 2 (1 left the

@@ -19,7 +19,8 @@
 //!   checked against the current caps.
 //! - **End of the job**: once what is left to send is at most twice L, it goes at once, as far
 //!   as the cache holds it at the requests' size now (within the running cap and the user's
-//!   bound); the limit stays there for the rest of the job.
+//!   bound; with the cap unknown, just past the power of two the server runs, as the ramp);
+//!   the limit stays there for the rest of the job.
 //! - **Guards** per window: (1) retryable 5xx > max(3, 5% of finishes) → L×0.5, backoff;
 //!   (2) any 503/429/stall → L×0.7, backoff; (3) preemptions beyond the tolerance (max(2, 25%
 //!   of finishes)) → u−0.01, L within the new ceiling; beyond the severe level (max(8, 3×
@@ -361,11 +362,22 @@ impl Controller {
         if unsent == 0 || unsent as f64 > self.settings.tail * f64::from(self.limit) {
             return;
         }
+        // A running cap the server does not say is passed as the ramp passes it: just past the
+        // power of two it runs (vLLM's defaults), further once it runs more.
+        let s = &self.settings;
+        let unknown_cap = match (self.running_cap(), obs.server_running) {
+            (None, Some(running)) => {
+                let power = running.max(s.start_without_running_cap).next_power_of_two();
+                power.saturating_add(s.headroom(power))
+            }
+            _ => u32::MAX,
+        };
         let unsent = u32::try_from(unsent).unwrap_or(u32::MAX);
         let all = obs
             .in_flight
             .saturating_add(unsent)
-            .min(self.ceiling_with(Some(room)));
+            .min(self.ceiling_with(Some(room)))
+            .min(unknown_cap);
         if all > self.limit.max(self.tail) {
             self.tail = all;
             self.reason = format!(

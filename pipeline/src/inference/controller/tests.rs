@@ -643,6 +643,24 @@ fn the_end_of_a_job_goes_out_at_once_as_far_as_the_cache_holds_it() {
         "{}",
         c.summary()
     );
+    // A running cap the server does not say (vLLM on CPU: 128, with 2M KV tokens): the rest
+    // goes just past the power of two the server runs, as the ramp goes (never above the cap
+    // and the queue headroom), further only once it is seen running more.
+    let mut c = Controller::new(
+        Settings::default(),
+        caps(None, Some(2_000_000), None),
+        160,
+        None,
+    );
+    let vllm = |in_flight, running, unsent| TickObservation {
+        unsent: Some(unsent),
+        kv_usage: Some(0.01),
+        server_running: Some(running),
+        ..busy(in_flight, 0)
+    };
+    assert_eq!(c.observe(&vllm(128, 128, 173)).limit, 128 + 64);
+    assert_eq!(c.observe(&vllm(192, 128, 109)).limit, 128 + 64);
+    assert_eq!(c.observe(&vllm(192, 129, 109)).limit, 192 + 109);
     // The cache bounds it: 50% full with 59 running holds 106 at the planned 90%.
     let mut c = start(None);
     c.observe(&tick(241, 0.5));
