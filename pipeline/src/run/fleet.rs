@@ -275,6 +275,16 @@ impl Fleet {
         self.backends.iter().map(|b| b.limiter.in_flight()).sum()
     }
 
+    /// What the run has still to send (`None`: not known yet), for the tuners.
+    pub fn set_unsent(&self, unsent: Option<u64>) {
+        for backend in self.backends.iter() {
+            backend
+                .telemetry
+                .unsent
+                .store(unsent.unwrap_or(0), Ordering::Relaxed);
+        }
+    }
+
     /// Whether none of the requests in flight can finish any more: every server holding some
     /// is down, or has sent no token for `quiet` and does not answer `/health` (a server that
     /// got the same SIGTERM as `gen` — Slurm signals every process of the task — closes its

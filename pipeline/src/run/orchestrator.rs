@@ -507,6 +507,20 @@ impl<'p> RunState<'p> {
         progress
     }
 
+    /// Prompts (samples) the run has still to send, once every selected source is counted
+    /// and generating or done: the controllers' end of the job.
+    fn unsent(&self, in_flight: u32) -> Option<u64> {
+        let mut left = 0;
+        for (source, _) in self.sources.iter().zip(&self.selected).filter(|(_, s)| **s) {
+            let s = &source.status;
+            if !matches!(s.phase, Phase::Generating | Phase::Done) {
+                return None;
+            }
+            left += s.prepared?.saturating_sub(s.done + s.rejected + s.failed);
+        }
+        Some(left.saturating_sub(u64::from(in_flight)))
+    }
+
     /// On a rerun, says how much earlier runs already did.
     fn say_resuming(&self) {
         let selected = || self.sources.iter().zip(&self.selected).filter(|(_, s)| **s);
@@ -752,6 +766,7 @@ impl<'p> Orchestrator<'p> {
         state.refresh_status();
         state.reporter.progress(&state.status.sources);
         let in_flight = servers.fleet.in_flight();
+        servers.fleet.set_unsent(state.unsent(in_flight));
         // On a terminal the status line under the bars; in a log a line now and then.
         let shown = state.reporter.status_line(&state.progress(in_flight));
         if !shown && self.last_progress.elapsed() >= PROGRESS_EVERY {

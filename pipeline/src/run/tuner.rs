@@ -36,6 +36,8 @@ pub struct Telemetry {
     finishes: Mutex<Vec<Finish>>,
     retryable: AtomicU32,
     overloaded: AtomicU32,
+    /// What the run has still to send, once known (0 until then): set each tick by the run.
+    pub unsent: AtomicU64,
 }
 
 impl Telemetry {
@@ -78,6 +80,7 @@ impl Telemetry {
             sent: self.sent.swap(0, Ordering::Relaxed),
             sent_prompt_tokens: self.sent_prompt_tokens.swap(0, Ordering::Relaxed),
             in_flight,
+            unsent: Some(self.unsent.load(Ordering::Relaxed)).filter(|n| *n > 0),
             ..TickObservation::default()
         }
     }

@@ -114,6 +114,28 @@ async fn the_tuner_reads_each_servers_caps_over_http_and_starts_there() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_end_of_a_job_goes_to_the_server_at_once() {
+    // 80 prompts of 0.3k tokens and answers of 2k–4k tokens on a 100k-token cache: auto starts
+    // at 38, at 56 once the prompts' length is known; the run tells its tuner what is left to
+    // send, so the rest goes at once (the cache has room while the requests are young) instead
+    // of as the first ones end.
+    let mut workload = Workload::long_outputs(0);
+    (
+        workload.output_median,
+        workload.output_min,
+        workload.output_max,
+    ) = (3000.0, 2000, 4000);
+    let knobs = SimKnobs {
+        workload,
+        prompt_tokens_from_text: true,
+        ..SimKnobs::new(Flavour::Vllm, ServerConfig::new(100_000, 256), 10.0)
+    };
+    let (_, stderr, _) = job_on(knobs, 80, "\"auto\"").await;
+    assert!(stderr.contains("starting at 38"), "{stderr}");
+    assert!(stderr.contains("prompts: 56 → "), "{stderr}");
+}
+
 /// The end-to-end table in `BENCHMARKS.md`: run with `scripts/bench-controller.sh`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run with scripts/bench-controller.sh"]

@@ -347,6 +347,7 @@ fn simulate(scenario: &Scenario, policy: &Policy) -> Run {
                     sent: tick_sent,
                     sent_prompt_tokens: tick_sent_tokens,
                     in_flight,
+                    unsent: scenario.prompts.map(|n| n - submitted),
                     ..TickObservation::default()
                 };
                 signals.observe(&server, &mut obs);

@@ -90,16 +90,8 @@ impl Controller {
             return;
         }
         // A queue within the headroom is requests on their way in, not a cache that is full.
-        let headroom = self.settings.headroom(self.limit);
-        self.ramp.room = match (self.kv_limit(), obs.server_running, obs.server_queued) {
-            (Some(kv), Some(running), Some(queued)) if queued <= headroom => obs
-                .kv_usage
-                .filter(|usage| *usage > 0.0 && *usage < self.u)
-                .map_or(0, |usage| {
-                    let room = f64::from(running) * self.u / usage;
-                    let most = f64::from(kv) * self.settings.ramp_room;
-                    room.min(most).floor() as u32
-                }),
+        self.ramp.room = match (self.kv_limit(), self.room_now(obs)) {
+            (Some(kv), Some(room)) => room.min((f64::from(kv) * self.settings.ramp_room) as u32),
             _ => 0,
         };
         if self.ticks < self.ramp.last_step_tick + u64::from(self.settings.ramp_ticks) {

@@ -6,7 +6,7 @@
 //! - **Ceiling** = min(`max_running` + `q_headroom`, `L_kv`, user max), with
 //!   `L_kv = ⌊u·KV_tokens / E_resident⌋`; a missing cap simply does not bound it.
 //! - **Start**: at the ceiling when the server reports a running cap or its KV capacity (at
-//!   most 64 when it tells no running cap: the ramp grows from there, a quarter a step, while
+//!   most 128 when it tells no running cap: the ramp grows from there, a quarter a step, while
 //!   the server runs what it is sent); again from the first prompts' lengths once they are
 //!   sent (the length prior takes their mean until the first completion). The ramp then
 //!   follows the ceiling up every 2 s as completions refine `E_resident` — for as long as
@@ -17,6 +17,10 @@
 //!   (raised later if the server ever runs more); at 8, ×1.5 per window, when it reports
 //!   neither. A resumed run starts at the limit it reached ([`Controller::resume`]),
 //!   checked against the current caps.
+//! - **End of the job**: once what is left to send is at most twice L, it goes at once, as far
+//!   as the cache holds it at the requests' size now (within the running cap and the user's
+//!   bound; with the cap unknown, just past the power of two the server runs, as the ramp);
+//!   the limit stays there for the rest of the job.
 //! - **Guards** per window: (1) retryable 5xx > max(3, 5% of finishes) → L×0.5, backoff;
 //!   (2) any 503/429/stall → L×0.7, backoff; (3) preemptions beyond the tolerance (max(2, 25%
 //!   of finishes)) → u−0.01, L within the new ceiling; beyond the severe level (max(8, 3×
@@ -100,6 +104,9 @@ pub struct Controller {
     /// While the length statistics are the prior alone: requests sent and their prompts'
     /// estimated tokens, whose mean is the prior's prompt length.
     pub(super) prompts_sent: Option<(u64, u64)>,
+    /// The end of the job: the limit that sent what was left (0 before), in force above
+    /// `limit` from then on ([`Settings::tail`]).
+    pub(super) tail: u32,
 }
 
 impl Controller {
@@ -143,6 +150,7 @@ impl Controller {
             last_cut: String::new(),
             seen_running_cap: None,
             prompts_sent,
+            tail: 0,
         };
         controller.start(0, "");
         controller
@@ -244,7 +252,7 @@ impl Controller {
     /// The current decision (what the last [`observe`](Self::observe) returned).
     pub fn decision(&self) -> Decision {
         Decision {
-            limit: self.limit,
+            limit: self.limit.max(self.tail),
             phase: self.phase,
             reason: self.reason.clone(),
         }
@@ -340,7 +348,57 @@ impl Controller {
             self.limit = ceiling;
             self.reason = format!("lowered to {}", self.ceiling_reason());
         }
+        self.send_the_tail(obs);
         self.decision()
+    }
+
+    /// The end of the job ([`Settings::tail`]): once what is left to send is within `tail` × L,
+    /// it goes now, as far as the cache holds it at the requests' size now and within the
+    /// caps and the user's bound.
+    fn send_the_tail(&mut self, obs: &TickObservation) {
+        let (Some(unsent), Some(room)) = (obs.unsent, self.room_now(obs)) else {
+            return;
+        };
+        if unsent == 0 || unsent as f64 > self.settings.tail * f64::from(self.limit) {
+            return;
+        }
+        // A running cap the server does not say is passed as the ramp passes it: just past the
+        // power of two it runs (vLLM's defaults), further once it runs more.
+        let s = &self.settings;
+        let unknown_cap = match (self.running_cap(), obs.server_running) {
+            (None, Some(running)) => {
+                let power = running.max(s.start_without_running_cap).next_power_of_two();
+                power.saturating_add(s.headroom(power))
+            }
+            _ => u32::MAX,
+        };
+        let unsent = u32::try_from(unsent).unwrap_or(u32::MAX);
+        let all = obs
+            .in_flight
+            .saturating_add(unsent)
+            .min(self.ceiling_with(Some(room)))
+            .min(unknown_cap);
+        if all > self.limit.max(self.tail) {
+            self.tail = all;
+            self.reason = format!(
+                "the job's last {unsent} prompts: {} → {all} while the KV cache has room",
+                self.limit
+            );
+        }
+    }
+
+    /// While the server shows headroom (KV below plan, no more waiting than the queue
+    /// headroom): the requests the cache holds at the planned use at their size now.
+    pub(super) fn room_now(&self, obs: &TickObservation) -> Option<u32> {
+        let headroom = self.settings.headroom(self.limit);
+        match (obs.server_running, obs.server_queued, obs.kv_usage) {
+            (Some(running), Some(queued), Some(usage))
+                if queued <= headroom && usage > 0.0 && usage < self.u =>
+            {
+                Some((f64::from(running) * self.u / usage).min(f64::from(u32::MAX)) as u32)
+            }
+            _ => None,
+        }
     }
 
     /// Takes the tick's completions into the length statistics and the ramp's count, and its
@@ -358,10 +416,14 @@ impl Controller {
             let mean = *tokens as f64 / *sent as f64;
             self.stats.set_mean_prompt(mean);
             // The start assumed prompts of `prior_prompt_tokens`: start again from what the
-            // first ones say, unless the ramp already moved.
+            // first ones say, unless the ramp already moved (a correction of the start, not a
+            // step: the ramp's first step still comes `ramp_ticks` after the start).
             if first && self.phase == ControllerPhase::Startup && self.ramp.path.len() == 1 {
                 self.reference_resident = self.stats.expected_resident();
-                self.start(self.ticks, &format!("prompts of {} tokens: ", kilo(mean)));
+                self.start(
+                    self.ramp.began_tick,
+                    &format!("prompts of {} tokens: ", kilo(mean)),
+                );
             }
         }
         if !obs.finishes.is_empty() {

@@ -599,6 +599,86 @@ fn the_ramp_fills_the_room_a_young_first_generation_leaves() {
 }
 
 #[test]
+fn the_end_of_a_job_goes_out_at_once_as_far_as_the_cache_holds_it() {
+    // Issue 23's reasoning-length job (300 prompts, 250k KV, vLLM: no running cap) was fastest
+    // with all of them sent at once; auto held the KV ceiling and sent its last requests a
+    // generation late. Once what is left is within twice the limit it goes, as far as the
+    // cache holds it at the requests' size now (59 running with the cache 10% full: 531).
+    let start = |user_max| {
+        let c = Controller::new(
+            Settings::default(),
+            caps(None, Some(250_000), user_max),
+            8192,
+            None,
+        );
+        assert_eq!(c.limit(), 59);
+        c
+    };
+    let tick = |unsent, kv| TickObservation {
+        unsent: Some(unsent),
+        kv_usage: Some(kv),
+        ..busy(59, 0)
+    };
+    let mut c = start(None);
+    // More than twice the limit left (a long job): nothing changes.
+    assert_eq!(c.observe(&tick(241, 0.1)).limit, 59);
+    // The ramp steps to 88 (1.5× the ceiling); 100 left: 59 in flight + 100.
+    let d = c.observe(&tick(100, 0.1));
+    assert_eq!(d.limit, 159, "{}", d.reason);
+    assert!(
+        d.reason
+            .contains("the job's last 100 prompts: 88 → 159 while the KV cache has room"),
+        "{}",
+        d.reason
+    );
+    // Everything sent: the limit stays (nothing more to send), however full the cache gets.
+    let d = c.observe(&TickObservation {
+        kv_usage: Some(0.9),
+        ..busy(159, 0)
+    });
+    assert_eq!(d.limit, 159, "{}", d.reason);
+    assert!(
+        c.summary()
+            .ends_with("; the job's last prompts sent at 159"),
+        "{}",
+        c.summary()
+    );
+    // A running cap the server does not say (vLLM on CPU: 128, with 2M KV tokens): the rest
+    // goes just past the power of two the server runs, as the ramp goes (never above the cap
+    // and the queue headroom), further only once it is seen running more.
+    let mut c = Controller::new(
+        Settings::default(),
+        caps(None, Some(2_000_000), None),
+        160,
+        None,
+    );
+    let vllm = |in_flight, running, unsent| TickObservation {
+        unsent: Some(unsent),
+        kv_usage: Some(0.01),
+        server_running: Some(running),
+        ..busy(in_flight, 0)
+    };
+    assert_eq!(c.observe(&vllm(128, 128, 173)).limit, 128 + 64);
+    assert_eq!(c.observe(&vllm(192, 128, 109)).limit, 128 + 64);
+    assert_eq!(c.observe(&vllm(192, 129, 109)).limit, 192 + 109);
+    // The cache bounds it: 50% full with 59 running holds 106 at the planned 90%.
+    let mut c = start(None);
+    c.observe(&tick(241, 0.5));
+    assert_eq!(c.observe(&tick(100, 0.5)).limit, 106);
+    // So does the user's bound, and a server that does not tell its queue gets nothing more.
+    let mut c = start(Some(120));
+    c.observe(&tick(241, 0.1));
+    assert_eq!(c.observe(&tick(100, 0.1)).limit, 120);
+    let mut c = start(None);
+    c.observe(&tick(241, 0.1));
+    let d = c.observe(&TickObservation {
+        server_queued: None,
+        ..tick(100, 0.1)
+    });
+    assert_eq!(d.limit, 59, "{}", d.reason);
+}
+
+#[test]
 fn the_prior_takes_the_length_of_the_prompts_sent() {
     // Issue 23: the first step assumed 1.0k-token prompts although they were short. 22k KV
     // tokens, `max-tokens` 1024: the prior says 1024 + 1024/3 = 1.4k tokens a request (14);
@@ -631,6 +711,31 @@ fn the_prior_takes_the_length_of_the_prompts_sent() {
         ..busy(c.limit(), 0)
     });
     assert_eq!(c.stats().expected_resident(), resident);
+}
+
+#[test]
+fn the_start_from_the_prompts_sent_is_no_ramp_step() {
+    // The first tick starts again from the prompts' length (0.3k tokens: 59 → 74); the ramp's
+    // first step still comes two ticks after the start, not two after that correction.
+    let mut c = Controller::new(
+        Settings::default(),
+        caps(None, Some(250_000), None),
+        8192,
+        None,
+    );
+    assert_eq!(c.limit(), 59);
+    let d = c.observe(&TickObservation {
+        sent: 59,
+        sent_prompt_tokens: 59 * 300,
+        kv_usage: Some(0.1),
+        ..busy(59, 0)
+    });
+    assert_eq!(d.limit, 74, "{}", d.reason);
+    let d = c.observe(&TickObservation {
+        kv_usage: Some(0.3),
+        ..busy(74, 0)
+    });
+    assert_eq!(d.limit, 111, "{}", d.reason);
 }
 
 #[test]
@@ -1318,6 +1423,8 @@ fn limit_stays_within_one_and_the_ceiling_under_any_observations() {
                 kv_usage: Some(next(101) as f64 / 100.0),
                 preemptions_total: Some(preemptions),
                 in_flight,
+                // The end of a job goes past the ceiling on purpose (its own test below).
+                unsent: None,
             };
             let d = c.observe(&o);
             assert!(d.limit >= 1 && d.limit <= c.ceiling(), "{caps:?}: {d:?}");

@@ -52,6 +52,8 @@ pub struct TickObservation {
     pub preemptions_total: Option<u64>,
     /// Requests this client has in flight to the server at the end of the tick.
     pub in_flight: u32,
+    /// Requests the job has still to send (to any server), once every source is counted.
+    pub unsent: Option<u64>,
 }
 
 /// Where the controller is in its cycle.

@@ -79,14 +79,18 @@ impl Controller {
             ),
             ControllerPhase::Backoff => format!("lowered to {}: {}", self.limit, self.last_cut),
         };
-        match (ramp, now.is_empty()) {
+        let summary = match (ramp, now.is_empty()) {
             (Some(ramp), true) => ramp,
             (Some(ramp), false) if self.phase == ControllerPhase::Startup => {
                 format!("{ramp} ({now})")
             }
             (Some(ramp), false) => format!("{ramp}; {now}"),
             (None, _) => now,
+        };
+        if self.tail > self.limit {
+            return format!("{summary}; the job's last prompts sent at {}", self.tail);
         }
+        summary
     }
 
     /// "32 → 40 → 47", the middle elided when long.
