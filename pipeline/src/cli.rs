@@ -414,6 +414,27 @@ pub struct DiagnoseArgs {
     /// A worker's captured stderr or a job's whole output (Slurm `slurm-N.out`, a pod's log).
     #[arg(long, value_name = "FILE", help_heading = "Logs captured anywhere")]
     pub stderr: Option<PathBuf>,
+    #[command(flatten)]
+    pub evidence: LogEvidence,
+    /// A whole observation as JSON, instead of the flags (its fields: docs/operations.md).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["stderr", "server_log"], help_heading = "Logs captured anywhere")]
+    pub observation: Option<PathBuf>,
+    /// An inference server's log (SGLang, vLLM, llama.cpp).
+    #[arg(
+        long,
+        value_name = "FILE",
+        conflicts_with = "stderr",
+        help_heading = "Logs captured anywhere"
+    )]
+    pub server_log: Option<PathBuf>,
+    /// Print the verdict as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What `gen diagnose --stderr FILE` takes beside the stderr; all of it is optional.
+#[derive(Debug, Clone, clap::Args)]
+pub struct LogEvidence {
     /// Kernel log text covering the worker's lifetime (dmesg, dmesg -T, journalctl -k [-r],
     /// /dev/kmsg, syslog).
     #[arg(
@@ -490,20 +511,6 @@ pub struct DiagnoseArgs {
         hide_short_help = true
     )]
     pub output_complete: bool,
-    /// A whole observation as JSON, instead of the flags (its fields: docs/operations.md).
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["stderr", "server_log"], help_heading = "Logs captured anywhere")]
-    pub observation: Option<PathBuf>,
-    /// An inference server's log (SGLang, vLLM, llama.cpp).
-    #[arg(
-        long,
-        value_name = "FILE",
-        conflicts_with = "stderr",
-        help_heading = "Logs captured anywhere"
-    )]
-    pub server_log: Option<PathBuf>,
-    /// Print the verdict as JSON.
-    #[arg(long)]
-    pub json: bool,
 }
 
 fn parse_signal(text: &str) -> Result<i32, String> {

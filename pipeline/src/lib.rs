@@ -527,7 +527,7 @@ fn k8s_command(args: &cli::K8sArgs) -> Result<ExitCode, CliError> {
 }
 
 fn diagnose_command(args: cli::DiagnoseArgs) -> Result<ExitCode, CliError> {
-    use diagnose::{LogInputs, Subject};
+    use diagnose::Subject;
     let subject = if let Some(source) = args.source.clone() {
         let run_dir = match (args.run_dir, args.config) {
             (Some(dir), _) => RunDir::new(dir),
@@ -556,8 +556,11 @@ fn diagnose_command(args: cli::DiagnoseArgs) -> Result<ExitCode, CliError> {
             }
         };
         Subject::Source { run_dir, source }
-    } else if let Some(stderr) = args.stderr.clone() {
-        Subject::Logs(LogInputs::from_args(stderr, &args))
+    } else if let Some(stderr) = args.stderr {
+        Subject::Logs {
+            stderr,
+            evidence: args.evidence,
+        }
     } else if let Some(path) = args.observation {
         Subject::Observation(path)
     } else if let Some(path) = args.server_log {
