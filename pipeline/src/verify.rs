@@ -25,6 +25,7 @@ use serde_json::Value;
 
 use crate::scale::shard::Shard;
 use crate::status::Phase;
+use crate::status::render::push_wrapped;
 use crate::store::frames;
 use crate::store::ids::{self, IdSet};
 use crate::store::manifest::PrepManifest;
@@ -848,12 +849,6 @@ fn missing(
 
 const WIDTH: usize = 80;
 
-/// `text` split at spaces into lines of at most `width` columns; continuation lines are
-/// indented by four spaces.
-fn wrap(text: &str, width: usize) -> Vec<String> {
-    crate::status::render::wrap(text, width, "", "    ")
-}
-
 /// The audit as a table of at most 80 columns, notes and problems under it, then the verdict.
 pub fn render(audit: &Audit) -> String {
     let mut out = String::new();
@@ -864,17 +859,19 @@ pub fn render(audit: &Audit) -> String {
     };
     writeln!(out, "run `{}`: {state}", audit.run_dir).ok();
     if let (Some(true), Some(reason)) = (audit.run_finished, &audit.stopped_by) {
-        for line in wrap(&format!("it stopped: {reason}"), WIDTH) {
-            writeln!(out, "{line}").ok();
-        }
+        push_wrapped(
+            &mut out,
+            &format!("it stopped: {reason}"),
+            WIDTH,
+            "",
+            "    ",
+        );
     }
     writeln!(out).ok();
     render_table(&mut out, audit);
     render_remarks(&mut out, audit);
     writeln!(out).ok();
-    for line in wrap(&verdict(audit), WIDTH) {
-        writeln!(out, "{line}").ok();
-    }
+    push_wrapped(&mut out, &verdict(audit), WIDTH, "", "    ");
     out
 }
 
@@ -949,9 +946,7 @@ fn render_remarks(out: &mut String, audit: &Audit) {
             writeln!(out).ok();
             said = true;
         }
-        for line in wrap(&remark, WIDTH) {
-            writeln!(out, "{line}").ok();
-        }
+        push_wrapped(out, &remark, WIDTH, "", "    ");
     }
 }
 

@@ -471,9 +471,13 @@ pub fn render(job: &JobView, now_ms: u64) -> String {
         if let Some(error) = &preparation.stopped_by {
             let line = format!("prep   failed on {}", preparation.host);
             writeln!(out, "{}", cut(&line, 80)).ok();
-            for line in render::wrap(error, render::WIDTH, "      stopped by: ", "        ") {
-                writeln!(out, "{line}").ok();
-            }
+            render::push_wrapped(
+                &mut out,
+                error,
+                render::WIDTH,
+                "      stopped by: ",
+                "        ",
+            );
         } else {
             writeln!(out, "{}", cut(&line, 80)).ok();
         }
@@ -507,9 +511,13 @@ pub fn render(job: &JobView, now_ms: u64) -> String {
         writeln!(out, "{}", cut(shard_row(shard, now_ms).trim_end(), 80)).ok();
         // Why a shard stopped is wrapped whole, not cut: its end often says what to do.
         if let Some(error) = &shard.stopped_by {
-            for line in render::wrap(error, render::WIDTH, "      stopped by: ", "        ") {
-                writeln!(out, "{line}").ok();
-            }
+            render::push_wrapped(
+                &mut out,
+                error,
+                render::WIDTH,
+                "      stopped by: ",
+                "        ",
+            );
         }
         if let Some(log) = shard
             .log
@@ -564,9 +572,7 @@ pub fn render(job: &JobView, now_ms: u64) -> String {
             };
             format!("shards {}: {how}", rerun.join(","))
         };
-        for line in render::wrap(&what, render::WIDTH, "rerun  ", "       ") {
-            writeln!(out, "{line}").ok();
-        }
+        render::push_wrapped(&mut out, &what, render::WIDTH, "rerun  ", "       ");
     }
     out
 }

@@ -183,18 +183,11 @@ pub fn wrap(text: &str, width: usize, first: &str, rest: &str) -> Vec<String> {
 
 /// A worker verdict under its source's row, wrapped to `width`: what happened, then on a line
 /// of its own what to do next.
-fn verdict_lines(verdict: &VerdictLine, width: usize) -> Vec<String> {
-    if verdict.class == "success" {
-        return Vec::new();
+fn push_verdict(out: &mut String, verdict: &VerdictLine, width: usize) {
+    if verdict.class != "success" {
+        push_wrapped(out, &verdict.headline, width, "  ! ", "    ");
+        push_wrapped(out, &verdict.next_action, width, "    next: ", "          ");
     }
-    let mut lines = wrap(&verdict.headline, width, "  ! ", "    ");
-    lines.extend(wrap(
-        &verdict.next_action,
-        width,
-        "    next: ",
-        "          ",
-    ));
-    lines
 }
 
 /// The note the orchestrator writes about a worker's verdict, which the verdict lines say in
@@ -357,6 +350,14 @@ fn line(out: &mut String, text: &str, width: usize) {
     out.push('\n');
 }
 
+/// Appends `text` wrapped at `width` (see [`wrap`]), each line with a newline.
+pub fn push_wrapped(out: &mut String, text: &str, width: usize, first: &str, rest: &str) {
+    for line in wrap(text, width, first, rest) {
+        out.push_str(&line);
+        out.push('\n');
+    }
+}
+
 /// The status table, each line at most `width` columns (see [`width`]).
 pub fn render(status: &RunStatus, now_ms: u64, width: usize) -> String {
     let mut out = String::new();
@@ -424,37 +425,21 @@ fn server_lines(
         ),
     };
     line(out, &head, width);
-    out.extend(
-        wrap(&detail, width, "       ", "       ")
-            .into_iter()
-            .map(|l| l + "\n"),
-    );
+    push_wrapped(out, &detail, width, "       ", "       ");
     if let Some(named) = &server.answered_by {
         let said = format!(
             "its answers name model `{named}`, not `{}`: stored under `{named}`",
             server.model
         );
-        out.extend(
-            wrap(&said, width, "       WARNING: ", "                ")
-                .into_iter()
-                .map(|l| l + "\n"),
-        );
+        push_wrapped(out, &said, width, "       WARNING: ", "                ");
     }
     if let (Some(_), Some(reason)) = (server.down_since_unix_ms, &server.down_reason) {
-        out.extend(
-            wrap(reason, width, "       why: ", "            ")
-                .into_iter()
-                .map(|l| l + "\n"),
-        );
+        push_wrapped(out, reason, width, "       why: ", "            ");
     }
     if let Some(decision) = &server.decision
         && server.down_since_unix_ms.is_none()
     {
-        out.extend(
-            wrap(decision, width, "tuning ", "       ")
-                .into_iter()
-                .map(|l| l + "\n"),
-        );
+        push_wrapped(out, decision, width, "tuning ", "       ");
     }
 }
 
@@ -503,13 +488,8 @@ pub fn source_table(sources: &[SourceStatus], width: usize) -> String {
         for line in row(source, name_width, width) {
             let _ = writeln!(out, "{line}");
         }
-        for line in source
-            .verdict
-            .as_ref()
-            .map(|v| verdict_lines(v, width))
-            .unwrap_or_default()
-        {
-            let _ = writeln!(out, "{line}");
+        if let Some(verdict) = &source.verdict {
+            push_verdict(&mut out, verdict, width);
         }
     }
     let prepared: u64 = sources.iter().filter_map(|s| s.prepared).sum();
