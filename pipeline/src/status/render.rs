@@ -286,7 +286,7 @@ fn columns(cells: [&str; 9], name_width: usize) -> String {
 
 /// A source's row, then its note (when the verdict lines below do not say it already) and
 /// warnings, wrapped to `width`.
-fn row(s: &SourceStatus, name_width: usize, width: usize) -> Vec<String> {
+fn row(out: &mut String, s: &SourceStatus, name_width: usize, width: usize) {
     let generating = s.phase == Phase::Generating;
     let rate = match s.tokens_per_sec {
         Some(rate) if generating => format!("{rate:.0}"),
@@ -303,7 +303,7 @@ fn row(s: &SourceStatus, name_width: usize, width: usize) -> Vec<String> {
         (Phase::Failed, Some(_)) => ("FAILED", s.failed.to_string()),
         (phase, _) => (phase.label(), s.failed.to_string()),
     };
-    let mut lines = vec![columns(
+    out.push_str(&columns(
         [
             &cut(&s.name, name_width),
             phase,
@@ -316,32 +316,32 @@ fn row(s: &SourceStatus, name_width: usize, width: usize) -> Vec<String> {
             &truncation(s),
         ],
         name_width,
-    )];
+    ));
+    out.push('\n');
     if !s.note.is_empty() && !repeats_verdict(s) {
         let mark = if s.phase == Phase::Failed {
             "  ! "
         } else {
             "  "
         };
-        lines.extend(wrap(&s.note, width, mark, "    "));
+        push_wrapped(out, &s.note, width, mark, "    ");
     }
     if s.samples > 1 {
         let prompts = s.prepared.map_or_else(String::new, |p| {
             format!("{} prompts × ", p / u64::from(s.samples))
         });
         let line = format!("{prompts}{} samples each: counts are of samples", s.samples);
-        lines.extend(wrap(&line, width, "  ", "    "));
+        push_wrapped(out, &line, width, "  ", "    ");
     }
     if let Some(cuts) = context_cuts(s) {
-        lines.extend(wrap(&cuts, width, "  ", "    "));
+        push_wrapped(out, &cuts, width, "  ", "    ");
     }
     if let Some(tools) = tool_turns(s) {
-        lines.extend(wrap(&tools, width, "  ", "    "));
+        push_wrapped(out, &tools, width, "  ", "    ");
     }
     for warning in &s.warnings {
-        lines.extend(wrap(warning, width, "  warning: ", "    "));
+        push_wrapped(out, warning, width, "  warning: ", "    ");
     }
-    lines
 }
 
 /// A whole line of `text`, cut to `width` with `…` (a URL or path is not worth two lines).
@@ -362,9 +362,13 @@ pub fn push_wrapped(out: &mut String, text: &str, width: usize, first: &str, res
 pub fn render(status: &RunStatus, now_ms: u64, width: usize) -> String {
     let mut out = String::new();
     line(&mut out, &format!("run    {}", status.config), width);
-    for state in wrap(&liveness(status, now_ms), width, "state  ", "       ") {
-        line(&mut out, &state, width);
-    }
+    push_wrapped(
+        &mut out,
+        &liveness(status, now_ms),
+        width,
+        "state  ",
+        "       ",
+    );
     line(
         &mut out,
         &format!("time   {}", times(status, now_ms)),
@@ -485,9 +489,7 @@ pub fn source_table(sources: &[SourceStatus], width: usize) -> String {
     let name_width = name_width(sources, width);
     let _ = writeln!(out, "{}", columns(HEADER, name_width));
     for source in sources {
-        for line in row(source, name_width, width) {
-            let _ = writeln!(out, "{line}");
-        }
+        row(&mut out, source, name_width, width);
         if let Some(verdict) = &source.verdict {
             push_verdict(&mut out, verdict, width);
         }
