@@ -108,15 +108,10 @@ pub(crate) fn heuristic_exit(
             };
             Some((signal(code), line.trim().to_string()))
         });
-    match found {
-        Some((exit, line)) => ResolvedExit {
-            exit,
-            inferred_from: Some(line),
-        },
-        None => ResolvedExit {
-            exit,
-            inferred_from: None,
-        },
+    let (exit, inferred_from) = found.map_or((exit, None), |(found, line)| (found, Some(line)));
+    ResolvedExit {
+        exit,
+        inferred_from,
     }
 }
 

@@ -435,82 +435,12 @@ pub struct DiagnoseArgs {
     /// A worker's captured stderr or a job's whole output (Slurm `slurm-N.out`, a pod's log).
     #[arg(long, value_name = "FILE", help_heading = "Logs captured anywhere")]
     pub stderr: Option<PathBuf>,
-    /// Kernel log text covering the worker's lifetime (dmesg, dmesg -T, journalctl -k [-r],
-    /// /dev/kmsg, syslog).
-    #[arg(
-        long,
-        value_name = "FILE",
-        requires = "stderr",
-        help_heading = "Logs captured anywhere"
-    )]
-    pub kernel_log: Option<PathBuf>,
-    /// Any other log about the run (repeatable): `kubectl describe`, `sacct`, a journal with
-    /// earlyoom / systemd-oomd / nohang lines.
-    #[arg(
-        long = "log",
-        value_name = "FILE",
-        requires = "stderr",
-        help_heading = "Logs captured anywhere"
-    )]
-    pub logs: Vec<PathBuf>,
-    /// The exit code (137 = killed by SIGKILL through a shell).
-    #[arg(
-        long,
-        requires = "stderr",
-        conflicts_with = "signal",
-        help_heading = "Evidence beside the logs",
-        hide_short_help = true
-    )]
-    pub exit_code: Option<i32>,
-    /// The signal that ended it: a number or a name (9, KILL, SIGKILL).
-    #[arg(long, value_name = "SIGNAL", requires = "stderr", value_parser = parse_signal, help_heading = "Evidence beside the logs",
-        hide_short_help = true)]
-    pub signal: Option<i32>,
-    /// The worker's pid as the kernel log names it.
-    #[arg(
-        long,
-        requires = "stderr",
-        help_heading = "Evidence beside the logs",
-        hide_short_help = true
-    )]
-    pub pid: Option<u32>,
-    /// The worker's memory cgroup (e.g. `/kubepods/burstable/pod.../<container>`).
-    #[arg(
-        long,
-        value_name = "PATH",
-        requires = "stderr",
-        help_heading = "Evidence beside the logs",
-        hide_short_help = true
-    )]
-    pub cgroup: Option<String>,
-    /// When the worker started: wall-clock as the logs print it, or seconds since boot.
-    #[arg(long, value_name = "TIME", requires = "stderr", value_parser = parse_moment, help_heading = "Evidence beside the logs",
-        hide_short_help = true)]
-    pub started_at: Option<String>,
-    /// When the worker ended: wall-clock as the logs print it, or seconds since boot.
-    #[arg(long, value_name = "TIME", requires = "stderr", value_parser = parse_moment, help_heading = "Evidence beside the logs",
-        hide_short_help = true)]
-    pub exited_at: Option<String>,
-    /// Peak RSS (bytes, or a size such as 7.5G).
-    #[arg(long, value_name = "SIZE", requires = "stderr", value_parser = parse_bytes, help_heading = "Evidence beside the logs",
-        hide_short_help = true)]
-    pub peak_rss: Option<u64>,
-    /// Memory limit (bytes, or a size such as 8G).
-    #[arg(long, value_name = "SIZE", requires = "stderr", value_parser = parse_bytes, help_heading = "Evidence beside the logs",
-        hide_short_help = true)]
-    pub memory_limit: Option<u64>,
-    /// Size of the largest input row the worker held (sizes the memory advice).
-    #[arg(long, value_name = "SIZE", requires = "stderr", value_parser = parse_bytes, help_heading = "Evidence beside the logs",
-        hide_short_help = true)]
-    pub largest_row: Option<u64>,
-    /// The worker's output was verified complete.
-    #[arg(
-        long,
-        requires = "stderr",
-        help_heading = "Evidence beside the logs",
-        hide_short_help = true
-    )]
-    pub output_complete: bool,
+    // Before the evidence: after it, the heading the evidence sets would be its own.
+    /// Print the verdict as JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub evidence: LogEvidence,
     /// A whole observation as JSON, instead of the flags (its fields: docs/operations.md).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["stderr", "server_log"], help_heading = "Logs captured anywhere")]
     pub observation: Option<PathBuf>,
@@ -522,9 +452,56 @@ pub struct DiagnoseArgs {
         help_heading = "Logs captured anywhere"
     )]
     pub server_log: Option<PathBuf>,
-    /// Print the verdict as JSON.
-    #[arg(long)]
-    pub json: bool,
+}
+
+/// What `gen diagnose --stderr FILE` takes beside the stderr; all of it is optional, none of
+/// it without `--stderr`.
+#[derive(Debug, Clone, clap::Args)]
+#[group(requires = "stderr", multiple = true)]
+#[command(next_help_heading = "Evidence beside the logs")]
+pub struct LogEvidence {
+    /// Kernel log text covering the worker's lifetime (dmesg, dmesg -T, journalctl -k [-r],
+    /// /dev/kmsg, syslog).
+    #[arg(long, value_name = "FILE", help_heading = "Logs captured anywhere")]
+    pub kernel_log: Option<PathBuf>,
+    /// Any other log about the run (repeatable): `kubectl describe`, `sacct`, a journal with
+    /// earlyoom / systemd-oomd / nohang lines.
+    #[arg(
+        long = "log",
+        value_name = "FILE",
+        help_heading = "Logs captured anywhere"
+    )]
+    pub logs: Vec<PathBuf>,
+    /// The exit code (137 = killed by SIGKILL through a shell).
+    #[arg(long, conflicts_with = "signal", hide_short_help = true)]
+    pub exit_code: Option<i32>,
+    /// The signal that ended it: a number or a name (9, KILL, SIGKILL).
+    #[arg(long, value_name = "SIGNAL", value_parser = parse_signal, hide_short_help = true)]
+    pub signal: Option<i32>,
+    /// The worker's pid as the kernel log names it.
+    #[arg(long, hide_short_help = true)]
+    pub pid: Option<u32>,
+    /// The worker's memory cgroup (e.g. `/kubepods/burstable/pod.../<container>`).
+    #[arg(long, value_name = "PATH", hide_short_help = true)]
+    pub cgroup: Option<String>,
+    /// When the worker started: wall-clock as the logs print it, or seconds since boot.
+    #[arg(long, value_name = "TIME", value_parser = parse_moment, hide_short_help = true)]
+    pub started_at: Option<String>,
+    /// When the worker ended: wall-clock as the logs print it, or seconds since boot.
+    #[arg(long, value_name = "TIME", value_parser = parse_moment, hide_short_help = true)]
+    pub exited_at: Option<String>,
+    /// Peak RSS (bytes, or a size such as 7.5G).
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes, hide_short_help = true)]
+    pub peak_rss: Option<u64>,
+    /// Memory limit (bytes, or a size such as 8G).
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes, hide_short_help = true)]
+    pub memory_limit: Option<u64>,
+    /// Size of the largest input row the worker held (sizes the memory advice).
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes, hide_short_help = true)]
+    pub largest_row: Option<u64>,
+    /// The worker's output was verified complete.
+    #[arg(long, hide_short_help = true)]
+    pub output_complete: bool,
 }
 
 fn parse_signal(text: &str) -> Result<i32, String> {

@@ -9,6 +9,7 @@ use anyhow::Context as _;
 use gen_diagnostics::clock::Moment;
 use gen_diagnostics::{Class, Exit, KernelLog, Observation, Subtype, Verdict};
 
+use crate::cli::LogEvidence;
 use crate::store::worker::WorkerFile;
 use crate::store::{RunDir, atomic};
 
@@ -18,97 +19,60 @@ pub enum Subject {
     /// A source of a run: its `worker.json`.
     Source { run_dir: RunDir, source: String },
     /// Logs captured after the fact.
-    Logs(LogInputs),
+    Logs {
+        stderr: PathBuf,
+        evidence: LogEvidence,
+    },
     /// A whole observation as JSON (the schema of `gen_diagnostics::Observation`).
     Observation(PathBuf),
     /// An inference server's log.
     ServerLog(PathBuf),
 }
 
-/// What `gen diagnose --stderr F ...` was given; everything but the stderr is optional.
-#[derive(Debug, Clone, Default)]
-pub struct LogInputs {
-    pub stderr: PathBuf,
-    pub kernel_log: Option<PathBuf>,
-    pub logs: Vec<PathBuf>,
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    pub pid: Option<u32>,
-    pub cgroup: Option<String>,
-    /// `--started-at` as given: a wall-clock time or seconds since boot.
-    pub started_at: Option<String>,
-    /// `--exited-at` as given.
-    pub exited_at: Option<String>,
-    pub peak_rss: Option<u64>,
-    pub memory_limit: Option<u64>,
-    pub largest_row: Option<u64>,
-    pub output_complete: bool,
-}
-
-impl LogInputs {
-    /// The inputs of `gen diagnose --stderr FILE ...`.
-    pub fn from_args(stderr: PathBuf, args: &crate::cli::DiagnoseArgs) -> Self {
-        LogInputs {
-            stderr,
-            kernel_log: args.kernel_log.clone(),
-            logs: args.logs.clone(),
-            exit_code: args.exit_code,
-            signal: args.signal,
-            pid: args.pid,
-            cgroup: args.cgroup.clone(),
-            started_at: args.started_at.clone(),
-            exited_at: args.exited_at.clone(),
-            peak_rss: args.peak_rss,
-            memory_limit: args.memory_limit,
-            largest_row: args.largest_row,
-            output_complete: args.output_complete,
+/// The observation `gen diagnose --stderr FILE ...` describes; unknown facts stay unknown
+/// (exit, pid 0).
+fn observation(stderr: &Path, evidence: &LogEvidence) -> anyhow::Result<Observation> {
+    let exit = match (evidence.exit_code, evidence.signal) {
+        (Some(code), None) => Exit::Code(code),
+        (None, Some(signal)) => Exit::Signal {
+            signal,
+            sent_by_gen: false,
+        },
+        (None, None) => Exit::Unknown,
+        (Some(_), Some(_)) => {
+            anyhow::bail!("`--exit-code` and `--signal` exclude each other")
         }
+    };
+    let mut observation = Observation::new(exit, evidence.pid.unwrap_or(0));
+    observation.stderr_tail = read(stderr)?;
+    observation.kernel_log = match &evidence.kernel_log {
+        Some(path) => KernelLog::Text { text: read(path)? },
+        None => KernelLog::Unavailable {
+            reason: "no --kernel-log given".into(),
+        },
+    };
+    for path in &evidence.logs {
+        if !observation.other_log.is_empty() {
+            observation.other_log.push('\n');
+        }
+        observation.other_log.push_str(&read(path)?);
     }
-
-    /// The observation the flags describe; unknown facts stay unknown (exit, pid 0).
-    fn observation(&self) -> anyhow::Result<Observation> {
-        let exit = match (self.exit_code, self.signal) {
-            (Some(code), None) => Exit::Code(code),
-            (None, Some(signal)) => Exit::Signal {
-                signal,
-                sent_by_gen: false,
-            },
-            (None, None) => Exit::Unknown,
-            (Some(_), Some(_)) => {
-                anyhow::bail!("`--exit-code` and `--signal` exclude each other")
-            }
-        };
-        let mut observation = Observation::new(exit, self.pid.unwrap_or(0));
-        observation.stderr_tail = read(&self.stderr)?;
-        observation.kernel_log = match &self.kernel_log {
-            Some(path) => KernelLog::Text { text: read(path)? },
-            None => KernelLog::Unavailable {
-                reason: "no --kernel-log given".into(),
-            },
-        };
-        for path in &self.logs {
-            if !observation.other_log.is_empty() {
-                observation.other_log.push('\n');
-            }
-            observation.other_log.push_str(&read(path)?);
-        }
-        observation.cgroup_path = self.cgroup.clone();
-        match moment("--started-at", self.started_at.as_deref())? {
-            Some(Moment::SinceBoot(usec)) => observation.spawn_usec = Some(usec),
-            Some(Moment::Wall(wall)) => observation.started_at = Some(wall.to_string()),
-            None => {}
-        }
-        match moment("--exited-at", self.exited_at.as_deref())? {
-            Some(Moment::SinceBoot(usec)) => observation.exit_usec = Some(usec),
-            Some(Moment::Wall(wall)) => observation.exited_at = Some(wall.to_string()),
-            None => {}
-        }
-        observation.peak_rss_bytes = self.peak_rss;
-        observation.memory_limit_bytes = self.memory_limit;
-        observation.largest_row_bytes = self.largest_row;
-        observation.outputs_complete = self.output_complete;
-        Ok(observation)
+    observation.cgroup_path = evidence.cgroup.clone();
+    match moment("--started-at", evidence.started_at.as_deref())? {
+        Some(Moment::SinceBoot(usec)) => observation.spawn_usec = Some(usec),
+        Some(Moment::Wall(wall)) => observation.started_at = Some(wall.to_string()),
+        None => {}
     }
+    match moment("--exited-at", evidence.exited_at.as_deref())? {
+        Some(Moment::SinceBoot(usec)) => observation.exit_usec = Some(usec),
+        Some(Moment::Wall(wall)) => observation.exited_at = Some(wall.to_string()),
+        None => {}
+    }
+    observation.peak_rss_bytes = evidence.peak_rss;
+    observation.memory_limit_bytes = evidence.memory_limit;
+    observation.largest_row_bytes = evidence.largest_row;
+    observation.outputs_complete = evidence.output_complete;
+    Ok(observation)
 }
 
 fn read(path: &Path) -> anyhow::Result<String> {
@@ -141,8 +105,8 @@ pub fn diagnose(subject: &Subject) -> anyhow::Result<(String, Verdict)> {
             }
             Ok((format!("source `{source}`"), verdict))
         }
-        Subject::Logs(inputs) => {
-            let observation = inputs.observation()?;
+        Subject::Logs { stderr, evidence } => {
+            let observation = observation(stderr, evidence)?;
             let mut verdict = gen_diagnostics::classify(&observation);
             // An inference server's log handed in as `--stderr`: its own signatures know more.
             if matches!(verdict.class, Class::Traceback | Class::Other) {
@@ -151,7 +115,7 @@ pub fn diagnose(subject: &Subject) -> anyhow::Result<(String, Verdict)> {
                     verdict = server;
                 }
             }
-            Ok((format!("`{}`", inputs.stderr.display()), verdict))
+            Ok((format!("`{}`", stderr.display()), verdict))
         }
         Subject::Observation(path) => {
             let observation: Observation =

@@ -364,14 +364,11 @@ pub fn export(args: &ExportArgs) -> Result<ExitCode, CliError> {
         )),
     };
     if output.exists() {
-        return Err(CliError {
-            code: crate::exit::USAGE,
-            error: anyhow::anyhow!(
-                "`{}` already exists: an export creates a new folder; remove it or choose \
+        return Err(CliError::usage(anyhow::anyhow!(
+            "`{}` already exists: an export creates a new folder; remove it or choose \
                  another with `--output DIR`",
-                output.display()
-            ),
-        });
+            output.display()
+        )));
     }
     let config = args
         .target

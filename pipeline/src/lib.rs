@@ -77,6 +77,16 @@ impl<E: Into<anyhow::Error>> From<E> for CliError {
     }
 }
 
+impl CliError {
+    /// A usage or config error (exit 2).
+    pub fn usage(error: anyhow::Error) -> CliError {
+        CliError {
+            code: exit::USAGE,
+            error,
+        }
+    }
+}
+
 /// The run directory, made absolute: workers get paths inside it and may change directory.
 fn run_dir_for(plan: &Plan, explicit: Option<PathBuf>) -> RunDir {
     let dir = explicit.unwrap_or_else(|| plan.run_dir.clone());
@@ -308,14 +318,11 @@ fn load_run_plan(args: &RunArgs) -> Result<(Plan, RunDir), CliError> {
     let named = sources.iter().chain(&args.regenerate);
     if let Some(unknown) = named.into_iter().find(|s| plan.source(s).is_none()) {
         let known: Vec<&str> = plan.sources.iter().map(|s| s.name()).collect();
-        return Err(CliError {
-            code: exit::USAGE,
-            error: anyhow::anyhow!(
-                "`{}` has no source `{unknown}`; its sources are: {}",
-                args.config.display(),
-                known.join(", ")
-            ),
-        });
+        return Err(CliError::usage(anyhow::anyhow!(
+            "`{}` has no source `{unknown}`; its sources are: {}",
+            args.config.display(),
+            known.join(", ")
+        )));
     }
     Ok((plan, run_dir))
 }
@@ -540,10 +547,7 @@ fn k8s_command(args: &cli::K8sArgs) -> Result<ExitCode, CliError> {
         retries_per_index: args.retries,
         nodes_per_shard: args.nodes_per_shard,
     };
-    scale::k8s::check(&job).map_err(|error| CliError {
-        code: exit::USAGE,
-        error,
-    })?;
+    scale::k8s::check(&job).map_err(CliError::usage)?;
     println!(
         "{}",
         serde_json::to_string_pretty(&scale::k8s::manifest(&job)).context("manifest serializes")?
@@ -552,7 +556,7 @@ fn k8s_command(args: &cli::K8sArgs) -> Result<ExitCode, CliError> {
 }
 
 fn diagnose_command(args: cli::DiagnoseArgs) -> Result<ExitCode, CliError> {
-    use diagnose::{LogInputs, Subject};
+    use diagnose::Subject;
     let subject = if let Some(source) = args.source.clone() {
         let run_dir = match (args.run_dir, args.config) {
             (Some(dir), _) => RunDir::new(dir),
@@ -562,14 +566,11 @@ fn diagnose_command(args: cli::DiagnoseArgs) -> Result<ExitCode, CliError> {
                 // wrong run directory unnoticed.
                 let default = PathBuf::from("datasets.toml");
                 if !default.is_file() {
-                    return Err(CliError {
-                        code: exit::USAGE,
-                        error: anyhow::anyhow!(
-                            "say which config `{source}` belongs to: `gen diagnose {source} \
+                    return Err(CliError::usage(anyhow::anyhow!(
+                        "say which config `{source}` belongs to: `gen diagnose {source} \
                              --config CONFIG` (or `--run-dir DIR`); there is no `datasets.toml` \
                              here to default to"
-                        ),
-                    });
+                    )));
                 }
                 let plan = Plan::load(&default)?;
                 eprintln!(
@@ -581,19 +582,19 @@ fn diagnose_command(args: cli::DiagnoseArgs) -> Result<ExitCode, CliError> {
             }
         };
         Subject::Source { run_dir, source }
-    } else if let Some(stderr) = args.stderr.clone() {
-        Subject::Logs(LogInputs::from_args(stderr, &args))
+    } else if let Some(stderr) = args.stderr {
+        Subject::Logs {
+            stderr,
+            evidence: args.evidence,
+        }
     } else if let Some(path) = args.observation {
         Subject::Observation(path)
     } else if let Some(path) = args.server_log {
         Subject::ServerLog(path)
     } else {
-        return Err(CliError {
-            code: exit::USAGE,
-            error: anyhow::anyhow!(
-                "say what to diagnose: a SOURCE, `--stderr FILE`, `--observation FILE` or `--server-log FILE`"
-            ),
-        });
+        return Err(CliError::usage(anyhow::anyhow!(
+            "say what to diagnose: a SOURCE, `--stderr FILE`, `--observation FILE` or `--server-log FILE`"
+        )));
     };
     let (title, verdict) = diagnose::diagnose(&subject)?;
     if args.json {

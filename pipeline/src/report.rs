@@ -117,12 +117,10 @@ impl RunReporter {
         if !std::io::stderr().is_terminal() {
             return false;
         }
-        let width = terminal_size::terminal_size_of(std::io::stderr())
-            .map_or(80, |(terminal_size::Width(w), _)| usize::from(w));
         let mut inner = self.lock();
         // Back to the line's start, the old text erased. A line wider than the terminal would
         // wrap, and the erase reach only its last row: cut to fit.
-        let line = redrawn(&notice.to_string(), width);
+        let line = redrawn(&notice.to_string(), stderr_width());
         inner.redrawn = write!(std::io::stderr(), "\r\x1b[K{line}").is_ok();
         true
     }
@@ -138,29 +136,25 @@ impl RunReporter {
             return;
         }
         let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr_with_hz(4));
-        let style = ProgressStyle::with_template(UNCOUNTED_TEMPLATE)
-            .unwrap_or_else(|_| ProgressStyle::default_bar());
+        let uncounted = style(UNCOUNTED_TEMPLATE);
         let bars = names
             .iter()
             .map(|name| {
                 let bar = multi.add(ProgressBar::new(0));
-                bar.set_style(style.clone());
+                bar.set_style(uncounted.clone());
                 bar.set_prefix(name.chars().take(18).collect::<String>());
                 bar.enable_steady_tick(Duration::from_millis(500));
                 bar
             })
             .collect();
         let status = multi.add(ProgressBar::new(0));
-        status.set_style(
-            ProgressStyle::with_template("{msg}").unwrap_or_else(|_| ProgressStyle::default_bar()),
-        );
+        status.set_style(style("{msg}"));
         self.lock().bars = Some(Bars {
             multi,
             bars,
             status,
-            counted: ProgressStyle::with_template(COUNTED_TEMPLATE)
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-            uncounted: style,
+            counted: style(COUNTED_TEMPLATE),
+            uncounted,
         });
     }
 
@@ -172,10 +166,8 @@ impl RunReporter {
         let Some(bars) = inner.bars.as_ref() else {
             return false;
         };
-        let width = terminal_size::terminal_size_of(std::io::stderr())
-            .map_or(80, |(terminal_size::Width(w), _)| usize::from(w));
         // One column spare: a line as wide as the terminal wraps on some of them.
-        let line = progress.line_within(width.saturating_sub(1));
+        let line = progress.line_within(stderr_width().saturating_sub(1));
         bars.status
             .set_message(crate::secrets::redact(&line).into_owned());
         true
@@ -359,6 +351,17 @@ pub fn clock(duration: Duration) -> String {
 /// Prints one line on stderr without any known secret, for messages outside a run.
 pub fn plain(line: &str) {
     writeln!(std::io::stderr(), "{}", crate::secrets::redact(line)).ok();
+}
+
+/// The style of `template` (the default bar should a template not parse).
+fn style(template: &str) -> ProgressStyle {
+    ProgressStyle::with_template(template).unwrap_or_else(|_| ProgressStyle::default_bar())
+}
+
+/// The terminal's width on stderr (80 when it has none).
+fn stderr_width() -> usize {
+    terminal_size::terminal_size_of(std::io::stderr())
+        .map_or(80, |(terminal_size::Width(w), _)| usize::from(w))
 }
 
 /// Whether progress bars make sense: stderr is a terminal that can redraw.

@@ -25,6 +25,7 @@ use serde_json::Value;
 
 use crate::scale::shard::Shard;
 use crate::status::Phase;
+use crate::status::render::push_wrapped;
 use crate::store::frames;
 use crate::store::ids::{self, IdSet};
 use crate::store::manifest::PrepManifest;
@@ -355,16 +356,6 @@ struct Refusals {
     resent: IdSet,
 }
 
-/// The completions file's records as the audit reads them.
-struct CompletionScan {
-    check: frames::Scan,
-    /// Keys of the records that are answers, sorted, repeats included.
-    keys: Vec<u128>,
-    not_answers: Vec<(String, crate::store::records::Defect)>,
-    /// Lines that are not completion records.
-    bad_lines: u64,
-}
-
 impl SourceAuditor<'_> {
     /// `manifest.json`, when present and it decodes (a problem when it does not).
     fn read_manifest(&mut self) -> Option<PrepManifest> {
@@ -396,16 +387,13 @@ impl SourceAuditor<'_> {
             return Ok(None);
         }
         let Judged { shard, samples, .. } = *self.judged;
-        let (frames, scan) = frames::survey(&path, 0, |body| prompt_frame(body, shard, samples))
-            .with_context(|| format!("failed to read `{}`", path.display()))?;
-        let mut keys = Vec::with_capacity(scan.records as usize);
-        let mut own = Vec::new();
-        let mut bad_lines = 0u64;
-        for frame in frames {
-            keys.extend(frame.value.keys);
-            own.extend(frame.value.own);
-            bad_lines += frame.value.bad_lines;
-        }
+        let (found, scan) = read_frames(&path, |body| prompt_frame(body, shard, samples))?;
+        let FrameAudit {
+            keys,
+            own,
+            bad_lines,
+            ..
+        } = found;
         let listed = keys.len() as u64;
         let prompt_ids = IdSet::from_keys(keys);
         let own = match shard {
@@ -487,10 +475,10 @@ impl SourceAuditor<'_> {
     /// when there is no prompts file, which makes every completion unknown.
     fn check_completions(&mut self, prompt_ids: Option<&IdSet>) -> anyhow::Result<IdSet> {
         let path = self.dir.completions();
-        let scan = read_completions(&path)?;
-        let intact = scan.keys.len() as u64;
-        self.report_completion_file(&scan, intact)?;
-        let mut keys = scan.keys;
+        let (found, scan) = read_frames(&path, completion_frame)?;
+        let intact = found.keys.len() as u64;
+        self.report_completion_file(&found, &scan, intact)?;
+        let mut keys = found.keys;
         keys.sort_unstable();
         let repeated = ids::repeated(&keys);
         let completed = IdSet::from_keys(keys);
@@ -539,31 +527,36 @@ impl SourceAuditor<'_> {
 
     /// The notes and problems about the completions file's bytes and records, and the files
     /// `gen run` set aside from it.
-    fn report_completion_file(&mut self, scan: &CompletionScan, intact: u64) -> anyhow::Result<()> {
+    fn report_completion_file(
+        &mut self,
+        found: &FrameAudit,
+        scan: &frames::Scan,
+        intact: u64,
+    ) -> anyhow::Result<()> {
         let audit = &mut self.audit;
-        if !scan.check.damaged.is_empty() {
-            let bytes = scan.check.damaged_bytes();
+        if !scan.damaged.is_empty() {
+            let bytes = scan.damaged_bytes();
             audit.problems.push(format!(
                 "`completions.jsonl.zst` is damaged: {bytes} bytes (at {}) do not decode; the \
                  completions in them are lost. The next `gen run` moves those bytes to \
                  `completions.damaged-<time>.bin`, keeps the {intact} completions of the intact \
                  frames and generates the lost prompts again",
-                ranges(&scan.check.damaged)
+                ranges(&scan.damaged)
             ));
         }
-        if scan.check.torn_bytes > 0 {
+        if scan.torn_bytes > 0 {
             audit.notes.push(format!(
                 "`completions.jsonl.zst`: torn tail of {} bytes (repaired on the next run)",
-                scan.check.torn_bytes
+                scan.torn_bytes
             ));
         }
-        audit.not_answers = scan.not_answers.len() as u64;
-        if let Some((id, defect)) = scan.not_answers.first() {
+        audit.not_answers = found.not_answers.len() as u64;
+        if let Some((id, defect)) = found.not_answers.first() {
             audit.problems.push(format!(
                 "{} stored completions are not answers (e.g. `{id}`: {defect}): they do not count \
                  as done; the next `gen run` moves them to `completions.not-answers-<time>.jsonl` \
                  and generates them again",
-                scan.not_answers.len()
+                found.not_answers.len()
             ));
         }
         for name in self.dir.set_aside()? {
@@ -580,10 +573,10 @@ impl SourceAuditor<'_> {
                 .notes
                 .push(format!("`{name}`: {what}, set aside by `gen run`; {then}"));
         }
-        if scan.bad_lines > 0 {
+        if found.bad_lines > 0 {
             audit.problems.push(format!(
                 "`completions.jsonl.zst` has {} lines that are not completion records",
-                scan.bad_lines
+                found.bad_lines
             ));
         }
         Ok(())
@@ -748,25 +741,23 @@ fn completion_frame(body: frames::FrameBody<'_>) -> std::io::Result<FrameAudit> 
     Ok(audit)
 }
 
-/// Reads the completions file in parallel batches of frames (not the whole file in memory),
-/// as `gen run` reads it: a frame whose id index entry vouches for its answers is not decoded.
-fn read_completions(path: &Path) -> anyhow::Result<CompletionScan> {
-    let (frames, scan) = frames::survey(path, 0, completion_frame)
+/// Reads a prompts or completions file in parallel batches of frames (not the whole file in
+/// memory), as `gen run` reads it: a frame whose id index entry vouches for its answers is not
+/// decoded. What `on_frame` finds in each frame comes back as one, in file order.
+fn read_frames(
+    path: &Path,
+    on_frame: impl Fn(frames::FrameBody<'_>) -> std::io::Result<FrameAudit> + Sync,
+) -> anyhow::Result<(FrameAudit, frames::Scan)> {
+    let (frames, scan) = frames::survey(path, 0, on_frame)
         .with_context(|| format!("failed to read `{}`", path.display()))?;
-    let mut keys: Vec<u128> = Vec::with_capacity(scan.records as usize);
-    let mut bad_lines = 0u64;
-    let mut not_answers = Vec::new();
+    let mut found = FrameAudit::default();
     for frame in frames {
-        keys.extend(frame.value.keys);
-        not_answers.extend(frame.value.not_answers);
-        bad_lines += frame.value.bad_lines;
+        found.keys.extend(frame.value.keys);
+        found.own.extend(frame.value.own);
+        found.not_answers.extend(frame.value.not_answers);
+        found.bad_lines += frame.value.bad_lines;
     }
-    Ok(CompletionScan {
-        check: scan,
-        keys,
-        not_answers,
-        bad_lines,
-    })
+    Ok((found, scan))
 }
 
 /// One frame of a prompts or completions file as the audit reads it.
@@ -858,12 +849,6 @@ fn missing(
 
 const WIDTH: usize = 80;
 
-/// `text` split at spaces into lines of at most `width` columns; continuation lines are
-/// indented by four spaces.
-fn wrap(text: &str, width: usize) -> Vec<String> {
-    crate::status::render::wrap(text, width, "", "    ")
-}
-
 /// The audit as a table of at most 80 columns, notes and problems under it, then the verdict.
 pub fn render(audit: &Audit) -> String {
     let mut out = String::new();
@@ -874,17 +859,19 @@ pub fn render(audit: &Audit) -> String {
     };
     writeln!(out, "run `{}`: {state}", audit.run_dir).ok();
     if let (Some(true), Some(reason)) = (audit.run_finished, &audit.stopped_by) {
-        for line in wrap(&format!("it stopped: {reason}"), WIDTH) {
-            writeln!(out, "{line}").ok();
-        }
+        push_wrapped(
+            &mut out,
+            &format!("it stopped: {reason}"),
+            WIDTH,
+            "",
+            "    ",
+        );
     }
     writeln!(out).ok();
     render_table(&mut out, audit);
     render_remarks(&mut out, audit);
     writeln!(out).ok();
-    for line in wrap(&verdict(audit), WIDTH) {
-        writeln!(out, "{line}").ok();
-    }
+    push_wrapped(&mut out, &verdict(audit), WIDTH, "", "    ");
     out
 }
 
@@ -959,9 +946,7 @@ fn render_remarks(out: &mut String, audit: &Audit) {
             writeln!(out).ok();
             said = true;
         }
-        for line in wrap(&remark, WIDTH) {
-            writeln!(out, "{line}").ok();
-        }
+        push_wrapped(out, &remark, WIDTH, "", "    ");
     }
 }
 

@@ -2,7 +2,7 @@
 //! columns per server (two servers side by side per table), the best level of each marked, and
 //! a line saying whether every level got fresh prompts or from which level they were reused.
 
-use crate::status::render::{cut, wrap};
+use crate::status::render::{cut, push_wrapped};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -207,9 +207,7 @@ pub fn render(report: &Report) -> String {
         writeln!(out, "{}", cut(&line, WIDTH)).ok();
         // Reasons are wrapped, not cut: the end of a server's answer is often what says why.
         if let Some(stopped) = &server.stopped {
-            for line in wrap(stopped, WIDTH, "   stopped: ", "            ") {
-                writeln!(out, "{line}").ok();
-            }
+            push_wrapped(&mut out, stopped, WIDTH, "   stopped: ", "            ");
         }
         for level in server.levels.iter().filter(|l| l.failed > 0) {
             let text = format!(
@@ -219,9 +217,7 @@ pub fn render(report: &Report) -> String {
                 level.failed + level.completed,
                 level.first_error.as_deref().unwrap_or("")
             );
-            for line in wrap(&text, WIDTH, "   ! ", "     ") {
-                writeln!(out, "{line}").ok();
-            }
+            push_wrapped(&mut out, &text, WIDTH, "   ! ", "     ");
         }
     }
     out

@@ -137,11 +137,7 @@ pub enum Concurrency {
 impl Plan {
     /// Reads and resolves `path`.
     pub fn load(path: &Path) -> Result<Plan, ConfigError> {
-        let text = fs_err::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Plan::from_text(path, &text)
+        Plan::from_text(path, &read(path)?)
     }
 
     /// Resolves config `text` as if read from `path`.
@@ -157,11 +153,7 @@ impl Plan {
         env: &dyn Fn(&str) -> Option<String>,
         skip: &dyn Fn(&str) -> bool,
     ) -> Result<Plan, ConfigError> {
-        let text = fs_err::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Plan::resolve_text(path, &text, Some((env, skip)))
+        Plan::resolve_text(path, &read(path)?, Some((env, skip)))
     }
 
     fn resolve_text(
@@ -237,6 +229,14 @@ impl Plan {
     pub fn source(&self, name: &str) -> Option<&SourcePlan> {
         self.sources.iter().find(|s| s.name() == name)
     }
+}
+
+/// The config file's text.
+fn read(path: &Path) -> Result<String, ConfigError> {
+    fs_err::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 struct PlanResolver<'t> {

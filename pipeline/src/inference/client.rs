@@ -281,10 +281,8 @@ impl ChatClient {
             }
             other => other?,
         };
-        let (mut completion, reasoning, first_token) = self.read_stream(response, started).await?;
-        if !reasoning.is_empty() {
-            completion.reasoning_content = Some(reasoning);
-        }
+        let events = response.bytes_stream().eventsource();
+        let (completion, first_token) = self.read_events(events, started).await?;
         if let Some(defect) = answer_defect(
             &completion.content,
             completion.reasoning_content.as_deref(),
@@ -336,27 +334,16 @@ impl ChatClient {
         Ok(response)
     }
 
-    /// Reads the answer's event stream to `[DONE]`: the completion, its reasoning, and when
-    /// (after `started`) the first generated text came.
-    async fn read_stream(
-        &self,
-        response: reqwest::Response,
-        started: std::time::Instant,
-    ) -> Result<(Completion, String, Option<Duration>), RequestError> {
-        self.read_events(response.bytes_stream().eventsource(), started)
-            .await
-    }
-
-    /// [`ChatClient::read_stream`] over parsed events. Only a token or the finish moves the
-    /// deadline: a server that sends empty deltas and never finishes is abandoned after
-    /// `stall` like one that sends nothing.
+    /// Reads the answer's events to `[DONE]`: the completion, and when (after `started`) the
+    /// first generated text came. Only a token or the finish moves the deadline: a server
+    /// that sends empty deltas and never finishes is abandoned after `stall` like one that
+    /// sends nothing.
     async fn read_events<E: std::fmt::Display>(
         &self,
         mut events: impl futures_util::Stream<Item = Result<eventsource_stream::Event, E>> + Unpin,
         started: std::time::Instant,
-    ) -> Result<(Completion, String, Option<Duration>), RequestError> {
+    ) -> Result<(Completion, Option<Duration>), RequestError> {
         let mut completion = Completion::default();
-        let mut reasoning = String::new();
         let mut first_token = None;
         let mut progress_at = tokio::time::Instant::now();
         // Chunks since the last token: they say what the stream did while it generated nothing.
@@ -380,7 +367,7 @@ impl ChatClient {
             };
             if event.data.trim() == "[DONE]" {
                 self.progressed();
-                return Ok((completion, reasoning, first_token));
+                return Ok((completion, first_token));
             }
             if event.data.trim().is_empty() {
                 idle_chunks += 1;
@@ -388,10 +375,10 @@ impl ChatClient {
             }
             let chunk: Value = serde_json::from_str(&event.data)
                 .map_err(|e| RequestError::Transient(format!("unreadable stream chunk: {e}")))?;
-            let generated = generated(&completion, &reasoning);
+            let generated = generated(&completion);
             let finished = completion.finish_reason.is_some();
-            apply_chunk(&chunk, &mut completion, &mut reasoning)?;
-            let grew = self::generated(&completion, &reasoning) > generated;
+            apply_chunk(&chunk, &mut completion)?;
+            let grew = self::generated(&completion) > generated;
             if grew && first_token.is_none() {
                 first_token = Some(started.elapsed());
             }
@@ -448,12 +435,13 @@ fn check_token_ids(completion: &Completion) -> Result<(), RequestError> {
 
 /// How much of the answer came so far: its text, and its token ids when they come (a token
 /// the server sends without text, with `return_token_ids`, is progress too).
-fn generated(completion: &Completion, reasoning: &str) -> usize {
+fn generated(completion: &Completion) -> usize {
     let ids = completion
         .token_ids
         .as_ref()
         .map_or(0, |t| t.completion.len());
-    completion.content.len() + reasoning.len() + ids
+    let reasoning = completion.reasoning_content.as_ref().map_or(0, String::len);
+    completion.content.len() + reasoning + ids
 }
 
 /// Why a stream was abandoned: `no token for 120 s (6 chunks without one)`.
@@ -472,11 +460,7 @@ fn no_token(limit: Duration, idle_chunks: u32) -> String {
 /// (`{"error": "…"}`) or as a flat error object (`{"object": "error", "message": …}`, older vLLM
 /// and SGLang); missing the last kind would store a cut answer as complete, since `[DONE]`
 /// usually follows.
-fn apply_chunk(
-    chunk: &Value,
-    completion: &mut Completion,
-    reasoning: &mut String,
-) -> Result<(), RequestError> {
+fn apply_chunk(chunk: &Value, completion: &mut Completion) -> Result<(), RequestError> {
     let error = chunk.get("error").filter(|e| !e.is_null()).or_else(|| {
         (chunk.get("object").and_then(Value::as_str) == Some("error")).then_some(chunk)
     });
@@ -518,7 +502,10 @@ fn apply_chunk(
             completion.content.push_str(text);
         }
         for key in ["reasoning_content", "reasoning"] {
-            if let Some(text) = delta.get(key).and_then(Value::as_str) {
+            if let Some(text) = delta.get(key).and_then(Value::as_str)
+                && !text.is_empty()
+            {
+                let reasoning = completion.reasoning_content.get_or_insert_default();
                 reasoning.push_str(text);
             }
         }
@@ -689,7 +676,7 @@ mod tests {
         let result = tokio::time::timeout(Duration::from_secs(3600), read)
             .await
             .ok()?;
-        Some((result.map(|(c, _, _)| c), started.elapsed()))
+        Some((result.map(|(c, _)| c), started.elapsed()))
     }
 
     #[tokio::test(start_paused = true)]
@@ -759,7 +746,6 @@ mod tests {
     #[test]
     fn chunks_fold_content_reasoning_and_usage() {
         let mut completion = Completion::default();
-        let mut reasoning = String::new();
         for chunk in [
             json!({"model": "served", "choices": [{"delta": {"reasoning_content": "think "}}]}),
             json!({"choices": [{"delta": {"reasoning": "more"}}]}),
@@ -767,10 +753,10 @@ mod tests {
             json!({"choices": [{"delta": {"content": "lo"}, "finish_reason": "stop"}]}),
             json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}}),
         ] {
-            apply_chunk(&chunk, &mut completion, &mut reasoning).expect("chunk");
+            apply_chunk(&chunk, &mut completion).expect("chunk");
         }
         assert_eq!(completion.content, "Hello");
-        assert_eq!(reasoning, "think more");
+        assert_eq!(completion.reasoning_content.as_deref(), Some("think more"));
         assert_eq!(completion.finish_reason.as_deref(), Some("stop"));
         assert_eq!(completion.usage.map(|u| u.completion_tokens), Some(5));
         assert_eq!(completion.model.as_deref(), Some("served"));
@@ -781,14 +767,13 @@ mod tests {
     #[test]
     fn token_ids_are_gathered_from_a_vllm_stream_and_required_when_asked_for() {
         let mut completion = Completion::default();
-        let mut reasoning = String::new();
         for chunk in [
             json!({"choices": [{"delta": {"role": "assistant", "content": ""}}], "prompt_token_ids": [0, 30, 94, 1024], "prompt_text": null}),
             json!({"choices": [{"delta": {"content": " data"}, "token_ids": [343]}]}),
             json!({"choices": [{"delta": {"content": "ata"}, "finish_reason": "length", "token_ids": [306]}]}),
             json!({"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6}}),
         ] {
-            apply_chunk(&chunk, &mut completion, &mut reasoning).expect("chunk");
+            apply_chunk(&chunk, &mut completion).expect("chunk");
         }
         let ids = completion.token_ids.clone().expect("token ids");
         assert_eq!(
@@ -819,12 +804,11 @@ mod tests {
     #[test]
     fn an_unreadable_usage_or_a_null_error_erases_nothing() {
         let mut completion = Completion::default();
-        let mut reasoning = String::new();
         for chunk in [
             json!({"choices": [{"delta": {"content": "a"}}], "usage": {"prompt_tokens": 3, "completion_tokens": 1}}),
             json!({"choices": [{"delta": {"content": "b"}}], "usage": {"completion_tokens": "?"}, "error": null}),
         ] {
-            apply_chunk(&chunk, &mut completion, &mut reasoning).expect("chunk");
+            apply_chunk(&chunk, &mut completion).expect("chunk");
         }
         assert_eq!(completion.content, "ab");
         assert_eq!(
@@ -840,11 +824,9 @@ mod tests {
     #[test]
     fn error_events_and_statuses_are_classified() {
         let mut c = Completion::default();
-        let mut r = String::new();
         let err = apply_chunk(
             &json!({"error": {"code": 500, "message": "Context size has been exceeded."}}),
             &mut c,
-            &mut r,
         );
         assert_eq!(
             err,
@@ -860,7 +842,7 @@ mod tests {
             (json!({"error": "plain"}), "plain"),
         ] {
             assert_eq!(
-                apply_chunk(&event, &mut c, &mut r),
+                apply_chunk(&event, &mut c),
                 Err(RequestError::Transient(format!(
                     "error event in stream: {message}"
                 )))

@@ -152,22 +152,17 @@ struct Ask<'a> {
     settings: &'a str,
 }
 
-/// How one request for one turn ended, after retries (with the attempts it spent).
-enum TurnOutcome {
-    /// With what cut the answer short, if anything did.
-    Answered(Completion, Option<CutBy>, u32),
+/// How one request for one turn ended, after retries: the answer, with what cut it short if
+/// anything did, and the attempts it spent.
+type TurnOutcome = Result<(Completion, Option<CutBy>, u32), Unanswered>;
+
+/// Why a user turn went unanswered (its conversation ends there).
+enum Unanswered {
+    /// With the attempts spent.
     GaveUp(RejectKind, String, u32),
     Fatal(String),
     Cancelled,
     /// The server refuses tool turns: the conversation is asked again without them.
-    ToolTurnsRefused,
-}
-
-/// Why a user turn went unanswered (its conversation ends there).
-enum Unanswered {
-    GaveUp(RejectKind, String),
-    Fatal(String),
-    Cancelled,
     ToolTurnsRefused,
 }
 
@@ -328,7 +323,7 @@ impl Dispatcher {
                 let answer = self.answer_turn(&mut lease, &ask, &history, length, &mut attempts);
                 let (completion, cut_by) = match answer.await {
                     Ok(answer) => answer,
-                    Err(Unanswered::GaveUp(kind, reason)) => {
+                    Err(Unanswered::GaveUp(kind, reason, _)) => {
                         let refused_under = &requests.fingerprint;
                         let record = give_up(ask.id, kind, reason, attempts, refused_under);
                         return Some(DispatchEvent::GaveUp { source, record });
@@ -411,7 +406,7 @@ impl Dispatcher {
         let mut cut: Option<Completion> = None;
         loop {
             match self.turn(lease, ask, history, budget).await {
-                TurnOutcome::Answered(completion, cut_by, used) => {
+                Ok((completion, cut_by, used)) => {
                     *attempts += used;
                     match (length, cut_by) {
                         (LengthPolicy::Retry, Some(CutBy::MaxTokens)) if cut.is_none() => {
@@ -429,24 +424,22 @@ impl Dispatcher {
                                     tokens(&completion)
                                 ),
                             };
-                            return Err(Unanswered::GaveUp(RejectKind::Truncated, reason));
+                            return Err(Unanswered::GaveUp(RejectKind::Truncated, reason, used));
                         }
                         _ => return Ok((completion, cut_by)),
                     }
                 }
                 // The larger budget is refused (beyond the context): keep the cut answer.
-                TurnOutcome::GaveUp(RejectKind::Rejected, _, used) if cut.is_some() => {
+                Err(Unanswered::GaveUp(RejectKind::Rejected, _, used)) if cut.is_some() => {
                     *attempts += used;
                     let cut = cut.take().expect("checked by the guard");
                     return Ok((cut, Some(CutBy::MaxTokens)));
                 }
-                TurnOutcome::GaveUp(kind, reason, used) => {
+                Err(gave_up @ Unanswered::GaveUp(.., used)) => {
                     *attempts += used;
-                    return Err(Unanswered::GaveUp(kind, reason));
+                    return Err(gave_up);
                 }
-                TurnOutcome::Fatal(message) => return Err(Unanswered::Fatal(message)),
-                TurnOutcome::Cancelled => return Err(Unanswered::Cancelled),
-                TurnOutcome::ToolTurnsRefused => return Err(Unanswered::ToolTurnsRefused),
+                Err(unanswered) => return Err(unanswered),
             }
         }
     }
@@ -466,7 +459,7 @@ impl Dispatcher {
         let mut charges = Charges::default();
         loop {
             let Some(backend) = self.healthy_backend(lease).await else {
-                return TurnOutcome::Cancelled;
+                return Err(Unanswered::Cancelled);
             };
             backend.touch();
             if backend.tuner.is_some() {
@@ -477,7 +470,7 @@ impl Dispatcher {
                 // Another request found the server down (or the stall watchdog did): this
                 // stream is lost with it; the prompt moves on without spending an attempt.
                 () = backend.liveness.wait_down() => continue,
-                () = self.cancel.cancelled() => return TurnOutcome::Cancelled,
+                () = self.cancel.cancelled() => return Err(Unanswered::Cancelled),
             };
             let step = match result {
                 Ok(completion) => {
@@ -488,9 +481,9 @@ impl Dispatcher {
                         max_tokens,
                         backend.context,
                     );
-                    return TurnOutcome::Answered(completion, cut_by, charges.attempt + 1);
+                    return Ok((completion, cut_by, charges.attempt + 1));
                 }
-                Err(RequestError::Fatal(message)) => return TurnOutcome::Fatal(message),
+                Err(RequestError::Fatal(message)) => return Err(Unanswered::Fatal(message)),
                 Err(RequestError::Rejected(reason)) => {
                     self.rejected(&backend, ask, reason, max_tokens, charges.attempt)
                         .await
@@ -502,7 +495,7 @@ impl Dispatcher {
                 Err(RequestError::Transient(reason))
                     if self.tool_turns_refused(&backend, ask, &reason) =>
                 {
-                    Step::Done(TurnOutcome::ToolTurnsRefused)
+                    Step::Done(Err(Unanswered::ToolTurnsRefused))
                 }
                 Err(RequestError::Transient(reason)) => {
                     backend.telemetry.retryable_error();
@@ -556,15 +549,15 @@ impl Dispatcher {
         attempt: u32,
     ) -> Step {
         if self.tool_turns_refused(backend, ask, &reason) {
-            return Step::Done(TurnOutcome::ToolTurnsRefused);
+            return Step::Done(Err(Unanswered::ToolTurnsRefused));
         }
         // A larger budget after a cut answer is this prompt's own business.
         if max_tokens != ask.max_tokens {
-            return Step::Done(TurnOutcome::GaveUp(
+            return Step::Done(Err(Unanswered::GaveUp(
                 RejectKind::Rejected,
                 reason,
                 attempt + 1,
-            ));
+            )));
         }
         let judged = self.refusals.judge(
             &reason,
@@ -573,18 +566,18 @@ impl Dispatcher {
             (ask.params, ask.settings),
         );
         let Some(judgement) = self.unless_cancelled(judged).await else {
-            return Step::Done(TurnOutcome::Cancelled);
+            return Step::Done(Err(Unanswered::Cancelled));
         };
         match judgement {
-            Some(Judgement::Prompt) => Step::Done(TurnOutcome::GaveUp(
+            Some(Judgement::Prompt) => Step::Done(Err(Unanswered::GaveUp(
                 RejectKind::Rejected,
                 reason,
                 attempt + 1,
-            )),
-            Some(Judgement::Config(message)) => Step::Done(TurnOutcome::Fatal(message)),
+            ))),
+            Some(Judgement::Config(message)) => Step::Done(Err(Unanswered::Fatal(message))),
             None => match self.pause(backoff(1, ask.id)).await {
                 Ok(()) => Step::Again,
-                Err(()) => Step::Done(TurnOutcome::Cancelled),
+                Err(()) => Step::Done(Err(Unanswered::Cancelled)),
             },
         }
     }
@@ -633,11 +626,11 @@ impl Dispatcher {
                 let reason = format!(
                     "the server went down {crashes} times while answering this prompt; last: {reason}"
                 );
-                return Step::Done(TurnOutcome::GaveUp(
+                return Step::Done(Err(Unanswered::GaveUp(
                     RejectKind::Exhausted,
                     reason,
                     charges.attempt,
-                ));
+                )));
             }
             return Step::Again;
         }
@@ -646,11 +639,11 @@ impl Dispatcher {
             // rather than hammering it.
             let failed = backend.liveness.failed(id, &reason, &backend.client);
             if self.unless_cancelled(failed).await.is_none() {
-                return Step::Done(TurnOutcome::Cancelled);
+                return Step::Done(Err(Unanswered::Cancelled));
             }
             return match self.pause(backoff(2, id)).await {
                 Ok(()) => Step::Again,
-                Err(()) => Step::Done(TurnOutcome::Cancelled),
+                Err(()) => Step::Done(Err(Unanswered::Cancelled)),
             };
         }
         Step::Charge(format!("{reason}, while the server answered /health"))
@@ -668,7 +661,7 @@ impl Dispatcher {
     ) -> Option<TurnOutcome> {
         let failed = backend.liveness.failed(id, &reason, &backend.client);
         let Some(failing) = self.unless_cancelled(failed).await else {
-            return Some(TurnOutcome::Cancelled);
+            return Some(Err(Unanswered::Cancelled));
         };
         if failing {
             // Part of a run of failures across prompts: the server is failing.
@@ -685,7 +678,7 @@ impl Dispatcher {
             () = tokio::time::sleep(backoff(attempt, id)) => {}
             // An outage declared meanwhile: the failure was the server's.
             () = backend.liveness.wait_down() => charges.forgive(true),
-            () = self.cancel.cancelled() => return Some(TurnOutcome::Cancelled),
+            () = self.cancel.cancelled() => return Some(Err(Unanswered::Cancelled)),
         }
         None
     }
@@ -705,7 +698,7 @@ impl Dispatcher {
         } else {
             let test = Liveness::answers_briefly(&backend.client);
             let Some(test) = self.unless_cancelled(test).await else {
-                return Some(TurnOutcome::Cancelled);
+                return Some(Err(Unanswered::Cancelled));
             };
             match test {
                 Ok(()) => {
@@ -725,7 +718,11 @@ impl Dispatcher {
         };
         let attempt = charges.attempt;
         let reason = format!("{reason} ({attempt} attempts; {evidence})");
-        Some(TurnOutcome::GaveUp(RejectKind::Exhausted, reason, attempt))
+        Some(Err(Unanswered::GaveUp(
+            RejectKind::Exhausted,
+            reason,
+            attempt,
+        )))
     }
 
     /// The output of `future`, or `None` when the run is cancelled first.

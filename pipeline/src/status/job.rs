@@ -443,6 +443,12 @@ fn last_line(log: &std::path::Path) -> Option<String> {
     Some(line.to_owned())
 }
 
+/// Why a shard or the preparation stopped, wrapped whole, not cut: its end often says what
+/// to do.
+fn stopped_by(out: &mut String, error: &str) {
+    render::push_wrapped(out, error, render::WIDTH, "      stopped by: ", "        ");
+}
+
 /// The job as text, each line at most 80 columns.
 pub fn render(job: &JobView, now_ms: u64) -> String {
     let mut out = String::new();
@@ -471,9 +477,7 @@ pub fn render(job: &JobView, now_ms: u64) -> String {
         if let Some(error) = &preparation.stopped_by {
             let line = format!("prep   failed on {}", preparation.host);
             writeln!(out, "{}", cut(&line, 80)).ok();
-            for line in render::wrap(error, render::WIDTH, "      stopped by: ", "        ") {
-                writeln!(out, "{line}").ok();
-            }
+            stopped_by(&mut out, error);
         } else {
             writeln!(out, "{}", cut(&line, 80)).ok();
         }
@@ -505,11 +509,8 @@ pub fn render(job: &JobView, now_ms: u64) -> String {
     .ok();
     for shard in &job.shards {
         writeln!(out, "{}", cut(shard_row(shard, now_ms).trim_end(), 80)).ok();
-        // Why a shard stopped is wrapped whole, not cut: its end often says what to do.
         if let Some(error) = &shard.stopped_by {
-            for line in render::wrap(error, render::WIDTH, "      stopped by: ", "        ") {
-                writeln!(out, "{line}").ok();
-            }
+            stopped_by(&mut out, error);
         }
         if let Some(log) = shard
             .log
@@ -564,9 +565,7 @@ pub fn render(job: &JobView, now_ms: u64) -> String {
             };
             format!("shards {}: {how}", rerun.join(","))
         };
-        for line in render::wrap(&what, render::WIDTH, "rerun  ", "       ") {
-            writeln!(out, "{line}").ok();
-        }
+        render::push_wrapped(&mut out, &what, render::WIDTH, "rerun  ", "       ");
     }
     out
 }

@@ -183,18 +183,11 @@ pub fn wrap(text: &str, width: usize, first: &str, rest: &str) -> Vec<String> {
 
 /// A worker verdict under its source's row, wrapped to `width`: what happened, then on a line
 /// of its own what to do next.
-fn verdict_lines(verdict: &VerdictLine, width: usize) -> Vec<String> {
-    if verdict.class == "success" {
-        return Vec::new();
+fn push_verdict(out: &mut String, verdict: &VerdictLine, width: usize) {
+    if verdict.class != "success" {
+        push_wrapped(out, &verdict.headline, width, "  ! ", "    ");
+        push_wrapped(out, &verdict.next_action, width, "    next: ", "          ");
     }
-    let mut lines = wrap(&verdict.headline, width, "  ! ", "    ");
-    lines.extend(wrap(
-        &verdict.next_action,
-        width,
-        "    next: ",
-        "          ",
-    ));
-    lines
 }
 
 /// The note the orchestrator writes about a worker's verdict, which the verdict lines say in
@@ -293,7 +286,7 @@ fn columns(cells: [&str; 9], name_width: usize) -> String {
 
 /// A source's row, then its note (when the verdict lines below do not say it already) and
 /// warnings, wrapped to `width`.
-fn row(s: &SourceStatus, name_width: usize, width: usize) -> Vec<String> {
+fn row(out: &mut String, s: &SourceStatus, name_width: usize, width: usize) {
     let generating = s.phase == Phase::Generating;
     let rate = match s.tokens_per_sec {
         Some(rate) if generating => format!("{rate:.0}"),
@@ -310,7 +303,7 @@ fn row(s: &SourceStatus, name_width: usize, width: usize) -> Vec<String> {
         (Phase::Failed, Some(_)) => ("FAILED", s.failed.to_string()),
         (phase, _) => (phase.label(), s.failed.to_string()),
     };
-    let mut lines = vec![columns(
+    out.push_str(&columns(
         [
             &cut(&s.name, name_width),
             phase,
@@ -323,32 +316,32 @@ fn row(s: &SourceStatus, name_width: usize, width: usize) -> Vec<String> {
             &truncation(s),
         ],
         name_width,
-    )];
+    ));
+    out.push('\n');
     if !s.note.is_empty() && !repeats_verdict(s) {
         let mark = if s.phase == Phase::Failed {
             "  ! "
         } else {
             "  "
         };
-        lines.extend(wrap(&s.note, width, mark, "    "));
+        push_wrapped(out, &s.note, width, mark, "    ");
     }
     if s.samples > 1 {
         let prompts = s.prepared.map_or_else(String::new, |p| {
             format!("{} prompts × ", p / u64::from(s.samples))
         });
         let line = format!("{prompts}{} samples each: counts are of samples", s.samples);
-        lines.extend(wrap(&line, width, "  ", "    "));
+        push_wrapped(out, &line, width, "  ", "    ");
     }
     if let Some(cuts) = context_cuts(s) {
-        lines.extend(wrap(&cuts, width, "  ", "    "));
+        push_wrapped(out, &cuts, width, "  ", "    ");
     }
     if let Some(tools) = tool_turns(s) {
-        lines.extend(wrap(&tools, width, "  ", "    "));
+        push_wrapped(out, &tools, width, "  ", "    ");
     }
     for warning in &s.warnings {
-        lines.extend(wrap(warning, width, "  warning: ", "    "));
+        push_wrapped(out, warning, width, "  warning: ", "    ");
     }
-    lines
 }
 
 /// A whole line of `text`, cut to `width` with `…` (a URL or path is not worth two lines).
@@ -357,13 +350,25 @@ fn line(out: &mut String, text: &str, width: usize) {
     out.push('\n');
 }
 
+/// Appends `text` wrapped at `width` (see [`wrap`]), each line with a newline.
+pub fn push_wrapped(out: &mut String, text: &str, width: usize, first: &str, rest: &str) {
+    for line in wrap(text, width, first, rest) {
+        out.push_str(&line);
+        out.push('\n');
+    }
+}
+
 /// The status table, each line at most `width` columns (see [`width`]).
 pub fn render(status: &RunStatus, now_ms: u64, width: usize) -> String {
     let mut out = String::new();
     line(&mut out, &format!("run    {}", status.config), width);
-    for state in wrap(&liveness(status, now_ms), width, "state  ", "       ") {
-        line(&mut out, &state, width);
-    }
+    push_wrapped(
+        &mut out,
+        &liveness(status, now_ms),
+        width,
+        "state  ",
+        "       ",
+    );
     line(
         &mut out,
         &format!("time   {}", times(status, now_ms)),
@@ -424,37 +429,21 @@ fn server_lines(
         ),
     };
     line(out, &head, width);
-    out.extend(
-        wrap(&detail, width, "       ", "       ")
-            .into_iter()
-            .map(|l| l + "\n"),
-    );
+    push_wrapped(out, &detail, width, "       ", "       ");
     if let Some(named) = &server.answered_by {
         let said = format!(
             "its answers name model `{named}`, not `{}`: stored under `{named}`",
             server.model
         );
-        out.extend(
-            wrap(&said, width, "       WARNING: ", "                ")
-                .into_iter()
-                .map(|l| l + "\n"),
-        );
+        push_wrapped(out, &said, width, "       WARNING: ", "                ");
     }
     if let (Some(_), Some(reason)) = (server.down_since_unix_ms, &server.down_reason) {
-        out.extend(
-            wrap(reason, width, "       why: ", "            ")
-                .into_iter()
-                .map(|l| l + "\n"),
-        );
+        push_wrapped(out, reason, width, "       why: ", "            ");
     }
     if let Some(decision) = &server.decision
         && server.down_since_unix_ms.is_none()
     {
-        out.extend(
-            wrap(decision, width, "tuning ", "       ")
-                .into_iter()
-                .map(|l| l + "\n"),
-        );
+        push_wrapped(out, decision, width, "tuning ", "       ");
     }
 }
 
@@ -500,16 +489,9 @@ pub fn source_table(sources: &[SourceStatus], width: usize) -> String {
     let name_width = name_width(sources, width);
     let _ = writeln!(out, "{}", columns(HEADER, name_width));
     for source in sources {
-        for line in row(source, name_width, width) {
-            let _ = writeln!(out, "{line}");
-        }
-        for line in source
-            .verdict
-            .as_ref()
-            .map(|v| verdict_lines(v, width))
-            .unwrap_or_default()
-        {
-            let _ = writeln!(out, "{line}");
+        row(&mut out, source, name_width, width);
+        if let Some(verdict) = &source.verdict {
+            push_verdict(&mut out, verdict, width);
         }
     }
     let prepared: u64 = sources.iter().filter_map(|s| s.prepared).sum();
