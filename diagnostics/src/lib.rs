@@ -13,7 +13,8 @@
 //! * [`batch`]: what schedulers, shells and container runtimes report (Slurm, Kubernetes, ...).
 //! * [`clock`]: wall-clock stamps as logs print them, and `--started-at` moments.
 //! * [`traceback`], [`panic`](mod@panic), [`native`]: Python tracebacks, Rust panics, aborts and symptoms.
-//! * [`server`]: SGLang, vLLM and llama.cpp crash signatures, as a second chain of rules.
+//! * [`server`]: SGLang, vLLM and llama.cpp crash signatures (a file per kind), as a second chain
+//!   of rules.
 //!
 //! Policy (rerun, keep outputs, quarantine) is not decided here.
 

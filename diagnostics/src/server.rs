@@ -18,11 +18,23 @@
 //!
 //! Wrappers (`EngineDeadError`, "Engine core initialization failed. See root cause above.") are
 //! never the answer: what precedes them is. Advice names the server flag to change.
+//!
+//! Each kind's own signatures are in its file (`server/sglang.rs`, `vllm.rs`, `llama_cpp.rs`),
+//! its rules listed in `RULES`; this file holds the chain, the rules any server may trip (port,
+//! model load, CUDA OOM, traceback) and what the rules share. Example logs:
+//! `diagnostics/tests/fixtures/server_*.txt`.
+
+mod llama_cpp;
+mod sglang;
+mod vllm;
 
 use crate::native;
 use crate::text::{normalize, truncate};
 use crate::traceback;
 use crate::verdict::{Class, Confidence, Subtype, Verdict};
+use llama_cpp::rule_llama_cpp_allocation;
+use sglang::{rule_sglang_capture_failed, rule_sglang_capture_oom};
+use vllm::{rule_vllm_capture_oom, rule_vllm_gpu_memory_in_use, rule_vllm_kv_cache};
 
 /// The rules in the order the module docs give; the first verdict wins.
 const RULES: &[fn(&ServerLog<'_>) -> Option<Verdict>] = &[
@@ -69,21 +81,17 @@ impl<'a> ServerLog<'a> {
             .rev()
             .filter(|l| l.contains(needle))
             .max_by_key(|l| {
-                let l = l.trim_start();
-                if l.contains("Error: ") && !l.starts_with("raise ") {
-                    2
-                } else {
-                    u8::from(!l.starts_with("raise "))
-                }
+                let raised = l.trim_start().starts_with("raise ");
+                (!raised, !raised && l.contains("Error: "))
             })
             .map(|l| l.trim())
     }
 
-    /// SGLang's "Capture cuda graph failed" line, by index.
-    fn capture_failure(&self) -> Option<usize> {
-        self.lines
-            .iter()
-            .position(|l| l.to_lowercase().contains("capture cuda graph failed"))
+    /// Notes the line that mentions `needle` (as [`ServerLog::find`] picks it), if any.
+    fn quote(&self, verdict: &mut Verdict, needle: &str) {
+        verdict
+            .evidence
+            .extend(self.find(needle).map(str::to_string));
     }
 
     /// The last wrapper exception, named as such in the evidence.
@@ -95,205 +103,6 @@ impl<'a> ServerLog<'a> {
             ));
         }
     }
-}
-
-/// SGLang's capture failed of a CUDA OOM. Only the wrapped error (and the traceback that raised
-/// it) says what failed; another rank's or an earlier attempt's CUDA OOM elsewhere in the log
-/// does not. NCCL says a CUDA allocation failed as `Cuda failure 'out of memory'`.
-fn rule_sglang_capture_oom(log: &ServerLog<'_>) -> Option<Verdict> {
-    let at = log.capture_failure()?;
-    let wrapped_oom = log.lines[at.saturating_sub(40)..=at].iter().any(|l| {
-        l.contains("CUDA out of memory")
-            || l.contains("OutOfMemoryError")
-            || l.contains("Cuda failure 'out of memory'")
-    });
-    if !wrapped_oom {
-        return None;
-    }
-    let subtype = Some(Subtype::CudaGraphCapture);
-    let mut verdict = Verdict::new(Class::Oom, subtype, Confidence::High);
-    verdict.signature = Some("CUDA OOM in graph capture".to_string());
-    verdict.note(truncate(log.lines[at].trim(), 300));
-    for needle in [
-        "Load weight end",
-        "KV Cache is allocated",
-        "Capture cuda graph begin",
-    ] {
-        verdict
-            .evidence
-            .extend(log.find(needle).map(str::to_string));
-    }
-    let avail = log
-        .find("Capture cuda graph begin")
-        .and_then(|l| after(l, "avail mem="));
-    let at_capture = avail
-        .map(|a| format!(" (avail mem {a} at capture)"))
-        .unwrap_or_default();
-    verdict.advise(format!(
-        "the model fits; the static fraction left too little memory for CUDA graph capture{at_capture}"
-    ));
-    let current = after(log.cleaned, "mem_fraction_static=")
-        .or_else(|| after(log.cleaned, "--mem-fraction-static "))
-        .and_then(|v| v.trim_end_matches([',', ')']).parse::<f64>().ok());
-    verdict.advise(match current {
-        Some(value) => format!(
-            "lower --mem-fraction-static ({value:.2} → {:.2})",
-            ((value - 0.07) * 100.0).floor() / 100.0
-        ),
-        None => "lower --mem-fraction-static (e.g. 0.95 → 0.85)".to_string(),
-    });
-    verdict.advise("if that is not enough, lower --cuda-graph-max-bs (e.g. 16)");
-    verdict.advise("last resort: --disable-cuda-graph (much slower decoding)");
-    Some(verdict)
-}
-
-/// SGLang's capture failed of something other than memory: a collective between ranks, or the
-/// capture itself.
-fn rule_sglang_capture_failed(log: &ServerLog<'_>) -> Option<Verdict> {
-    let at = log.capture_failure()?;
-    let line = log.lines[at].trim();
-    let subtype = Some(Subtype::CudaGraphCapture);
-    let mut verdict = Verdict::new(Class::Other, subtype, Confidence::Medium);
-    let wrapped = line.split_once("failed:").map_or(line, |(_, w)| w.trim());
-    // Drop a source-location prefix such as `[../gloo/transport/tcp/pair.cc:534] `.
-    let message = match wrapped.strip_prefix('[').and_then(|w| w.split_once("] ")) {
-        Some((_, message)) => message,
-        None => wrapped,
-    };
-    verdict.note(truncate(line, 300));
-    let crashed_rank = log.lines[..at]
-        .iter()
-        .rev()
-        .find(|l| l.contains(" in ncclAllReduce") || l.contains(" in ncclAllGather"));
-    let (kind, what, advice) = capture_failure_kind(&wrapped.to_lowercase());
-    verdict.signature = Some(match kind {
-        "" => truncate(message, 80),
-        kind => {
-            // SGLang's pynccl wrapper already says `NCCL error: …`.
-            let message = message
-                .strip_prefix(&format!("{kind} error: "))
-                .unwrap_or(message);
-            format!("{kind} error: {}", truncate(message, 70))
-        }
-    });
-    verdict.note(format!(
-        "not a memory error: {what} (the wrapped error has no `CUDA out of memory`)"
-    ));
-    if let Some(frame) = crashed_rank {
-        verdict.note(format!(
-            "a rank crashed inside an NCCL collective: {}",
-            frame.trim()
-        ));
-    }
-    verdict.advise(format!("{advice} ({})", truncate(message, 80)));
-    verdict.advise("lowering --mem-fraction-static does not help: memory is not the cause");
-    Some(verdict)
-}
-
-/// What failed in a capture, from the wrapped error (lowercase): the kind, what it means and
-/// what to do.
-fn capture_failure_kind(wrapped: &str) -> (&'static str, &'static str, &'static str) {
-    if wrapped.contains("gloo") {
-        (
-            "gloo",
-            "a gloo (CPU, TCP) collective between the tensor-parallel ranks failed: a peer rank died or the connection between ranks broke",
-            "find the first error of the other ranks (the rank that died first), and check the network interface the ranks use (GLOO_SOCKET_IFNAME)",
-        )
-    } else if wrapped.contains("nccl") {
-        (
-            "NCCL",
-            "an NCCL collective between the GPUs failed during capture",
-            "rerun with NCCL_DEBUG=INFO to see which NCCL call failed and why; check NCCL_SOCKET_IFNAME and peer-to-peer access (NCCL_P2P_DISABLE=1 tells)",
-        )
-    } else {
-        (
-            "",
-            "the capture itself failed",
-            "fix the capture error; --disable-cuda-graph confirms it is the capture",
-        )
-    }
-}
-
-/// vLLM: no room for the KV cache.
-fn rule_vllm_kv_cache(log: &ServerLog<'_>) -> Option<Verdict> {
-    let line = log
-        .find("No available memory for the cache blocks")
-        .or(log.find("Available KV cache memory: -"))?;
-    let mut verdict = Verdict::new(Class::Oom, Some(Subtype::KvCache), Confidence::High);
-    verdict.signature = Some("no memory left for the KV cache".to_string());
-    verdict
-        .evidence
-        .extend(log.find("Available KV cache memory").map(str::to_string));
-    if !line.contains("Available KV cache memory") {
-        verdict.note(line);
-    }
-    log.note_wrappers(&mut verdict);
-    verdict.advise("weights and activations leave no room for the KV cache: lower --max-model-len or --max-num-seqs");
-    verdict.advise("or raise --gpu-memory-utilization if the GPU is not shared (e.g. 0.90 → 0.95), or use a smaller/quantized model");
-    Some(verdict)
-}
-
-/// vLLM: another process holds the GPU memory it was told to use.
-fn rule_vllm_gpu_memory_in_use(log: &ServerLog<'_>) -> Option<Verdict> {
-    let line = log.lines.iter().find(|l| {
-        l.contains("Free memory on device")
-            && l.contains("less than desired GPU memory utilization")
-    })?;
-    let mut verdict = Verdict::new(Class::Oom, Some(Subtype::GpuMemoryInUse), Confidence::High);
-    verdict.signature = Some("GPU memory held by another process".to_string());
-    verdict.note(line.trim());
-    log.note_wrappers(&mut verdict);
-    let fit = free_fraction(line)
-        .map(|f| {
-            format!(
-                " (free {:.0}% → at most {:.2})",
-                f * 100.0,
-                ((f - 0.02) * 100.0).floor() / 100.0
-            )
-        })
-        .unwrap_or_default();
-    verdict.advise(format!(
-        "another process holds GPU memory: free the GPU (nvidia-smi) or lower --gpu-memory-utilization{fit}"
-    ));
-    Some(verdict)
-}
-
-/// vLLM: a CUDA OOM while capturing CUDA graphs.
-fn rule_vllm_capture_oom(log: &ServerLog<'_>) -> Option<Verdict> {
-    let capturing = log.lower.contains("cuda graph") || log.lower.contains("capturing");
-    if !(log.cleaned.contains("CUDA out of memory") && log.lower.contains("vllm") && capturing) {
-        return None;
-    }
-    let subtype = Some(Subtype::CudaGraphCapture);
-    let mut verdict = Verdict::new(Class::Oom, subtype, Confidence::Medium);
-    verdict.signature = Some("CUDA OOM in graph capture".to_string());
-    verdict
-        .evidence
-        .extend(log.find("CUDA out of memory").map(|l| truncate(l, 300)));
-    verdict.advise("lower --max-num-seqs or --max-model-len, or --enforce-eager to skip capture");
-    Some(verdict)
-}
-
-/// llama.cpp: an allocation failed while loading.
-fn rule_llama_cpp_allocation(log: &ServerLog<'_>) -> Option<Verdict> {
-    let line = log
-        .find("cudaMalloc failed: out of memory")
-        .or(log.find("failed to allocate buffer for kv cache"))
-        .or(log.find("failed to allocate"))
-        .or(log.find("unable to allocate"))?;
-    let mut verdict = Verdict::new(Class::Oom, Some(Subtype::GpuAllocation), Confidence::High);
-    verdict.signature = Some("buffer allocation failed".to_string());
-    verdict.note(line);
-    verdict.evidence.extend(
-        log.find("exiting due to model loading error")
-            .map(str::to_string),
-    );
-    verdict.advise(if log.lower.contains("kv cache") {
-        "the KV cache does not fit: lower -c (context) or -np (slots), or quantize it (-ctk q8_0 -ctv q8_0)".to_string()
-    } else {
-        "the model does not fit: lower -ngl (GPU layers) or -c (context), or use a smaller quantization".to_string()
-    });
-    Some(verdict)
 }
 
 fn rule_port_in_use(log: &ServerLog<'_>) -> Option<Verdict> {
@@ -375,31 +184,6 @@ fn is_wrapper(line: &str) -> bool {
     line.contains("EngineDeadError")
         || line.contains("See root cause above")
         || line.contains("See stack trace (above)")
-}
-
-/// The value after `key` up to the next space: `avail mem=1.12 GB` → `1.12 GB` (keeps a unit).
-fn after(text: &str, key: &str) -> Option<String> {
-    let rest = &text[text.find(key)? + key.len()..];
-    let mut parts = rest.split_whitespace();
-    let value = parts.next()?.trim_end_matches(',');
-    match parts.next() {
-        Some(unit) if ["GB", "GiB", "MB", "MiB"].contains(&unit.trim_end_matches([',', '.'])) => {
-            Some(format!("{value} {}", unit.trim_end_matches([',', '.'])))
-        }
-        _ => Some(value.to_string()),
-    }
-}
-
-/// `Free memory on device (10.5/79.19 GiB)` → 0.1326
-fn free_fraction(line: &str) -> Option<f64> {
-    let inside = line
-        .split_once("Free memory on device")?
-        .1
-        .split_once('(')?
-        .1;
-    let (free, rest) = inside.split_once('/')?;
-    let total = rest.split_whitespace().next()?;
-    Some(free.trim().parse::<f64>().ok()? / total.parse::<f64>().ok()?)
 }
 
 /// Removes server log prefixes, keeping the indentation of what follows.
@@ -568,12 +352,5 @@ mod tests {
             chained,
             "one case per rule, in chain order"
         );
-    }
-
-    #[test]
-    fn free_fraction_of_shared_gpu() {
-        let line = "ValueError: Free memory on device (10.5/79.19 GiB) on startup is less than desired GPU memory utilization (0.9, 71.27 GiB).";
-        let fraction = free_fraction(line).expect("fraction");
-        assert!((fraction - 0.1326).abs() < 0.001, "{fraction}");
     }
 }

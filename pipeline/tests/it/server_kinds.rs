@@ -191,9 +191,10 @@ fn every_launchable_kind_has_crash_logs_its_rules_recognise() {
         assert!(
             !logs.is_empty(),
             "kind `{}`: no crash log in `{}`: add `{prefix}*.txt` (a real or reconstructed \
-             log) and a `rule_{}_*` for it in `diagnostics/src/server.rs`",
+             log) and a `rule_{}_*` for it in `diagnostics/src/server/{}.rs`",
             spec.name,
             corpus.display(),
+            id(spec),
             id(spec)
         );
         for log in logs {
