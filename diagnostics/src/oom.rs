@@ -21,7 +21,7 @@ use crate::kmsg::KernelRecord;
 use crate::text::leading_number;
 
 /// Whether the kill was inside a memory cgroup limit or system-wide.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OomScope {
     /// `Memory cgroup out of memory`, `CONSTRAINT_MEMCG`, or `limit of /Y` with Y ≠ `/`.
@@ -29,11 +29,12 @@ pub enum OomScope {
     /// `Out of memory: Killed process`, `CONSTRAINT_NONE`, `global_oom`.
     Global,
     /// A bare kill line whose context was rate-limited or cut from the log.
+    #[default]
     Unknown,
 }
 
 /// One kernel OOM kill (`Killed process N (comm) ...`) with the context found around it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OomKill {
     /// Victim pid (init namespace).
     pub pid: u32,
@@ -273,13 +274,6 @@ pub fn find(records: &[KernelRecord]) -> OomEvents {
             continue;
         }
         let mut kill = bare_kill(pid, summary.task.clone().unwrap_or_default(), record);
-        kill.scope = if summary.memcg {
-            OomScope::Memcg
-        } else if summary.global {
-            OomScope::Global
-        } else {
-            OomScope::Unknown
-        };
         apply_summary(&mut kill, summary, line.clone());
         kill.line = line;
         events.kills.push(kill);
@@ -300,17 +294,8 @@ fn bare_kill(pid: u32, comm: String, record: &KernelRecord) -> OomKill {
         comm,
         usec: record.usec,
         wall: record.wall,
-        scope: OomScope::Unknown,
-        oom_memcg: None,
-        task_memcg: None,
-        group_cgroup: None,
-        selected_parent: None,
-        anon_rss_kb: None,
-        rss_kb: None,
-        limit_kb: None,
         line: record.text.clone(),
-        summary: None,
-        report_pids: Vec::new(),
+        ..OomKill::default()
     }
 }
 
@@ -399,19 +384,9 @@ fn parse_kill_line(rest: &str) -> Option<OomKill> {
     Some(OomKill {
         pid: u32::try_from(pid).ok()?,
         comm: comm.to_string(),
-        usec: None,
-        wall: None,
-        scope: OomScope::Unknown,
-        oom_memcg: None,
-        task_memcg: None,
-        group_cgroup: None,
-        selected_parent: None,
         anon_rss_kb,
         rss_kb,
-        limit_kb: None,
-        line: String::new(),
-        summary: None,
-        report_pids: Vec::new(),
+        ..OomKill::default()
     })
 }
 
@@ -733,14 +708,8 @@ impl UserspaceKill {
 /// host paths (`/kubepods/pod1/gen/w` and `/gen/w` are the same cgroup).
 pub fn same_or_below(path: &str, ancestor: &str) -> bool {
     let path = path.trim_end_matches('/');
-    let ends: Vec<usize> = path
-        .match_indices('/')
-        .map(|(i, _)| i)
-        .skip(1)
-        .chain(std::iter::once(path.len()))
-        .collect();
-    ends.into_iter()
-        .any(|end| same_cgroup(&path[..end], ancestor))
+    let mut prefixes = path.match_indices('/').skip(1).map(|(end, _)| &path[..end]);
+    prefixes.any(|prefix| same_cgroup(prefix, ancestor)) || same_cgroup(path, ancestor)
 }
 
 /// Equal, or one is a component-aligned suffix of the other (paths start with `/`).
