@@ -48,7 +48,7 @@ use serde::{Deserialize, Serialize};
 /// How the worker ended, from its wait status.
 ///
 /// Serialized flat: `{"code": 1}`, `{"signal": 9, "sent_by_gen": false}` or `{"unknown": true}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "ExitRepr", into = "ExitRepr")]
 pub enum Exit {
     /// Exited normally with this status code.
@@ -62,11 +62,12 @@ pub enum Exit {
     },
     /// Not known (`gen diagnose --stderr F` without `--exit-code` or `--signal`): the classifier
     /// reads it from the logs when they say (a shell's `Killed`, a traceback, `Exit Code: 137`).
+    #[default]
     Unknown,
 }
 
 /// Wire shape of [`Exit`]; exactly one of `code` and `signal` must be present.
-#[derive(Serialize, Deserialize)]
+#[derive(Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ExitRepr {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -107,24 +108,19 @@ impl From<Exit> for ExitRepr {
         match exit {
             Exit::Code(code) => ExitRepr {
                 code: Some(code),
-                signal: None,
-                sent_by_gen: None,
-                unknown: None,
+                ..ExitRepr::default()
             },
             Exit::Unknown => ExitRepr {
-                code: None,
-                signal: None,
-                sent_by_gen: None,
                 unknown: Some(true),
+                ..ExitRepr::default()
             },
             Exit::Signal {
                 signal,
                 sent_by_gen,
             } => ExitRepr {
-                code: None,
                 signal: Some(signal),
                 sent_by_gen: Some(sent_by_gen),
-                unknown: None,
+                ..ExitRepr::default()
             },
         }
     }
@@ -205,7 +201,7 @@ pub struct RssSample {
 }
 
 /// Everything known about one worker at the moment it was reaped.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Observation {
     /// How the process ended (wait status).
@@ -280,39 +276,15 @@ impl Observation {
         Observation {
             exit,
             pid,
-            child_pids: Vec::new(),
-            comm: None,
-            cgroup_path: None,
-            spawn_usec: None,
-            exit_usec: None,
-            rss_samples: Vec::new(),
-            peak_rss_bytes: None,
-            memory_limit_bytes: None,
-            host_memory_bytes: None,
-            oom_kill_before: None,
-            oom_kill_after: None,
-            vmstat_oom_kill_before: None,
-            vmstat_oom_kill_after: None,
-            kernel_log: KernelLog::default(),
-            oom_killer_log: String::new(),
-            other_log: String::new(),
-            stderr_head: String::new(),
-            stderr_tail: String::new(),
-            outputs_complete: false,
-            timed_out: false,
-            started_at: None,
-            exited_at: None,
-            largest_row_bytes: None,
+            ..Observation::default()
         }
     }
 
     /// Highest RSS known: the recorded peak or the largest sample.
     pub fn peak_rss(&self) -> Option<u64> {
         let sampled = self.rss_samples.iter().map(|s| s.bytes).max();
-        match (self.peak_rss_bytes, sampled) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        }
+        // `None` orders below every `Some`.
+        self.peak_rss_bytes.max(sampled)
     }
 
     /// The limit that applies: the cgroup's, else the host's, labelled for evidence.
