@@ -272,7 +272,9 @@ impl OomEvidence {
                     {
                         unattributed.push(candidate.clone());
                     } else if in_known_windows(candidate, &target)
-                        && !of_another_cgroup(candidate, target.cgroup)
+                        && !target
+                            .cgroup
+                            .is_some_and(|c| candidate.of_another_cgroup(c))
                     {
                         strangers.push((candidate.clone(), timed_by_windows(candidate, &target)));
                     }
@@ -289,10 +291,7 @@ impl OomEvidence {
         } else {
             Vec::new()
         };
-        let delta = |before: Option<u64>, after: Option<u64>| match (before, after) {
-            (Some(b), Some(a)) => Some(a.saturating_sub(b)),
-            _ => None,
-        };
+        let delta = |before: Option<u64>, after: Option<u64>| Some(after?.saturating_sub(before?));
         let kernel_limit = kill
             .as_ref()
             .and_then(|(k, _)| k.limit_kb)
@@ -433,13 +432,10 @@ impl OomEvidence {
 
     /// Names what is missing for a suspected OOM.
     pub(crate) fn missing_lines(&self) -> Vec<String> {
-        let mut lines = Vec::new();
-        match &self.log_unavailable {
-            Some(reason) => lines.push(format!("kernel log unavailable: {reason}")),
-            None => {
-                lines.push("kernel log holds no `Killed process` line for the worker".to_string())
-            }
-        }
+        let mut lines = vec![match &self.log_unavailable {
+            Some(reason) => format!("kernel log unavailable: {reason}"),
+            None => "kernel log holds no `Killed process` line for the worker".to_string(),
+        }];
         for gap in &self.seq_gaps {
             lines.push(format!(
                 "kernel log lost {} record(s) (seq {} → {})",
@@ -479,21 +475,6 @@ impl OomEvidence {
     pub(crate) fn limit_hit(&self, observation: &Observation) -> Option<u64> {
         observation.memory_limit_bytes.or(self.kernel_limit)
     }
-}
-
-/// `kill` names memory cgroups, none of them `worker`'s or related to it.
-fn of_another_cgroup(kill: &OomKill, worker: Option<&str>) -> bool {
-    let Some(worker) = worker else {
-        return false;
-    };
-    let named: Vec<&str> = [&kill.task_memcg, &kill.oom_memcg, &kill.group_cgroup]
-        .into_iter()
-        .filter_map(|c| c.as_deref())
-        .collect();
-    !named.is_empty()
-        && !named
-            .iter()
-            .any(|c| oom::same_or_below(c, worker) || oom::same_or_below(worker, c))
 }
 
 /// A window known on the clock `kill` is stamped in confirms where it falls.

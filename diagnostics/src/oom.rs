@@ -580,7 +580,6 @@ impl OomKill {
     /// names its own pid (a killed process dies by SIGKILL). Without comparable stamps the log given is taken to cover
     /// the worker's lifetime, as `gen diagnose --kernel-log` documents.
     pub fn matches(&self, target: &Target<'_>) -> KillMatch {
-        let cgroups = [&self.task_memcg, &self.oom_memcg, &self.group_cgroup];
         let in_cgroup = target.cgroup.is_some_and(|worker| {
             self.task_memcg
                 .as_deref()
@@ -617,14 +616,11 @@ impl OomKill {
                 return KillMatch::No(format!("comm `{}` is not `{expected}`", self.comm));
             }
         }
-        if let Some(worker) = target.cgroup {
-            let named: Vec<&str> = cgroups.iter().filter_map(|c| c.as_deref()).collect();
-            let related = named
-                .iter()
-                .any(|c| same_or_below(c, worker) || same_or_below(worker, c));
-            if !named.is_empty() && !related {
-                return KillMatch::No(format!("cgroup {} is not `{worker}`", named.join(", ")));
-            }
+        if let Some(worker) = target.cgroup
+            && self.of_another_cgroup(worker)
+        {
+            let named = self.named_cgroups().join(", ");
+            return KillMatch::No(format!("cgroup {named} is not `{worker}`"));
         }
         let mut timed = false;
         if let (Some(usec), Some((start, end))) = (self.usec, target.window) {
@@ -679,6 +675,21 @@ impl OomKill {
             }
         }
         KillMatch::Yes { timed }
+    }
+
+    /// The memory cgroups the kill names: the victim's, the one whose limit was hit, the group.
+    fn named_cgroups(&self) -> Vec<&str> {
+        [&self.task_memcg, &self.oom_memcg, &self.group_cgroup]
+            .into_iter()
+            .filter_map(|c| c.as_deref())
+            .collect()
+    }
+
+    /// The kill names memory cgroups, none of them `worker`'s or related to it.
+    pub(crate) fn of_another_cgroup(&self, worker: &str) -> bool {
+        let named = self.named_cgroups();
+        let related = |c: &&str| same_or_below(c, worker) || same_or_below(worker, c);
+        !named.is_empty() && !named.iter().any(related)
     }
 }
 
