@@ -274,13 +274,8 @@ fn shell_signal(line: &str) -> Option<BatchEvent> {
             continue;
         };
         return Some(BatchEvent {
-            kind: BatchKind::ShellSignal,
-            line: line.to_string(),
             pid: u32::try_from(pid).ok(),
-            signal: Some(signal),
-            command: non_empty(command),
-            reporter: "shell",
-            limit_kb: None,
+            ..shell_event(line, signal, command)
         });
     }
     // bash job control: `[1]+  Killed                  python x.py`
@@ -329,13 +324,9 @@ fn shell_signal(line: &str) -> Option<BatchEvent> {
 
 fn shell_event(line: &str, signal: i32, command: &str) -> BatchEvent {
     BatchEvent {
-        kind: BatchKind::ShellSignal,
-        line: line.to_string(),
-        pid: None,
         signal: Some(signal),
         command: non_empty(command),
-        reporter: "shell",
-        limit_kb: None,
+        ..event(BatchKind::ShellSignal, line, "shell")
     }
 }
 

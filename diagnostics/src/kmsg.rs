@@ -18,7 +18,7 @@ use crate::clock::{self, WallTime};
 use crate::text::{leading_number, normalize};
 
 /// One log record, its text unescaped.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KernelRecord {
     /// `/dev/kmsg` sequence number.
     pub seq: Option<u64>,
@@ -193,14 +193,7 @@ pub fn parse_line(line: &str) -> Option<KernelRecord> {
     if let Some(record) = parse_kmsg(line) {
         return Some(record);
     }
-    let mut record = KernelRecord {
-        seq: None,
-        usec: None,
-        wall: None,
-        level: None,
-        source: None,
-        text: String::new(),
-    };
+    let mut record = KernelRecord::default();
     let mut rest = strip_quote(line.trim_start());
     if let Some((level, after)) = strip_priority(rest) {
         record.level = Some(level);
