@@ -103,25 +103,29 @@ pub(super) fn valid_revision(revision: &str) -> Result<(), String> {
 pub(super) fn check(spec: &SourceSpec) -> Vec<SpecProblem> {
     let mut problems = Vec::new();
     let name = spec.name.get_ref();
-    let mut push = |span: std::ops::Range<usize>, message: String| {
-        problems.push(SpecProblem { span, message });
-    };
-    if let Err(why) = valid_name(name) {
-        push(spec.name.span(), why);
+    if let Err(message) = valid_name(name) {
+        problems.push(SpecProblem {
+            span: spec.name.span(),
+            message,
+        });
     }
-    match (&spec.path, &spec.repo) {
-        (None, None) => push(
-            spec.name.span(),
-            format!(
+    if spec.path.is_none() && spec.repo.is_none() {
+        problems.push(SpecProblem {
+            span: spec.name.span(),
+            message: format!(
                 "source `{name}` needs `path` (a local file or glob) or `repo` (a Hub dataset)"
             ),
-        ),
-        (Some(_), Some(repo)) => push(
-            repo.span(),
-            format!("source `{name}`: `path` and `repo` exclude each other"),
-        ),
+        });
+    }
+    // Every other problem names its source first.
+    let mut push = |span: std::ops::Range<usize>, what: &str| {
+        let message = format!("source `{name}`: {what}");
+        problems.push(SpecProblem { span, message });
+    };
+    match (&spec.path, &spec.repo) {
+        (Some(_), Some(repo)) => push(repo.span(), "`path` and `repo` exclude each other"),
         (Some(path), None) if path.get_ref().trim().is_empty() => {
-            push(path.span(), format!("source `{name}`: `path` is empty"));
+            push(path.span(), "`path` is empty");
         }
         _ => {}
     }
@@ -132,10 +136,7 @@ pub(super) fn check(spec: &SourceSpec) -> Vec<SpecProblem> {
         ];
         for (key, span) in hub_only {
             if let Some(span) = span {
-                push(
-                    span,
-                    format!("source `{name}`: `{key}` is only used with `repo`"),
-                );
+                push(span, &format!("`{key}` is only used with `repo`"));
             }
         }
     }
@@ -144,18 +145,16 @@ pub(super) fn check(spec: &SourceSpec) -> Vec<SpecProblem> {
         if !valid_repo_id(id) {
             push(
                 repo.span(),
-                format!("source `{name}`: `repo` must look like `owner/name`, not `{id}`"),
+                &format!("`repo` must look like `owner/name`, not `{id}`"),
             );
         }
         match &spec.files {
             None => push(
                 repo.span(),
-                format!(
-                    "source `{name}`: `repo` needs `files` (glob patterns of the files to read)"
-                ),
+                "`repo` needs `files` (glob patterns of the files to read)",
             ),
             Some(files) if files.get_ref().is_empty() => {
-                push(files.span(), format!("source `{name}`: `files` is empty"));
+                push(files.span(), "`files` is empty");
             }
             Some(files) => {
                 for pattern in files.get_ref() {
@@ -165,18 +164,15 @@ pub(super) fn check(spec: &SourceSpec) -> Vec<SpecProblem> {
                         if pattern.contains(placeholder) && value.is_none() {
                             push(
                                 files.span(),
-                                format!(
-                                    "source `{name}`: `{pattern}` uses `{placeholder}` but `{}` is not set",
+                                &format!(
+                                    "`{pattern}` uses `{placeholder}` but `{}` is not set",
                                     &placeholder[1..placeholder.len() - 1]
                                 ),
                             );
                         }
                     }
                     if let Err(e) = glob::Pattern::new(pattern) {
-                        push(
-                            files.span(),
-                            format!("source `{name}`: invalid glob `{pattern}`: {e}"),
-                        );
+                        push(files.span(), &format!("invalid glob `{pattern}`: {e}"));
                     }
                 }
             }
@@ -184,53 +180,35 @@ pub(super) fn check(spec: &SourceSpec) -> Vec<SpecProblem> {
         if let Some(revision) = &spec.revision
             && let Err(why) = valid_revision(revision.get_ref())
         {
-            push(
-                revision.span(),
-                format!("source `{name}`: `revision` {why}"),
-            );
+            push(revision.span(), &format!("`revision` {why}"));
         }
     }
     if let Some(limit) = &spec.limit
         && *limit.get_ref() < 1
     {
-        push(
-            limit.span(),
-            format!("source `{name}`: `limit` must be at least 1"),
-        );
+        push(limit.span(), "`limit` must be at least 1");
     }
     if let Some(max_turns) = &spec.max_turns
         && *max_turns.get_ref() < 1
     {
-        push(
-            max_turns.span(),
-            format!("source `{name}`: `max-turns` must be at least 1"),
-        );
+        push(max_turns.span(), "`max-turns` must be at least 1");
     }
     for field in [&spec.min_chars, &spec.max_chars].into_iter().flatten() {
         if *field.get_ref() < 0 {
-            push(
-                field.span(),
-                format!("source `{name}`: character bounds must not be negative"),
-            );
+            push(field.span(), "character bounds must not be negative");
         }
     }
     if let (Some(min), Some(max)) = (&spec.min_chars, &spec.max_chars)
         && min.get_ref() > max.get_ref()
     {
-        push(
-            max.span(),
-            format!("source `{name}`: `max-chars` is below `min-chars`"),
-        );
+        push(max.span(), "`max-chars` is below `min-chars`");
     }
     for field in [&spec.min_prompt_tokens, &spec.max_prompt_tokens]
         .into_iter()
         .flatten()
     {
         if *field.get_ref() < 0 {
-            push(
-                field.span(),
-                format!("source `{name}`: token bounds must not be negative"),
-            );
+            push(field.span(), "token bounds must not be negative");
         }
     }
     if let (Some(min), Some(max)) = (&spec.min_prompt_tokens, &spec.max_prompt_tokens)
@@ -238,7 +216,7 @@ pub(super) fn check(spec: &SourceSpec) -> Vec<SpecProblem> {
     {
         push(
             max.span(),
-            format!("source `{name}`: `max-prompt-tokens` is below `min-prompt-tokens`"),
+            "`max-prompt-tokens` is below `min-prompt-tokens`",
         );
     }
     let token_bounds = spec
@@ -248,21 +226,14 @@ pub(super) fn check(spec: &SourceSpec) -> Vec<SpecProblem> {
     match (&spec.tokenizer, token_bounds) {
         (None, Some(bound)) => push(
             bound.span(),
-            format!(
-                "source `{name}`: `min-prompt-tokens`/`max-prompt-tokens` need `tokenizer` (a tokenizer.json file)"
-            ),
+            "`min-prompt-tokens`/`max-prompt-tokens` need `tokenizer` (a tokenizer.json file)",
         ),
         (Some(tokenizer), None) => push(
             tokenizer.span(),
-            format!(
-                "source `{name}`: `tokenizer` is only used with `min-prompt-tokens` or `max-prompt-tokens`"
-            ),
+            "`tokenizer` is only used with `min-prompt-tokens` or `max-prompt-tokens`",
         ),
         (Some(tokenizer), Some(_)) if tokenizer.get_ref().trim().is_empty() => {
-            push(
-                tokenizer.span(),
-                format!("source `{name}`: `tokenizer` is empty"),
-            );
+            push(tokenizer.span(), "`tokenizer` is empty");
         }
         _ => {}
     }
@@ -270,15 +241,15 @@ pub(super) fn check(spec: &SourceSpec) -> Vec<SpecProblem> {
         if spec.prompt_field.is_none() {
             push(
                 resolve.span(),
-                format!("source `{name}`: `resolve` needs `prompt-field` (the field it fills in)"),
+                "`resolve` needs `prompt-field` (the field it fills in)",
             );
         }
         for (dataset, entry) in resolve.get_ref() {
             if !valid_repo_id(&entry.repo) {
                 push(
                     resolve.span(),
-                    format!(
-                        "source `{name}`: `resolve.{dataset}.repo` must look like `owner/name`, not `{}`",
+                    &format!(
+                        "`resolve.{dataset}.repo` must look like `owner/name`, not `{}`",
                         entry.repo
                     ),
                 );
@@ -288,22 +259,20 @@ pub(super) fn check(spec: &SourceSpec) -> Vec<SpecProblem> {
             {
                 push(
                     resolve.span(),
-                    format!("source `{name}`: `resolve.{dataset}.revision` {why}"),
+                    &format!("`resolve.{dataset}.revision` {why}"),
                 );
             }
             if entry.files.is_empty() {
                 push(
                     resolve.span(),
-                    format!("source `{name}`: `resolve.{dataset}.files` is empty"),
+                    &format!("`resolve.{dataset}.files` is empty"),
                 );
             }
             for pattern in &entry.files {
                 if let Err(e) = glob::Pattern::new(&pattern.replace("{split}", "split")) {
                     push(
                         resolve.span(),
-                        format!(
-                            "source `{name}`: invalid glob `{pattern}` in `resolve.{dataset}`: {e}"
-                        ),
+                        &format!("invalid glob `{pattern}` in `resolve.{dataset}`: {e}"),
                     );
                 }
             }
@@ -312,30 +281,25 @@ pub(super) fn check(spec: &SourceSpec) -> Vec<SpecProblem> {
     match (spec.system_prompt, &spec.system_prompt_text) {
         (SystemPolicy::Replace, None) => push(
             spec.name.span(),
-            format!("source `{name}`: `system-prompt = \"replace\"` needs `system-prompt-text`"),
+            "`system-prompt = \"replace\"` needs `system-prompt-text`",
         ),
         (SystemPolicy::Keep | SystemPolicy::Drop, Some(text)) => push(
             text.span(),
-            format!(
-                "source `{name}`: `system-prompt-text` is only used with `system-prompt = \"replace\"`"
-            ),
+            "`system-prompt-text` is only used with `system-prompt = \"replace\"`",
         ),
         _ => {}
     }
     if let Some(template) = &spec.prompt_template
         && !template.get_ref().contains("{prompt}")
     {
-        push(
-            template.span(),
-            format!("source `{name}`: `prompt-template` must contain `{{prompt}}`"),
-        );
+        push(template.span(), "`prompt-template` must contain `{prompt}`");
     }
     if let Some(languages) = &spec.languages
         && languages.get_ref().is_empty()
     {
         push(
             languages.span(),
-            format!("source `{name}`: `languages` is empty (it would drop every row)"),
+            "`languages` is empty (it would drop every row)",
         );
     }
     if let Some(include) = &spec.include
@@ -343,7 +307,7 @@ pub(super) fn check(spec: &SourceSpec) -> Vec<SpecProblem> {
     {
         push(
             include.span(),
-            format!("source `{name}`: an `include` list is empty (it would drop every row)"),
+            "an `include` list is empty (it would drop every row)",
         );
     }
     problems
