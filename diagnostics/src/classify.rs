@@ -189,6 +189,11 @@ impl Evidence {
             .find(|e| stopped && stops.contains(&e.kind))
     }
 
+    /// The first batch line of `kind`.
+    fn batch_event(&self, kind: BatchKind) -> Option<&BatchEvent> {
+        self.batch.iter().find(|e| e.kind == kind)
+    }
+
     fn batch_lines(&self, kinds: &[BatchKind], count: usize) -> impl Iterator<Item = String> {
         let events = self.batch.iter().filter(move |e| kinds.contains(&e.kind));
         events
@@ -349,11 +354,8 @@ fn rule_kernel_kill_without_pid(e: &Evidence) -> Option<Verdict> {
         1 => (Confidence::Medium, "", ""),
         _ => (Confidence::Low, "s", "; pass --pid to pick one"),
     };
-    let mut verdict = e.oom(
-        kernel_subtype(first.scope),
-        confidence,
-        e.knob(memcg_of(first)),
-    );
+    let knob = e.knob(memcg_of(first));
+    let mut verdict = e.oom(kernel_subtype(first.scope), confidence, knob);
     let lines = e
         .memory
         .unattributed
@@ -385,9 +387,9 @@ fn rule_kernel_report_cut_short(e: &Evidence) -> Option<Verdict> {
     let line = format!("kernel: {}", cut.header);
     let mut verdict = oom_led_by(line, e.oom(Subtype::Kernel, confidence, knob));
     verdict.note(if *by_worker {
-        "the worker itself invoked the OOM killer; the report's `Killed process` line is not in the log given".to_string()
+        "the worker itself invoked the OOM killer; the report's `Killed process` line is not in the log given"
     } else {
-        "an OOM report without its `Killed process` line (the log given ends or was cut before it)".to_string()
+        "an OOM report without its `Killed process` line (the log given ends or was cut before it)"
     });
     Some(e.with_child_report(verdict))
 }
@@ -395,13 +397,12 @@ fn rule_kernel_report_cut_short(e: &Evidence) -> Option<Verdict> {
 /// The scheduler or container runtime counted an OOM kill (or saw the limit reached by a
 /// process that was then SIGKILLed).
 fn rule_scheduler_oom(e: &Evidence) -> Option<Verdict> {
-    let kind = |kind| move |event: &&BatchEvent| event.kind == kind;
-    let (event, confidence) = match e.batch.iter().find(kind(BatchKind::MemoryKill)) {
+    let (event, confidence) = match e.batch_event(BatchKind::MemoryKill) {
         Some(event) => (event, Confidence::High),
         // Without a kill, the warning is often page cache counted against the limit of a job
         // that went on to succeed.
         None if e.sigkill().is_some() => (
-            e.batch.iter().find(kind(BatchKind::MemoryLimitReached))?,
+            e.batch_event(BatchKind::MemoryLimitReached)?,
             Confidence::Medium,
         ),
         None => return None,
@@ -495,10 +496,8 @@ fn rule_sigkill_near_limit(e: &Evidence) -> Option<Verdict> {
     verdict.evidence.extend(memory.missing_lines());
     verdict.advise(if memory.log_unavailable.is_some() {
         "make the kernel log readable to confirm (CAP_SYSLOG, or sysctl kernel.dmesg_restrict=0)"
-            .to_string()
     } else {
         "kernel records were lost or missing: follow /dev/kmsg from the start of the run to confirm"
-            .to_string()
     });
     Some(verdict)
 }
@@ -553,14 +552,13 @@ fn rule_sigkill_external(e: &Evidence) -> Option<Verdict> {
 /// is the usual sender of an unexplained SIGKILL.
 fn rule_sigkill_suspected_oom(e: &Evidence) -> Option<Verdict> {
     let via_code = e.sigkill()?;
-    let kind = |kind| move |event: &&BatchEvent| event.kind == kind;
     let shell = e.batch.iter().find(|event| {
         matches!(
             event.kind,
             BatchKind::ShellSignal | BatchKind::ContainerExit
         )
     });
-    let runtime_saw_none = e.batch.iter().find(kind(BatchKind::NoMemoryKill));
+    let runtime_saw_none = e.batch_event(BatchKind::NoMemoryKill);
     let confidence = if shell.is_some() && runtime_saw_none.is_none() {
         Confidence::Medium
     } else {
@@ -644,13 +642,8 @@ fn rule_allocation_failure(e: &Evidence) -> Option<Verdict> {
     if !e.traceback_expected() || !report.memory_related || report.language != Language::Rust {
         return None;
     }
-    let (observation, stderr) = (&e.observation, &e.texts.stderr);
-    Some(allocation_verdict(
-        report.clone(),
-        observation,
-        stderr,
-        &e.memory,
-    ))
+    let verdict = allocation_verdict(report.clone(), &e.observation, &e.texts.stderr, &e.memory);
+    Some(verdict)
 }
 
 /// A traceback or panic explains the failing exit.
@@ -696,11 +689,7 @@ fn rule_other(e: &Evidence) -> Verdict {
     verdict
         .evidence
         .extend(e.batch_lines(&[BatchKind::ShellSignal], 1));
-    if let Some(event) = e
-        .batch
-        .iter()
-        .find(|event| event.kind == BatchKind::MemoryLimitReached)
-    {
+    if let Some(event) = e.batch_event(BatchKind::MemoryLimitReached) {
         verdict.note(format!(
             "{}: {} (the limit was reached but nothing was killed for it: page cache counts toward it)",
             event.reporter, event.line
