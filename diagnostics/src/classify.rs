@@ -207,13 +207,9 @@ impl Evidence {
         if let Some(report) = &self.report
             && (self.child_died() || verdict.evidence.iter().any(|e| e.starts_with("victim pid")))
         {
-            let raised = report.primary();
-            let at = raised
-                .location
-                .as_ref()
-                .map_or(String::new(), |l| format!(" at {l}"));
+            let raised = report.primary().located();
             verdict.note(format!(
-                "traceback raised: {raised}{at}, caused by the child's OOM kill"
+                "traceback raised: {raised}, caused by the child's OOM kill"
             ));
             verdict.error = Some(report.clone());
         }

@@ -252,11 +252,8 @@ pub(crate) fn allocation_verdict(
     stderr: &str,
     memory: &OomEvidence,
 ) -> Verdict {
-    let mut verdict = Verdict::new(
-        Class::Oom,
-        Some(Subtype::AllocationFailure),
-        Confidence::High,
-    );
+    let subtype = Some(Subtype::AllocationFailure);
+    let mut verdict = Verdict::new(Class::Oom, subtype, Confidence::High);
     verdict.note(format!("exit: {}", observation.exit));
     verdict.note(format!("stderr: {}", report.exception.message));
     let notes = allocation_refused(&report, observation, stderr);
@@ -296,20 +293,11 @@ pub(crate) fn traceback_verdict(report: ErrorReport, symptoms: &[native::Symptom
         Language::Rust => Subtype::Rust,
     };
     let mut verdict = Verdict::new(Class::Traceback, Some(subtype), Confidence::High);
-    let primary = report.primary().clone();
-    let at = primary
-        .location
-        .as_ref()
-        .map(|l| format!(" at {l}"))
-        .unwrap_or_default();
-    verdict.note(format!("{primary}{at}"));
+    let primary = report.primary().located();
+    verdict.note(&primary);
     if let Some(root) = &report.root_cause {
-        let root_at = root
-            .location
-            .as_ref()
-            .map(|l| format!(" at {l}"))
-            .unwrap_or_default();
-        verdict.note(format!("root cause (first in the chain): {root}{root_at}"));
+        let root = root.located();
+        verdict.note(format!("root cause (first in the chain): {root}"));
     }
     if report.group_leaves.len() > 1 {
         verdict.note(format!(
@@ -325,10 +313,10 @@ pub(crate) fn traceback_verdict(report: ErrorReport, symptoms: &[native::Symptom
     }
     if report.memory_related {
         verdict.advise(format!(
-            "{primary}{at}: an allocation failed inside the worker (not an OOM kill): lower batch size or memory use, or raise the limit that refused it"
+            "{primary}: an allocation failed inside the worker (not an OOM kill): lower batch size or memory use, or raise the limit that refused it"
         ));
     } else {
-        verdict.advise(format!("fix the exception: {primary}{at}"));
+        verdict.advise(format!("fix the exception: {primary}"));
     }
     verdict.advise("then rerun with --only-failed");
     verdict.error = Some(report);
@@ -346,29 +334,18 @@ pub(crate) fn with_symptoms(mut verdict: Verdict, symptoms: &[native::Symptom]) 
             continue;
         }
         verdict.note(format!("symptom of a child's death: {}", symptom.line));
-        if let Some(signal) = symptom.signal.filter(|s| *s != 9)
-            && verdict.class != Class::Oom
-        {
-            verdict.advice.insert(
-                0,
-                format!(
-                    "a child process died of {} (not a memory kill): find the crash in the child",
-                    signal_name(signal)
-                ),
-            );
-        } else if verdict.class != Class::Oom && symptom.signal == Some(9) {
-            verdict.advice.insert(
-                0,
-                "a child process was SIGKILLed but the kernel log given shows no OOM kill for it: look for another killer (a user-space OOM killer, a scheduler, kill -9)"
-                    .to_string(),
-            );
-        } else if verdict.class != Class::Oom {
-            verdict.advice.insert(
-                0,
-                "a child process died abruptly; no OOM kill was recorded for it: check the kernel log and the child's stderr (often an OOM kill)"
-                    .to_string(),
-            );
+        if verdict.class == Class::Oom {
+            continue;
         }
+        let advice = match symptom.signal {
+            Some(9) => "a child process was SIGKILLed but the kernel log given shows no OOM kill for it: look for another killer (a user-space OOM killer, a scheduler, kill -9)".to_string(),
+            Some(signal) => format!(
+                "a child process died of {} (not a memory kill): find the crash in the child",
+                signal_name(signal)
+            ),
+            None => "a child process died abruptly; no OOM kill was recorded for it: check the kernel log and the child's stderr (often an OOM kill)".to_string(),
+        };
+        verdict.advice.insert(0, advice);
     }
     verdict
 }

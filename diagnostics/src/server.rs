@@ -157,13 +157,10 @@ fn rule_traceback(log: &ServerLog<'_>) -> Option<Verdict> {
     let mut report = traceback::parse(log.cleaned).expect("exceptions() found a traceback");
     report.exception = cause.clone();
     let mut verdict = Verdict::new(Class::Traceback, Some(Subtype::Python), Confidence::High);
-    let at = cause
-        .location
-        .as_ref()
-        .map_or(String::new(), |l| format!(" at {l}"));
-    verdict.note(format!("{cause}{at}"));
+    let cause = cause.located();
+    verdict.note(&cause);
     log.note_wrappers(&mut verdict);
-    verdict.advise(format!("fix the exception: {cause}{at}"));
+    verdict.advise(format!("fix the exception: {cause}"));
     verdict.error = Some(report);
     Some(verdict)
 }

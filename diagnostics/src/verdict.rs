@@ -142,6 +142,16 @@ pub struct Raised {
     pub location: Option<Location>,
 }
 
+impl Raised {
+    /// `KeyError: 'prompt' at x.py:12`: the exception and, when known, where it was raised.
+    pub(crate) fn located(&self) -> String {
+        match &self.location {
+            Some(location) => format!("{self} at {location}"),
+            None => self.to_string(),
+        }
+    }
+}
+
 impl std::fmt::Display for Raised {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let first_line = self.message.lines().next().unwrap_or("");
