@@ -45,6 +45,14 @@ pub fn find_signature(text: &str) -> Option<NativeSignature> {
     let text = normalize(text);
     let lines: Vec<&str> = text.lines().map(str::trim_end).collect();
     let finalizing = text.contains("Python runtime state: finalizing");
+    let found = |kind, line: &str, at_shutdown| {
+        let line = line.to_string();
+        Some(NativeSignature {
+            kind,
+            line,
+            at_shutdown,
+        })
+    };
     for (i, line) in lines.iter().enumerate() {
         let trimmed = line.trim_start();
         if let Some(what) = trimmed.strip_prefix("Fatal Python error: ") {
@@ -56,11 +64,7 @@ pub fn find_signature(text: &str) -> Option<NativeSignature> {
             let shutdown_only = ["_enter_buffered_busy", "PyGILState_Release", "PyCOND_WAIT"]
                 .iter()
                 .any(|f| what.contains(f));
-            return Some(NativeSignature {
-                kind,
-                line: trimmed.to_string(),
-                at_shutdown: finalizing || shutdown_only,
-            });
+            return found(kind, trimmed, finalizing || shutdown_only);
         }
         if trimmed.starts_with("terminate called") {
             let what = lines[i + 1..]
@@ -68,36 +72,21 @@ pub fn find_signature(text: &str) -> Option<NativeSignature> {
                 .take(2)
                 .find(|l| l.trim_start().starts_with("what():"))
                 .map(|l| format!(" ({})", l.trim()));
-            return Some(NativeSignature {
-                kind: NativeKind::CppTerminate,
-                line: format!("{trimmed}{}", what.unwrap_or_default()),
-                at_shutdown: finalizing,
-            });
+            let line = format!("{trimmed}{}", what.unwrap_or_default());
+            return found(NativeKind::CppTerminate, &line, finalizing);
         }
         if is_glibc(trimmed) {
-            return Some(NativeSignature {
-                kind: NativeKind::Glibc,
-                line: trimmed.to_string(),
-                at_shutdown: finalizing,
-            });
+            return found(NativeKind::Glibc, trimmed, finalizing);
         }
         if trimmed.contains("has overflowed its stack")
             || trimmed.starts_with("thread caused non-unwinding panic")
             || trimmed.contains("panicked while processing panic")
         {
-            return Some(NativeSignature {
-                kind: NativeKind::RustAbort,
-                line: trimmed.to_string(),
-                at_shutdown: false,
-            });
+            return found(NativeKind::RustAbort, trimmed, false);
         }
         if trimmed.ends_with("Segmentation fault (core dumped)") || trimmed == "Segmentation fault"
         {
-            return Some(NativeSignature {
-                kind: NativeKind::Segfault,
-                line: trimmed.to_string(),
-                at_shutdown: finalizing,
-            });
+            return found(NativeKind::Segfault, trimmed, finalizing);
         }
     }
     None
