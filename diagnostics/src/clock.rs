@@ -117,16 +117,9 @@ pub fn parse_wall(text: &str) -> Option<WallTime> {
 /// `355.041267` → microseconds.
 fn seconds_since_boot(text: &str) -> Option<u64> {
     let (whole, rest) = leading_number(text)?;
-    let micros = match rest.strip_prefix('.') {
-        Some(fraction) => fraction_micros(fraction)?.0,
-        None if rest.is_empty() => 0,
-        None => return None,
-    };
-    let consumed_all = match rest.strip_prefix('.') {
-        Some(fraction) => fraction.chars().all(|c| c.is_ascii_digit()),
-        None => true,
-    };
-    consumed_all.then_some(whole * 1_000_000 + u64::from(micros))
+    let (micros, rest) = optional_fraction(rest, &['.'])?;
+    rest.is_empty()
+        .then_some(whole * 1_000_000 + u64::from(micros))
 }
 
 /// `2026-12-01T10:00:00[.ffffff|,fff][Z|±HH:MM|±HHMM]` (or a space for `T`) at the start of
@@ -140,13 +133,8 @@ pub fn iso_prefix(text: &str) -> Option<(Option<WallTime>, &str)> {
     let year: i32 = text.get(..4)?.parse().ok()?;
     let month: u8 = text.get(5..7)?.parse().ok()?;
     let day: u8 = text.get(8..10)?.parse().ok()?;
-    let (seconds, mut rest) = clock_time(text.get(11..)?)?;
-    let mut micros = 0;
-    if let Some(fraction) = rest.strip_prefix(['.', ',']) {
-        let (value, after) = fraction_micros(fraction)?;
-        micros = value;
-        rest = after;
-    }
+    let (seconds, rest) = clock_time(text.get(11..)?)?;
+    let (micros, mut rest) = optional_fraction(rest, &['.', ','])?;
     let mut offset_minutes = None;
     if let Some(after) = rest.strip_prefix('Z') {
         offset_minutes = Some(0);
@@ -211,13 +199,8 @@ pub fn syslog_prefix(text: &str) -> Option<(Option<WallTime>, &str)> {
         return None;
     }
     let rest = rest.strip_prefix(' ')?;
-    let (seconds, mut rest) = clock_time(rest)?;
-    let mut micros = 0;
-    if let Some(fraction) = rest.strip_prefix('.') {
-        let (value, after) = fraction_micros(fraction)?;
-        micros = value;
-        rest = after;
-    }
+    let (seconds, rest) = clock_time(rest)?;
+    let (micros, rest) = optional_fraction(rest, &['.'])?;
     let month = MONTHS
         .iter()
         .position(|m| word.eq_ignore_ascii_case(m))
@@ -246,6 +229,14 @@ fn clock_time(text: &str) -> Option<(u32, &str)> {
         return None;
     }
     Some((hours * 3600 + minutes * 60 + seconds, &text[8..]))
+}
+
+/// A fraction after one of `marks`, if there is one: microseconds (0 without), and the rest.
+fn optional_fraction<'a>(text: &'a str, marks: &[char]) -> Option<(u32, &'a str)> {
+    match text.strip_prefix(marks) {
+        Some(fraction) => fraction_micros(fraction),
+        None => Some((0, text)),
+    }
 }
 
 /// Leading fraction digits → microseconds, and the rest.
