@@ -336,14 +336,8 @@ fn push_json_escaped(out: &mut Vec<u8>, text: &str) {
             };
             if short == 0 {
                 const HEX: &[u8; 16] = b"0123456789abcdef";
-                out.extend_from_slice(&[
-                    b'\\',
-                    b'u',
-                    b'0',
-                    b'0',
-                    HEX[usize::from(byte >> 4)],
-                    HEX[usize::from(byte & 0xf)],
-                ]);
+                out.extend_from_slice(b"\\u00");
+                out.extend([HEX[usize::from(byte >> 4)], HEX[usize::from(byte & 0xf)]]);
             } else {
                 out.extend_from_slice(&[b'\\', short]);
             }
