@@ -127,12 +127,9 @@ fn is_newest_first(records: &[KernelRecord]) -> bool {
         let order = match (&pair[0], &pair[1]) {
             (a, b) if a.seq.is_some() && b.seq.is_some() => a.seq.cmp(&b.seq),
             (a, b) if a.usec.is_some() && b.usec.is_some() => a.usec.cmp(&b.usec),
-            (a, b) => match (&a.wall, &b.wall) {
-                (Some(x), Some(y)) => match x.compare(y) {
-                    Some(order) => order,
-                    None => continue,
-                },
-                _ => continue,
+            (a, b) => match a.wall.zip(b.wall).and_then(|(x, y)| x.compare(&y)) {
+                Some(order) => order,
+                None => continue,
             },
         };
         match order {
