@@ -220,24 +220,22 @@ impl Normalizer {
                 usize::try_from(*v.get_ref()).unwrap_or(default)
             })
         };
+        let text = |v: &Option<toml::Spanned<String>>| v.as_ref().map(|v| v.get_ref().clone());
         let keys = |key: &Option<String>, defaults: [&str; 2]| match key {
             Some(key) => vec![key.clone()],
             None => defaults.iter().map(|k| (*k).to_owned()).collect(),
         };
         Normalizer {
-            prompt_field: spec.prompt_field.as_ref().map(|f| f.get_ref().clone()),
-            messages_field: spec.messages_field.as_ref().map(|f| f.get_ref().clone()),
+            prompt_field: text(&spec.prompt_field),
+            messages_field: text(&spec.messages_field),
             role_keys: keys(&spec.role_key, ROLE_KEYS),
             content_keys: keys(&spec.content_key, CONTENT_KEYS),
             turns: spec.turns,
             max_turns: bound(&spec.max_turns, usize::MAX).max(1),
             tool_turns: spec.tool_turns,
             system: spec.system_prompt,
-            system_text: spec
-                .system_prompt_text
-                .as_ref()
-                .map(|t| t.get_ref().clone()),
-            template: spec.prompt_template.as_ref().map(|t| t.get_ref().clone()),
+            system_text: text(&spec.system_prompt_text),
+            template: text(&spec.prompt_template),
             strip_tags: spec.strip_tags.clone().unwrap_or_default(),
             filter: RowFilter::new(spec),
             id_field: spec.id_field.clone(),

@@ -96,11 +96,8 @@ async fn fetch_online(
             },
         }
     };
-    let listing = api.repo(Repo::with_revision(
-        repo.to_owned(),
-        RepoType::Dataset,
-        revision.to_owned(),
-    ));
+    let dataset = |revision| Repo::with_revision(repo.to_owned(), RepoType::Dataset, revision);
+    let listing = api.repo(dataset(revision.to_owned()));
     let info = match with_retries(settings, || listing.info()).await {
         Ok(info) => info,
         Err(e) => {
@@ -125,11 +122,7 @@ async fn fetch_online(
     }
     // Downloading at the listed commit keeps every file from the same commit even if the
     // branch moves meanwhile.
-    let pinned = api.repo(Repo::with_revision(
-        repo.to_owned(),
-        RepoType::Dataset,
-        commit.clone(),
-    ));
+    let pinned = api.repo(dataset(commit.clone()));
     let snapshot = snapshot_dir(&settings.cache_dir, repo, &commit);
     let mut files = Vec::with_capacity(selected.len());
     for path in selected {
