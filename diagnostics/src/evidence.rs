@@ -252,15 +252,11 @@ impl OomEvidence {
                     }
                 }
                 KillMatch::No(reason) => {
-                    if target.pid != 0
-                        && candidate.pid != target.pid
-                        && !descendants.contains(&candidate.pid)
-                    {
+                    let ours = candidate.pid == target.pid || descendants.contains(&candidate.pid);
+                    if target.pid != 0 && !ours {
                         others.push(format!("{} ({})", candidate.pid, candidate.comm));
                     }
-                    if target.pid != 0
-                        && (candidate.pid == target.pid || descendants.contains(&candidate.pid))
-                    {
+                    if target.pid != 0 && ours {
                         rejected.push(format!(
                             "ignored kernel line for pid {}: {reason}: `{}`",
                             candidate.pid, candidate.line
@@ -292,17 +288,13 @@ impl OomEvidence {
             Vec::new()
         };
         let delta = |before: Option<u64>, after: Option<u64>| Some(after?.saturating_sub(before?));
+        // The last OOM report, when the log has no kill line at all (a quote cut short).
+        let cut_report = events.reports.last().filter(|_| events.kills.is_empty());
         let kernel_limit = kill
             .as_ref()
             .and_then(|(k, _)| k.limit_kb)
             .or_else(|| unattributed.iter().find_map(|k| k.limit_kb))
-            .or_else(|| {
-                events
-                    .kills
-                    .is_empty()
-                    .then(|| events.reports.last().and_then(|r| r.limit_kb))
-                    .flatten()
-            })
+            .or_else(|| cut_report?.limit_kb)
             .or_else(|| batch.iter().find_map(|e| e.limit_kb))
             .map(|kb| kb * 1024);
         if !others.is_empty() && kill.is_none() {
@@ -312,14 +304,10 @@ impl OomEvidence {
                 others.iter().take(3).cloned().collect::<Vec<_>>().join(", ")
             ));
         }
-        let report_without_kill = if events.kills.is_empty() {
-            events.reports.last().map(|report| {
-                let by_worker = target_pid != 0 && report.invoker == Some(target_pid);
-                (report.clone(), by_worker)
-            })
-        } else {
-            None
-        };
+        let report_without_kill = cut_report.map(|report| {
+            let by_worker = target_pid != 0 && report.invoker == Some(target_pid);
+            (report.clone(), by_worker)
+        });
         OomEvidence {
             log_unavailable,
             log_empty,

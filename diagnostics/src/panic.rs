@@ -13,19 +13,16 @@ use crate::verdict::{ErrorReport, Language, Location, Raised};
 pub fn parse(text: &str) -> Option<ErrorReport> {
     let text = normalize(text);
     let lines: Vec<&str> = text.lines().collect();
-    let mut panics: Vec<Raised> = Vec::new();
-    for (i, line) in lines.iter().enumerate() {
-        if let Some(bytes) = allocation_failure(line) {
-            panics.push(Raised {
-                exception_type: "allocation failure".to_string(),
-                message: format!("memory allocation of {bytes} bytes failed"),
-                location: None,
-            });
-        } else if let Some(raised) = parse_panic(line, &lines[i + 1..]) {
-            panics.push(raised);
-        }
-    }
-    let exception = panics.into_iter().next()?;
+    let exception = lines.iter().enumerate().find_map(|(i, line)| {
+        let Some(bytes) = allocation_failure(line) else {
+            return parse_panic(line, &lines[i + 1..]);
+        };
+        Some(Raised {
+            exception_type: "allocation failure".to_string(),
+            message: format!("memory allocation of {bytes} bytes failed"),
+            location: None,
+        })
+    })?;
     let memory_related = exception.exception_type == "allocation failure";
     Some(ErrorReport {
         language: Language::Rust,
