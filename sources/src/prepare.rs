@@ -22,7 +22,7 @@ mod tests;
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::hash::BuildHasherDefault;
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 
 use arrow_array::RecordBatch;
@@ -123,16 +123,9 @@ pub fn file_checksum(path: &Path) -> io::Result<String> {
 /// A fast content checksum of a local file (xxh3-128: a fixed spec, ~10× faster than sha256,
 /// which would dominate preparation time on a large local Parquet file).
 fn xxh3_of(path: &Path) -> io::Result<String> {
-    let mut file = fs_err::File::open(path)?;
+    let mut file = io::BufReader::with_capacity(1 << 20, fs_err::File::open(path)?);
     let mut hasher = Xxh3::new();
-    let mut buffer = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buffer)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buffer[..n]);
-    }
+    io::copy(&mut file, &mut hasher)?;
     Ok(format!("{:032x}", hasher.digest128()))
 }
 
