@@ -214,33 +214,23 @@ pub(crate) fn allocation_refused(
     stderr: &str,
 ) -> Vec<String> {
     let asked = allocation_size(report);
-    let mut notes = Vec::new();
-    notes.push(
-        "not an OOM kill: the allocator was refused memory and the process stopped itself; under a memory cgroup or a host OOM the kernel kills with SIGKILL instead"
-            .to_string(),
-    );
     let host = observation.host_memory_bytes;
     let lower = stderr.to_ascii_lowercase();
     let named = lower.contains("ulimit -v") || lower.contains("rlimit_as");
-    match asked {
-        Some(bytes) if host.is_some_and(|h| bytes > h) || bytes >= 1 << 40 => notes.push(format!(
+    let limit = match asked {
+        Some(bytes) if host.is_some_and(|h| bytes > h) || bytes >= 1 << 40 => format!(
             "it asked for {} at once, more than the machine has: a size computed from bad input or an overflow, not a limit that is too low",
             human_bytes(bytes)
-        )),
-        _ if named => notes.push(
-            "the limit that refused it: the address-space limit (`ulimit -v`, RLIMIT_AS) set for the process"
-                .to_string(),
         ),
-        Some(bytes) => notes.push(format!(
+        _ if named => "the limit that refused it: the address-space limit (`ulimit -v`, RLIMIT_AS) set for the process".to_string(),
+        Some(bytes) => format!(
             "a request of {} was refused: the process hit a per-process limit, most likely the address-space limit (`ulimit -v`, RLIMIT_AS), or RLIMIT_DATA, or strict overcommit (vm.overcommit_memory=2)",
             human_bytes(bytes)
-        )),
-        None => notes.push(
-            "the limit that refused it is per-process: the address-space limit (`ulimit -v`, RLIMIT_AS), RLIMIT_DATA, or strict overcommit (vm.overcommit_memory=2)"
-                .to_string(),
         ),
-    }
-    notes
+        None => "the limit that refused it is per-process: the address-space limit (`ulimit -v`, RLIMIT_AS), RLIMIT_DATA, or strict overcommit (vm.overcommit_memory=2)".to_string(),
+    };
+    let not_a_kill = "not an OOM kill: the allocator was refused memory and the process stopped itself; under a memory cgroup or a host OOM the kernel kills with SIGKILL instead";
+    vec![not_a_kill.to_string(), limit]
 }
 
 /// A Rust allocation failure (`memory allocation of N bytes failed`, then SIGABRT): the

@@ -166,15 +166,12 @@ pub fn find(records: &[KernelRecord]) -> OomEvents {
         } else if let Some(rest) = text.strip_prefix("Task in ") {
             // `Task in /X killed as a result of limit of /Y`
             if let Some((task, limit)) = rest.split_once(" killed as a result of limit of ") {
-                task_in = Some((task.trim().to_string(), limit.trim().to_string()));
+                let task = task.trim().to_string();
                 match events.reports.last_mut() {
-                    Some(last) if last.memcg.is_none() => {
-                        last.memcg = Some(task.trim().to_string())
-                    }
-                    _ => events
-                        .reports
-                        .push(report(text, Some(task.trim().to_string()))),
+                    Some(last) if last.memcg.is_none() => last.memcg = Some(task.clone()),
+                    _ => events.reports.push(report(text, Some(task.clone()))),
                 }
+                task_in = Some((task, limit.trim().to_string()));
             }
         } else if let Some(rest) = text.strip_prefix("Memory cgroup stats for ") {
             // 3.x–4.x print the victim's cgroup here when no `Task in` line names it.
