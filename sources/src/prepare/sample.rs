@@ -155,7 +155,7 @@ impl Sample {
     /// returns whether one was pushed out.
     pub(super) fn offer(&mut self, prompt: Prompt, key: u64, hash: u64) -> io::Result<bool> {
         if let Some(spill) = &mut self.spill {
-            spill.push(&prompt, key, hash)?;
+            spill.push(&prompt, key, hash, 0)?;
             return Ok(false);
         }
         self.held += held_bytes(&prompt);
@@ -198,7 +198,7 @@ impl Sample {
         held.sort_by_key(|c| c.order);
         for candidate in held {
             let copies = self.members.get(&candidate.hash).copied().unwrap_or(0);
-            spill.push_with_copies(&candidate.prompt, candidate.key, candidate.hash, copies)?;
+            spill.push(&candidate.prompt, candidate.key, candidate.hash, copies)?;
         }
         self.members = PrehashedMap::default();
         self.held = 0;

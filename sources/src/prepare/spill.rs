@@ -68,13 +68,9 @@ impl Spill {
         })
     }
 
-    /// Adds a candidate (its sampling key and content hash).
-    pub(super) fn push(&mut self, prompt: &Prompt, key: u64, hash: u64) -> io::Result<()> {
-        self.push_with_copies(prompt, key, hash, 0)
-    }
-
-    /// [`Spill::push`] for a candidate that already met `copies` copies of itself.
-    pub(super) fn push_with_copies(
+    /// Adds a candidate (its sampling key and content hash) that already met `copies` copies
+    /// of itself (0 for a new one).
+    pub(super) fn push(
         &mut self,
         prompt: &Prompt,
         key: u64,
