@@ -680,11 +680,9 @@ fn rule_last_line(e: &Evidence) -> Option<Verdict> {
 
 /// The end of the chain: signals, aborts, bare exit codes.
 fn rule_other(e: &Evidence) -> Verdict {
-    let (exit, signature) = (e.observation.exit, e.signature.clone());
-    let mut verdict = other_verdict(exit, e.death, signature, &e.memory);
-    verdict
-        .evidence
-        .extend(e.batch_lines(&[BatchKind::ShellSignal], 1));
+    let mut verdict = other_verdict(e.observation.exit, e.death, e.signature.clone(), &e.memory);
+    let shell = e.batch_lines(&[BatchKind::ShellSignal], 1);
+    verdict.evidence.extend(shell);
     if let Some(event) = e.batch_event(BatchKind::MemoryLimitReached) {
         verdict.note(format!(
             "{}: {} (the limit was reached but nothing was killed for it: page cache counts toward it)",

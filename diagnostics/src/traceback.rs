@@ -105,16 +105,16 @@ fn blocks(text: &str) -> Vec<Block> {
     // Index of the block whose message is being collected, and how many lines it has.
     let mut collecting: Option<(usize, usize)> = None;
     for raw in text.lines() {
-        let (depth, line) = if grouped {
+        // A group's separator line (`+-+---- 1 ----`) ends a message.
+        let gutter = if grouped {
             strip_gutter(raw)
         } else {
             Some((0, raw))
-        }
-        .unwrap_or((usize::MAX, ""));
-        if depth == usize::MAX {
+        };
+        let Some((depth, line)) = gutter else {
             collecting = None;
             continue;
-        }
+        };
         let trimmed = line.trim_start();
         // SGLang logs `Scheduler hit an exception: Traceback (most recent call last):`.
         if trimmed.ends_with(HEADER) || trimmed == GROUP_HEADER {

@@ -274,23 +274,19 @@ impl Verdict {
                 "oom (allocation refused): {}",
                 self.signature_or("an allocation was refused")
             ),
-            (Class::Oom, subtype) if self.error.is_some() => {
-                let label = subtype.map(subtype_label).unwrap_or("unknown");
-                let raised = self
-                    .error
-                    .as_ref()
-                    .map(|e| e.primary().to_string())
-                    .unwrap_or_default();
-                format!("oom of a child ({label}) behind {raised}")
-            }
             (Class::Oom, subtype) => {
                 let label = subtype.map(subtype_label).unwrap_or("unknown");
-                match (self.limit_bytes, self.peak_bytes) {
-                    (Some(limit), _) => {
+                match (&self.error, self.limit_bytes, self.peak_bytes) {
+                    (Some(error), ..) => {
+                        format!("oom of a child ({label}) behind {}", error.primary())
+                    }
+                    (None, Some(limit), _) => {
                         format!("oom ({label}): killed at {} limit", human_bytes(limit))
                     }
-                    (None, Some(peak)) => format!("oom ({label}): killed at {}", human_bytes(peak)),
-                    (None, None) => format!("oom ({label})"),
+                    (None, None, Some(peak)) => {
+                        format!("oom ({label}): killed at {}", human_bytes(peak))
+                    }
+                    (None, None, None) => format!("oom ({label})"),
                 }
             }
             (Class::Traceback, _) => match &self.error {
