@@ -364,13 +364,7 @@ impl<'p> RunState<'p> {
             host: crate::sys::host_name(),
             started_unix_ms: crate::sys::unix_ms(),
             heartbeat_unix_ms: crate::sys::unix_ms(),
-            finished: false,
-            servers: Vec::new(),
-            sources: Vec::new(),
-            machine: None,
-            stopped_by: None,
-            waiting_for: None,
-            eta_secs: None,
+            ..RunStatus::default()
         };
         RunState {
             plan,

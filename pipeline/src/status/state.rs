@@ -171,7 +171,7 @@ pub struct ServerStatus {
     pub queued: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunStatus {
     pub layout: u32,
     pub config: String,
