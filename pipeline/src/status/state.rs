@@ -211,17 +211,10 @@ impl MachineStatus {
     /// Reads `/proc/meminfo`.
     pub fn read(peak_worker_rss_bytes: Option<u64>) -> Option<MachineStatus> {
         let text = fs_err::read_to_string("/proc/meminfo").ok()?;
-        let field = |name: &str| -> Option<u64> {
-            let line = text.lines().find(|l| l.starts_with(name))?;
-            line.split_whitespace()
-                .nth(1)?
-                .parse::<u64>()
-                .ok()
-                .map(|kib| kib * 1024)
-        };
+        let field = |name| crate::sys::meminfo_field(&text, name);
         Some(MachineStatus {
-            memory_total_bytes: field("MemTotal:")?,
-            memory_available_bytes: field("MemAvailable:")?,
+            memory_total_bytes: field("MemTotal")?,
+            memory_available_bytes: field("MemAvailable")?,
             peak_worker_rss_bytes,
         })
     }
