@@ -158,7 +158,8 @@ pub fn audit(run_dir: &RunDir, config: Option<&str>) -> anyhow::Result<Audit> {
         .map(str::to_owned)
         .or_else(|| status.as_ref()?["config"].as_str().map(str::to_owned))
         .unwrap_or_else(|| "CONFIG".to_owned());
-    let (pin, shard, notes) = last_run(run_dir, &config);
+    let (pin, notes) = last_run(run_dir, &config);
+    let shard = pin.as_ref().and_then(|pin| pin.shard);
     let mut sources = Vec::new();
     for name in names {
         let phase = listed_sources
@@ -244,21 +245,18 @@ fn source_names(
 /// The settings the last run used (`run.json`: a refusal recorded under others is sent again;
 /// each source's samples per prompt), and the share of prompts it holds (`--shard`); a note
 /// when it does not decode (`config` for the advice).
-fn last_run(run_dir: &RunDir, config: &str) -> (Option<RunPin>, Option<Shard>, Vec<String>) {
-    let pin = match RunPin::read(run_dir) {
-        Ok(Some(pin)) => pin,
-        Ok(None) => return (None, None, Vec::new()),
+fn last_run(run_dir: &RunDir, config: &str) -> (Option<RunPin>, Vec<String>) {
+    match RunPin::read(run_dir) {
+        Ok(pin) => (pin, Vec::new()),
         Err(e) => {
             let note = format!(
                 "`run.json` does not decode ({e}): the settings of the stored completions are \
                  unknown; a `gen run {config}` that has prompts to send refuses until \
                  `--allow-config-change` records this config's settings again"
             );
-            return (None, None, vec![note]);
+            (None, vec![note])
         }
-    };
-    let shard = pin.shard;
-    (Some(pin), shard, Vec::new())
+    }
 }
 
 impl Totals {
