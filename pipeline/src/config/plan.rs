@@ -413,7 +413,8 @@ impl<'t> PlanResolver<'t> {
         };
         self.check_token_ids_server();
         let (run, server, generation) = (tables.run?, server?, generation?);
-        let (base_dir, run_dir) = run_dir(path, &run);
+        let base_dir = self.base_dir_hint.clone();
+        let run_dir = run_dir(path, &base_dir, &run);
         let max_parallel_prep = self.positive(
             &run.max_parallel_prep,
             "max-parallel-prep",
@@ -1073,15 +1074,9 @@ struct Tables {
     sources_ok: bool,
 }
 
-/// The directory relative paths resolve against (the config's), and the run directory
-/// (`[run] dir`, else `runs/<config name>`).
-fn run_dir(path: &Path, run: &RunTable) -> (PathBuf, PathBuf) {
-    let base_dir = path
-        .parent()
-        .map(Path::to_path_buf)
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or_else(|| PathBuf::from("."));
-    let run_dir = match &run.dir {
+/// The run directory: `[run] dir`, else `runs/<config name>`, relative to `base_dir`.
+fn run_dir(path: &Path, base_dir: &Path, run: &RunTable) -> PathBuf {
+    match &run.dir {
         Some(dir) => base_dir.join(dir.get_ref()),
         None => {
             let stem = path
@@ -1089,8 +1084,7 @@ fn run_dir(path: &Path, run: &RunTable) -> (PathBuf, PathBuf) {
                 .map_or_else(|| "run".to_owned(), |s| s.to_string_lossy().into_owned());
             base_dir.join("runs").join(stem)
         }
-    };
-    (base_dir, run_dir)
+    }
 }
 
 /// An unknown key and what was probably meant, on one line (as cargo does); a table of few
