@@ -872,12 +872,10 @@ impl<'t> PlanResolver<'t> {
         match generation
             .concurrency
             .as_ref()
+            .filter(|c| c.get_ref().as_str() != Some("auto"))
             .map(|c| (c.get_ref(), c.span()))
         {
             None => Concurrency::Auto {
-                max: max_concurrency,
-            },
-            Some((toml::Value::String(s), _)) if s == "auto" => Concurrency::Auto {
                 max: max_concurrency,
             },
             Some((toml::Value::Integer(n), span)) => {
