@@ -460,11 +460,6 @@ impl<'p> RunState<'p> {
         }
     }
 
-    /// Says where the run stands (`in_flight`: requests in flight now).
-    fn print_progress(&self, in_flight: u32) {
-        self.reporter.say_progress(&self.progress(in_flight));
-    }
-
     /// Where the whole run stands (`in_flight`: requests in flight now).
     fn progress(&self, in_flight: u32) -> crate::report::Progress {
         let mut progress = crate::report::Progress {
@@ -764,7 +759,7 @@ impl<'p> Orchestrator<'p> {
         // On a terminal the status line under the bars; in a log a line now and then.
         let shown = state.reporter.status_line(&state.progress(in_flight));
         if !shown && self.last_progress.elapsed() >= PROGRESS_EVERY {
-            state.print_progress(in_flight);
+            state.reporter.say_progress(&state.progress(in_flight));
             self.last_progress = Instant::now();
         }
         if self.stopping.interrupted()
@@ -861,7 +856,7 @@ impl<'p> Orchestrator<'p> {
         }
         state.status.servers = servers.statuses();
         state.write_status()?;
-        state.print_progress(0);
+        state.reporter.say_progress(&state.progress(0));
         servers.stop().await;
         if let Some(error) = self.stopping.error() {
             return Err(error);
