@@ -155,17 +155,10 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
         } => run_command(RunArgs {
             config,
             run_dir,
-            only_failed: false,
             sources,
-            allow_config_change: false,
-            regenerate: Vec::new(),
-            keep_preparation: false,
-            shard: None,
-            retry_rejected: false,
-            shards: None,
-            server_launch: None,
             nodes_per_shard: 1,
             prepare_only: true,
+            ..RunArgs::default()
         }),
         Command::Status {
             target,
