@@ -142,10 +142,9 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             let plan = Plan::load(&config)?;
             let dir = run_dir_for(&plan, run_dir);
             let every = std::time::Duration::from_secs(5);
-            Ok(match scale::prepared::wait(&plan, &dir, every) {
-                true => ExitCode::SUCCESS,
-                false => ExitCode::from(exit::FAILED),
-            })
+            Ok(ExitCode::from(exit::ok_if(scale::prepared::wait(
+                &plan, &dir, every,
+            ))))
         }
         Command::Prepare {
             config,
@@ -388,11 +387,7 @@ fn report_outcome(args: &RunArgs, run_dir: &RunDir, outcome: RunOutcome) -> u8 {
             run_dir.root().display()
         );
     }
-    if failed.is_empty() && refused.is_empty() {
-        exit::OK
-    } else {
-        exit::FAILED
-    }
+    exit::ok_if(failed.is_empty() && refused.is_empty())
 }
 
 /// After a run stopped with an error, says so in `status.json` (if the run got far enough to

@@ -132,13 +132,8 @@ pub fn verify(target: &Path, json: bool, allow_incomplete: bool) -> anyhow::Resu
     } else {
         print!("{}", render(&audit));
     }
-    Ok(
-        if audit.consistent && (audit.complete || allow_incomplete) {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::from(crate::exit::FAILED)
-        },
-    )
+    let ok = audit.consistent && (audit.complete || allow_incomplete);
+    Ok(ExitCode::from(crate::exit::ok_if(ok)))
 }
 
 /// Audits every source directory of `run_dir` (read only); `config` is the config file the

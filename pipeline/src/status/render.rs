@@ -101,21 +101,13 @@ fn gib(bytes: u64) -> String {
 pub fn exit_code(status: &RunStatus, now_ms: u64) -> u8 {
     let age = now_ms.saturating_sub(status.heartbeat_unix_ms);
     if !status.finished {
-        return if age > STALE_AFTER_MS {
-            crate::exit::FAILED
-        } else {
-            crate::exit::OK
-        };
+        return crate::exit::ok_if(age <= STALE_AFTER_MS);
     }
     let all_done = status
         .sources
         .iter()
         .all(|s| s.phase == Phase::Done && s.failed == 0);
-    if status.stopped_by.is_none() && all_done {
-        crate::exit::OK
-    } else {
-        crate::exit::FAILED
-    }
+    crate::exit::ok_if(status.stopped_by.is_none() && all_done)
 }
 
 /// The width to render for: `COLUMNS` when set, else the terminal's when stdout is one, else
