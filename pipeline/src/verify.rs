@@ -272,15 +272,6 @@ impl Totals {
     }
 }
 
-/// `a..b, c..d` for damaged ranges.
-fn ranges(damaged: &[std::ops::Range<u64>]) -> String {
-    damaged
-        .iter()
-        .map(|r| format!("{}..{}", r.start, r.end))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// What one source is judged against: its phase in `status.json`, whether the last run
 /// ended, the last run's settings and shard, the config to name in advice.
 struct Judged<'a> {
@@ -406,7 +397,7 @@ impl SourceAuditor<'_> {
         if !scan.damaged.is_empty() {
             problems.push(format!(
                 "`prompts.jsonl.zst` is damaged: bytes {} do not decode",
-                ranges(&scan.damaged)
+                frames::ranges(&scan.damaged)
             ));
         }
         if bad_lines > 0 {
@@ -534,7 +525,7 @@ impl SourceAuditor<'_> {
                  completions in them are lost. The next `gen run` moves those bytes to \
                  `completions.damaged-<time>.bin`, keeps the {intact} completions of the intact \
                  frames and generates the lost prompts again",
-                ranges(&scan.damaged)
+                frames::ranges(&scan.damaged)
             ));
         }
         if scan.torn_bytes > 0 {
