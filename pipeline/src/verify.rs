@@ -951,14 +951,10 @@ fn verdict(audit: &Audit) -> String {
             t.lost, t.duplicated, t.unknown
         )
     } else {
-        let noun = if t.problems == 1 {
-            "problem"
-        } else {
-            "problems"
-        };
+        let problems = crate::status::render::plural(t.problems as u64, "problem");
         format!(
-            "verdict: {} {noun}: {} lost, {} duplicated, {} unknown ids",
-            t.problems, t.lost, t.duplicated, t.unknown
+            "verdict: {problems}: {} lost, {} duplicated, {} unknown ids",
+            t.lost, t.duplicated, t.unknown
         )
     }
 }
