@@ -476,11 +476,7 @@ fn k8s_command(args: &cli::K8sArgs) -> Result<ExitCode, CliError> {
     let volume = args.volume_claim.as_ref().map(|_| args.mount_path.as_str());
     let config = in_pod(&args.config, volume);
     // The path is the pods'; read here only when it is here too, to check it early.
-    let plan = if args.config.is_file() {
-        Some(Plan::load(&args.config)?)
-    } else {
-        None
-    };
+    let plan = (args.config.is_file().then(|| Plan::load(&args.config))).transpose()?;
     let root = match (&args.run_dir, &plan) {
         (Some(dir), _) => in_pod(dir, volume),
         (None, Some(plan)) => in_pod(&plan.run_dir, volume),
