@@ -612,18 +612,14 @@ impl<'p> Orchestrator<'p> {
     /// running workers are stopped: their sources are prepared next run.
     fn servers_ready(&mut self, ready: anyhow::Result<Option<Servers>>) -> anyhow::Result<()> {
         match ready {
-            Ok(Some(servers)) => self.serve(servers),
+            Ok(Some(servers)) => return self.serve(servers),
             Ok(None) => {
                 self.stopping.interrupt();
-                self.preparation.stop(true);
-                Ok(())
             }
-            Err(error) => {
-                self.startup_failed = Some(error);
-                self.preparation.stop(true);
-                Ok(())
-            }
+            Err(error) => self.startup_failed = Some(error),
         }
+        self.preparation.stop(true);
+        Ok(())
     }
 
     /// The servers answer: the dispatch of every source already counted starts, and the
