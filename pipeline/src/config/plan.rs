@@ -555,12 +555,7 @@ impl<'t> PlanResolver<'t> {
         sources: Vec<(SourceSpec, WorkerTable, SettingsTable)>,
         defaults: &SettingsTable,
     ) -> Vec<SourcePlan> {
-        let specs: Vec<SourceSpec> = sources.iter().map(|(s, _, _)| s.clone()).collect();
-        let custom: Vec<bool> = sources
-            .iter()
-            .map(|(_, w, _)| w.command.is_some())
-            .collect();
-        self.check_sources(&specs, &custom);
+        self.check_sources(&sources);
         let mut plans = Vec::new();
         for (spec, worker, own) in sources {
             let worker = self.worker(&spec, worker);
@@ -576,16 +571,19 @@ impl<'t> PlanResolver<'t> {
         plans
     }
 
-    fn check_sources(&mut self, sources: &[SourceSpec], custom: &[bool]) {
-        for (i, spec) in sources.iter().enumerate() {
+    fn check_sources(&mut self, sources: &[(SourceSpec, WorkerTable, SettingsTable)]) {
+        for (i, (spec, worker, _)) in sources.iter().enumerate() {
             for problem in spec.check() {
                 // A custom worker is where a `command` source's rows come from.
-                if custom[i] && problem.message.contains("needs `path`") {
+                if worker.command.is_some() && problem.message.contains("needs `path`") {
                     continue;
                 }
                 self.problem(Some(problem.span), problem.message);
             }
-            if let Some(first) = sources[..i].iter().find(|s| s.name() == spec.name()) {
+            if let Some((first, _, _)) = sources[..i]
+                .iter()
+                .find(|(s, _, _)| s.name() == spec.name())
+            {
                 let first = Problem::at(self.text, Some(first.name.span()), "");
                 self.problem(
                     Some(spec.name.span()),
