@@ -90,11 +90,7 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
     } else {
         print!("{}", crate::secrets::redact(&report::render(&report)));
     }
-    Ok(ExitCode::from(if any_failed {
-        crate::exit::FAILED
-    } else {
-        crate::exit::OK
-    }))
+    Ok(ExitCode::from(crate::exit::ok_if(!any_failed)))
 }
 
 /// Sweeps every server to bench — the config's (launched for the bench when it has `launch`

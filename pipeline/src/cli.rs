@@ -530,7 +530,7 @@ fn parse_bytes(text: &str) -> Result<u64, String> {
 }
 
 // What `gen run` takes (its help text is the doc comment of `Command::Run`).
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Default, clap::Args)]
 pub struct RunArgs {
     /// The config file (e.g. `datasets.toml`).
     pub config: PathBuf,

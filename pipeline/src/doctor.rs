@@ -277,11 +277,7 @@ impl MemoryDemand {
         if let Some((bytes, basis, name)) = largest
             && workers > 0
         {
-            let count = if workers == 1 {
-                "1 worker".to_owned()
-            } else {
-                format!("{workers} workers")
-            };
+            let count = crate::status::render::plural(workers as u64, "worker");
             let what = match basis {
                 Basis::Limit => "memory-limit".to_owned(),
                 Basis::Measured => format!("peak RSS measured for `{name}`"),

@@ -4,3 +4,8 @@
 pub const OK: u8 = 0;
 pub const FAILED: u8 = 1;
 pub const USAGE: u8 = 2;
+
+/// [`OK`] when `ok`, else [`FAILED`].
+pub fn ok_if(ok: bool) -> u8 {
+    if ok { OK } else { FAILED }
+}

@@ -316,14 +316,10 @@ impl TokenStats {
         self.rows_with_usage += 1;
         self.prompt_tokens += prompt.unwrap_or(0);
         self.completion_tokens += completion;
-        self.completion_tokens_min = Some(
-            self.completion_tokens_min
-                .map_or(completion, |m| m.min(completion)),
-        );
-        self.completion_tokens_max = Some(
-            self.completion_tokens_max
-                .map_or(completion, |m| m.max(completion)),
-        );
+        let min = self.completion_tokens_min.unwrap_or(u64::MAX);
+        self.completion_tokens_min = Some(min.min(completion));
+        // `None` orders below every `Some`.
+        self.completion_tokens_max = self.completion_tokens_max.max(Some(completion));
     }
 }
 

@@ -142,10 +142,9 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
             let plan = Plan::load(&config)?;
             let dir = run_dir_for(&plan, run_dir);
             let every = std::time::Duration::from_secs(5);
-            Ok(match scale::prepared::wait(&plan, &dir, every) {
-                true => ExitCode::SUCCESS,
-                false => ExitCode::from(exit::FAILED),
-            })
+            Ok(ExitCode::from(exit::ok_if(scale::prepared::wait(
+                &plan, &dir, every,
+            ))))
         }
         Command::Prepare {
             config,
@@ -155,17 +154,10 @@ pub fn run_cli(cli: Cli) -> Result<ExitCode, CliError> {
         } => run_command(RunArgs {
             config,
             run_dir,
-            only_failed: false,
             sources,
-            allow_config_change: false,
-            regenerate: Vec::new(),
-            keep_preparation: false,
-            shard: None,
-            retry_rejected: false,
-            shards: None,
-            server_launch: None,
             nodes_per_shard: 1,
             prepare_only: true,
+            ..RunArgs::default()
         }),
         Command::Status {
             target,
@@ -395,11 +387,7 @@ fn report_outcome(args: &RunArgs, run_dir: &RunDir, outcome: RunOutcome) -> u8 {
             run_dir.root().display()
         );
     }
-    if failed.is_empty() && refused.is_empty() {
-        exit::OK
-    } else {
-        exit::FAILED
-    }
+    exit::ok_if(failed.is_empty() && refused.is_empty())
 }
 
 /// After a run stopped with an error, says so in `status.json` (if the run got far enough to
@@ -488,11 +476,7 @@ fn k8s_command(args: &cli::K8sArgs) -> Result<ExitCode, CliError> {
     let volume = args.volume_claim.as_ref().map(|_| args.mount_path.as_str());
     let config = in_pod(&args.config, volume);
     // The path is the pods'; read here only when it is here too, to check it early.
-    let plan = if args.config.is_file() {
-        Some(Plan::load(&args.config)?)
-    } else {
-        None
-    };
+    let plan = (args.config.is_file().then(|| Plan::load(&args.config))).transpose()?;
     let root = match (&args.run_dir, &plan) {
         (Some(dir), _) => in_pod(dir, volume),
         (None, Some(plan)) => in_pod(&plan.run_dir, volume),

@@ -1,8 +1,8 @@
 //! What `gen` asks of the operating system beyond std and tokio: the process primitives
 //! (`wait4` for the exit status *and* the child's own peak RSS, the parent-death signal,
 //! signalling a whole process group), the clocks (wall-clock milliseconds for every stored
-//! timestamp, `CLOCK_MONOTONIC` for the kernel log) and the host name. A leaf module: it uses
-//! nothing else of the crate, so every layer may use it.
+//! timestamp, `CLOCK_MONOTONIC` for the kernel log), the host name and `/proc/meminfo`'s
+//! fields. A leaf module: it uses nothing else of the crate, so every layer may use it.
 //! The only `unsafe` in `gen` lives here.
 #![expect(
     unsafe_code,
@@ -182,4 +182,13 @@ pub fn kill_pid(pid: i32, signal: i32) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// A `/proc/meminfo` field in bytes.
+pub fn meminfo_field(text: &str, key: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let rest = line.strip_prefix(key)?.strip_prefix(':')?;
+        let kib: u64 = rest.trim().trim_end_matches("kB").trim().parse().ok()?;
+        kib.checked_mul(1024)
+    })
 }

@@ -132,13 +132,8 @@ pub fn verify(target: &Path, json: bool, allow_incomplete: bool) -> anyhow::Resu
     } else {
         print!("{}", render(&audit));
     }
-    Ok(
-        if audit.consistent && (audit.complete || allow_incomplete) {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::from(crate::exit::FAILED)
-        },
-    )
+    let ok = audit.consistent && (audit.complete || allow_incomplete);
+    Ok(ExitCode::from(crate::exit::ok_if(ok)))
 }
 
 /// Audits every source directory of `run_dir` (read only); `config` is the config file the
@@ -158,7 +153,8 @@ pub fn audit(run_dir: &RunDir, config: Option<&str>) -> anyhow::Result<Audit> {
         .map(str::to_owned)
         .or_else(|| status.as_ref()?["config"].as_str().map(str::to_owned))
         .unwrap_or_else(|| "CONFIG".to_owned());
-    let (pin, shard, notes) = last_run(run_dir, &config);
+    let (pin, notes) = last_run(run_dir, &config);
+    let shard = pin.as_ref().and_then(|pin| pin.shard);
     let mut sources = Vec::new();
     for name in names {
         let phase = listed_sources
@@ -244,21 +240,18 @@ fn source_names(
 /// The settings the last run used (`run.json`: a refusal recorded under others is sent again;
 /// each source's samples per prompt), and the share of prompts it holds (`--shard`); a note
 /// when it does not decode (`config` for the advice).
-fn last_run(run_dir: &RunDir, config: &str) -> (Option<RunPin>, Option<Shard>, Vec<String>) {
-    let pin = match RunPin::read(run_dir) {
-        Ok(Some(pin)) => pin,
-        Ok(None) => return (None, None, Vec::new()),
+fn last_run(run_dir: &RunDir, config: &str) -> (Option<RunPin>, Vec<String>) {
+    match RunPin::read(run_dir) {
+        Ok(pin) => (pin, Vec::new()),
         Err(e) => {
             let note = format!(
                 "`run.json` does not decode ({e}): the settings of the stored completions are \
                  unknown; a `gen run {config}` that has prompts to send refuses until \
                  `--allow-config-change` records this config's settings again"
             );
-            return (None, None, vec![note]);
+            (None, vec![note])
         }
-    };
-    let shard = pin.shard;
-    (Some(pin), shard, Vec::new())
+    }
 }
 
 impl Totals {
@@ -277,15 +270,6 @@ impl Totals {
         }
         totals
     }
-}
-
-/// `a..b, c..d` for damaged ranges.
-fn ranges(damaged: &[std::ops::Range<u64>]) -> String {
-    damaged
-        .iter()
-        .map(|r| format!("{}..{}", r.start, r.end))
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// What one source is judged against: its phase in `status.json`, whether the last run
@@ -413,7 +397,7 @@ impl SourceAuditor<'_> {
         if !scan.damaged.is_empty() {
             problems.push(format!(
                 "`prompts.jsonl.zst` is damaged: bytes {} do not decode",
-                ranges(&scan.damaged)
+                frames::ranges(&scan.damaged)
             ));
         }
         if bad_lines > 0 {
@@ -541,7 +525,7 @@ impl SourceAuditor<'_> {
                  completions in them are lost. The next `gen run` moves those bytes to \
                  `completions.damaged-<time>.bin`, keeps the {intact} completions of the intact \
                  frames and generates the lost prompts again",
-                ranges(&scan.damaged)
+                frames::ranges(&scan.damaged)
             ));
         }
         if scan.torn_bytes > 0 {
@@ -967,14 +951,10 @@ fn verdict(audit: &Audit) -> String {
             t.lost, t.duplicated, t.unknown
         )
     } else {
-        let noun = if t.problems == 1 {
-            "problem"
-        } else {
-            "problems"
-        };
+        let problems = crate::status::render::plural(t.problems as u64, "problem");
         format!(
-            "verdict: {} {noun}: {} lost, {} duplicated, {} unknown ids",
-            t.problems, t.lost, t.duplicated, t.unknown
+            "verdict: {problems}: {} lost, {} duplicated, {} unknown ids",
+            t.lost, t.duplicated, t.unknown
         )
     }
 }

@@ -413,7 +413,8 @@ impl<'t> PlanResolver<'t> {
         };
         self.check_token_ids_server();
         let (run, server, generation) = (tables.run?, server?, generation?);
-        let (base_dir, run_dir) = run_dir(path, &run);
+        let base_dir = self.base_dir_hint.clone();
+        let run_dir = run_dir(path, &base_dir, &run);
         let max_parallel_prep = self.positive(
             &run.max_parallel_prep,
             "max-parallel-prep",
@@ -554,12 +555,7 @@ impl<'t> PlanResolver<'t> {
         sources: Vec<(SourceSpec, WorkerTable, SettingsTable)>,
         defaults: &SettingsTable,
     ) -> Vec<SourcePlan> {
-        let specs: Vec<SourceSpec> = sources.iter().map(|(s, _, _)| s.clone()).collect();
-        let custom: Vec<bool> = sources
-            .iter()
-            .map(|(_, w, _)| w.command.is_some())
-            .collect();
-        self.check_sources(&specs, &custom);
+        self.check_sources(&sources);
         let mut plans = Vec::new();
         for (spec, worker, own) in sources {
             let worker = self.worker(&spec, worker);
@@ -575,16 +571,19 @@ impl<'t> PlanResolver<'t> {
         plans
     }
 
-    fn check_sources(&mut self, sources: &[SourceSpec], custom: &[bool]) {
-        for (i, spec) in sources.iter().enumerate() {
+    fn check_sources(&mut self, sources: &[(SourceSpec, WorkerTable, SettingsTable)]) {
+        for (i, (spec, worker, _)) in sources.iter().enumerate() {
             for problem in spec.check() {
                 // A custom worker is where a `command` source's rows come from.
-                if custom[i] && problem.message.contains("needs `path`") {
+                if worker.command.is_some() && problem.message.contains("needs `path`") {
                     continue;
                 }
                 self.problem(Some(problem.span), problem.message);
             }
-            if let Some(first) = sources[..i].iter().find(|s| s.name() == spec.name()) {
+            if let Some((first, _, _)) = sources[..i]
+                .iter()
+                .find(|(s, _, _)| s.name() == spec.name())
+            {
                 let first = Problem::at(self.text, Some(first.name.span()), "");
                 self.problem(
                     Some(spec.name.span()),
@@ -871,12 +870,10 @@ impl<'t> PlanResolver<'t> {
         match generation
             .concurrency
             .as_ref()
+            .filter(|c| c.get_ref().as_str() != Some("auto"))
             .map(|c| (c.get_ref(), c.span()))
         {
             None => Concurrency::Auto {
-                max: max_concurrency,
-            },
-            Some((toml::Value::String(s), _)) if s == "auto" => Concurrency::Auto {
                 max: max_concurrency,
             },
             Some((toml::Value::Integer(n), span)) => {
@@ -1073,15 +1070,9 @@ struct Tables {
     sources_ok: bool,
 }
 
-/// The directory relative paths resolve against (the config's), and the run directory
-/// (`[run] dir`, else `runs/<config name>`).
-fn run_dir(path: &Path, run: &RunTable) -> (PathBuf, PathBuf) {
-    let base_dir = path
-        .parent()
-        .map(Path::to_path_buf)
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or_else(|| PathBuf::from("."));
-    let run_dir = match &run.dir {
+/// The run directory: `[run] dir`, else `runs/<config name>`, relative to `base_dir`.
+fn run_dir(path: &Path, base_dir: &Path, run: &RunTable) -> PathBuf {
+    match &run.dir {
         Some(dir) => base_dir.join(dir.get_ref()),
         None => {
             let stem = path
@@ -1089,8 +1080,7 @@ fn run_dir(path: &Path, run: &RunTable) -> (PathBuf, PathBuf) {
                 .map_or_else(|| "run".to_owned(), |s| s.to_string_lossy().into_owned());
             base_dir.join("runs").join(stem)
         }
-    };
-    (base_dir, run_dir)
+    }
 }
 
 /// An unknown key and what was probably meant, on one line (as cargo does); a table of few

@@ -10,6 +10,8 @@ use std::process::{Command, Stdio};
 
 use serde::Deserialize;
 
+use crate::sys::meminfo_field;
+
 /// A cgroup v1 limit at or above this is "no limit" (the kernel reports `PAGE_COUNTER_MAX`
 /// rounded to pages, e.g. 9223372036854771712).
 const V1_UNLIMITED: u64 = 1 << 62;
@@ -76,15 +78,6 @@ pub fn read_machine(run_dir: &Path) -> Machine {
         local_rows: BTreeMap::new(),
         hub_download: None,
     }
-}
-
-/// A `/proc/meminfo` field in bytes.
-pub(super) fn meminfo_field(text: &str, key: &str) -> Option<u64> {
-    text.lines().find_map(|line| {
-        let rest = line.strip_prefix(key)?.strip_prefix(':')?;
-        let kib: u64 = rest.trim().trim_end_matches("kB").trim().parse().ok()?;
-        kib.checked_mul(1024)
-    })
 }
 
 fn read_number(path: &Path) -> Option<u64> {

@@ -14,12 +14,7 @@ const HEAD_BYTES: usize = 4 * 1024;
 /// `MemTotal` of the host, bytes.
 pub fn host_memory_bytes() -> Option<u64> {
     let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-    line.split_whitespace()
-        .nth(1)?
-        .parse::<u64>()
-        .ok()
-        .map(|kib| kib * 1024)
+    crate::sys::meminfo_field(&text, "MemTotal")
 }
 
 /// Splits a log into (head, tail), head empty when the whole log fits the tail.

@@ -364,13 +364,7 @@ impl<'p> RunState<'p> {
             host: crate::sys::host_name(),
             started_unix_ms: crate::sys::unix_ms(),
             heartbeat_unix_ms: crate::sys::unix_ms(),
-            finished: false,
-            servers: Vec::new(),
-            sources: Vec::new(),
-            machine: None,
-            stopped_by: None,
-            waiting_for: None,
-            eta_secs: None,
+            ..RunStatus::default()
         };
         RunState {
             plan,
@@ -464,11 +458,6 @@ impl<'p> RunState<'p> {
             }
             Err(_) => {}
         }
-    }
-
-    /// Says where the run stands (`in_flight`: requests in flight now).
-    fn print_progress(&self, in_flight: u32) {
-        self.reporter.say_progress(&self.progress(in_flight));
     }
 
     /// Where the whole run stands (`in_flight`: requests in flight now).
@@ -623,18 +612,14 @@ impl<'p> Orchestrator<'p> {
     /// running workers are stopped: their sources are prepared next run.
     fn servers_ready(&mut self, ready: anyhow::Result<Option<Servers>>) -> anyhow::Result<()> {
         match ready {
-            Ok(Some(servers)) => self.serve(servers),
+            Ok(Some(servers)) => return self.serve(servers),
             Ok(None) => {
                 self.stopping.interrupt();
-                self.preparation.stop(true);
-                Ok(())
             }
-            Err(error) => {
-                self.startup_failed = Some(error);
-                self.preparation.stop(true);
-                Ok(())
-            }
+            Err(error) => self.startup_failed = Some(error),
         }
+        self.preparation.stop(true);
+        Ok(())
     }
 
     /// The servers answer: the dispatch of every source already counted starts, and the
@@ -770,7 +755,7 @@ impl<'p> Orchestrator<'p> {
         // On a terminal the status line under the bars; in a log a line now and then.
         let shown = state.reporter.status_line(&state.progress(in_flight));
         if !shown && self.last_progress.elapsed() >= PROGRESS_EVERY {
-            state.print_progress(in_flight);
+            state.reporter.say_progress(&state.progress(in_flight));
             self.last_progress = Instant::now();
         }
         if self.stopping.interrupted()
@@ -867,7 +852,7 @@ impl<'p> Orchestrator<'p> {
         }
         state.status.servers = servers.statuses();
         state.write_status()?;
-        state.print_progress(0);
+        state.reporter.say_progress(&state.progress(0));
         servers.stop().await;
         if let Some(error) = self.stopping.error() {
             return Err(error);

@@ -82,10 +82,9 @@ impl Preparation {
         sources.fenced()?;
         let exe =
             std::env::current_exe().context("cannot find the `gen` executable to start workers")?;
-        while self.running.len() < sources.plan().max_parallel_prep.get() {
-            let Some(i) = self.queue.pop_front() else {
-                break;
-            };
+        while self.running.len() < sources.plan().max_parallel_prep.get()
+            && let Some(i) = self.queue.pop_front()
+        {
             let command = worker_command(sources, i, &exe)?;
             sources[i].status.note.clear();
             enter(&mut sources[i].status, Phase::Preparing, reporter);

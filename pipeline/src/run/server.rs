@@ -105,11 +105,9 @@ impl Servers {
             let (url, model) = (&probe::redact(url), &connected.model);
             reporter.notice(Notice::ServerServes { url, model });
         }
-        let checked = match pin(&connected.model) {
-            Ok(()) => {
-                let model = &connected.model;
-                server_checks(plan, &connected.fleet, &urls, model, api_key, reporter).await
-            }
+        let model = &connected.model;
+        let checked = match pin(model) {
+            Ok(()) => server_checks(plan, &connected.fleet, &urls, model, api_key, reporter).await,
             Err(e) => Err(e),
         };
         if let Err(e) = checked {

@@ -147,8 +147,8 @@ fn container(job: &K8sJob, name: &str, command: &[&str]) -> Value {
     container
 }
 
-/// CPU, memory and (with `gpus`) GPU requests and limits.
-fn resources(job: &K8sJob, gpus: bool) -> Option<Value> {
+/// Gives `container` CPU, memory and (with `gpus`) GPU requests and limits, if any are set.
+fn add_resources(container: &mut Value, job: &K8sJob, gpus: bool) {
     let (mut requests, mut limits) = (json!({}), json!({}));
     if let Some(cpus) = job.cpus {
         requests["cpu"] = json!(cpus.to_string());
@@ -162,13 +162,13 @@ fn resources(job: &K8sJob, gpus: bool) -> Option<Value> {
         limits["nvidia.com/gpu"] = json!(gpus);
     }
     if requests == json!({}) {
-        return None;
+        return;
     }
     let mut resources = json!({"requests": requests});
     if limits != json!({}) {
         resources["limits"] = limits;
     }
-    Some(resources)
+    container["resources"] = resources;
 }
 
 /// A pod of `containers` (and `init` containers) with the job's volumes.
@@ -207,9 +207,7 @@ fn preparation(job: &K8sJob) -> Value {
         "prepare",
         &["gen", "prepare", &job.config, "--run-dir", &prepared],
     );
-    if let Some(resources) = resources(job, false) {
-        prepare["resources"] = resources;
-    }
+    add_resources(&mut prepare, job, false);
     json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -271,9 +269,7 @@ fn indexed_job(job: &K8sJob) -> Value {
     let shards = job.shards.to_string();
     let args = run_command(job, &shards, job.server_launch.as_deref());
     let mut gen_ = container(job, "gen", &args);
-    if let Some(resources) = resources(job, true) {
-        gen_["resources"] = resources;
-    }
+    add_resources(&mut gen_, job, true);
     json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -344,10 +340,8 @@ fn leader_worker_set(job: &K8sJob) -> Value {
         .collect();
     let worker_launch: Vec<&str> = worker_launch.iter().map(String::as_str).collect();
     let mut worker = container(job, "server", &worker_launch);
-    if let Some(resources) = resources(job, true) {
-        leader["resources"] = resources.clone();
-        worker["resources"] = resources;
-    }
+    add_resources(&mut leader, job, true);
+    add_resources(&mut worker, job, true);
     let template = |pod: Value| {
         let mut pod = pod;
         pod["restartPolicy"] = json!("Always");

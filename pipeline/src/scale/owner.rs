@@ -79,7 +79,6 @@ pub struct OwnerRecord {
     pub started_unix_ms: u64,
     pub heartbeat_unix_ms: u64,
     /// Set when the owner let the shard go at its end; the next task takes over at once.
-    #[serde(default)]
     pub released_unix_ms: Option<u64>,
 }
 

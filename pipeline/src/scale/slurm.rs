@@ -610,20 +610,19 @@ pub fn slurm(
     } else {
         "gen.sbatch"
     };
-    let path = root.slurm_dir().join(name);
-    crate::store::atomic::write(&path, text.as_bytes())
-        .with_context(|| format!("failed to write `{}`", path.display()))?;
-    let record = |job: &SlurmJob| -> anyhow::Result<()> {
-        crate::store::atomic::write(&submit_path(&root), &serde_json::to_vec_pretty(job)?)
-            .with_context(|| format!("failed to write `{}`", submit_path(&root).display()))
+    let write = |path: &Path, bytes: &[u8]| {
+        crate::store::atomic::write(path, bytes)
+            .with_context(|| format!("failed to write `{}`", path.display()))
     };
+    let path = root.slurm_dir().join(name);
+    write(&path, text.as_bytes())?;
+    let record = |job: &SlurmJob| write(&submit_path(&root), &serde_json::to_vec_pretty(job)?);
     record(job)?;
     let prepare = if unprepared.is_empty() {
         None
     } else {
         let path = root.slurm_dir().join("gen-prepare.sbatch");
-        crate::store::atomic::write(&path, prepare_script(job).as_bytes())
-            .with_context(|| format!("failed to write `{}`", path.display()))?;
+        write(&path, prepare_script(job).as_bytes())?;
         Some(path)
     };
     if !submit {

@@ -103,11 +103,7 @@ fn job_status(job: &JobView, json: bool, now: u64) -> anyhow::Result<StatusView>
     let done = job.shards.iter().all(|s| s.state == ShardState::Done);
     Ok(StatusView {
         text,
-        code: if done || !over {
-            exit::OK
-        } else {
-            exit::FAILED
-        },
+        code: exit::ok_if(done || !over),
         over,
     })
 }

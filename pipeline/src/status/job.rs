@@ -127,14 +127,7 @@ impl JobView {
 /// every source summed over them.
 pub fn fleet(hosts: Vec<(String, Result<RunStatus, String>)>, now_ms: u64) -> JobView {
     let statuses: Vec<Option<&RunStatus>> = hosts.iter().map(|(_, s)| s.as_ref().ok()).collect();
-    let mut names: Vec<String> = Vec::new();
-    for status in statuses.iter().flatten() {
-        for source in &status.sources {
-            if !names.contains(&source.name) {
-                names.push(source.name.clone());
-            }
-        }
-    }
+    let names = source_names(statuses.iter().flatten().copied());
     let sources = names.iter().map(|n| sum_source(n, &statuses)).collect();
     let shards = hosts
         .iter()
@@ -319,6 +312,17 @@ fn preparation_view(root: &RunRoot, status: &RunStatus, now_ms: u64) -> Preparat
     }
 }
 
+/// Every source name of `statuses`, each once, in the order first seen.
+fn source_names<'a>(statuses: impl Iterator<Item = &'a RunStatus>) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for source in statuses.flat_map(|s| &s.sources) {
+        if !names.contains(&source.name) {
+            names.push(source.name.clone());
+        }
+    }
+    names
+}
+
 /// Reads every shard of `root`.
 pub fn view(root: &RunRoot, now_ms: u64) -> Result<JobView, RootError> {
     let file = root.read()?.ok_or_else(|| RootError::NotARoot {
@@ -326,20 +330,8 @@ pub fn view(root: &RunRoot, now_ms: u64) -> Result<JobView, RootError> {
     })?;
     let shards = root.shards()?;
     let statuses: Vec<Option<&RunStatus>> = shards.iter().map(|(_, _, s)| s.as_ref()).collect();
-    let mut names: Vec<String> = Vec::new();
-    for status in statuses.iter().flatten() {
-        for source in &status.sources {
-            if !names.contains(&source.name) {
-                names.push(source.name.clone());
-            }
-        }
-    }
     let prepared: Option<RunStatus> = atomic::read_json(&root.prepared().status()).ok().flatten();
-    for source in prepared.iter().flat_map(|p| &p.sources) {
-        if !names.contains(&source.name) {
-            names.push(source.name.clone());
-        }
-    }
+    let names = source_names(statuses.iter().flatten().copied().chain(prepared.as_ref()));
     let sources = names
         .iter()
         .map(|n| with_preparation(sum_source(n, &statuses), prepared.as_ref()))

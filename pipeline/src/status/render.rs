@@ -26,11 +26,11 @@ fn ago(ms: u64) -> String {
     }
 }
 
-/// `1 failed source`, `2 failed sources`.
-fn failed_sources(n: usize) -> String {
+/// `n` and `noun`, with an `s` unless `n` is one: `1 answer`, `2 answers`.
+pub fn plural(n: u64, noun: &str) -> String {
     match n {
-        1 => "1 failed source".to_owned(),
-        n => format!("{n} failed sources"),
+        1 => format!("1 {noun}"),
+        n => format!("{n} {noun}s"),
     }
 }
 
@@ -42,10 +42,11 @@ fn liveness(status: &RunStatus, now_ms: u64) -> String {
         .filter(|s| s.phase == Phase::Failed)
         .count();
     let failed_prompts: u64 = status.sources.iter().map(|s| s.failed).sum();
+    let total = status.sources.len();
     let outcome = match (failed, failed_prompts) {
         (0, 0) => String::new(),
         (0, n) => format!(" with {n} failed prompts"),
-        (n, _) => format!(" with {} of {}", failed_sources(n), status.sources.len()),
+        (n, _) => format!(" with {} of {total}", plural(n as u64, "failed source")),
     };
     if let (true, Some(reason)) = (status.finished, &status.stopped_by) {
         format!("stopped {}{outcome}: {reason}", ago(age))
@@ -101,21 +102,13 @@ fn gib(bytes: u64) -> String {
 pub fn exit_code(status: &RunStatus, now_ms: u64) -> u8 {
     let age = now_ms.saturating_sub(status.heartbeat_unix_ms);
     if !status.finished {
-        return if age > STALE_AFTER_MS {
-            crate::exit::FAILED
-        } else {
-            crate::exit::OK
-        };
+        return crate::exit::ok_if(age <= STALE_AFTER_MS);
     }
     let all_done = status
         .sources
         .iter()
         .all(|s| s.phase == Phase::Done && s.failed == 0);
-    if status.stopped_by.is_none() && all_done {
-        crate::exit::OK
-    } else {
-        crate::exit::FAILED
-    }
+    crate::exit::ok_if(status.stopped_by.is_none() && all_done)
 }
 
 /// The width to render for: `COLUMNS` when set, else the terminal's when stdout is one, else
@@ -224,10 +217,7 @@ fn context_cuts(s: &SourceStatus) -> Option<String> {
     let percent = share(s.cut_by_context, s.done)?;
     Some(format!(
         "{} ({percent}) cut by the context: a larger `max-tokens` cannot help",
-        match s.cut_by_context {
-            1 => "1 answer".to_owned(),
-            n => format!("{n} answers"),
-        }
+        plural(s.cut_by_context, "answer")
     ))
 }
 
@@ -236,8 +226,7 @@ fn context_cuts(s: &SourceStatus) -> Option<String> {
 fn tool_turns(s: &SourceStatus) -> Option<String> {
     let prompts = match s.with_tool_turns {
         0 => return None,
-        1 => "1 prompt".to_owned(),
-        n => format!("{n} prompts"),
+        n => plural(n, "prompt"),
     };
     Some(match s.tool_turns_cut {
         0 => format!("{prompts} with tool turns: sent as they are, only the answers generated"),

@@ -73,17 +73,14 @@ pub struct SourceStatus {
     #[serde(default)]
     pub output_tokens: u64,
     /// Output tokens per second for this source since it started generating in this run.
-    #[serde(default)]
     pub tokens_per_sec: Option<f64>,
     /// Estimated seconds to finish, from tokens (not items): remaining prompts × mean output
     /// tokens per completion ÷ tokens per second.
-    #[serde(default)]
     pub eta_secs: Option<u64>,
     /// One line: why it failed, or what is going on.
     #[serde(default)]
     pub note: String,
     /// How the last preparation worker ended, when it did not simply succeed.
-    #[serde(default)]
     pub verdict: Option<VerdictLine>,
     /// What deserves a look: a preparation that dropped more than half its rows for one
     /// reason (likely a setting that does not fit the data), and what went wrong with its
@@ -155,32 +152,26 @@ pub struct ServerStatus {
     pub version: Option<String>,
     pub concurrency: usize,
     /// Set while the server is down: dispatch is paused, nothing is marked failed.
-    #[serde(default)]
     pub down_since_unix_ms: Option<u64>,
     /// Why it is down, while it is: unreachable, or failing every request although `/health`
     /// answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub down_reason: Option<String>,
     /// Requests in flight now.
-    #[serde(default)]
     pub in_flight: Option<u32>,
     /// With `concurrency = "auto"`: the controller's ceiling and its last decision.
-    #[serde(default)]
     pub ceiling: Option<u32>,
-    #[serde(default)]
     pub decision: Option<String>,
     /// Requests this server answered in this run.
     #[serde(default)]
     pub completed: u64,
     /// Output tokens per second this server generated in this run.
-    #[serde(default)]
     pub tokens_per_sec: Option<f64>,
     /// Requests waiting in the server's own queue (from its metrics, when it has them).
-    #[serde(default)]
     pub queued: Option<u64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunStatus {
     pub layout: u32,
     pub config: String,
@@ -195,10 +186,8 @@ pub struct RunStatus {
     pub servers: Vec<ServerStatus>,
     pub sources: Vec<SourceStatus>,
     /// The machine `gen run` runs on.
-    #[serde(default)]
     pub machine: Option<MachineStatus>,
     /// Why the run stopped early, when an error or a signal stopped it.
-    #[serde(default)]
     pub stopped_by: Option<String>,
     /// What the run waits for before it can send (a server it launched starting, or an
     /// external one not answering yet); preparation goes on meanwhile.
@@ -222,17 +211,10 @@ impl MachineStatus {
     /// Reads `/proc/meminfo`.
     pub fn read(peak_worker_rss_bytes: Option<u64>) -> Option<MachineStatus> {
         let text = fs_err::read_to_string("/proc/meminfo").ok()?;
-        let field = |name: &str| -> Option<u64> {
-            let line = text.lines().find(|l| l.starts_with(name))?;
-            line.split_whitespace()
-                .nth(1)?
-                .parse::<u64>()
-                .ok()
-                .map(|kib| kib * 1024)
-        };
+        let field = |name| crate::sys::meminfo_field(&text, name);
         Some(MachineStatus {
-            memory_total_bytes: field("MemTotal:")?,
-            memory_available_bytes: field("MemAvailable:")?,
+            memory_total_bytes: field("MemTotal")?,
+            memory_available_bytes: field("MemAvailable")?,
             peak_worker_rss_bytes,
         })
     }

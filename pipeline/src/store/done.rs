@@ -104,16 +104,12 @@ impl std::fmt::Display for Repair {
             ),
             Repair::Damaged { ranges, to, kept } => {
                 let bytes: u64 = ranges.iter().map(|r| r.end - r.start).sum();
-                let at: Vec<String> = ranges
-                    .iter()
-                    .map(|r| format!("{}..{}", r.start, r.end))
-                    .collect();
                 write!(
                     f,
                     "`completions.jsonl.zst` was damaged: {bytes} bytes (at {}) did not decode; \
                      moved them to `{}`, kept the {kept} completions of the intact frames; the \
                      prompts whose completions were in the damaged bytes are generated again",
-                    at.join(", "),
+                    super::frames::ranges(ranges),
                     file_name(to)
                 )
             }

@@ -76,6 +76,15 @@ impl Scan {
     }
 }
 
+/// `a..b, c..d` for damaged ranges.
+pub fn ranges(damaged: &[Range<u64>]) -> String {
+    damaged
+        .iter()
+        .map(|r| format!("{}..{}", r.start, r.end))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// Calls `on_line` for every JSONL line in the valid frames of `path`, in order, passing over
 /// damaged ranges (reported in the result). A missing file is empty. The file is read in
 /// batches of [`BATCH_BYTES`] (a frame larger than a batch grows it), so memory stays flat
